@@ -1,0 +1,1082 @@
+//! The Experiment OS API: the one code path for every action. Faces (CLI, MCP, LSP,
+//! orchestrator) call `Study::call` with JSON or the typed methods; none writes the record.
+//!
+//! Each action: validate (JSON Schema + semantic checks) → gather facts → policy → execute
+//! (jobs, object store) → record (one git commit, compare-and-swap) → index.
+
+pub mod schema;
+pub mod types;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::config::{CONFIG_FILE, StudyConfig};
+use crate::dag::Dag;
+use crate::datasets;
+use crate::error::{Error, ErrorKind, IoContext, Result};
+use crate::index::Index;
+use crate::jobs::{JobRunner, JobSpec, LocalRunner};
+use crate::model::*;
+use crate::policy::{self, Facts, Request};
+use crate::record::{self, Append, NodeSnapshot, Record, TreeFile};
+use crate::store::ObjectStore;
+use types::*;
+
+/// Where the study keeps what is not in git.
+pub const STATE_DIR: &str = ".rsim";
+pub const ROOT_NODE: &str = "n0";
+/// Attempts at a compare-and-swap before giving up (each retry re-reads the tip).
+const CAS_ATTEMPTS: usize = 64;
+
+/// An open study: config, record, index, object store and job runner.
+pub struct Study {
+    root: PathBuf,
+    config: StudyConfig,
+    record: Record,
+    index: Index,
+    store: ObjectStore,
+    runner: Box<dyn JobRunner>,
+}
+
+/// What an action prepares once it has seen the node's current tip.
+struct Prepared {
+    summary: String,
+    body: String,
+    decision: Decision,
+    result: Option<Value>,
+    job: Option<JobRecord>,
+    artifacts: Vec<ArtifactRef>,
+    metrics: Vec<MetricRecord>,
+    refers_to: Vec<String>,
+    meta: Option<NodeMeta>,
+    files: Vec<TreeFile>,
+}
+
+impl Prepared {
+    fn accepted(summary: String, result: Value) -> Self {
+        Prepared {
+            summary,
+            body: String::new(),
+            decision: Decision::accept(),
+            result: Some(result),
+            job: None,
+            artifacts: Vec::new(),
+            metrics: Vec::new(),
+            refers_to: Vec::new(),
+            meta: None,
+            files: Vec::new(),
+        }
+    }
+}
+
+impl Study {
+    /// Open the study at `root` (the directory holding rsim.toml and .git).
+    pub fn open(root: &Path) -> Result<Study> {
+        Self::open_with_runner(root, Box::new(LocalRunner))
+    }
+
+    pub fn open_with_runner(root: &Path, runner: Box<dyn JobRunner>) -> Result<Study> {
+        let root = root.canonicalize().map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
+        let record = Record::open(&root)?;
+        let config = load_committed_config(&record, &root)?;
+        let state = root.join(STATE_DIR);
+        fs::create_dir_all(&state).at("cannot create", &state)?;
+        let index = Index::open(&state.join("index.sqlite"))?;
+        let repaired = index.repair(&record)?;
+        if repaired > 0 {
+            tracing::info!(repaired, "index caught up with git after an interrupted write");
+        }
+        let store = ObjectStore::new(state.join("objects"));
+        Ok(Study { root, config, record, index, store, runner })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn config(&self) -> &StudyConfig {
+        &self.config
+    }
+    pub fn record(&self) -> &Record {
+        &self.record
+    }
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+    pub fn store(&self) -> &ObjectStore {
+        &self.store
+    }
+
+    /// Rebuild the index from git alone.
+    pub fn reindex(&mut self) -> Result<usize> {
+        self.index.rebuild(&self.record)
+    }
+
+    /// Load the DAG from the index.
+    pub fn dag_graph(&self) -> Result<Dag> {
+        Dag::load(&self.index)
+    }
+
+    /// Run any action or query from its JSON arguments (what an MCP client sends) and return its JSON result.
+    pub fn call(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
+        schema::validate(action, &args)?;
+        match action {
+            "branch" => to_value(self.branch_checked(caller, parse(action, args)?)),
+            "register_dataset" => to_value(self.register_dataset_checked(caller, parse(action, args)?)),
+            "run_sft" => to_value(self.run_sft_checked(caller, parse(action, args)?)),
+            "evaluate" => to_value(self.evaluate_checked(caller, parse(action, args)?)),
+            "compare" => to_value(self.compare_checked(caller, parse(action, args)?)),
+            "review" => to_value(self.review_checked(caller, parse(action, args)?)),
+            "conclude" => to_value(self.conclude_checked(caller, parse(action, args)?)),
+            "get_node" => to_value(self.get_node(parse(action, args)?)),
+            "list_nodes" => to_value(self.list_nodes(parse(action, args)?)),
+            "dag" => to_value(self.dag(parse(action, args)?)),
+            "log" => to_value(self.log(parse(action, args)?)),
+            "get_job" => to_value(self.get_job(parse(action, args)?)),
+            other => Err(Error::invalid(format!("unknown action {other:?}; actions are: {}", schema::names()))),
+        }
+    }
+
+    // ------------------------------------------------------------------ typed actions
+
+    pub fn branch(&self, caller: &Caller, req: BranchRequest) -> Result<BranchResult> {
+        revalidate("branch", &req)?;
+        self.branch_checked(caller, req)
+    }
+    pub fn register_dataset(&self, caller: &Caller, req: RegisterDatasetRequest) -> Result<RegisterDatasetResult> {
+        revalidate("register_dataset", &req)?;
+        self.register_dataset_checked(caller, req)
+    }
+    pub fn run_sft(&self, caller: &Caller, req: RunSftRequest) -> Result<RunSftResult> {
+        revalidate("run_sft", &req)?;
+        self.run_sft_checked(caller, req)
+    }
+    pub fn evaluate(&self, caller: &Caller, req: EvaluateRequest) -> Result<EvaluateResult> {
+        revalidate("evaluate", &req)?;
+        self.evaluate_checked(caller, req)
+    }
+    pub fn compare(&self, caller: &Caller, req: CompareRequest) -> Result<CompareResult> {
+        revalidate("compare", &req)?;
+        self.compare_checked(caller, req)
+    }
+    pub fn review(&self, caller: &Caller, req: ReviewRequest) -> Result<ReviewResult> {
+        revalidate("review", &req)?;
+        self.review_checked(caller, req)
+    }
+    pub fn conclude(&self, caller: &Caller, req: ConcludeRequest) -> Result<ConcludeResult> {
+        revalidate("conclude", &req)?;
+        self.conclude_checked(caller, req)
+    }
+
+    fn branch_checked(&self, caller: &Caller, req: BranchRequest) -> Result<BranchResult> {
+        check_caller(caller)?;
+        let mut seen = BTreeSet::new();
+        for p in &req.parents {
+            if !seen.insert(p) {
+                return Err(Error::invalid(format!("parents: {p} is listed twice")));
+            }
+        }
+        let mut parent_tips = Vec::new();
+        for p in &req.parents {
+            parent_tips.push(self.require_node_tip(p)?);
+        }
+        let first = req.parents[0].clone();
+        let facts = Facts {
+            node_status: Some(self.record.snapshot(parent_tips[0])?.meta.status),
+            node_count: self.index.node_count()?,
+            ..Facts::default()
+        };
+        let decision = policy::check(Request::Branch(&req), caller, &self.config, &facts);
+        let request = serde_json::to_value(&req)?;
+        if !decision.accepted() {
+            return Err(self.record_rejection(&first, caller, ActionName::Branch, request, decision));
+        }
+        let mut num = self.index.max_node_num()? + 1;
+        for _ in 0..CAS_ATTEMPTS * 4 {
+            let id = format!("n{num}");
+            let at = now_rfc3339();
+            let meta = NodeMeta {
+                id: id.clone(),
+                title: req.title.clone(),
+                hypothesis: req.hypothesis.clone(),
+                parents: req.parents.clone(),
+                status: NodeStatus::Open,
+                created_at: at.clone(),
+                created_by: caller.agent.clone(),
+                outcome: None,
+            };
+            let branch = record::node_ref(&id).trim_start_matches("refs/heads/").to_string();
+            let rec = ActionRecord {
+                seq: 1,
+                action: ActionName::Branch,
+                node: id.clone(),
+                agent: caller.agent.clone(),
+                role: caller.role,
+                at,
+                summary: format!("open {id} {:?}", req.title),
+                request: request.clone(),
+                decision: Decision::accept(),
+                result: Some(serde_json::json!({ "node": id, "branch": branch })),
+                job: None,
+                artifacts: Vec::new(),
+                metrics: Vec::new(),
+                refers_to: req.parents.clone(),
+            };
+            let body = if req.hypothesis.is_empty() {
+                format!("Parents: {}", req.parents.join(", "))
+            } else {
+                format!("Hypothesis: {}\n\nParents: {}", req.hypothesis, req.parents.join(", "))
+            };
+            let msg = record::commit_message(&rec, &body, &req.parents);
+            self.index.mark_pending(&id)?;
+            match self.record.create_node(&meta, &rec, &parent_tips, &msg)? {
+                Some(commit) => {
+                    self.index.sync_node(&self.record, &id)?;
+                    return Ok(BranchResult { node: id, branch, commit: commit.to_string() });
+                }
+                None => {
+                    // Another writer took this id: the index may lag, so step past it.
+                    self.index.sync_node(&self.record, &id)?;
+                    num += 1;
+                }
+            }
+        }
+        Err(Error::conflict("could not allocate a node id: too many concurrent writers"))
+    }
+
+    fn register_dataset_checked(
+        &self,
+        caller: &Caller,
+        req: RegisterDatasetRequest,
+    ) -> Result<RegisterDatasetResult> {
+        check_caller(caller)?;
+        let snap = self.require_node(&req.node)?;
+        if let DatasetSource::Declared { source } = &req.source
+            && !self.config.datasets.contains_key(source)
+        {
+            return Err(Error::not_found(format!(
+                "source: no dataset source {source:?} is declared in rsim.toml (declared: {})",
+                self.config.datasets.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let facts = Facts {
+            node_status: Some(snap.meta.status),
+            dataset_name_taken: self.index.dataset(&req.name)?.is_some(),
+            ..Facts::default()
+        };
+        let request = serde_json::to_value(&req)?;
+        let decision = policy::check(Request::RegisterDataset(&req), caller, &self.config, &facts);
+        if !decision.accepted() {
+            return Err(self.record_rejection(&req.node, caller, ActionName::RegisterDataset, request, decision));
+        }
+        let rows = match &req.source {
+            DatasetSource::Inline { rows } => rows.clone(),
+            DatasetSource::Arith(p) => datasets::generate_arith(p),
+            DatasetSource::Declared { source } => {
+                let path = self.study_file(&self.config.datasets[source].path)?;
+                let bytes = fs::read(&path).at("cannot read declared dataset", &path)?;
+                datasets::parse_jsonl(&bytes, &format!("dataset source {source}"))?
+            }
+        };
+        let bytes = datasets::to_jsonl(&rows)?;
+        let sha = self.store.put_bytes(&bytes)?;
+        let n = rows.len() as u64;
+        let (oid, _) = self.commit_action(&req.node, caller, ActionName::RegisterDataset, request, |_| {
+            let mut p = Prepared::accepted(
+                format!("{} ({n} rows)", req.name),
+                serde_json::json!({ "dataset": req.name, "sha256": sha, "rows": n }),
+            );
+            p.body = format!("Dataset {} ({n} rows), sha256 {sha}.\n{}", req.name, req.description);
+            p.artifacts.push(ArtifactRef {
+                sha256: sha.clone(),
+                kind: ArtifactKind::Dataset,
+                name: req.name.clone(),
+                parent: None,
+            });
+            Ok(p)
+        })?;
+        Ok(RegisterDatasetResult { dataset: req.name, sha256: sha, rows: n, commit: oid })
+    }
+
+    fn run_sft_checked(&self, caller: &Caller, req: RunSftRequest) -> Result<RunSftResult> {
+        check_caller(caller)?;
+        let snap = self.require_node(&req.node)?;
+        let base_sha = self.resolve_checkpoint(&req.base)?;
+        let mut unregistered = Vec::new();
+        let mut ds = Vec::new();
+        for name in &req.datasets {
+            match self.index.dataset(name)? {
+                Some((sha, _, rows)) => ds.push((name.clone(), sha, rows)),
+                None => unregistered.push(name.clone()),
+            }
+        }
+        let facts = Facts {
+            node_status: Some(snap.meta.status),
+            unregistered_datasets: unregistered,
+            checkpoint_known: base_sha.is_some(),
+            compute_seconds_used: self.index.compute_seconds_used()?,
+            ..Facts::default()
+        };
+        let request = serde_json::to_value(&req)?;
+        let decision = policy::check(Request::RunSft(&req), caller, &self.config, &facts);
+        if !decision.accepted() {
+            return Err(self.record_rejection(&req.node, caller, ActionName::RunSft, request, decision));
+        }
+        let base_sha = base_sha.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
+        let job_id = crate::jobs::new_job_id();
+        let params = serde_json::json!({
+            "kind": "sft",
+            "job": job_id,
+            "node": req.node,
+            "base": self.checkpoint_files(&base_sha)?,
+            "datasets": ds.iter().map(|(name, sha, rows)| serde_json::json!({
+                "name": name, "sha256": sha, "rows": rows, "path": self.store.path(sha),
+            })).collect::<Vec<_>>(),
+            "hyper": request,
+        });
+        let spec = self.job_spec(job_id, JobKind::Sft, &self.config.jobs.sft.clone(), params)?;
+        let mut job = self.runner.run(&spec)?;
+        job.log = self.store_log(&spec)?;
+        let mut checkpoint = None;
+        let mut train_metrics = BTreeMap::new();
+        if job.state == JobState::Succeeded {
+            let ck_dir = spec.out_dir().join("checkpoint");
+            if ck_dir.is_dir() {
+                checkpoint = Some(self.store.put_dir(&ck_dir)?);
+                train_metrics = read_metrics(&spec.out_dir().join("metrics.json"))?;
+            } else {
+                job.state = JobState::Failed;
+                job.error = Some("the trainer exited 0 but wrote no out/checkpoint/ directory".into());
+            }
+        }
+        let result_stored = serde_json::json!({
+            "job": job, "checkpoint": checkpoint, "train_metrics": train_metrics,
+        });
+        let (oid, _) = self.commit_action(&req.node, caller, ActionName::RunSft, request, |_| {
+            let summary = match &checkpoint {
+                Some(c) => format!("{} → checkpoint {}", short_ck(&req.base), &c[..12]),
+                None => format!("{} → job {}", short_ck(&req.base), job.state.as_str()),
+            };
+            let mut p = Prepared::accepted(summary, result_stored.clone());
+            p.body = format!(
+                "Datasets: {}; lr {}, {} steps, batch {}, seed {}.\nJob {} {} in {:.1} s{}.",
+                req.datasets.join(", "),
+                req.learning_rate,
+                req.steps,
+                req.batch_size,
+                req.seed,
+                job.id,
+                job.state.as_str(),
+                job.duration_s,
+                job.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+            );
+            if let Some(c) = &checkpoint {
+                p.artifacts.push(ArtifactRef {
+                    sha256: c.clone(),
+                    kind: ArtifactKind::Checkpoint,
+                    name: format!("{}-{}", req.node, &c[..12]),
+                    parent: Some(base_sha.clone()),
+                });
+            }
+            if let Some(l) = &job.log {
+                p.artifacts.push(ArtifactRef {
+                    sha256: l.clone(),
+                    kind: ArtifactKind::Log,
+                    name: format!("{}.log", job.id),
+                    parent: None,
+                });
+            }
+            p.job = Some(job.clone());
+            Ok(p)
+        })?;
+        Ok(RunSftResult { job, checkpoint, train_metrics, commit: oid })
+    }
+
+    fn evaluate_checked(&self, caller: &Caller, req: EvaluateRequest) -> Result<EvaluateResult> {
+        check_caller(caller)?;
+        let snap = self.require_node(&req.node)?;
+        let task = self.config.tasks.get(&req.task).cloned().ok_or_else(|| {
+            Error::not_found(format!(
+                "task: no task {:?} in this study (tasks: {})",
+                req.task,
+                self.config.tasks.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        let set = match req.split {
+            Split::Dev => &task.dev,
+            Split::Test => &task.test,
+        };
+        let set_path = self.study_file(&set.path)?;
+        let ck = self.resolve_checkpoint(&req.checkpoint)?;
+        let evaluator = self.evaluator_fingerprint()?;
+        let facts = Facts {
+            node_status: Some(snap.meta.status),
+            checkpoint_known: ck.is_some(),
+            compute_seconds_used: self.index.compute_seconds_used()?,
+            evaluations_total: self.index.evaluation_count(None, None)?,
+            test_evaluations_on_node: self.index.evaluation_count(Some(&req.node), Some("test"))?,
+            evaluator_actual: Some(evaluator.clone()),
+            evaluator_pinned: self.config.jobs.evaluator_sha256.clone(),
+            eval_set_actual: Some(crate::store::sha256_file(&set_path)?),
+            eval_set_pinned: set.sha256.clone(),
+            ..Facts::default()
+        };
+        let request = serde_json::to_value(&req)?;
+        let decision = policy::check(Request::Evaluate(&req), caller, &self.config, &facts);
+        if !decision.accepted() {
+            return Err(self.record_rejection(&req.node, caller, ActionName::Evaluate, request, decision));
+        }
+        let ck = ck.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
+        let job_id = crate::jobs::new_job_id();
+        let params = serde_json::json!({
+            "kind": "evaluate",
+            "job": job_id,
+            "checkpoint": self.checkpoint_files(&ck)?,
+            "task": req.task,
+            "split": req.split,
+            "metric": task.metric,
+            "eval_set": set_path,
+        });
+        let spec = self.job_spec(job_id, JobKind::Evaluate, &self.config.jobs.evaluate.clone(), params)?;
+        let mut job = self.runner.run(&spec)?;
+        job.log = self.store_log(&spec)?;
+        let mut metrics = BTreeMap::new();
+        let mut n_items = 0;
+        let mut items = None;
+        if job.state == JobState::Succeeded {
+            match read_eval_result(&spec.out_dir().join("result.json")) {
+                Ok(r) => {
+                    metrics = r.metrics;
+                    n_items = r.n_items;
+                    if req.split == Split::Dev {
+                        items = Some(r.items);
+                    }
+                }
+                Err(e) => {
+                    job.state = JobState::Failed;
+                    job.error = Some(e.message);
+                }
+            }
+        }
+        let metric_records: Vec<MetricRecord> = metrics
+            .iter()
+            .map(|(name, value)| MetricRecord {
+                name: name.clone(),
+                value: *value,
+                task: req.task.clone(),
+                split: req.split,
+                checkpoint: ck.clone(),
+            })
+            .collect();
+        let result_stored = serde_json::json!({
+            "job": job, "task": req.task, "split": req.split, "metrics": metrics, "n_items": n_items,
+            "evaluator": evaluator, "items": items,
+        });
+        let (oid, _) = self.commit_action(&req.node, caller, ActionName::Evaluate, request, |snap| {
+            let headline = metrics.get(&task.metric).map(|v| format!("{}={v:.4}", task.metric)).unwrap_or_else(|| {
+                format!("job {}", job.state.as_str())
+            });
+            let mut p = Prepared::accepted(
+                format!("{} on {}/{}: {headline}", short_ck(&req.checkpoint), req.task, req.split.as_str()),
+                result_stored.clone(),
+            );
+            p.body = format!(
+                "Evaluator {evaluator}; {n_items} items; job {} {} in {:.1} s.",
+                job.id,
+                job.state.as_str(),
+                job.duration_s
+            );
+            if let Some(l) = &job.log {
+                p.artifacts.push(ArtifactRef {
+                    sha256: l.clone(),
+                    kind: ArtifactKind::Log,
+                    name: format!("{}.log", job.id),
+                    parent: None,
+                });
+            }
+            p.job = Some(job.clone());
+            p.metrics = metric_records.clone();
+            if !metric_records.is_empty() {
+                let mut all: NodeMetrics = match self.record.read_file(snap.tip, "metrics.json")? {
+                    Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
+                    None => NodeMetrics::new(),
+                };
+                for m in &metric_records {
+                    all.insert(format!("{}/{}/{}", m.task, m.split.as_str(), m.name), m.clone());
+                }
+                p.files.push(TreeFile::new("metrics.json", record::json_bytes(&all)?));
+            }
+            Ok(p)
+        })?;
+        Ok(EvaluateResult {
+            job,
+            task: req.task,
+            split: req.split,
+            metrics,
+            n_items,
+            evaluator,
+            items,
+            commit: oid,
+        })
+    }
+
+    fn compare_checked(&self, caller: &Caller, req: CompareRequest) -> Result<CompareResult> {
+        check_caller(caller)?;
+        let snap = self.require_node(&req.node)?;
+        let mut rows = Vec::new();
+        for n in &req.nodes {
+            let node = self.index.node(n)?.ok_or_else(|| Error::not_found(format!("nodes: no node {n}")))?;
+            let values: Vec<f64> = self
+                .index
+                .node_metrics(n)?
+                .into_iter()
+                .filter(|(_, m)| m.task == req.task && m.split == req.split && m.name == req.metric)
+                .map(|(_, m)| m.value)
+                .collect();
+            let (mean, ci95) = crate::stats::mean_ci95(&values);
+            let best = values.iter().copied().fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
+            rows.push(CompareRow { node: n.clone(), title: node.title, n: values.len() as u64, mean, ci95, best, values });
+        }
+        let facts = Facts { node_status: Some(snap.meta.status), ..Facts::default() };
+        let request = serde_json::to_value(&req)?;
+        let decision = policy::check(Request::Compare(&req), caller, &self.config, &facts);
+        if !decision.accepted() {
+            return Err(self.record_rejection(&req.node, caller, ActionName::Compare, request, decision));
+        }
+        let stored = serde_json::json!({ "task": req.task, "split": req.split, "metric": req.metric, "rows": rows });
+        let (oid, _) = self.commit_action(&req.node, caller, ActionName::Compare, request, |_| {
+            let mut p = Prepared::accepted(
+                format!("{} on {}/{} across {}", req.metric, req.task, req.split.as_str(), req.nodes.join(", ")),
+                stored.clone(),
+            );
+            p.body = rows
+                .iter()
+                .map(|r| {
+                    let ci = r.ci95.map(|[a, b]| format!(" [{a:.4}, {b:.4}]")).unwrap_or_default();
+                    let mean = r.mean.map(|m| format!("{m:.4}")).unwrap_or_else(|| "-".into());
+                    format!("{}: n={} mean={mean}{ci}", r.node, r.n)
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            p.refers_to = req.nodes.clone();
+            Ok(p)
+        })?;
+        Ok(CompareResult { task: req.task, split: req.split, metric: req.metric, rows, commit: oid })
+    }
+
+    fn review_checked(&self, caller: &Caller, req: ReviewRequest) -> Result<ReviewResult> {
+        check_caller(caller)?;
+        let snap = self.require_node(&req.node)?;
+        for (i, v) in req.verdicts.iter().enumerate() {
+            if self.index.node(&v.node)?.is_none() {
+                return Err(Error::not_found(format!("verdicts.{i}.node: no node {}", v.node)));
+            }
+        }
+        for (i, p) in req.proposals.iter().enumerate() {
+            for (j, parent) in p.parents.iter().enumerate() {
+                if self.index.node(parent)?.is_none() {
+                    return Err(Error::not_found(format!("proposals.{i}.parents.{j}: no node {parent}")));
+                }
+            }
+        }
+        let facts = Facts { node_status: Some(snap.meta.status), ..Facts::default() };
+        let request = serde_json::to_value(&req)?;
+        let decision = policy::check(Request::Review(&req), caller, &self.config, &facts);
+        if !decision.accepted() {
+            return Err(self.record_rejection(&req.node, caller, ActionName::Review, request, decision));
+        }
+        let mut md = format!("# Review by {} ({})\n\n{}\n", caller.agent, caller.role, req.summary);
+        if !req.verdicts.is_empty() {
+            md.push_str("\n## Verdicts\n\n");
+            for v in &req.verdicts {
+                let verdict = serde_json::to_value(v.verdict)?.as_str().unwrap_or_default().to_string();
+                md.push_str(&format!("- **{}**: {verdict} — {}\n", v.node, v.reason));
+            }
+        }
+        if !req.proposals.is_empty() {
+            md.push_str("\n## Proposed directions\n\n");
+            for p in &req.proposals {
+                md.push_str(&format!("- {} (from {}): {}\n", p.title, p.parents.join(" + "), p.hypothesis));
+            }
+        }
+        let mut path = String::new();
+        let (oid, _) = self.commit_action(&req.node, caller, ActionName::Review, request, |snap| {
+            path = format!("reviews/{:04}.md", snap.action_count + 1);
+            let mut p = Prepared::accepted(
+                format!("{} verdicts, {} proposals", req.verdicts.len(), req.proposals.len()),
+                serde_json::json!({ "review": path }),
+            );
+            p.body = req.summary.clone();
+            p.files.push(TreeFile::new(path.clone(), md.clone()));
+            p.refers_to = req.verdicts.iter().map(|v| v.node.clone()).collect();
+            Ok(p)
+        })?;
+        Ok(ReviewResult { review: path, commit: oid })
+    }
+
+    fn conclude_checked(&self, caller: &Caller, req: ConcludeRequest) -> Result<ConcludeResult> {
+        check_caller(caller)?;
+        let snap = self.require_node(&req.node)?;
+        let known = match &req.best_checkpoint {
+            Some(c) => self.resolve_checkpoint(c)?.is_some(),
+            None => true,
+        };
+        let facts = Facts { node_status: Some(snap.meta.status), checkpoint_known: known, ..Facts::default() };
+        let request = serde_json::to_value(&req)?;
+        let decision = policy::check(Request::Conclude(&req), caller, &self.config, &facts);
+        if !decision.accepted() {
+            return Err(self.record_rejection(&req.node, caller, ActionName::Conclude, request, decision));
+        }
+        let outcome = serde_json::to_value(req.outcome)?.as_str().unwrap_or_default().to_string();
+        let (oid, _) = self.commit_action(&req.node, caller, ActionName::Conclude, request, |snap| {
+            let mut meta = snap.meta.clone();
+            meta.status = NodeStatus::Concluded;
+            meta.outcome = Some(req.outcome);
+            let mut p = Prepared::accepted(
+                format!("{outcome}: {}", first_line(&req.findings)),
+                serde_json::json!({ "node": req.node, "status": "concluded" }),
+            );
+            p.body = req.findings.clone();
+            p.files.push(TreeFile::new("notes.md", format!("# {}\n\nOutcome: {outcome}\n\n{}\n", meta.title, req.findings)));
+            p.meta = Some(meta);
+            Ok(p)
+        })?;
+        Ok(ConcludeResult { node: req.node, status: NodeStatus::Concluded, commit: oid })
+    }
+
+    // ------------------------------------------------------------------ queries
+
+    pub fn get_node(&self, req: GetNodeRequest) -> Result<NodeInfo> {
+        let n = self.index.node(&req.node)?.ok_or_else(|| Error::not_found(format!("node: no node {}", req.node)))?;
+        let actions = self.index.node_actions(&req.node)?.into_iter().map(summary_of).collect();
+        let metrics = self.index.node_metrics(&req.node)?.into_iter().map(|(_, m)| m).collect();
+        let tip = git2::Oid::from_str(&n.tip)?;
+        let notes = self.record.read_file(tip, "notes.md")?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let outcome = self.record.snapshot(tip)?.meta.outcome;
+        Ok(NodeInfo {
+            branch: record::node_ref(&n.id).trim_start_matches("refs/heads/").to_string(),
+            children: self.index.children(&n.id)?,
+            id: n.id,
+            title: n.title,
+            hypothesis: n.hypothesis,
+            status: n.status,
+            outcome,
+            parents: n.parents,
+            created_at: n.created_at,
+            created_by: n.created_by,
+            tip: n.tip,
+            actions,
+            metrics,
+            notes,
+        })
+    }
+
+    pub fn list_nodes(&self, req: ListNodesRequest) -> Result<ListNodesResult> {
+        let nodes = self.index.nodes(req.status, req.limit, req.offset)?;
+        let total = match req.status {
+            None => self.index.node_count()?,
+            Some(s) => self.index.nodes(Some(s), u64::MAX >> 2, 0)?.len() as u64,
+        };
+        Ok(ListNodesResult {
+            total,
+            nodes: nodes
+                .into_iter()
+                .map(|n| NodeSummary {
+                    id: n.id,
+                    title: n.title,
+                    status: n.status,
+                    parents: n.parents,
+                    actions: n.action_count,
+                    created_at: n.created_at,
+                })
+                .collect(),
+        })
+    }
+
+    pub fn dag(&self, req: DagRequest) -> Result<DagResult> {
+        let need_node = || -> Result<String> {
+            let n = req
+                .node
+                .clone()
+                .ok_or_else(|| Error::invalid(format!("node: the {:?} view needs a node", req.view)))?;
+            if self.index.node(&n)?.is_none() {
+                return Err(Error::not_found(format!("node: no node {n}")));
+            }
+            Ok(n)
+        };
+        let dag = self.dag_graph()?;
+        let pick = |ids: Vec<String>| -> Vec<DagNode> {
+            ids.iter().filter_map(|id| dag.node(id)).map(dag_node).collect()
+        };
+        let mut lineage = Vec::new();
+        let nodes: Vec<DagNode> = match req.view {
+            DagView::Full => dag.nodes().map(dag_node).collect(),
+            DagView::Frontier => pick(dag.frontier()),
+            DagView::Children => pick(dag.children(&need_node()?)),
+            DagView::Ancestors => pick(dag.ancestors(&need_node()?)),
+            DagView::Related => {
+                let n = need_node()?;
+                dag.related(&n)
+                    .into_iter()
+                    .filter_map(|(id, rel)| {
+                        dag.node(&id).map(|r| DagNode { relation: Some(rel.to_string()), ..dag_node(r) })
+                    })
+                    .collect()
+            }
+            DagView::Best => {
+                let task = match &req.task {
+                    Some(t) => t.clone(),
+                    None => self
+                        .config
+                        .tasks
+                        .keys()
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| Error::invalid("task: the study has no tasks"))?,
+                };
+                let metric = match (&req.metric, self.config.tasks.get(&task)) {
+                    (Some(m), _) => m.clone(),
+                    (None, Some(t)) => t.metric.clone(),
+                    (None, None) => return Err(Error::not_found(format!("task: no task {task:?}"))),
+                };
+                let split = req.split.unwrap_or(Split::Dev);
+                let mut best = self.index.best_per_node(&task, split.as_str(), &metric)?;
+                best.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| crate::index::node_num(&a.0).cmp(&crate::index::node_num(&b.0))));
+                best.into_iter()
+                    .filter_map(|(id, v)| dag.node(&id).map(|r| DagNode { value: Some(v), ..dag_node(r) }))
+                    .collect()
+            }
+            DagView::Lineage => {
+                let ck = req.checkpoint.clone().ok_or_else(|| Error::invalid("checkpoint: the lineage view needs a checkpoint"))?;
+                let mut cur = self
+                    .resolve_checkpoint(&ck)?
+                    .ok_or_else(|| Error::not_found(format!("checkpoint: {ck} is not a recorded checkpoint")))?;
+                let mut ids = Vec::new();
+                for _ in 0..100_000 {
+                    let Some((node, seq, parent)) = self.index.checkpoint_origin(&cur)? else { break };
+                    let is_base = node == ROOT_NODE && seq == 1;
+                    lineage.push(LineageStep {
+                        checkpoint: cur.clone(),
+                        node: (!is_base).then(|| node.clone()),
+                        seq: (!is_base).then_some(seq),
+                    });
+                    if !ids.contains(&node) {
+                        ids.push(node);
+                    }
+                    match parent {
+                        Some(p) if !is_base => cur = p,
+                        _ => break,
+                    }
+                }
+                pick(ids)
+            }
+        };
+        let ids: BTreeSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+        let edges = dag
+            .edges()
+            .filter(|(a, b)| ids.contains(a) && ids.contains(b))
+            .map(|(a, b)| [a.to_string(), b.to_string()])
+            .collect();
+        Ok(DagResult { view: req.view, nodes, edges, lineage })
+    }
+
+    pub fn log(&self, req: LogRequest) -> Result<LogResult> {
+        if let Some(n) = &req.node
+            && self.index.node(n)?.is_none()
+        {
+            return Err(Error::not_found(format!("node: no node {n}")));
+        }
+        let rows = self.index.actions(req.node.as_deref(), req.include_rejected, req.limit)?;
+        Ok(LogResult { actions: rows.into_iter().map(summary_of).collect() })
+    }
+
+    pub fn get_job(&self, req: GetJobRequest) -> Result<JobInfo> {
+        match self.index.job(&req.job)? {
+            Some((node, seq, job)) => Ok(JobInfo { node, seq, job }),
+            None => Err(Error::not_found(format!(
+                "job: no recorded job {} (a job appears here once its action is recorded)",
+                req.job
+            ))),
+        }
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    fn require_node_tip(&self, id: &str) -> Result<git2::Oid> {
+        self.record.node_tip(id)?.ok_or_else(|| Error::not_found(format!("no node {id} in this study")))
+    }
+
+    fn require_node(&self, id: &str) -> Result<NodeSnapshot> {
+        let tip = self.require_node_tip(id)?;
+        self.record.snapshot(tip)
+    }
+
+    /// `base` → the base model's checkpoint; a sha256 → itself if a recorded checkpoint (else None).
+    fn resolve_checkpoint(&self, c: &str) -> Result<Option<String>> {
+        if c == "base" {
+            return self.base_checkpoint().map(Some);
+        }
+        Ok(self.index.checkpoint_origin(c)?.map(|_| c.to_string()))
+    }
+
+    pub fn base_checkpoint(&self) -> Result<String> {
+        let rows = self.index.node_actions(ROOT_NODE)?;
+        rows.iter()
+            .flat_map(|r| r.record.artifacts.iter())
+            .find(|a| a.kind == ArtifactKind::Checkpoint)
+            .map(|a| a.sha256.clone())
+            .ok_or_else(|| Error::internal("the root node records no base checkpoint"))
+    }
+
+    /// A checkpoint as a job sees it: its hash and each file's path in the object store.
+    fn checkpoint_files(&self, sha: &str) -> Result<Value> {
+        let m = self.store.manifest(sha)?;
+        let files: BTreeMap<String, PathBuf> = m.files.iter().map(|(k, v)| (k.clone(), self.store.path(v))).collect();
+        Ok(serde_json::json!({ "sha256": sha, "files": files }))
+    }
+
+    fn job_spec(&self, id: String, kind: JobKind, command: &[String], params: Value) -> Result<JobSpec> {
+        let dir = self.root.join(STATE_DIR).join("jobs").join(&id);
+        let env = match &self.config.environment {
+            crate::config::Environment::Host => "host".to_string(),
+            crate::config::Environment::Nix { flake } => format!("nix:{flake}"),
+        };
+        Ok(JobSpec {
+            id,
+            kind,
+            command: crate::jobs::absolute_command(&self.root, &expand_command(command)?),
+            dir,
+            timeout_s: self.config.backend.timeout_s(),
+            env,
+            params,
+        })
+    }
+
+    fn store_log(&self, spec: &JobSpec) -> Result<Option<String>> {
+        let p = spec.log_path();
+        if p.is_file() { Ok(Some(self.store.put_file(&p)?)) } else { Ok(None) }
+    }
+
+    /// A path from rsim.toml, inside the study, with symlink escapes refused.
+    fn study_file(&self, rel: &str) -> Result<PathBuf> {
+        crate::config::check_relative_path(rel).map_err(Error::invalid)?;
+        let p = self.root.join(rel);
+        let canon = p.canonicalize().map_err(|e| Error::not_found(format!("{rel}: {e}")))?;
+        if !canon.starts_with(&self.root) {
+            return Err(Error::invalid(format!("{rel} resolves outside the study (symlink escape)")));
+        }
+        Ok(canon)
+    }
+
+    /// Fingerprint of the evaluator: sha256 over its argv and the content of every file it names.
+    pub fn evaluator_fingerprint(&self) -> Result<String> {
+        let cmd = expand_command(&self.config.jobs.evaluate)?;
+        let mut parts = Vec::new();
+        for (i, a) in cmd.iter().enumerate() {
+            parts.push(a.clone());
+            let file = if i == 0 {
+                crate::jobs::resolve_program(&self.root, a)
+            } else {
+                Some(self.root.join(a)).filter(|p| !a.starts_with('-') && p.is_file())
+            };
+            if let Some(f) = file {
+                parts.push(crate::store::sha256_file(&f)?);
+            }
+        }
+        Ok(crate::store::sha256_hex(parts.join("\0").as_bytes()))
+    }
+
+    fn record_rejection(
+        &self,
+        node: &str,
+        caller: &Caller,
+        action: ActionName,
+        request: Value,
+        decision: Decision,
+    ) -> Error {
+        let rule = decision.rule.clone().unwrap_or_default();
+        let reason = decision.reason.clone().unwrap_or_default();
+        let res = self.commit_action(node, caller, action, request, |_| {
+            Ok(Prepared {
+                summary: format!("rejected by {rule}"),
+                body: reason.clone(),
+                decision: decision.clone(),
+                result: None,
+                job: None,
+                artifacts: Vec::new(),
+                metrics: Vec::new(),
+                refers_to: Vec::new(),
+                meta: None,
+                files: Vec::new(),
+            })
+        });
+        let mut e = Error::new(ErrorKind::Rejected, format!("rejected by policy rule {rule}: {reason}"));
+        e.rule = Some(rule);
+        match res {
+            Ok((oid, _)) => e.commit = Some(oid),
+            Err(err) => e.message.push_str(&format!(" (and the rejection could not be recorded: {})", err.message)),
+        }
+        e
+    }
+
+    /// Append one action to `node` with compare-and-swap, retrying on concurrent writers.
+    /// Returns the commit id and the recorded action.
+    fn commit_action(
+        &self,
+        node: &str,
+        caller: &Caller,
+        action: ActionName,
+        request: Value,
+        mut prepare: impl FnMut(&NodeSnapshot) -> Result<Prepared>,
+    ) -> Result<(String, ActionRecord)> {
+        for _ in 0..CAS_ATTEMPTS {
+            let snap = self.require_node(node)?;
+            let p = prepare(&snap)?;
+            let rec = ActionRecord {
+                seq: snap.action_count + 1,
+                action,
+                node: node.to_string(),
+                agent: caller.agent.clone(),
+                role: caller.role,
+                at: now_rfc3339(),
+                summary: p.summary,
+                request: request.clone(),
+                decision: p.decision,
+                result: p.result,
+                job: p.job,
+                artifacts: p.artifacts,
+                metrics: p.metrics,
+                refers_to: p.refers_to,
+            };
+            let msg = record::commit_message(&rec, &p.body, &[]);
+            self.index.mark_pending(node)?;
+            match self.record.append(node, snap.tip, &rec, p.meta.as_ref(), &p.files, &msg)? {
+                Append::Committed(oid) => {
+                    self.index.sync_node(&self.record, node)?;
+                    return Ok((oid.to_string(), rec));
+                }
+                Append::Stale => continue,
+            }
+        }
+        Err(Error::conflict(format!("node {node}: too many concurrent writers; nothing was recorded")))
+    }
+}
+
+/// The config as committed on `main` (the record says which config every action ran under).
+fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
+    let main = record.main_tip().map_err(|_| {
+        Error::invalid(format!("{} is not an initialised study (no main branch): run `rsim init`", root.display()))
+    })?;
+    let tree = record.repo().find_commit(main)?.tree()?;
+    let entry = tree
+        .get_name(CONFIG_FILE)
+        .ok_or_else(|| Error::invalid(format!("{CONFIG_FILE} is not committed on main")))?;
+    let blob = record.repo().find_blob(entry.id())?;
+    let text = std::str::from_utf8(blob.content()).map_err(|_| Error::invalid(format!("{CONFIG_FILE} is not UTF-8")))?;
+    if let Ok(on_disk) = fs::read_to_string(root.join(CONFIG_FILE))
+        && on_disk != text
+    {
+        tracing::warn!("{CONFIG_FILE} has uncommitted changes; the committed version applies (commit it to change the study)");
+    }
+    StudyConfig::parse(text, CONFIG_FILE)
+}
+
+/// Expand `@rsim` (this binary) in a command.
+pub fn expand_command(cmd: &[String]) -> Result<Vec<String>> {
+    cmd.iter()
+        .map(|a| {
+            if a == "@rsim" {
+                let exe = std::env::current_exe().map_err(|e| Error::internal(format!("cannot locate rsim: {e}")))?;
+                Ok(exe.to_string_lossy().into_owned())
+            } else {
+                Ok(a.clone())
+            }
+        })
+        .collect()
+}
+
+fn check_caller(caller: &Caller) -> Result<()> {
+    let a = &caller.agent;
+    if a.is_empty() || a.len() > 64 || a.chars().any(|c| c.is_control() || c.is_whitespace()) || a.contains("..") {
+        return Err(Error::invalid(format!(
+            "agent: {a:?} is not a valid agent name (1-64 characters, no spaces, control characters or \"..\")"
+        )));
+    }
+    Ok(())
+}
+
+fn revalidate<T: Serialize>(action: &str, req: &T) -> Result<()> {
+    schema::validate(action, &serde_json::to_value(req)?)
+}
+
+fn parse<T: DeserializeOwned>(action: &str, args: Value) -> Result<T> {
+    serde_json::from_value(args).map_err(|e| Error::invalid(format!("invalid {action} request: {e}")))
+}
+
+fn to_value<T: Serialize>(r: Result<T>) -> Result<Value> {
+    Ok(serde_json::to_value(r?)?)
+}
+
+fn summary_of(r: crate::index::ActionRow) -> ActionSummary {
+    ActionSummary {
+        node: r.node,
+        seq: r.seq,
+        action: r.record.action,
+        decision: r.record.decision.decision,
+        rule: r.record.decision.rule,
+        reason: r.record.decision.reason,
+        agent: r.record.agent,
+        role: r.record.role,
+        at: r.record.at,
+        summary: r.record.summary,
+        commit: r.commit,
+        job: r.record.job.map(|j| j.id),
+    }
+}
+
+fn dag_node(n: &crate::index::NodeRow) -> DagNode {
+    DagNode {
+        id: n.id.clone(),
+        title: n.title.clone(),
+        status: n.status,
+        parents: n.parents.clone(),
+        value: None,
+        relation: None,
+    }
+}
+
+fn short_ck(c: &str) -> &str {
+    if c.len() > 12 { &c[..12] } else { c }
+}
+
+fn first_line(s: &str) -> String {
+    let l = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    record::sanitize_line(l)
+}
+
+fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>> {
+    if !path.is_file() {
+        return Ok(BTreeMap::new());
+    }
+    let bytes = fs::read(path).at("cannot read", path)?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::internal(format!("{}: expected a JSON object of numbers: {e}", path.display())))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EvalOutput {
+    metrics: BTreeMap<String, f64>,
+    n_items: u64,
+    #[serde(default)]
+    items: Vec<EvalItem>,
+}
+
+fn read_eval_result(path: &Path) -> Result<EvalOutput> {
+    let bytes = fs::read(path).map_err(|e| Error::internal(format!("the evaluator wrote no out/result.json: {e}")))?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::internal(format!("the evaluator's out/result.json is malformed: {e}")))
+}

@@ -1,0 +1,618 @@
+//! Request and result types of every action and query. Each is `deny_unknown_fields` and derives
+//! a JSON Schema; incoming JSON is validated against that schema before serde sees it.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{ActionName, JobRecord, MetricRecord, NodeStatus, Outcome, Role, Split};
+
+/// Node id pattern (`n0` is the root: the base model).
+pub const NODE_ID_PATTERN: &str = r"^n(0|[1-9][0-9]{0,8})$";
+/// One line of text: no control characters and no `..`.
+pub const LINE_PATTERN: &str = r"^(?!.*\.\.)[^\x00-\x1F\x7F-\x9F]*$";
+/// Free text: no control characters except newline and tab.
+pub const TEXT_PATTERN: &str = r"^[^\x00-\x08\x0B-\x1F\x7F-\x9F]*$";
+/// A name: lowercase letters, digits, `-`, `_`.
+pub const NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9_-]{0,63}$";
+/// A checkpoint: `base` or a sha256.
+pub const CHECKPOINT_PATTERN: &str = r"^(base|[0-9a-f]{64})$";
+/// A job id.
+pub const JOB_ID_PATTERN: &str = r"^j-[0-9a-f]{16}$";
+
+/// Human wording of each pattern, used in validation errors.
+pub fn describe_pattern(p: &str) -> Option<&'static str> {
+    Some(match p {
+        NODE_ID_PATTERN => "a node id such as \"n3\"",
+        LINE_PATTERN => "one line of text without control characters and without \"..\"",
+        TEXT_PATTERN => "text without control characters (newlines and tabs are fine)",
+        NAME_PATTERN => "a name of lowercase letters, digits, '-' and '_' (1-64, starting with a letter or digit)",
+        CHECKPOINT_PATTERN => "\"base\" or the sha256 of a checkpoint (64 lowercase hex digits)",
+        JOB_ID_PATTERN => "a job id such as \"j-0123456789abcdef\"",
+        _ => return None,
+    })
+}
+
+// ---------------------------------------------------------------- branch
+
+/// Open a new research direction (node) under one parent, or two parents to combine findings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BranchRequest {
+    /// Parent node ids: one, or two for a merge node that combines two findings.
+    #[schemars(length(min = 1, max = 2), inner(pattern(NODE_ID_PATTERN)))]
+    pub parents: Vec<String>,
+    /// Short title of the direction.
+    #[schemars(length(min = 1, max = 200), pattern(LINE_PATTERN))]
+    pub title: String,
+    /// What this direction tests and why it might work.
+    #[serde(default)]
+    #[schemars(length(max = 4000), pattern(TEXT_PATTERN))]
+    pub hypothesis: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BranchResult {
+    /// The new node's id.
+    pub node: String,
+    /// Its git branch.
+    pub branch: String,
+    pub commit: String,
+}
+
+// ---------------------------------------------------------------- register_dataset
+
+/// One training example.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Row {
+    #[schemars(length(min = 1, max = 20000))]
+    pub prompt: String,
+    #[schemars(length(max = 20000))]
+    pub answer: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArithOp {
+    Add,
+    Sub,
+    Mixed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerFormat {
+    /// `123+456=579`
+    Plain,
+    /// Answer digits least-significant first: `123+456=975`
+    Reversed,
+    /// Per-digit work with carries, then the answer.
+    Scratchpad,
+}
+
+/// Parameters of the built-in arithmetic generator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArithParams {
+    pub op: ArithOp,
+    /// Digits per operand.
+    #[schemars(range(min = 1, max = 6))]
+    pub digits: u32,
+    pub format: AnswerFormat,
+    /// Number of rows.
+    #[schemars(range(min = 1, max = 1000000))]
+    pub n: u64,
+    pub seed: u64,
+}
+
+/// Where a dataset's rows come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DatasetSource {
+    /// Rows written by the agent.
+    Inline {
+        #[schemars(length(min = 1))]
+        rows: Vec<Row>,
+    },
+    /// A source the study owner declared in rsim.toml `[datasets.<name>]`.
+    Declared {
+        #[schemars(pattern(NAME_PATTERN))]
+        source: String,
+    },
+    /// The built-in arithmetic generator.
+    Arith(ArithParams),
+}
+
+/// Register a training dataset under a name (stored content-addressed; only registered datasets can be trained on).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterDatasetRequest {
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    /// Study-wide unique dataset name.
+    #[schemars(pattern(NAME_PATTERN))]
+    pub name: String,
+    pub source: DatasetSource,
+    #[serde(default)]
+    #[schemars(length(max = 4000), pattern(TEXT_PATTERN))]
+    pub description: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterDatasetResult {
+    pub dataset: String,
+    pub sha256: String,
+    pub rows: u64,
+    pub commit: String,
+}
+
+// ---------------------------------------------------------------- run_sft
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    Constant,
+    Linear,
+    #[default]
+    Cosine,
+}
+
+/// Which weights train.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Adapter {
+    /// Every weight trains.
+    #[default]
+    Full,
+    /// Low-rank adapters.
+    Lora {
+        #[schemars(range(min = 1, max = 256))]
+        rank: u32,
+        #[schemars(range(min = 0.0, max = 1024.0))]
+        alpha: f64,
+    },
+}
+
+/// Supervised fine-tuning of a checkpoint on registered datasets, run as a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunSftRequest {
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    /// Checkpoint to start from: "base" (the study's base model) or a checkpoint sha256 from a recorded run_sft.
+    #[schemars(pattern(CHECKPOINT_PATTERN))]
+    pub base: String,
+    /// Registered dataset names; rows are mixed.
+    #[schemars(length(min = 1, max = 16), inner(pattern(NAME_PATTERN)))]
+    pub datasets: Vec<String>,
+    #[schemars(range(min = 0.0000001, max = 1.0))]
+    pub learning_rate: f64,
+    #[schemars(range(min = 1, max = 10000000))]
+    pub steps: u64,
+    #[schemars(range(min = 1, max = 4096))]
+    pub batch_size: u32,
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub warmup_steps: u64,
+    #[serde(default)]
+    pub schedule: Schedule,
+    #[serde(default)]
+    pub adapter: Adapter,
+    /// Compute the loss on answer tokens only (prompt tokens are context).
+    #[serde(default = "yes")]
+    pub answer_only_loss: bool,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunSftResult {
+    pub job: JobRecord,
+    /// The trained checkpoint (present when the job succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// Numbers the trainer reported (e.g. final loss).
+    pub train_metrics: BTreeMap<String, f64>,
+    pub commit: String,
+}
+
+// ---------------------------------------------------------------- evaluate
+
+/// Evaluate a checkpoint on a task split with the study's pinned evaluator, run as a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluateRequest {
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    #[schemars(pattern(CHECKPOINT_PATTERN))]
+    pub checkpoint: String,
+    #[schemars(pattern(NAME_PATTERN))]
+    pub task: String,
+    pub split: Split,
+}
+
+/// One evaluated item (dev split only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalItem {
+    pub prompt: String,
+    pub expected: String,
+    pub output: String,
+    pub correct: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluateResult {
+    pub job: JobRecord,
+    pub task: String,
+    pub split: Split,
+    /// Aggregate scores.
+    pub metrics: BTreeMap<String, f64>,
+    pub n_items: u64,
+    /// sha256 of the evaluator command's program, pinned by the study.
+    pub evaluator: String,
+    /// Per-item results, only for the visible dev split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<Vec<EvalItem>>,
+    pub commit: String,
+}
+
+// ---------------------------------------------------------------- compare
+
+/// Compare a metric across related nodes (mean ± 95% interval over their evaluations, e.g. seeds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompareRequest {
+    /// Node on which the comparison is recorded.
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    /// Nodes to compare.
+    #[schemars(length(min = 2, max = 64), inner(pattern(NODE_ID_PATTERN)))]
+    pub nodes: Vec<String>,
+    #[schemars(pattern(NAME_PATTERN))]
+    pub task: String,
+    #[serde(default = "dev")]
+    pub split: Split,
+    #[serde(default = "default_metric")]
+    #[schemars(pattern(NAME_PATTERN))]
+    pub metric: String,
+}
+
+fn dev() -> Split {
+    Split::Dev
+}
+fn default_metric() -> String {
+    "exact_match".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompareRow {
+    pub node: String,
+    pub title: String,
+    /// Number of evaluations of this metric on the node.
+    pub n: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+    /// 95% interval of the mean (Student t); absent when n < 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci95: Option<[f64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<f64>,
+    pub values: Vec<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompareResult {
+    pub task: String,
+    pub split: Split,
+    pub metric: String,
+    pub rows: Vec<CompareRow>,
+    pub commit: String,
+}
+
+// ---------------------------------------------------------------- review
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewVerdict {
+    Promising,
+    DeadEnd,
+    NeedsMoreSeeds,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeVerdict {
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    pub verdict: ReviewVerdict,
+    #[schemars(length(min = 1, max = 4000), pattern(TEXT_PATTERN))]
+    pub reason: String,
+}
+
+/// A new direction the reviewer proposes (one parent, or two to combine findings).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Proposal {
+    #[schemars(length(min = 1, max = 2), inner(pattern(NODE_ID_PATTERN)))]
+    pub parents: Vec<String>,
+    #[schemars(length(min = 1, max = 200), pattern(LINE_PATTERN))]
+    pub title: String,
+    #[serde(default)]
+    #[schemars(length(max = 4000), pattern(TEXT_PATTERN))]
+    pub hypothesis: String,
+}
+
+/// A reviewer's verdicts on related nodes and proposed new directions (reviewers only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewRequest {
+    /// Node on which the review is recorded (usually the common parent).
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    #[schemars(length(min = 1, max = 8000), pattern(TEXT_PATTERN))]
+    pub summary: String,
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    pub verdicts: Vec<NodeVerdict>,
+    #[serde(default)]
+    #[schemars(length(max = 16))]
+    pub proposals: Vec<Proposal>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewResult {
+    /// Path of the review in the node's tree.
+    pub review: String,
+    pub commit: String,
+}
+
+// ---------------------------------------------------------------- conclude
+
+/// Close a direction with its findings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConcludeRequest {
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    pub outcome: Outcome,
+    /// What was learned (Markdown), written to the node's notes.md.
+    #[schemars(length(min = 1, max = 20000), pattern(TEXT_PATTERN))]
+    pub findings: String,
+    /// The node's best checkpoint, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(CHECKPOINT_PATTERN))]
+    pub best_checkpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConcludeResult {
+    pub node: String,
+    pub status: NodeStatus,
+    pub commit: String,
+}
+
+// ---------------------------------------------------------------- queries
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetNodeRequest {
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+}
+
+/// A node with its place in the DAG, its actions and metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeInfo {
+    pub id: String,
+    pub branch: String,
+    pub title: String,
+    pub hypothesis: String,
+    pub status: NodeStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    pub parents: Vec<String>,
+    pub children: Vec<String>,
+    pub created_at: String,
+    pub created_by: String,
+    pub tip: String,
+    pub actions: Vec<ActionSummary>,
+    /// Every metric recorded on the node.
+    pub metrics: Vec<MetricRecord>,
+    /// notes.md (findings), when concluded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListNodesRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<NodeStatus>,
+    #[serde(default = "default_limit")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub limit: u64,
+    #[serde(default)]
+    pub offset: u64,
+}
+
+fn default_limit() -> u64 {
+    100
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSummary {
+    pub id: String,
+    pub title: String,
+    pub status: NodeStatus,
+    pub parents: Vec<String>,
+    pub actions: u32,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListNodesResult {
+    pub total: u64,
+    pub nodes: Vec<NodeSummary>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DagView {
+    /// Every node and edge.
+    #[default]
+    Full,
+    /// Open nodes only (where work can continue).
+    Frontier,
+    /// Direct children of `node`.
+    Children,
+    /// Every ancestor of `node`.
+    Ancestors,
+    /// Parents, siblings and cousins of `node`: the evidence to compare it with.
+    Related,
+    /// Nodes ranked by their best value of `metric` on `task`/`split`.
+    Best,
+    /// The chain of checkpoints and run_sft actions from `checkpoint` back to the base model.
+    Lineage,
+}
+
+/// Query the research DAG.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DagRequest {
+    #[serde(default)]
+    pub view: DagView,
+    /// Focus node (children, ancestors, related).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: Option<String>,
+    /// Task for `best` (defaults to the study's first task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(NAME_PATTERN))]
+    pub task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(NAME_PATTERN))]
+    pub metric: Option<String>,
+    /// Checkpoint for `lineage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(CHECKPOINT_PATTERN))]
+    pub checkpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DagNode {
+    pub id: String,
+    pub title: String,
+    pub status: NodeStatus,
+    pub parents: Vec<String>,
+    /// For `best`: the node's best value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// For `related`: how it relates to the focus node (parent, sibling, cousin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relation: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LineageStep {
+    pub checkpoint: String,
+    /// Node and action seq of the run_sft that produced it (absent for the base model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DagResult {
+    pub view: DagView,
+    pub nodes: Vec<DagNode>,
+    /// Edges parent → child among the returned nodes.
+    pub edges: Vec<[String; 2]>,
+    /// For `lineage`: newest first, ending at the base model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lineage: Vec<LineageStep>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogRequest {
+    /// Only this node's actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: Option<String>,
+    #[serde(default = "default_log_limit")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub limit: u64,
+    /// Include rejected actions (default true: the audit trail).
+    #[serde(default = "yes")]
+    pub include_rejected: bool,
+}
+
+fn default_log_limit() -> u64 {
+    50
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActionSummary {
+    pub node: String,
+    pub seq: u32,
+    pub action: ActionName,
+    pub decision: crate::model::Verdict,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub agent: String,
+    pub role: Role,
+    pub at: String,
+    pub summary: String,
+    pub commit: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogResult {
+    pub actions: Vec<ActionSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetJobRequest {
+    #[schemars(pattern(JOB_ID_PATTERN))]
+    pub job: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobInfo {
+    pub node: String,
+    /// Seq of the action that recorded the job.
+    pub seq: u32,
+    pub job: JobRecord,
+}

@@ -1,0 +1,515 @@
+//! The command-line face: parses arguments into the same JSON requests an MCP client sends and
+//! calls the Experiment OS API. Output to stdout (tables, or JSON with --json); errors to stderr
+//! with an exit code per error kind.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use serde_json::{Value, json};
+
+use crate::api::Study;
+use crate::error::{Error, Result};
+use crate::model::{Caller, Role};
+
+#[derive(Parser, Debug)]
+#[command(name = "rsim", version, about = "RSI-Master: agents post-train a base model through recorded, policy-checked actions")]
+pub struct Cli {
+    /// The study directory (default: $RSIM_STUDY, else the current directory).
+    #[arg(long, short = 'C', global = true, value_name = "DIR")]
+    pub study: Option<PathBuf>,
+    /// Agent identity recorded in commits.
+    #[arg(long, global = true, default_value = "owner")]
+    pub agent: String,
+    /// Role of the agent: owner, worker, reviewer or observer.
+    #[arg(long, global = true, default_value = "owner")]
+    pub role: String,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a study (a git repository with rsim.toml and the root node n0 = the base model).
+    Init {
+        /// Directory of the new study (default: current directory).
+        dir: Option<PathBuf>,
+        /// Start from a shipped example.
+        #[arg(long)]
+        example: Option<String>,
+    },
+    /// Open a new node under one parent (or two, to combine findings).
+    Branch {
+        /// Parent node (repeat for a merge node).
+        #[arg(long = "from", required = true)]
+        parents: Vec<String>,
+        #[arg(long)]
+        title: String,
+        #[arg(long, default_value = "")]
+        hypothesis: String,
+    },
+    /// Fine-tune a checkpoint on registered datasets (runs a job).
+    RunSft {
+        #[arg(long)]
+        node: String,
+        /// "base" or a checkpoint sha256.
+        #[arg(long, default_value = "base")]
+        base: String,
+        /// Registered dataset name (repeatable).
+        #[arg(long = "dataset", required = true)]
+        datasets: Vec<String>,
+        #[arg(long = "lr", default_value_t = 1e-3)]
+        learning_rate: f64,
+        #[arg(long, default_value_t = 100)]
+        steps: u64,
+        #[arg(long, default_value_t = 32)]
+        batch_size: u32,
+        #[arg(long, default_value_t = 0)]
+        warmup_steps: u64,
+        #[arg(long, default_value = "cosine")]
+        schedule: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Evaluate a checkpoint on a task split (runs the pinned evaluator as a job).
+    Evaluate {
+        #[arg(long)]
+        node: String,
+        #[arg(long, default_value = "base")]
+        checkpoint: String,
+        #[arg(long)]
+        task: String,
+        #[arg(long, default_value = "dev")]
+        split: String,
+    },
+    /// Compare a metric across nodes (mean ± 95% interval), recorded on --node.
+    Compare {
+        #[arg(long)]
+        node: String,
+        /// Nodes to compare.
+        #[arg(required = true, num_args = 2..)]
+        nodes: Vec<String>,
+        #[arg(long)]
+        task: String,
+        #[arg(long, default_value = "dev")]
+        split: String,
+        #[arg(long, default_value = "exact_match")]
+        metric: String,
+    },
+    /// Show the research DAG.
+    Dag {
+        #[arg(long, value_enum, default_value_t = DagFormat::Text)]
+        format: DagFormat,
+        /// full, frontier, children, ancestors, related, best, lineage.
+        #[arg(long, default_value = "full")]
+        view: String,
+        #[arg(long)]
+        node: Option<String>,
+        #[arg(long)]
+        task: Option<String>,
+        #[arg(long)]
+        metric: Option<String>,
+        #[arg(long)]
+        checkpoint: Option<String>,
+    },
+    /// Recorded actions, newest first (rejections included).
+    Log {
+        #[arg(long)]
+        node: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+    },
+    /// One node in full.
+    Show { node: String },
+    /// Rebuild the SQLite index from git alone.
+    Reindex,
+    /// Verify the record (commits, action files, artifacts, index).
+    Fsck,
+    /// Run any action from its JSON request (as an MCP client sends it); prints the JSON result.
+    Call {
+        action: String,
+        /// JSON arguments, or "-" to read them from stdin (default: {}).
+        args: Option<String>,
+    },
+    /// Write the JSON Schemas of every action and of rsim.toml (or check they are current).
+    Schemas {
+        #[arg(long, default_value = "schemas")]
+        out: PathBuf,
+        /// Fail if the files differ instead of writing them.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Benchmarks of the record (action cost, dag query and reindex at scale).
+    Bench {
+        /// Nodes in the large-DAG benchmark.
+        #[arg(long, default_value_t = 100_000)]
+        nodes: usize,
+        /// Actions timed in the action-cost benchmark.
+        #[arg(long, default_value_t = 300)]
+        actions: usize,
+        /// Repetitions of the dag/reindex measurements.
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Where to build the benchmark study (default: a temporary directory).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Job programs run by the job runner (not for agents).
+    #[command(hide = true)]
+    Job {
+        #[arg(value_enum)]
+        kind: JobProgram,
+        spec: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DagFormat {
+    Text,
+    Dot,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum JobProgram {
+    Train,
+    Eval,
+}
+
+/// Entry point: returns the process exit code.
+pub fn main() -> i32 {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RSIM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let json = cli.json;
+    match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            if json {
+                eprintln!("{}", serde_json::to_string(&json!({ "error": e })).unwrap_or_else(|_| e.message.clone()));
+            } else {
+                eprintln!("error: {}", e.message);
+                if let Some(c) = &e.commit {
+                    eprintln!("(the rejection is recorded as commit {c})");
+                }
+            }
+            e.kind.exit_code()
+        }
+    }
+}
+
+fn study_dir(cli: &Cli) -> PathBuf {
+    cli.study
+        .clone()
+        .or_else(|| std::env::var_os("RSIM_STUDY").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn caller(cli: &Cli) -> Result<Caller> {
+    let role = Role::parse(&cli.role).ok_or_else(|| {
+        Error::invalid(format!("--role: {:?} is not a role (owner, worker, reviewer, observer)", cli.role))
+    })?;
+    Ok(Caller::new(cli.agent.clone(), role))
+}
+
+fn print_json(v: &Value) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    let dir = study_dir(&cli);
+    let json = cli.json;
+    match &cli.command {
+        Command::Init { dir: d, example } => {
+            let d = d.clone().or(cli.study.clone()).unwrap_or_else(|| PathBuf::from("."));
+            let rep = crate::init::init(&d, example.as_deref())?;
+            if json {
+                print_json(&serde_json::to_value(&rep)?)?;
+            } else {
+                println!("{}", rep.message);
+                if let Some(b) = &rep.base_checkpoint {
+                    println!("study:           {}", rep.root.display());
+                    println!("base checkpoint: {b}");
+                    println!("next:            rsim -C {} dag", d.display());
+                }
+            }
+            Ok(())
+        }
+        Command::Job { kind, spec } => match kind {
+            JobProgram::Train => crate::trainer::train(spec),
+            JobProgram::Eval => crate::trainer::eval(spec),
+        },
+        Command::Schemas { out, check } => schemas(out, *check),
+        Command::Bench { nodes, actions, repeat, dir: bdir } => {
+            crate::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), json)
+        }
+        _ => {
+            let who = caller(&cli)?;
+            let mut study = Study::open(&dir)?;
+            run_on_study(&mut study, &who, &cli.command, json)
+        }
+    }
+}
+
+fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> Result<()> {
+    let (action, args): (&str, Value) = match cmd {
+        Command::Branch { parents, title, hypothesis } => {
+            ("branch", json!({ "parents": parents, "title": title, "hypothesis": hypothesis }))
+        }
+        Command::RunSft { node, base, datasets, learning_rate, steps, batch_size, warmup_steps, schedule, seed } => (
+            "run_sft",
+            json!({
+                "node": node, "base": base, "datasets": datasets, "learning_rate": learning_rate,
+                "steps": steps, "batch_size": batch_size, "warmup_steps": warmup_steps,
+                "schedule": schedule, "seed": seed,
+            }),
+        ),
+        Command::Evaluate { node, checkpoint, task, split } => {
+            ("evaluate", json!({ "node": node, "checkpoint": checkpoint, "task": task, "split": split }))
+        }
+        Command::Compare { node, nodes, task, split, metric } => (
+            "compare",
+            json!({ "node": node, "nodes": nodes, "task": task, "split": split, "metric": metric }),
+        ),
+        Command::Dag { format, view, node, task, metric, checkpoint } => {
+            let mut req = json!({ "view": view });
+            for (k, v) in [("node", node), ("task", task), ("metric", metric), ("checkpoint", checkpoint)] {
+                if let Some(v) = v {
+                    req[k] = json!(v);
+                }
+            }
+            return dag(study, req, *format, json);
+        }
+        Command::Log { node, limit } => {
+            let mut req = json!({ "limit": limit });
+            if let Some(n) = node {
+                req["node"] = json!(n);
+            }
+            ("log", req)
+        }
+        Command::Show { node } => ("get_node", json!({ "node": node })),
+        Command::Reindex => {
+            let t = std::time::Instant::now();
+            let n = study.reindex()?;
+            if json {
+                print_json(&json!({ "nodes": n, "seconds": t.elapsed().as_secs_f64() }))?;
+            } else {
+                println!("reindexed {n} nodes from git in {:.2} s", t.elapsed().as_secs_f64());
+            }
+            return Ok(());
+        }
+        Command::Fsck => {
+            let rep = crate::fsck::fsck(study)?;
+            if json {
+                print_json(&serde_json::to_value(&rep)?)?;
+            } else {
+                println!(
+                    "{} nodes, {} actions, {} artifacts checked: {}",
+                    rep.nodes,
+                    rep.actions,
+                    rep.artifacts_checked,
+                    if rep.problems.is_empty() { "ok".to_string() } else { format!("{} problems", rep.problems.len()) }
+                );
+                for p in &rep.problems {
+                    println!("  - {p}");
+                }
+            }
+            return if rep.problems.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::internal(format!("the record has {} problems", rep.problems.len())))
+            };
+        }
+        Command::Call { action, args } => {
+            let text = match args.as_deref() {
+                None => "{}".to_string(),
+                Some("-") => {
+                    let mut s = String::new();
+                    std::io::stdin().read_to_string(&mut s)?;
+                    s
+                }
+                Some(s) => s.to_string(),
+            };
+            let v: Value = serde_json::from_str(&text)
+                .map_err(|e| Error::invalid(format!("arguments are not valid JSON: {e}")))?;
+            let out = study.call(who, action, v)?;
+            return print_json(&out);
+        }
+        Command::Init { .. } | Command::Job { .. } | Command::Schemas { .. } | Command::Bench { .. } => {
+            return Err(Error::internal("handled before opening the study"));
+        }
+    };
+    let out = study.call(who, action, args)?;
+    if json {
+        return print_json(&out);
+    }
+    print_human(action, &out)
+}
+
+fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
+    let view = req["view"].as_str().unwrap_or("full").to_string();
+    let out = study.call(&Caller::new("cli", Role::Observer), "dag", req)?;
+    match (format, json) {
+        (DagFormat::Json, _) | (_, true) => print_json(&out),
+        (DagFormat::Dot, _) => {
+            let ids = out["nodes"].as_array().map(|a| {
+                a.iter().filter_map(|n| n["id"].as_str().map(str::to_string)).collect::<std::collections::BTreeSet<_>>()
+            });
+            let g = study.dag_graph()?;
+            print!("{}", g.to_dot(if view == "full" { None } else { ids.as_ref() }));
+            Ok(())
+        }
+        (DagFormat::Text, _) if view == "full" => {
+            print!("{}", study.dag_graph()?.to_text());
+            Ok(())
+        }
+        (DagFormat::Text, _) => {
+            let mut t = table(&["node", "status", "title", "value / relation"]);
+            for n in out["nodes"].as_array().into_iter().flatten() {
+                let extra = n["value"].as_f64().map(|v| format!("{v:.4}")).or_else(|| n["relation"].as_str().map(str::to_string));
+                t.add_row(vec![s(&n["id"]), s(&n["status"]), s(&n["title"]), extra.unwrap_or_default()]);
+            }
+            println!("{t}");
+            for step in out["lineage"].as_array().into_iter().flatten() {
+                println!("{}  {}", s(&step["checkpoint"]), step["node"].as_str().map_or("base model".to_string(), |n| format!("run_sft on {n} #{}", step["seq"])));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED);
+    t.set_header(header.to_vec());
+    t
+}
+
+fn print_human(action: &str, out: &Value) -> Result<()> {
+    match action {
+        "branch" => println!("created {} (branch {}, commit {})", s(&out["node"]), s(&out["branch"]), &s(&out["commit"])[..12.min(s(&out["commit"]).len())]),
+        "run_sft" => {
+            println!("job {}: {} in {:.1} s", s(&out["job"]["id"]), s(&out["job"]["state"]), out["job"]["duration_s"].as_f64().unwrap_or(0.0));
+            if let Some(e) = out["job"]["error"].as_str() {
+                println!("error: {e}");
+            }
+            if let Some(c) = out["checkpoint"].as_str() {
+                println!("checkpoint {c}");
+            }
+            for (k, v) in out["train_metrics"].as_object().into_iter().flatten() {
+                println!("  {k} = {v}");
+            }
+        }
+        "evaluate" => {
+            println!("job {}: {} — {}/{} on {} items", s(&out["job"]["id"]), s(&out["job"]["state"]), s(&out["task"]), s(&out["split"]), out["n_items"]);
+            if let Some(e) = out["job"]["error"].as_str() {
+                println!("error: {e}");
+            }
+            for (k, v) in out["metrics"].as_object().into_iter().flatten() {
+                println!("  {k} = {:.4}", v.as_f64().unwrap_or(f64::NAN));
+            }
+        }
+        "compare" => {
+            let mut t = table(&["node", "title", "n", "mean", "95% interval", "best"]);
+            for r in out["rows"].as_array().into_iter().flatten() {
+                let f = |v: &Value| v.as_f64().map(|x| format!("{x:.4}")).unwrap_or_else(|| "-".into());
+                let ci = r["ci95"].as_array().map(|a| format!("[{}, {}]", f(&a[0]), f(&a[1]))).unwrap_or_else(|| "-".into());
+                t.add_row(vec![s(&r["node"]), s(&r["title"]), s(&r["n"]), f(&r["mean"]), ci, f(&r["best"])]);
+            }
+            println!("{} on {}/{}", s(&out["metric"]), s(&out["task"]), s(&out["split"]));
+            println!("{t}");
+        }
+        "log" => {
+            let mut t = table(&["when", "node", "#", "action", "decision", "agent", "summary"]);
+            for a in out["actions"].as_array().into_iter().flatten() {
+                let dec = match a["rule"].as_str() {
+                    Some(r) => format!("rejected ({r})"),
+                    None => s(&a["decision"]),
+                };
+                t.add_row(vec![s(&a["at"]), s(&a["node"]), s(&a["seq"]), s(&a["action"]), dec, s(&a["agent"]), s(&a["summary"])]);
+            }
+            println!("{t}");
+        }
+        "get_node" => {
+            println!("{}  {}", s(&out["id"]), s(&out["title"]));
+            println!("branch:     {}", s(&out["branch"]));
+            println!("status:     {}{}", s(&out["status"]), out["outcome"].as_str().map(|o| format!(" ({o})")).unwrap_or_default());
+            println!("parents:    {}", out["parents"].as_array().map(|a| a.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default());
+            println!("children:   {}", out["children"].as_array().map(|a| a.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default());
+            println!("created:    {} by {}", s(&out["created_at"]), s(&out["created_by"]));
+            if !s(&out["hypothesis"]).is_empty() {
+                println!("hypothesis: {}", s(&out["hypothesis"]));
+            }
+            let mut t = table(&["#", "action", "decision", "agent", "summary"]);
+            for a in out["actions"].as_array().into_iter().flatten() {
+                let dec = match a["rule"].as_str() {
+                    Some(r) => format!("rejected ({r})"),
+                    None => s(&a["decision"]),
+                };
+                t.add_row(vec![s(&a["seq"]), s(&a["action"]), dec, s(&a["agent"]), s(&a["summary"])]);
+            }
+            println!("{t}");
+            let metrics = out["metrics"].as_array().cloned().unwrap_or_default();
+            if !metrics.is_empty() {
+                let mut t = table(&["task", "split", "metric", "value", "checkpoint"]);
+                for m in metrics {
+                    t.add_row(vec![s(&m["task"]), s(&m["split"]), s(&m["name"]), format!("{:.4}", m["value"].as_f64().unwrap_or(f64::NAN)), s(&m["checkpoint"]).chars().take(12).collect()]);
+                }
+                println!("{t}");
+            }
+            if let Some(n) = out["notes"].as_str() {
+                println!("{n}");
+            }
+        }
+        _ => print_json(out)?,
+    }
+    Ok(())
+}
+
+fn schemas(out: &Path, check: bool) -> Result<()> {
+    let files = crate::api::schema::all_schema_files();
+    let mut stale = Vec::new();
+    for (rel, text) in &files {
+        let p = out.join(rel);
+        let current = std::fs::read_to_string(&p).ok();
+        if current.as_deref() != Some(text.as_str()) {
+            if check {
+                stale.push(rel.clone());
+            } else {
+                if let Some(parent) = p.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::write(&p, text)?;
+            }
+        }
+    }
+    if !stale.is_empty() {
+        return Err(Error::invalid(format!(
+            "{} is stale ({}): run `cargo run -- schemas` and commit the result",
+            out.display(),
+            stale.join(", ")
+        )));
+    }
+    if !check {
+        eprintln!("wrote {} schema files under {}", files.len(), out.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,432 @@
+//! `rsim.toml`: the study owner's configuration, parsed into typed config with errors naming
+//! the file, the key and what was expected. Its JSON Schema is generated into `schemas/`.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+pub const CONFIG_FILE: &str = "rsim.toml";
+
+/// A whole study's configuration (`rsim.toml` at the study root).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StudyConfig {
+    pub study: StudySection,
+    pub base_model: BaseModel,
+    /// Tasks (benchmarks) by name; each has a visible dev split and a protected test split.
+    #[serde(default)]
+    pub tasks: BTreeMap<String, TaskConfig>,
+    #[serde(default)]
+    pub budgets: Budgets,
+    #[serde(default)]
+    pub environment: Environment,
+    #[serde(default)]
+    pub backend: Backend,
+    /// Commands that run jobs. The job spec path is appended as the last argument.
+    pub jobs: JobsConfig,
+    #[serde(default)]
+    pub policy: PolicyConfig,
+    /// Dataset sources the study owner declares (agents may register them by name).
+    #[serde(default)]
+    pub datasets: BTreeMap<String, DeclaredSource>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StudySection {
+    /// Short name of the study.
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+/// The base model every checkpoint must descend from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BaseModel {
+    pub name: String,
+    /// Path (relative to the study root) of the base checkpoint: a file or a directory of files.
+    /// It is hashed into the object store by `rsim init`.
+    pub path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskConfig {
+    #[serde(default)]
+    pub description: String,
+    /// Name of the metric the evaluator reports as the task's headline.
+    #[serde(default = "default_metric")]
+    pub metric: String,
+    /// Visible split: agents may see per-item results.
+    pub dev: EvalSet,
+    /// Protected split: agents see aggregate scores only.
+    pub test: EvalSet,
+}
+
+fn default_metric() -> String {
+    "exact_match".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSet {
+    /// Path relative to the study root (JSON Lines, one item a line).
+    pub path: String,
+    /// sha256 of the file, pinned by the study owner; checked before every evaluation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budgets {
+    /// Total job wall-clock seconds for the whole study.
+    #[serde(default = "default_compute_seconds")]
+    pub compute_seconds: u64,
+    /// Total number of evaluations for the whole study.
+    #[serde(default = "default_evaluations")]
+    pub evaluations: u64,
+    /// Evaluations on a protected test split allowed per node.
+    #[serde(default = "default_test_evals")]
+    pub test_evaluations_per_node: u64,
+    /// Maximum number of nodes in the research DAG.
+    #[serde(default = "default_max_nodes")]
+    pub max_nodes: u64,
+}
+
+fn default_compute_seconds() -> u64 {
+    36_000
+}
+fn default_evaluations() -> u64 {
+    1_000
+}
+fn default_test_evals() -> u64 {
+    2
+}
+fn default_max_nodes() -> u64 {
+    10_000
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            compute_seconds: default_compute_seconds(),
+            evaluations: default_evaluations(),
+            test_evaluations_per_node: default_test_evals(),
+            max_nodes: default_max_nodes(),
+        }
+    }
+}
+
+/// Where jobs run their commands.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Environment {
+    /// The host's own tools; a fingerprint (binary hash, tool versions) is recorded.
+    #[default]
+    Host,
+    /// A Nix flake; its narHash is recorded with every job.
+    Nix { flake: String },
+}
+
+/// Which job backend runs jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Backend {
+    /// Child processes on this machine.
+    Local {
+        /// Jobs running at once.
+        #[serde(default = "default_parallel")]
+        max_parallel_jobs: u32,
+        /// Wall-clock limit of one job, seconds.
+        #[serde(default = "default_timeout")]
+        timeout_s: u64,
+    },
+}
+
+fn default_parallel() -> u32 {
+    2
+}
+fn default_timeout() -> u64 {
+    3_600
+}
+
+impl Default for Backend {
+    fn default() -> Self {
+        Backend::Local { max_parallel_jobs: default_parallel(), timeout_s: default_timeout() }
+    }
+}
+
+impl Backend {
+    pub fn timeout_s(&self) -> u64 {
+        match self {
+            Backend::Local { timeout_s, .. } => *timeout_s,
+        }
+    }
+}
+
+/// Job commands (argv). The job-spec JSON path is appended as the last argument.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobsConfig {
+    /// Trainer command for `run_sft`.
+    pub sft: Vec<String>,
+    /// Pinned evaluator command for `evaluate`.
+    pub evaluate: Vec<String>,
+    /// Fingerprint of the evaluator (its argv and the files it names), pinned by the study owner;
+    /// `evaluate` is rejected when the evaluator no longer matches. `rsim init` fills it in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluator_sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Most parents a node may have (2 allows merge nodes that combine two findings).
+    #[serde(default = "default_max_parents")]
+    pub max_parents: u32,
+    /// Most rows an agent may register inline in one dataset.
+    #[serde(default = "default_inline_rows")]
+    pub max_inline_rows: u64,
+}
+
+fn default_max_parents() -> u32 {
+    2
+}
+fn default_inline_rows() -> u64 {
+    100_000
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig { max_parents: default_max_parents(), max_inline_rows: default_inline_rows() }
+    }
+}
+
+/// A dataset file the study owner provides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredSource {
+    /// Path relative to the study root (JSON Lines with `prompt` and `answer`).
+    pub path: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+impl StudyConfig {
+    /// Parse `text` (the contents of `file`) with errors naming the file, key and expectation.
+    pub fn parse(text: &str, file: &str) -> Result<StudyConfig> {
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| Error::invalid(format!("{file}: {}", describe_toml_error(text, &e))))?;
+        let cfg: StudyConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let what = describe_toml_error(text, &inner);
+            if key == "." || key.is_empty() {
+                Error::invalid(format!("{file}: {what}"))
+            } else {
+                Error::invalid(format!("{file}: key `{key}`: {what}"))
+            }
+        })?;
+        cfg.check(file)?;
+        Ok(cfg)
+    }
+
+    /// Load `rsim.toml` from a study root.
+    pub fn load(root: &Path) -> Result<StudyConfig> {
+        let path = root.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::invalid(format!("{}: cannot read the study config: {e}", path.display()))
+        })?;
+        Self::parse(&text, CONFIG_FILE)
+    }
+
+    /// Checks serde cannot express: names, ranges, paths confined to the study.
+    fn check(&self, file: &str) -> Result<()> {
+        let bad = |key: &str, msg: String| Err(Error::invalid(format!("{file}: key `{key}`: {msg}")));
+        if self.study.name.trim().is_empty() {
+            return bad("study.name", "expected a non-empty name".into());
+        }
+        if let Err(m) = check_relative_path(&self.base_model.path) {
+            return bad("base_model.path", m);
+        }
+        for (name, task) in &self.tasks {
+            if let Err(m) = check_slug(name) {
+                return bad(&format!("tasks.{name}"), m);
+            }
+            for (split, set) in [("dev", &task.dev), ("test", &task.test)] {
+                if let Err(m) = check_relative_path(&set.path) {
+                    return bad(&format!("tasks.{name}.{split}.path"), m);
+                }
+                if let Some(h) = &set.sha256
+                    && !is_sha256(h)
+                {
+                    return bad(
+                        &format!("tasks.{name}.{split}.sha256"),
+                        format!("expected 64 lowercase hex digits, got {h:?}"),
+                    );
+                }
+            }
+        }
+        for (name, src) in &self.datasets {
+            if let Err(m) = check_slug(name) {
+                return bad(&format!("datasets.{name}"), m);
+            }
+            if let Err(m) = check_relative_path(&src.path) {
+                return bad(&format!("datasets.{name}.path"), m);
+            }
+        }
+        if self.jobs.sft.is_empty() {
+            return bad("jobs.sft", "expected a command: a non-empty list of strings".into());
+        }
+        if self.jobs.evaluate.is_empty() {
+            return bad("jobs.evaluate", "expected a command: a non-empty list of strings".into());
+        }
+        if let Some(h) = &self.jobs.evaluator_sha256
+            && !is_sha256(h)
+        {
+            return bad("jobs.evaluator_sha256", format!("expected 64 lowercase hex digits, got {h:?}"));
+        }
+        match &self.backend {
+            Backend::Local { max_parallel_jobs, timeout_s } => {
+                if *max_parallel_jobs == 0 {
+                    return bad("backend.max_parallel_jobs", "expected at least 1".into());
+                }
+                if *timeout_s == 0 {
+                    return bad("backend.timeout_s", "expected at least 1 second".into());
+                }
+            }
+        }
+        if let Environment::Nix { flake } = &self.environment
+            && flake.trim().is_empty()
+        {
+            return bad("environment.flake", "expected a flake reference".into());
+        }
+        if self.policy.max_parents == 0 {
+            return bad("policy.max_parents", "expected at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim_end().to_string();
+    match e.span() {
+        Some(span) => {
+            let (line, col) = line_col(text, span.start);
+            format!("{msg} (line {line}, column {col})")
+        }
+        None => msg,
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// A name usable as a key, file name and identifier: `[a-z0-9][a-z0-9_-]{0,63}`.
+pub fn check_slug(name: &str) -> std::result::Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name.as_bytes()[0].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "expected a name of lowercase letters, digits, '-' or '_' (at most 64, starting with a letter or digit), got {name:?}"
+        ))
+    }
+}
+
+/// A path that stays inside the study: relative, no `..`, no empty components.
+pub fn check_relative_path(p: &str) -> std::result::Result<(), String> {
+    if p.is_empty() {
+        return Err("expected a path relative to the study root, got an empty string".into());
+    }
+    if p.chars().any(char::is_control) {
+        return Err(format!("path {p:?} contains control characters"));
+    }
+    for c in Path::new(p).components() {
+        match c {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::ParentDir => return Err(format!("path {p:?} leaves the study ('..' is not allowed)")),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!("path {p:?} is absolute; expected a path relative to the study root"));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[study]
+name = "t"
+[base_model]
+name = "base"
+path = "models/base"
+[tasks.add]
+dev = { path = "eval/dev.jsonl" }
+test = { path = "eval/test.jsonl" }
+[jobs]
+sft = ["true"]
+evaluate = ["true"]
+"#;
+
+    #[test]
+    fn parses_minimal_config_with_defaults() {
+        let c = StudyConfig::parse(GOOD, "rsim.toml").expect("valid");
+        assert_eq!(c.budgets.test_evaluations_per_node, 2);
+        assert_eq!(c.tasks["add"].metric, "exact_match");
+        assert_eq!(c.environment, Environment::Host);
+    }
+
+    #[test]
+    fn wrong_type_names_file_key_and_expectation() {
+        let text = GOOD.replace("[jobs]", "[budgets]\ncompute_seconds = \"lots\"\n[jobs]");
+        let e = StudyConfig::parse(&text, "rsim.toml").unwrap_err();
+        assert!(e.message.contains("rsim.toml"), "{}", e.message);
+        assert!(e.message.contains("budgets.compute_seconds"), "{}", e.message);
+        assert!(e.message.contains("line 13"), "{}", e.message);
+    }
+
+    #[test]
+    fn unknown_key_is_rejected() {
+        let text = GOOD.replace("name = \"t\"", "name = \"t\"\ncolour = \"red\"");
+        let e = StudyConfig::parse(&text, "rsim.toml").unwrap_err();
+        assert!(e.message.contains("colour"), "{}", e.message);
+    }
+
+    #[test]
+    fn escaping_paths_are_rejected() {
+        let text = GOOD.replace("eval/test.jsonl", "../secret/test.jsonl");
+        let e = StudyConfig::parse(&text, "rsim.toml").unwrap_err();
+        assert!(e.message.contains("tasks.add.test.path"), "{}", e.message);
+        let text = GOOD.replace("models/base", "/etc/passwd");
+        let e = StudyConfig::parse(&text, "rsim.toml").unwrap_err();
+        assert!(e.message.contains("absolute"), "{}", e.message);
+    }
+
+    #[test]
+    fn syntax_error_has_line() {
+        let e = StudyConfig::parse("[study\nname=1", "rsim.toml").unwrap_err();
+        assert!(e.message.starts_with("rsim.toml: "), "{}", e.message);
+        assert!(e.message.contains("line 1"), "{}", e.message);
+    }
+}

@@ -1,0 +1,247 @@
+//! Jobs: the compute behind `run_sft` and `evaluate`. The Experiment OS hands a `JobSpec` to a
+//! `JobRunner`; the runner executes the study's configured command as a child process and
+//! reports what happened. `LocalRunner` runs it on this machine in its own process group, with a
+//! scrubbed environment, its output captured to a log, and a wall-clock timeout.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, IoContext, Result};
+use crate::model::{JobKind, JobRecord, JobState, now_rfc3339};
+
+/// Environment variables a job may inherit; everything else (API keys, tokens, credentials) is dropped.
+pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
+
+/// What a runner needs to run one job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub id: String,
+    pub kind: JobKind,
+    /// argv; the spec file path is appended.
+    pub command: Vec<String>,
+    /// Working directory of the job (holds spec.json, out/, log).
+    pub dir: PathBuf,
+    pub timeout_s: u64,
+    /// Environment label recorded with the job.
+    pub env: String,
+    /// The job's parameters, written to `spec.json` for the command to read.
+    pub params: serde_json::Value,
+}
+
+impl JobSpec {
+    pub fn out_dir(&self) -> PathBuf {
+        self.dir.join("out")
+    }
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("job.log")
+    }
+    pub fn spec_path(&self) -> PathBuf {
+        self.dir.join("spec.json")
+    }
+}
+
+/// Runs jobs. Backends (local processes now; queued/remote later) implement this.
+pub trait JobRunner: Send + Sync {
+    /// Run the job to completion (or failure) and describe what happened. An `Err` means the
+    /// runner itself failed; a job that ran and failed is `Ok` with a failed state.
+    fn run(&self, spec: &JobSpec) -> Result<JobRecord>;
+}
+
+/// Runs each job as a child process on this machine.
+#[derive(Debug, Clone, Default)]
+pub struct LocalRunner;
+
+pub fn new_job_id() -> String {
+    format!("j-{:016x}", rand::random::<u64>())
+}
+
+impl JobRunner for LocalRunner {
+    fn run(&self, spec: &JobSpec) -> Result<JobRecord> {
+        fs::create_dir_all(spec.out_dir()).at("cannot create", &spec.out_dir())?;
+        let spec_path = spec.spec_path();
+        fs::write(&spec_path, crate::record::json_bytes(&spec.params)?).at("cannot write", &spec_path)?;
+        let log_path = spec.log_path();
+        let log = File::create(&log_path).at("cannot create", &log_path)?;
+        let log2 = log.try_clone().at("cannot open", &log_path)?;
+
+        let started_at = now_rfc3339();
+        let start = Instant::now();
+        let (program, args) = spec
+            .command
+            .split_first()
+            .ok_or_else(|| Error::invalid(format!("job {}: empty command", spec.id)))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .arg(&spec_path)
+            .current_dir(&spec.dir)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2));
+        for k in ENV_ALLOWLIST {
+            if let Ok(v) = std::env::var(k) {
+                cmd.env(k, v);
+            }
+        }
+        cmd.env("RSIM_JOB_ID", &spec.id)
+            .env("RSIM_JOB_DIR", &spec.dir)
+            .env("RSIM_JOB_SPEC", &spec_path)
+            .env("RSIM_JOB_OUT", spec.out_dir());
+        {
+            use std::os::unix::process::CommandExt;
+            cmd.process_group(0);
+        }
+        let finish = |state: JobState, exit_code: Option<i32>, error: Option<String>| JobRecord {
+            id: spec.id.clone(),
+            kind: spec.kind,
+            state,
+            exit_code,
+            started_at: started_at.clone(),
+            finished_at: now_rfc3339(),
+            duration_s: round3(start.elapsed().as_secs_f64()),
+            command: spec.command.clone(),
+            env: spec.env.clone(),
+            log: None,
+            error,
+        };
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return Ok(finish(JobState::Failed, None, Some(format!("cannot start {program:?}: {e}"))));
+            }
+        };
+        let deadline = Duration::from_secs(spec.timeout_s);
+        let mut sleep = Duration::from_millis(1);
+        loop {
+            match child.try_wait().at("cannot wait for job", &spec.dir)? {
+                Some(status) => {
+                    let code = status.code();
+                    return Ok(match code {
+                        Some(0) => finish(JobState::Succeeded, code, None),
+                        Some(c) => finish(JobState::Failed, code, Some(format!("exited with status {c}"))),
+                        None => {
+                            use std::os::unix::process::ExitStatusExt;
+                            let sig = status.signal().unwrap_or(0);
+                            finish(JobState::Failed, None, Some(format!("killed by signal {sig}")))
+                        }
+                    });
+                }
+                None if start.elapsed() >= deadline => {
+                    kill_group(child.id());
+                    let _ = child.wait();
+                    return Ok(finish(
+                        JobState::TimedOut,
+                        None,
+                        Some(format!("exceeded the wall-clock limit of {} s", spec.timeout_s)),
+                    ));
+                }
+                None => {
+                    std::thread::sleep(sleep);
+                    sleep = (sleep * 2).min(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+}
+
+fn kill_group(pid: u32) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Resolve a command's program: a path with `/` is taken relative to the study root, a bare name
+/// is looked up on PATH. Used to pin the evaluator by hashing its program.
+pub fn resolve_program(study_root: &Path, program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        let p = Path::new(program);
+        let p = if p.is_absolute() { p.to_path_buf() } else { study_root.join(p) };
+        return p.is_file().then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
+}
+
+/// The command with a study-relative program made absolute (jobs run in their own directory).
+pub fn absolute_command(study_root: &Path, command: &[String]) -> Vec<String> {
+    let mut out = command.to_vec();
+    if let Some(first) = out.first_mut()
+        && first.contains('/')
+        && !Path::new(first.as_str()).is_absolute()
+    {
+        *first = study_root.join(first.as_str()).to_string_lossy().into_owned();
+    }
+    // Arguments that name files in the study (e.g. `python3 jobs/train.py`) are made absolute too.
+    for a in out.iter_mut().skip(1) {
+        if !a.starts_with('-') && a.contains('/') && !Path::new(a.as_str()).is_absolute() && study_root.join(a.as_str()).exists()
+        {
+            *a = study_root.join(a.as_str()).to_string_lossy().into_owned();
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(dir: &Path, command: &[&str], timeout_s: u64) -> JobSpec {
+        JobSpec {
+            id: new_job_id(),
+            kind: JobKind::Sft,
+            command: command.iter().map(|s| s.to_string()).collect(),
+            dir: dir.join("job"),
+            timeout_s,
+            env: "host".into(),
+            params: serde_json::json!({"hello": 1}),
+        }
+    }
+
+    #[test]
+    fn runs_a_real_process_and_captures_output() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let s = spec(d.path(), &["sh", "-c", "cat \"$1\"; echo out > \"$RSIM_JOB_OUT/x\"", "sh"], 10);
+        let r = LocalRunner.run(&s).expect("run");
+        assert_eq!(r.state, JobState::Succeeded, "{r:?}");
+        assert_eq!(fs::read_to_string(s.out_dir().join("x")).expect("out"), "out\n");
+        assert!(fs::read_to_string(s.log_path()).expect("log").contains("\"hello\": 1"));
+    }
+
+    #[test]
+    fn failure_timeout_and_missing_program_are_reported() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = LocalRunner.run(&spec(d.path(), &["sh", "-c", "exit 3", "sh"], 10)).expect("run");
+        assert_eq!((r.state, r.exit_code), (JobState::Failed, Some(3)));
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = Instant::now();
+        let r = LocalRunner.run(&spec(d.path(), &["sh", "-c", "sleep 30 & sleep 30", "sh"], 1)).expect("run");
+        assert_eq!(r.state, JobState::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(20));
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = LocalRunner.run(&spec(d.path(), &["/nonexistent/prog"], 10)).expect("run");
+        assert_eq!(r.state, JobState::Failed);
+        assert!(r.error.unwrap_or_default().contains("cannot start"));
+    }
+
+    #[test]
+    fn secrets_do_not_reach_jobs() {
+        // SAFETY: test-only; no other thread of this test reads the variable concurrently.
+        unsafe { std::env::set_var("OPENAI_API_KEY", "sk-secret") };
+        let d = tempfile::tempdir().expect("tempdir");
+        let s = spec(d.path(), &["sh", "-c", "env", "sh"], 10);
+        LocalRunner.run(&s).expect("run");
+        let log = fs::read_to_string(s.log_path()).expect("log");
+        assert!(!log.contains("sk-secret"));
+        assert!(log.contains("RSIM_JOB_ID="));
+    }
+}

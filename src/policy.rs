@@ -1,0 +1,290 @@
+//! The policy guard: a pure function of (request, caller, study config, facts from the record).
+//! Each check is one named rule with a reason a person understands. Faces never call this
+//! directly; the Experiment OS does, and records every rejection.
+
+use crate::api::types::{
+    BranchRequest, CompareRequest, ConcludeRequest, DatasetSource, EvaluateRequest, RegisterDatasetRequest,
+    ReviewRequest, RunSftRequest,
+};
+use crate::config::StudyConfig;
+use crate::model::{ActionName, Caller, Decision, NodeStatus, Role, Split};
+
+/// A request as the policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum Request<'a> {
+    Branch(&'a BranchRequest),
+    RegisterDataset(&'a RegisterDatasetRequest),
+    RunSft(&'a RunSftRequest),
+    Evaluate(&'a EvaluateRequest),
+    Compare(&'a CompareRequest),
+    Review(&'a ReviewRequest),
+    Conclude(&'a ConcludeRequest),
+}
+
+impl Request<'_> {
+    pub fn action(&self) -> ActionName {
+        match self {
+            Request::Branch(_) => ActionName::Branch,
+            Request::RegisterDataset(_) => ActionName::RegisterDataset,
+            Request::RunSft(_) => ActionName::RunSft,
+            Request::Evaluate(_) => ActionName::Evaluate,
+            Request::Compare(_) => ActionName::Compare,
+            Request::Review(_) => ActionName::Review,
+            Request::Conclude(_) => ActionName::Conclude,
+        }
+    }
+}
+
+/// What the record says, gathered before the check so the check itself does no IO.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// Status of the node the action is recorded on (for branch: the first parent).
+    pub node_status: Option<NodeStatus>,
+    pub node_count: u64,
+    pub compute_seconds_used: f64,
+    pub evaluations_total: u64,
+    pub test_evaluations_on_node: u64,
+    /// register_dataset: the name is already registered.
+    pub dataset_name_taken: bool,
+    /// run_sft: requested datasets that are not registered.
+    pub unregistered_datasets: Vec<String>,
+    /// run_sft / evaluate / conclude: the checkpoint is the base model or was produced by a recorded run_sft.
+    pub checkpoint_known: bool,
+    /// evaluate: the evaluator's current fingerprint and the pinned one.
+    pub evaluator_actual: Option<String>,
+    pub evaluator_pinned: Option<String>,
+    /// evaluate: the eval set's current hash and the pinned one.
+    pub eval_set_actual: Option<String>,
+    pub eval_set_pinned: Option<String>,
+}
+
+/// Which roles may perform an action.
+pub fn role_allows(role: Role, action: ActionName) -> bool {
+    match role {
+        Role::Owner => true,
+        Role::Observer => false,
+        Role::Worker => !matches!(action, ActionName::Review | ActionName::Init),
+        Role::Reviewer => {
+            matches!(action, ActionName::Branch | ActionName::Compare | ActionName::Review | ActionName::Conclude)
+        }
+    }
+}
+
+/// Decide on a request. Pure: same inputs, same decision.
+pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Decision {
+    let action = req.action();
+    if !role_allows(caller.role, action) {
+        return Decision::reject(
+            "role",
+            format!("agent {:?} has role {}, which may not perform {action}", caller.agent, caller.role),
+        );
+    }
+    let writes_node = matches!(
+        action,
+        ActionName::RegisterDataset | ActionName::RunSft | ActionName::Evaluate | ActionName::Conclude
+    );
+    if writes_node && facts.node_status == Some(NodeStatus::Concluded) {
+        return Decision::reject(
+            "node-concluded",
+            "the node is concluded; branch a new node from it to continue this direction",
+        );
+    }
+    match req {
+        Request::Branch(b) => {
+            if b.parents.len() as u64 > u64::from(cfg.policy.max_parents) {
+                return Decision::reject(
+                    "max-parents",
+                    format!("a node may have at most {} parents (policy.max_parents)", cfg.policy.max_parents),
+                );
+            }
+            if facts.node_count >= cfg.budgets.max_nodes {
+                return Decision::reject(
+                    "budget-nodes",
+                    format!("the study already has {} nodes (budgets.max_nodes = {})", facts.node_count, cfg.budgets.max_nodes),
+                );
+            }
+        }
+        Request::RegisterDataset(r) => {
+            if facts.dataset_name_taken {
+                return Decision::reject(
+                    "dataset-name-taken",
+                    format!("a dataset named {:?} is already registered; choose another name", r.name),
+                );
+            }
+            if let DatasetSource::Inline { rows } = &r.source
+                && rows.len() as u64 > cfg.policy.max_inline_rows
+            {
+                return Decision::reject(
+                    "inline-rows-limit",
+                    format!(
+                        "{} inline rows exceed policy.max_inline_rows = {}",
+                        rows.len(),
+                        cfg.policy.max_inline_rows
+                    ),
+                );
+            }
+        }
+        Request::RunSft(r) => {
+            if !facts.unregistered_datasets.is_empty() {
+                return Decision::reject(
+                    "dataset-unregistered",
+                    format!(
+                        "only registered datasets can be trained on; not registered: {}",
+                        facts.unregistered_datasets.join(", ")
+                    ),
+                );
+            }
+            if !facts.checkpoint_known {
+                return Decision::reject(
+                    "checkpoint-provenance",
+                    format!(
+                        "checkpoint {} does not lead back to the base model through recorded run_sft actions",
+                        r.base
+                    ),
+                );
+            }
+            if facts.compute_seconds_used >= cfg.budgets.compute_seconds as f64 {
+                return Decision::reject(
+                    "budget-compute",
+                    format!(
+                        "the study has used {:.0} s of its {} s compute budget",
+                        facts.compute_seconds_used, cfg.budgets.compute_seconds
+                    ),
+                );
+            }
+        }
+        Request::Evaluate(r) => {
+            if !facts.checkpoint_known {
+                return Decision::reject(
+                    "checkpoint-provenance",
+                    format!(
+                        "checkpoint {} does not lead back to the base model through recorded run_sft actions",
+                        r.checkpoint
+                    ),
+                );
+            }
+            if let (Some(pin), Some(actual)) = (&facts.evaluator_pinned, &facts.evaluator_actual)
+                && pin != actual
+            {
+                return Decision::reject(
+                    "evaluator-pinned",
+                    format!("the evaluator changed: its fingerprint is {actual}, the study pins {pin}"),
+                );
+            }
+            if let (Some(pin), Some(actual)) = (&facts.eval_set_pinned, &facts.eval_set_actual)
+                && pin != actual
+            {
+                return Decision::reject(
+                    "eval-set-pinned",
+                    format!("the {} split of task {} changed: sha256 {actual}, pinned {pin}", r.split.as_str(), r.task),
+                );
+            }
+            if facts.evaluations_total >= cfg.budgets.evaluations {
+                return Decision::reject(
+                    "budget-evaluations",
+                    format!("the study has used all {} evaluations (budgets.evaluations)", cfg.budgets.evaluations),
+                );
+            }
+            if r.split == Split::Test && facts.test_evaluations_on_node >= cfg.budgets.test_evaluations_per_node {
+                return Decision::reject(
+                    "test-evaluation-limit",
+                    format!(
+                        "this node already has {} test-split evaluations (budgets.test_evaluations_per_node = {}); use the dev split",
+                        facts.test_evaluations_on_node, cfg.budgets.test_evaluations_per_node
+                    ),
+                );
+            }
+            if facts.compute_seconds_used >= cfg.budgets.compute_seconds as f64 {
+                return Decision::reject(
+                    "budget-compute",
+                    format!(
+                        "the study has used {:.0} s of its {} s compute budget",
+                        facts.compute_seconds_used, cfg.budgets.compute_seconds
+                    ),
+                );
+            }
+        }
+        Request::Conclude(c) => {
+            if c.best_checkpoint.is_some() && !facts.checkpoint_known {
+                return Decision::reject(
+                    "checkpoint-provenance",
+                    "best_checkpoint does not lead back to the base model through recorded run_sft actions",
+                );
+            }
+        }
+        Request::Compare(_) | Request::Review(_) => {}
+    }
+    Decision::accept()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::types::Row;
+
+    fn cfg() -> StudyConfig {
+        StudyConfig::parse(
+            "[study]\nname='t'\n[base_model]\nname='b'\npath='m'\n[jobs]\nsft=['true']\nevaluate=['true']\n[budgets]\nmax_nodes=3\nevaluations=5\n",
+            "rsim.toml",
+        )
+        .expect("config")
+    }
+
+    fn eval_req(split: Split) -> EvaluateRequest {
+        EvaluateRequest { node: "n1".into(), checkpoint: "base".into(), task: "t".into(), split }
+    }
+
+    #[test]
+    fn observer_may_not_write_and_worker_may_not_review() {
+        let b = BranchRequest { parents: vec!["n0".into()], title: "x".into(), hypothesis: String::new() };
+        let d = check(Request::Branch(&b), &Caller::new("o", Role::Observer), &cfg(), &Facts::default());
+        assert_eq!(d.rule.as_deref(), Some("role"));
+        let r = ReviewRequest { node: "n0".into(), summary: "s".into(), verdicts: vec![], proposals: vec![] };
+        let d = check(Request::Review(&r), &Caller::new("w", Role::Worker), &cfg(), &Facts::default());
+        assert_eq!(d.rule.as_deref(), Some("role"));
+        let d = check(Request::Review(&r), &Caller::new("r", Role::Reviewer), &cfg(), &Facts::default());
+        assert!(d.accepted());
+    }
+
+    #[test]
+    fn budgets_and_limits() {
+        let b = BranchRequest { parents: vec!["n0".into()], title: "x".into(), hypothesis: String::new() };
+        let facts = Facts { node_count: 3, ..Facts::default() };
+        assert_eq!(check(Request::Branch(&b), &Caller::owner(), &cfg(), &facts).rule.as_deref(), Some("budget-nodes"));
+        let facts = Facts { checkpoint_known: true, test_evaluations_on_node: 2, ..Facts::default() };
+        let d = check(Request::Evaluate(&eval_req(Split::Test)), &Caller::owner(), &cfg(), &facts);
+        assert_eq!(d.rule.as_deref(), Some("test-evaluation-limit"));
+        assert!(check(Request::Evaluate(&eval_req(Split::Dev)), &Caller::owner(), &cfg(), &facts).accepted());
+        let facts = Facts { checkpoint_known: true, evaluations_total: 5, ..Facts::default() };
+        let d = check(Request::Evaluate(&eval_req(Split::Dev)), &Caller::owner(), &cfg(), &facts);
+        assert_eq!(d.rule.as_deref(), Some("budget-evaluations"));
+    }
+
+    #[test]
+    fn unknown_checkpoints_and_changed_evaluators_are_rejected() {
+        let facts = Facts::default();
+        let d = check(Request::Evaluate(&eval_req(Split::Dev)), &Caller::owner(), &cfg(), &facts);
+        assert_eq!(d.rule.as_deref(), Some("checkpoint-provenance"));
+        let facts = Facts {
+            checkpoint_known: true,
+            evaluator_pinned: Some("a".into()),
+            evaluator_actual: Some("b".into()),
+            ..Facts::default()
+        };
+        let d = check(Request::Evaluate(&eval_req(Split::Dev)), &Caller::owner(), &cfg(), &facts);
+        assert_eq!(d.rule.as_deref(), Some("evaluator-pinned"));
+    }
+
+    #[test]
+    fn concluded_nodes_take_no_more_experiments() {
+        let r = RegisterDatasetRequest {
+            node: "n1".into(),
+            name: "d".into(),
+            source: DatasetSource::Inline { rows: vec![Row { prompt: "1+1=".into(), answer: "2".into() }] },
+            description: String::new(),
+        };
+        let facts = Facts { node_status: Some(NodeStatus::Concluded), ..Facts::default() };
+        let d = check(Request::RegisterDataset(&r), &Caller::owner(), &cfg(), &facts);
+        assert_eq!(d.rule.as_deref(), Some("node-concluded"));
+    }
+}

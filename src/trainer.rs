@@ -1,0 +1,221 @@
+//! The embedded job programs behind the tiny-arith example: `rsim job train SPEC` and
+//! `rsim job eval SPEC`. They run as separate processes, exactly like any other configured job
+//! command, and read/write only the spec, the object-store files it names and `out/`.
+//!
+//! The model is a count-based character n-gram language model with back-off (orders 10, 6, 4,
+//! 2, 1): small, deterministic and real — it learns only from the rows it is trained on (it
+//! memorises problems rather than discovering carries). The embedded transformer trainer
+//! replaces it as the default model.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use serde::{Deserialize, Serialize};
+
+use crate::api::types::{Adapter, EvalItem, Row, RunSftRequest, Schedule};
+use crate::datasets::{parse_answer, parse_jsonl};
+use crate::error::{Error, IoContext, Result};
+
+const ORDERS: [usize; 5] = [10, 6, 4, 2, 1];
+const END: char = '\n';
+const MAX_OUTPUT: usize = 64;
+pub const MODEL_FILE: &str = "ngram.json";
+pub const CONFIG_FILE: &str = "config.json";
+
+/// The model: for each context (a suffix of the text so far), weighted next-character counts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NGram {
+    pub counts: BTreeMap<String, BTreeMap<char, f64>>,
+}
+
+impl NGram {
+    fn observe(&mut self, text: &[char], pos: usize, weight: f64) {
+        for &k in &ORDERS {
+            let start = pos.saturating_sub(k);
+            let ctx: String = text[start..pos].iter().collect();
+            *self.counts.entry(ctx).or_default().entry(text[pos]).or_insert(0.0) += weight;
+        }
+    }
+
+    /// Learn one row; with `answer_only` only answer characters (and the end marker) are targets.
+    pub fn learn(&mut self, row: &Row, weight: f64, answer_only: bool) {
+        let text: Vec<char> = row.prompt.chars().chain(row.answer.chars()).chain([END]).collect();
+        let first = if answer_only { row.prompt.chars().count() } else { 1 };
+        for pos in first.max(1)..text.len() {
+            self.observe(&text, pos, weight);
+        }
+    }
+
+    /// Greedy decoding from a prompt, backing off to shorter contexts.
+    pub fn generate(&self, prompt: &str) -> String {
+        let mut text: Vec<char> = prompt.chars().collect();
+        let mut out = String::new();
+        for _ in 0..MAX_OUTPUT {
+            let mut next = None;
+            for &k in &ORDERS {
+                let ctx: String = text[text.len().saturating_sub(k)..].iter().collect();
+                if let Some(c) = self.counts.get(&ctx) {
+                    next = c.iter().max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0))).map(|(ch, _)| *ch);
+                    break;
+                }
+            }
+            match next {
+                Some(END) | None => break,
+                Some(ch) => {
+                    out.push(ch);
+                    text.push(ch);
+                }
+            }
+        }
+        out
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct CheckpointRef {
+    sha256: String,
+    files: BTreeMap<String, PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DatasetRef {
+    path: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+struct TrainSpec {
+    base: CheckpointRef,
+    datasets: Vec<DatasetRef>,
+    hyper: RunSftRequest,
+}
+
+#[derive(Debug, Deserialize)]
+struct EvalSpec {
+    checkpoint: CheckpointRef,
+    eval_set: PathBuf,
+}
+
+fn load_model(ck: &CheckpointRef) -> Result<NGram> {
+    let path = ck
+        .files
+        .get(MODEL_FILE)
+        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {MODEL_FILE}", ck.sha256)))?;
+    let bytes = fs::read(path).at("cannot read", path)?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::invalid(format!("{}: {e}", path.display())))
+}
+
+fn save_model(model: &NGram, dir: &Path, config: serde_json::Value) -> Result<()> {
+    fs::create_dir_all(dir).at("cannot create", dir)?;
+    fs::write(dir.join(MODEL_FILE), serde_json::to_vec(model)?).at("cannot write", dir)?;
+    fs::write(dir.join(CONFIG_FILE), crate::record::json_bytes(&config)?).at("cannot write", dir)?;
+    Ok(())
+}
+
+fn out_dir(spec_path: &Path) -> PathBuf {
+    spec_path.parent().unwrap_or(Path::new(".")).join("out")
+}
+
+/// `rsim job train SPEC`: continue the base checkpoint's counts on rows sampled from the datasets.
+pub fn train(spec_path: &Path) -> Result<()> {
+    let spec: TrainSpec = serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
+        .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
+    let h = &spec.hyper;
+    if let Adapter::Lora { .. } = h.adapter {
+        return Err(Error::invalid("the n-gram trainer has no adapters: use adapter {\"kind\": \"full\"}"));
+    }
+    let mut model = load_model(&spec.base)?;
+    let mut rows = Vec::new();
+    for d in &spec.datasets {
+        rows.extend(parse_jsonl(&fs::read(&d.path).at("cannot read", &d.path)?, &d.path.display().to_string())?);
+    }
+    let mut rng = StdRng::seed_from_u64(h.seed);
+    let scale = h.learning_rate / 1e-3;
+    let mut seen = std::collections::HashSet::new();
+    for step in 0..h.steps {
+        let lr = scale * schedule(h.schedule, step, h.steps, h.warmup_steps);
+        for _ in 0..h.batch_size {
+            let row = &rows[rng.random_range(0..rows.len())];
+            seen.insert(row.prompt.clone());
+            model.learn(row, lr, h.answer_only_loss);
+        }
+        if (step + 1) % 100 == 0 || step + 1 == h.steps {
+            eprintln!("step {}/{} contexts {}", step + 1, h.steps, model.counts.len());
+        }
+    }
+    let out = out_dir(spec_path);
+    let cfg = serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": spec.base.sha256 });
+    save_model(&model, &out.join("checkpoint"), cfg)?;
+    let metrics = serde_json::json!({
+        "rows_seen": (h.steps * u64::from(h.batch_size)) as f64,
+        "distinct_prompts": seen.len() as f64,
+        "contexts": model.counts.len() as f64,
+    });
+    fs::write(out.join("metrics.json"), crate::record::json_bytes(&metrics)?).at("cannot write", &out)?;
+    Ok(())
+}
+
+fn schedule(s: Schedule, step: u64, steps: u64, warmup: u64) -> f64 {
+    if step < warmup {
+        return (step + 1) as f64 / warmup as f64;
+    }
+    let t = (step - warmup.min(step)) as f64 / (steps.saturating_sub(warmup).max(1)) as f64;
+    match s {
+        Schedule::Constant => 1.0,
+        Schedule::Linear => 1.0 - t,
+        Schedule::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * t).cos()),
+    }
+}
+
+/// `rsim job eval SPEC`: exact match of the parsed answer on every item of the eval set.
+pub fn eval(spec_path: &Path) -> Result<()> {
+    let spec: EvalSpec = serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
+        .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
+    let model = load_model(&spec.checkpoint)?;
+    let items = parse_jsonl(&fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?, "eval set")?;
+    let mut results = Vec::with_capacity(items.len());
+    let mut correct = 0u64;
+    let mut cache: HashMap<String, String> = HashMap::new();
+    for it in &items {
+        let output = cache.entry(it.prompt.clone()).or_insert_with(|| model.generate(&it.prompt)).clone();
+        let ok = parse_answer(&output) == parse_answer(&it.answer);
+        correct += u64::from(ok);
+        results.push(EvalItem { prompt: it.prompt.clone(), expected: it.answer.clone(), output, correct: ok });
+    }
+    let n = items.len() as u64;
+    let out = out_dir(spec_path);
+    fs::create_dir_all(&out).at("cannot create", &out)?;
+    let result = serde_json::json!({
+        "metrics": { "exact_match": correct as f64 / n.max(1) as f64 },
+        "n_items": n,
+        "items": results,
+    });
+    fs::write(out.join("result.json"), crate::record::json_bytes(&result)?).at("cannot write", &out)?;
+    Ok(())
+}
+
+/// The tiny-arith base model: counts from every one-digit addition in the plain format.
+pub fn write_base_model(dir: &Path) -> Result<()> {
+    let mut model = NGram::default();
+    for a in 0..10 {
+        for b in 0..10 {
+            model.learn(&crate::datasets::arith_row(a, b, false, crate::api::types::AnswerFormat::Plain), 1.0, false);
+        }
+    }
+    save_model(&model, dir, serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": null }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learns_what_it_sees_and_nothing_else() {
+        let mut m = NGram::default();
+        let r = Row { prompt: "12+34=".into(), answer: "46".into() };
+        assert_ne!(m.generate("12+34="), "46");
+        m.learn(&r, 1.0, true);
+        assert_eq!(m.generate("12+34="), "46");
+    }
+}
