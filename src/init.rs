@@ -183,8 +183,10 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     let msg = record::commit_message(&action, &format!("Base checkpoint {base_sha}."), &[]);
     let index = Index::open(&state.join("index.sqlite"))?;
     index.mark_pending(&meta.id)?;
-    rec.create_node(&meta, &action, &[main], &msg)?
-        .ok_or_else(|| Error::conflict("the root node already exists"))?;
+    match rec.create_node(&meta, &action, &[main], &msg)? {
+        record::Create::Created(_) => {}
+        _ => return Err(Error::conflict("the root node already exists")),
+    }
     index.sync_node(&rec, &meta.id)?;
     Ok(InitReport {
         root,

@@ -48,6 +48,15 @@ pub struct CommittedAction {
     pub record: ActionRecord,
 }
 
+/// Outcome of creating a node branch.
+pub enum Create {
+    Created(Oid),
+    /// The id is taken (another writer created it first).
+    Taken,
+    /// Another writer holds the ref's lock right now; retry.
+    Busy,
+}
+
 /// Outcome of a compare-and-swap append.
 pub enum Append {
     Committed(Oid),
@@ -89,8 +98,7 @@ impl Record {
 
     /// Write the study's first commit on `main` (the files the owner controls: rsim.toml, .gitignore, README).
     pub fn commit_main(&self, files: &[TreeFile], message: &str) -> Result<Oid> {
-        let empty = self.empty_tree()?;
-        let tree = self.build_tree(&empty, files)?;
+        let tree = self.fresh_tree(files)?;
         let sig = Self::signature("rsim")?;
         let oid = self.repo.commit(None, &sig, &sig, message, &self.repo.find_tree(tree)?, &[])?;
         self.repo.reference(MAIN_REF, oid, false, "rsim init")?;
@@ -101,9 +109,24 @@ impl Record {
         Ok(self.repo.refname_to_id(MAIN_REF)?)
     }
 
-    fn empty_tree(&self) -> Result<git2::Tree<'_>> {
-        let oid = self.repo.treebuilder(None)?.write()?;
-        Ok(self.repo.find_tree(oid)?)
+    /// Write a tree holding exactly `files` (paths may have directories), writing no other objects.
+    fn fresh_tree(&self, files: &[TreeFile]) -> Result<Oid> {
+        let mut here = self.repo.treebuilder(None)?;
+        let mut dirs: std::collections::BTreeMap<&str, Vec<TreeFile>> = std::collections::BTreeMap::new();
+        for f in files {
+            match f.path.split_once('/') {
+                Some((dir, rest)) => dirs.entry(dir).or_default().push(TreeFile::new(rest, f.bytes.clone())),
+                None => {
+                    let blob = self.repo.blob(&f.bytes)?;
+                    here.insert(f.path.as_str(), blob, i32::from(FileMode::Blob))?;
+                }
+            }
+        }
+        for (dir, sub) in dirs {
+            let oid = self.fresh_tree(&sub)?;
+            here.insert(dir, oid, i32::from(FileMode::Tree))?;
+        }
+        Ok(here.write()?)
     }
 
     fn build_tree(&self, base: &git2::Tree<'_>, files: &[TreeFile]) -> Result<Oid> {
@@ -219,28 +242,30 @@ impl Record {
     }
 
     /// Create a new node: its first commit has the parents' tips as git parents.
-    /// Returns `Ok(None)` if the branch already exists (another writer took the id).
     pub fn create_node(
         &self,
         meta: &NodeMeta,
         first: &ActionRecord,
         parent_tips: &[Oid],
         message: &str,
-    ) -> Result<Option<Oid>> {
-        let empty = self.empty_tree()?;
+    ) -> Result<Create> {
         let files = vec![
             TreeFile::new(NODE_FILE, toml_string(meta)?),
             TreeFile::new(format!("{ACTIONS_DIR}/{}", first.file_name()), json_bytes(first)?),
         ];
-        let tree = self.repo.find_tree(self.build_tree(&empty, &files)?)?;
+        let tree = self.repo.find_tree(self.fresh_tree(&files)?)?;
         let parents: Vec<git2::Commit<'_>> =
             parent_tips.iter().map(|p| self.repo.find_commit(*p)).collect::<std::result::Result<_, _>>()?;
         let parent_refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
         let sig = Self::signature(&first.agent)?;
         let oid = self.repo.commit(None, &sig, &sig, message, &tree, &parent_refs)?;
-        match self.repo.reference(&node_ref(&meta.id), oid, false, &format!("rsim: create node {}", meta.id)) {
-            Ok(_) => Ok(Some(oid)),
-            Err(e) if e.code() == ErrorCode::Exists => Ok(None),
+        // Compare-and-swap against "absent" (the zero id), checked under the ref's lock: a plain
+        // non-forced create checks existence before locking and can overwrite a racing writer.
+        let log = format!("rsim: create node {}", meta.id);
+        match self.repo.reference_matching(&node_ref(&meta.id), oid, true, Oid::zero(), &log) {
+            Ok(_) => Ok(Create::Created(oid)),
+            Err(e) if matches!(e.code(), ErrorCode::Exists | ErrorCode::Modified) => Ok(Create::Taken),
+            Err(e) if e.code() == ErrorCode::Locked => Ok(Create::Busy),
             Err(e) => Err(e.into()),
         }
     }

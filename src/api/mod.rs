@@ -41,6 +41,8 @@ pub struct Study {
     index: Index,
     store: ObjectStore,
     runner: Box<dyn JobRunner>,
+    /// The binary `@rsim` in job commands stands for (default: this executable).
+    rsim_bin: Option<PathBuf>,
 }
 
 /// What an action prepares once it has seen the node's current tip.
@@ -92,7 +94,12 @@ impl Study {
             tracing::info!(repaired, "index caught up with git after an interrupted write");
         }
         let store = ObjectStore::new(state.join("objects"));
-        Ok(Study { root, config, record, index, store, runner })
+        Ok(Study { root, config, record, index, store, runner, rsim_bin: None })
+    }
+
+    /// Make `@rsim` in job commands run this binary (tests and embedders whose executable is not rsim).
+    pub fn set_rsim_bin(&mut self, bin: PathBuf) {
+        self.rsim_bin = Some(bin);
     }
 
     pub fn root(&self) -> &Path {
@@ -181,8 +188,8 @@ impl Study {
             }
         }
         let mut parent_tips = Vec::new();
-        for p in &req.parents {
-            parent_tips.push(self.require_node_tip(p)?);
+        for (i, p) in req.parents.iter().enumerate() {
+            parent_tips.push(self.require_node_tip(p).map_err(|e| e.context(format!("parents.{i}")))?);
         }
         let first = req.parents[0].clone();
         let facts = Facts {
@@ -234,15 +241,16 @@ impl Study {
             let msg = record::commit_message(&rec, &body, &req.parents);
             self.index.mark_pending(&id)?;
             match self.record.create_node(&meta, &rec, &parent_tips, &msg)? {
-                Some(commit) => {
+                record::Create::Created(commit) => {
                     self.index.sync_node(&self.record, &id)?;
                     return Ok(BranchResult { node: id, branch, commit: commit.to_string() });
                 }
-                None => {
+                record::Create::Taken => {
                     // Another writer took this id: the index may lag, so step past it.
                     self.index.sync_node(&self.record, &id)?;
                     num += 1;
                 }
+                record::Create::Busy => backoff(),
             }
         }
         Err(Error::conflict("could not allocate a node id: too many concurrent writers"))
@@ -811,7 +819,7 @@ impl Study {
     }
 
     fn require_node(&self, id: &str) -> Result<NodeSnapshot> {
-        let tip = self.require_node_tip(id)?;
+        let tip = self.require_node_tip(id).map_err(|e| e.context("node"))?;
         self.record.snapshot(tip)
     }
 
@@ -848,7 +856,7 @@ impl Study {
         Ok(JobSpec {
             id,
             kind,
-            command: crate::jobs::absolute_command(&self.root, &expand_command(command)?),
+            command: crate::jobs::absolute_command(&self.root, &expand_command(command, self.rsim_bin.as_deref())?),
             dir,
             timeout_s: self.config.backend.timeout_s(),
             env,
@@ -874,7 +882,7 @@ impl Study {
 
     /// Fingerprint of the evaluator: sha256 over its argv and the content of every file it names.
     pub fn evaluator_fingerprint(&self) -> Result<String> {
-        let cmd = expand_command(&self.config.jobs.evaluate)?;
+        let cmd = expand_command(&self.config.jobs.evaluate, self.rsim_bin.as_deref())?;
         let mut parts = Vec::new();
         for (i, a) in cmd.iter().enumerate() {
             parts.push(a.clone());
@@ -959,11 +967,16 @@ impl Study {
                     self.index.sync_node(&self.record, node)?;
                     return Ok((oid.to_string(), rec));
                 }
-                Append::Stale => continue,
+                Append::Stale => backoff(),
             }
         }
         Err(Error::conflict(format!("node {node}: too many concurrent writers; nothing was recorded")))
     }
+}
+
+/// A short random pause before retrying a compare-and-swap, so racing writers spread out.
+fn backoff() {
+    std::thread::sleep(std::time::Duration::from_micros(200 + rand::random::<u64>() % 2000));
 }
 
 /// The config as committed on `main` (the record says which config every action ran under).
@@ -985,12 +998,15 @@ fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
     StudyConfig::parse(text, CONFIG_FILE)
 }
 
-/// Expand `@rsim` (this binary) in a command.
-pub fn expand_command(cmd: &[String]) -> Result<Vec<String>> {
+/// Expand `@rsim` (this binary, or `bin`) in a command.
+pub fn expand_command(cmd: &[String], bin: Option<&Path>) -> Result<Vec<String>> {
     cmd.iter()
         .map(|a| {
             if a == "@rsim" {
-                let exe = std::env::current_exe().map_err(|e| Error::internal(format!("cannot locate rsim: {e}")))?;
+                let exe = match bin {
+                    Some(b) => b.to_path_buf(),
+                    None => std::env::current_exe().map_err(|e| Error::internal(format!("cannot locate rsim: {e}")))?,
+                };
                 Ok(exe.to_string_lossy().into_owned())
             } else {
                 Ok(a.clone())
