@@ -262,7 +262,7 @@ impl Record {
         // Compare-and-swap against "absent" (the zero id), checked under the ref's lock: a plain
         // non-forced create checks existence before locking and can overwrite a racing writer.
         let log = format!("rsim: create node {}", meta.id);
-        match self.repo.reference_matching(&node_ref(&meta.id), oid, true, Oid::zero(), &log) {
+        match self.repo.reference_matching(&node_ref(&meta.id), oid, true, Oid::ZERO_SHA1, &log) {
             Ok(_) => Ok(Create::Created(oid)),
             Err(e) if matches!(e.code(), ErrorCode::Exists | ErrorCode::Modified) => Ok(Create::Taken),
             Err(e) if e.code() == ErrorCode::Locked => Ok(Create::Busy),
