@@ -31,24 +31,43 @@ pub struct BenchReport {
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
-    if v.is_empty() { f64::NAN } else { v[v.len() / 2] }
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    if v.is_empty() { f64::NAN } else { v[((v.len() - 1) as f64 * p).round() as usize] }
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    }
 }
 
 fn machine() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     format!("{cpus} cores, {model}")
 }
 
-pub fn run(nodes: usize, actions: usize, repeat: usize, dir: Option<&Path>, json_out: bool) -> Result<()> {
+pub fn run(
+    nodes: usize,
+    actions: usize,
+    repeat: usize,
+    dir: Option<&Path>,
+    reuse: bool,
+    json_out: bool,
+) -> Result<()> {
     let tmp;
     let base = match dir {
         Some(d) => d.to_path_buf(),
@@ -61,7 +80,10 @@ pub fn run(nodes: usize, actions: usize, repeat: usize, dir: Option<&Path>, json
 
     // 1. Action cost on a fresh example study.
     let small = base.join("actions");
-    crate::init::init(&small, Some("tiny-arith"))?;
+    if small.exists() {
+        std::fs::remove_dir_all(&small)?;
+    }
+    bench_study(&small, nodes + actions)?;
     let study = Study::open(&small)?;
     let mut times = Vec::with_capacity(actions);
     let mut last = "n0".to_string();
@@ -95,16 +117,23 @@ pub fn run(nodes: usize, actions: usize, repeat: usize, dir: Option<&Path>, json
     }
     let action_ms_median = median(&mut times);
     let action_ms_p90 = percentile(&mut times, 0.9);
-    eprintln!("action: median {action_ms_median:.2} ms, p90 {action_ms_p90:.2} ms over {actions} actions");
+    eprintln!(
+        "action: median {action_ms_median:.2} ms, p90 {action_ms_p90:.2} ms over {actions} actions"
+    );
 
     // 2. A large DAG, built through the same API (branch actions), then packed like a real repo.
     let big = base.join("dag");
-    crate::init::init(&big, Some("tiny-arith"))?;
+    let reusing = reuse && big.join(".git").is_dir();
+    if !reusing {
+        bench_study(&big, nodes + actions)?;
+    }
     let mut study = Study::open(&big)?;
     let t = Instant::now();
-    let mut ids = vec!["n0".to_string()];
+    let have = study.index().node_count()? as usize;
+    let nodes = if reusing { have } else { nodes };
+    let mut ids: Vec<String> = (0..have.max(1)).map(|i| format!("n{i}")).collect();
     let mut rng_state: u64 = 0x9e37_79b9_7f4a_7c15;
-    for i in 1..nodes {
+    for i in have..nodes {
         rng_state ^= rng_state << 13;
         rng_state ^= rng_state >> 7;
         rng_state ^= rng_state << 17;
@@ -116,7 +145,14 @@ pub fn run(nodes: usize, actions: usize, repeat: usize, dir: Option<&Path>, json
                 parents.push(p2);
             }
         }
-        let r = study.branch(&owner, BranchRequest { parents, title: format!("direction {i}"), hypothesis: String::new() })?;
+        let r = study.branch(
+            &owner,
+            BranchRequest {
+                parents,
+                title: format!("direction {i}"),
+                hypothesis: String::new(),
+            },
+        )?;
         ids.push(r.node);
         if i % 10_000 == 0 {
             eprintln!("built {i} nodes in {:.1} s", t.elapsed().as_secs_f64());
@@ -136,7 +172,10 @@ pub fn run(nodes: usize, actions: usize, repeat: usize, dir: Option<&Path>, json
         let r = study.dag(DagRequest::default())?;
         dag_runs.push(t.elapsed().as_secs_f64() * 1000.0);
         if r.nodes.len() != nodes {
-            return Err(Error::internal(format!("dag returned {} nodes, expected {nodes}", r.nodes.len())));
+            return Err(Error::internal(format!(
+                "dag returned {} nodes, expected {nodes}",
+                r.nodes.len()
+            )));
         }
     }
     let mut reindex_runs = Vec::new();
@@ -161,14 +200,56 @@ pub fn run(nodes: usize, actions: usize, repeat: usize, dir: Option<&Path>, json
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("machine:            {}", report.machine);
-        println!("accepted action:    median {:.2} ms, p90 {:.2} ms ({} actions)", report.action_ms_median, report.action_ms_p90, actions);
+        println!(
+            "accepted action:    median {:.2} ms, p90 {:.2} ms ({} actions)",
+            report.action_ms_median, report.action_ms_p90, actions
+        );
         println!("build {} nodes:  {:.1} s", nodes, report.build_s);
-        println!("dag query:          median {:.1} ms over {} runs {:?}", report.dag_ms_median, repeat, report.dag_ms_runs.iter().map(|x| (x * 10.0).round() / 10.0).collect::<Vec<_>>());
-        println!("reindex:            median {:.2} s over {} runs {:?}", report.reindex_s_median, repeat, report.reindex_s_runs.iter().map(|x| (x * 100.0).round() / 100.0).collect::<Vec<_>>());
+        println!(
+            "dag query:          median {:.1} ms over {} runs {:?}",
+            report.dag_ms_median,
+            repeat,
+            report
+                .dag_ms_runs
+                .iter()
+                .map(|x| (x * 10.0).round() / 10.0)
+                .collect::<Vec<_>>()
+        );
+        println!(
+            "reindex:            median {:.2} s over {} runs {:?}",
+            report.reindex_s_median,
+            repeat,
+            report
+                .reindex_s_runs
+                .iter()
+                .map(|x| (x * 100.0).round() / 100.0)
+                .collect::<Vec<_>>()
+        );
     }
     if dir.is_none() {
         let _ = std::fs::remove_dir_all(&base);
     }
+    Ok(())
+}
+
+/// A study sized for the benchmark (the example's node budget is far smaller).
+fn bench_study(dir: &Path, max_nodes: usize) -> Result<()> {
+    std::fs::create_dir_all(dir.join("models/base"))?;
+    std::fs::create_dir_all(dir.join("eval"))?;
+    crate::trainer::write_base_model(&dir.join("models/base"))?;
+    let rows = crate::datasets::to_jsonl(&[crate::api::types::Row {
+        prompt: "1+1=".into(),
+        answer: "2".into(),
+    }])?;
+    std::fs::write(dir.join("eval/dev.jsonl"), &rows)?;
+    std::fs::write(dir.join("eval/test.jsonl"), &rows)?;
+    let config = format!(
+        "[study]\nname = \"bench\"\n[base_model]\nname = \"base\"\npath = \"models/base\"\n\
+         [tasks.add2]\ndev = {{ path = \"eval/dev.jsonl\" }}\ntest = {{ path = \"eval/test.jsonl\" }}\n\
+         [budgets]\nmax_nodes = {max_nodes}\n[jobs]\nsft = [\"@rsim\", \"job\", \"train\"]\nevaluate = [\"@rsim\", \"job\", \"eval\"]\n"
+    );
+    std::fs::write(dir.join(crate::config::CONFIG_FILE), config)?;
+    crate::init::init(dir, None)?;
     Ok(())
 }
 

@@ -14,7 +14,11 @@ use crate::error::{Error, Result};
 use crate::model::{Caller, Role};
 
 #[derive(Parser, Debug)]
-#[command(name = "rsim", version, about = "RSI-Master: agents post-train a base model through recorded, policy-checked actions")]
+#[command(
+    name = "rsim",
+    version,
+    about = "RSI-Master: agents post-train a base model through recorded, policy-checked actions"
+)]
 pub struct Cli {
     /// The study directory (default: $RSIM_STUDY, else the current directory).
     #[arg(long, short = 'C', global = true, value_name = "DIR")]
@@ -154,9 +158,12 @@ pub enum Command {
         /// Repetitions of the dag/reindex measurements.
         #[arg(long, default_value_t = 5)]
         repeat: usize,
-        /// Where to build the benchmark study (default: a temporary directory).
+        /// Where to build the benchmark studies (default: a temporary directory, removed after).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Reuse the large study already built in --dir instead of building it again.
+        #[arg(long, requires = "dir")]
+        reuse: bool,
     },
     /// Job programs run by the job runner (not for agents).
     #[command(hide = true)]
@@ -195,7 +202,11 @@ pub fn main() -> i32 {
         Ok(()) => 0,
         Err(e) => {
             if json {
-                eprintln!("{}", serde_json::to_string(&json!({ "error": e })).unwrap_or_else(|_| e.message.clone()));
+                eprintln!(
+                    "{}",
+                    serde_json::to_string(&json!({ "error": e }))
+                        .unwrap_or_else(|_| e.message.clone())
+                );
             } else {
                 eprintln!("error: {}", e.message);
                 if let Some(c) = &e.commit {
@@ -216,7 +227,10 @@ fn study_dir(cli: &Cli) -> PathBuf {
 
 fn caller(cli: &Cli) -> Result<Caller> {
     let role = Role::parse(&cli.role).ok_or_else(|| {
-        Error::invalid(format!("--role: {:?} is not a role (owner, worker, reviewer, observer)", cli.role))
+        Error::invalid(format!(
+            "--role: {:?} is not a role (owner, worker, reviewer, observer)",
+            cli.role
+        ))
     })?;
     Ok(Caller::new(cli.agent.clone(), role))
 }
@@ -231,7 +245,10 @@ pub fn run(cli: Cli) -> Result<()> {
     let json = cli.json;
     match &cli.command {
         Command::Init { dir: d, example } => {
-            let d = d.clone().or(cli.study.clone()).unwrap_or_else(|| PathBuf::from("."));
+            let d = d
+                .clone()
+                .or(cli.study.clone())
+                .unwrap_or_else(|| PathBuf::from("."));
             let rep = crate::init::init(&d, example.as_deref())?;
             if json {
                 print_json(&serde_json::to_value(&rep)?)?;
@@ -250,9 +267,13 @@ pub fn run(cli: Cli) -> Result<()> {
             JobProgram::Eval => crate::trainer::eval(spec),
         },
         Command::Schemas { out, check } => schemas(out, *check),
-        Command::Bench { nodes, actions, repeat, dir: bdir } => {
-            crate::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), json)
-        }
+        Command::Bench {
+            nodes,
+            actions,
+            repeat,
+            dir: bdir,
+            reuse,
+        } => crate::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json),
         _ => {
             let who = caller(&cli)?;
             let mut study = Study::open(&dir)?;
@@ -263,10 +284,25 @@ pub fn run(cli: Cli) -> Result<()> {
 
 fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> Result<()> {
     let (action, args): (&str, Value) = match cmd {
-        Command::Branch { parents, title, hypothesis } => {
-            ("branch", json!({ "parents": parents, "title": title, "hypothesis": hypothesis }))
-        }
-        Command::RunSft { node, base, datasets, learning_rate, steps, batch_size, warmup_steps, schedule, seed } => (
+        Command::Branch {
+            parents,
+            title,
+            hypothesis,
+        } => (
+            "branch",
+            json!({ "parents": parents, "title": title, "hypothesis": hypothesis }),
+        ),
+        Command::RunSft {
+            node,
+            base,
+            datasets,
+            learning_rate,
+            steps,
+            batch_size,
+            warmup_steps,
+            schedule,
+            seed,
+        } => (
             "run_sft",
             json!({
                 "node": node, "base": base, "datasets": datasets, "learning_rate": learning_rate,
@@ -274,16 +310,40 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                 "schedule": schedule, "seed": seed,
             }),
         ),
-        Command::Evaluate { node, checkpoint, task, split } => {
-            ("evaluate", json!({ "node": node, "checkpoint": checkpoint, "task": task, "split": split }))
-        }
-        Command::Compare { node, nodes, task, split, metric } => (
+        Command::Evaluate {
+            node,
+            checkpoint,
+            task,
+            split,
+        } => (
+            "evaluate",
+            json!({ "node": node, "checkpoint": checkpoint, "task": task, "split": split }),
+        ),
+        Command::Compare {
+            node,
+            nodes,
+            task,
+            split,
+            metric,
+        } => (
             "compare",
             json!({ "node": node, "nodes": nodes, "task": task, "split": split, "metric": metric }),
         ),
-        Command::Dag { format, view, node, task, metric, checkpoint } => {
+        Command::Dag {
+            format,
+            view,
+            node,
+            task,
+            metric,
+            checkpoint,
+        } => {
             let mut req = json!({ "view": view });
-            for (k, v) in [("node", node), ("task", task), ("metric", metric), ("checkpoint", checkpoint)] {
+            for (k, v) in [
+                ("node", node),
+                ("task", task),
+                ("metric", metric),
+                ("checkpoint", checkpoint),
+            ] {
                 if let Some(v) = v {
                     req[k] = json!(v);
                 }
@@ -304,7 +364,10 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             if json {
                 print_json(&json!({ "nodes": n, "seconds": t.elapsed().as_secs_f64() }))?;
             } else {
-                println!("reindexed {n} nodes from git in {:.2} s", t.elapsed().as_secs_f64());
+                println!(
+                    "reindexed {n} nodes from git in {:.2} s",
+                    t.elapsed().as_secs_f64()
+                );
             }
             return Ok(());
         }
@@ -318,7 +381,11 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                     rep.nodes,
                     rep.actions,
                     rep.artifacts_checked,
-                    if rep.problems.is_empty() { "ok".to_string() } else { format!("{} problems", rep.problems.len()) }
+                    if rep.problems.is_empty() {
+                        "ok".to_string()
+                    } else {
+                        format!("{} problems", rep.problems.len())
+                    }
                 );
                 for p in &rep.problems {
                     println!("  - {p}");
@@ -327,7 +394,10 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             return if rep.problems.is_empty() {
                 Ok(())
             } else {
-                Err(Error::internal(format!("the record has {} problems", rep.problems.len())))
+                Err(Error::internal(format!(
+                    "the record has {} problems",
+                    rep.problems.len()
+                )))
             };
         }
         Command::Call { action, args } => {
@@ -345,7 +415,10 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             let out = study.call(who, action, v)?;
             return print_json(&out);
         }
-        Command::Init { .. } | Command::Job { .. } | Command::Schemas { .. } | Command::Bench { .. } => {
+        Command::Init { .. }
+        | Command::Job { .. }
+        | Command::Schemas { .. }
+        | Command::Bench { .. } => {
             return Err(Error::internal("handled before opening the study"));
         }
     };
@@ -363,10 +436,15 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
         (DagFormat::Json, _) | (_, true) => print_json(&out),
         (DagFormat::Dot, _) => {
             let ids = out["nodes"].as_array().map(|a| {
-                a.iter().filter_map(|n| n["id"].as_str().map(str::to_string)).collect::<std::collections::BTreeSet<_>>()
+                a.iter()
+                    .filter_map(|n| n["id"].as_str().map(str::to_string))
+                    .collect::<std::collections::BTreeSet<_>>()
             });
             let g = study.dag_graph()?;
-            print!("{}", g.to_dot(if view == "full" { None } else { ids.as_ref() }));
+            print!(
+                "{}",
+                g.to_dot(if view == "full" { None } else { ids.as_ref() })
+            );
             Ok(())
         }
         (DagFormat::Text, _) if view == "full" => {
@@ -376,12 +454,29 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
         (DagFormat::Text, _) => {
             let mut t = table(&["node", "status", "title", "value / relation"]);
             for n in out["nodes"].as_array().into_iter().flatten() {
-                let extra = n["value"].as_f64().map(|v| format!("{v:.4}")).or_else(|| n["relation"].as_str().map(str::to_string));
-                t.add_row(vec![s(&n["id"]), s(&n["status"]), s(&n["title"]), extra.unwrap_or_default()]);
+                let extra = n["value"]
+                    .as_f64()
+                    .map(|v| format!("{v:.4}"))
+                    .or_else(|| n["relation"].as_str().map(str::to_string));
+                t.add_row(vec![
+                    s(&n["id"]),
+                    s(&n["status"]),
+                    s(&n["title"]),
+                    extra.unwrap_or_default(),
+                ]);
             }
             println!("{t}");
             for step in out["lineage"].as_array().into_iter().flatten() {
-                println!("{}  {}", s(&step["checkpoint"]), step["node"].as_str().map_or("base model".to_string(), |n| format!("run_sft on {n} #{}", step["seq"])));
+                println!(
+                    "{}  {}",
+                    s(&step["checkpoint"]),
+                    step["node"]
+                        .as_str()
+                        .map_or("base model".to_string(), |n| format!(
+                            "run_sft on {n} #{}",
+                            step["seq"]
+                        ))
+                );
             }
             Ok(())
         }
@@ -405,9 +500,19 @@ fn table(header: &[&str]) -> Table {
 
 fn print_human(action: &str, out: &Value) -> Result<()> {
     match action {
-        "branch" => println!("created {} (branch {}, commit {})", s(&out["node"]), s(&out["branch"]), &s(&out["commit"])[..12.min(s(&out["commit"]).len())]),
+        "branch" => println!(
+            "created {} (branch {}, commit {})",
+            s(&out["node"]),
+            s(&out["branch"]),
+            &s(&out["commit"])[..12.min(s(&out["commit"]).len())]
+        ),
         "run_sft" => {
-            println!("job {}: {} in {:.1} s", s(&out["job"]["id"]), s(&out["job"]["state"]), out["job"]["duration_s"].as_f64().unwrap_or(0.0));
+            println!(
+                "job {}: {} in {:.1} s",
+                s(&out["job"]["id"]),
+                s(&out["job"]["state"]),
+                out["job"]["duration_s"].as_f64().unwrap_or(0.0)
+            );
             if let Some(e) = out["job"]["error"].as_str() {
                 println!("error: {e}");
             }
@@ -419,7 +524,14 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
             }
         }
         "evaluate" => {
-            println!("job {}: {} — {}/{} on {} items", s(&out["job"]["id"]), s(&out["job"]["state"]), s(&out["task"]), s(&out["split"]), out["n_items"]);
+            println!(
+                "job {}: {} — {}/{} on {} items",
+                s(&out["job"]["id"]),
+                s(&out["job"]["state"]),
+                s(&out["task"]),
+                s(&out["split"]),
+                out["n_items"]
+            );
             if let Some(e) = out["job"]["error"].as_str() {
                 println!("error: {e}");
             }
@@ -430,31 +542,83 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
         "compare" => {
             let mut t = table(&["node", "title", "n", "mean", "95% interval", "best"]);
             for r in out["rows"].as_array().into_iter().flatten() {
-                let f = |v: &Value| v.as_f64().map(|x| format!("{x:.4}")).unwrap_or_else(|| "-".into());
-                let ci = r["ci95"].as_array().map(|a| format!("[{}, {}]", f(&a[0]), f(&a[1]))).unwrap_or_else(|| "-".into());
-                t.add_row(vec![s(&r["node"]), s(&r["title"]), s(&r["n"]), f(&r["mean"]), ci, f(&r["best"])]);
+                let f = |v: &Value| {
+                    v.as_f64()
+                        .map(|x| format!("{x:.4}"))
+                        .unwrap_or_else(|| "-".into())
+                };
+                let ci = r["ci95"]
+                    .as_array()
+                    .map(|a| format!("[{}, {}]", f(&a[0]), f(&a[1])))
+                    .unwrap_or_else(|| "-".into());
+                t.add_row(vec![
+                    s(&r["node"]),
+                    s(&r["title"]),
+                    s(&r["n"]),
+                    f(&r["mean"]),
+                    ci,
+                    f(&r["best"]),
+                ]);
             }
-            println!("{} on {}/{}", s(&out["metric"]), s(&out["task"]), s(&out["split"]));
+            println!(
+                "{} on {}/{}",
+                s(&out["metric"]),
+                s(&out["task"]),
+                s(&out["split"])
+            );
             println!("{t}");
         }
         "log" => {
-            let mut t = table(&["when", "node", "#", "action", "decision", "agent", "summary"]);
+            let mut t = table(&[
+                "when", "node", "#", "action", "decision", "agent", "summary",
+            ]);
             for a in out["actions"].as_array().into_iter().flatten() {
                 let dec = match a["rule"].as_str() {
                     Some(r) => format!("rejected ({r})"),
                     None => s(&a["decision"]),
                 };
-                t.add_row(vec![s(&a["at"]), s(&a["node"]), s(&a["seq"]), s(&a["action"]), dec, s(&a["agent"]), s(&a["summary"])]);
+                t.add_row(vec![
+                    s(&a["at"]),
+                    s(&a["node"]),
+                    s(&a["seq"]),
+                    s(&a["action"]),
+                    dec,
+                    s(&a["agent"]),
+                    s(&a["summary"]),
+                ]);
             }
             println!("{t}");
         }
         "get_node" => {
             println!("{}  {}", s(&out["id"]), s(&out["title"]));
             println!("branch:     {}", s(&out["branch"]));
-            println!("status:     {}{}", s(&out["status"]), out["outcome"].as_str().map(|o| format!(" ({o})")).unwrap_or_default());
-            println!("parents:    {}", out["parents"].as_array().map(|a| a.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default());
-            println!("children:   {}", out["children"].as_array().map(|a| a.iter().map(s).collect::<Vec<_>>().join(", ")).unwrap_or_default());
-            println!("created:    {} by {}", s(&out["created_at"]), s(&out["created_by"]));
+            println!(
+                "status:     {}{}",
+                s(&out["status"]),
+                out["outcome"]
+                    .as_str()
+                    .map(|o| format!(" ({o})"))
+                    .unwrap_or_default()
+            );
+            println!(
+                "parents:    {}",
+                out["parents"]
+                    .as_array()
+                    .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default()
+            );
+            println!(
+                "children:   {}",
+                out["children"]
+                    .as_array()
+                    .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default()
+            );
+            println!(
+                "created:    {} by {}",
+                s(&out["created_at"]),
+                s(&out["created_by"])
+            );
             if !s(&out["hypothesis"]).is_empty() {
                 println!("hypothesis: {}", s(&out["hypothesis"]));
             }
@@ -464,14 +628,26 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
                     Some(r) => format!("rejected ({r})"),
                     None => s(&a["decision"]),
                 };
-                t.add_row(vec![s(&a["seq"]), s(&a["action"]), dec, s(&a["agent"]), s(&a["summary"])]);
+                t.add_row(vec![
+                    s(&a["seq"]),
+                    s(&a["action"]),
+                    dec,
+                    s(&a["agent"]),
+                    s(&a["summary"]),
+                ]);
             }
             println!("{t}");
             let metrics = out["metrics"].as_array().cloned().unwrap_or_default();
             if !metrics.is_empty() {
                 let mut t = table(&["task", "split", "metric", "value", "checkpoint"]);
                 for m in metrics {
-                    t.add_row(vec![s(&m["task"]), s(&m["split"]), s(&m["name"]), format!("{:.4}", m["value"].as_f64().unwrap_or(f64::NAN)), s(&m["checkpoint"]).chars().take(12).collect()]);
+                    t.add_row(vec![
+                        s(&m["task"]),
+                        s(&m["split"]),
+                        s(&m["name"]),
+                        format!("{:.4}", m["value"].as_f64().unwrap_or(f64::NAN)),
+                        s(&m["checkpoint"]).chars().take(12).collect(),
+                    ]);
                 }
                 println!("{t}");
             }

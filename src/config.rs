@@ -158,7 +158,10 @@ fn default_timeout() -> u64 {
 
 impl Default for Backend {
     fn default() -> Self {
-        Backend::Local { max_parallel_jobs: default_parallel(), timeout_s: default_timeout() }
+        Backend::Local {
+            max_parallel_jobs: default_parallel(),
+            timeout_s: default_timeout(),
+        }
     }
 }
 
@@ -204,7 +207,10 @@ fn default_inline_rows() -> u64 {
 
 impl Default for PolicyConfig {
     fn default() -> Self {
-        PolicyConfig { max_parents: default_max_parents(), max_inline_rows: default_inline_rows() }
+        PolicyConfig {
+            max_parents: default_max_parents(),
+            max_inline_rows: default_inline_rows(),
+        }
     }
 }
 
@@ -241,14 +247,18 @@ impl StudyConfig {
     pub fn load(root: &Path) -> Result<StudyConfig> {
         let path = root.join(CONFIG_FILE);
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::invalid(format!("{}: cannot read the study config: {e}", path.display()))
+            Error::invalid(format!(
+                "{}: cannot read the study config: {e}",
+                path.display()
+            ))
         })?;
         Self::parse(&text, CONFIG_FILE)
     }
 
     /// Checks serde cannot express: names, ranges, paths confined to the study.
     fn check(&self, file: &str) -> Result<()> {
-        let bad = |key: &str, msg: String| Err(Error::invalid(format!("{file}: key `{key}`: {msg}")));
+        let bad =
+            |key: &str, msg: String| Err(Error::invalid(format!("{file}: key `{key}`: {msg}")));
         if self.study.name.trim().is_empty() {
             return bad("study.name", "expected a non-empty name".into());
         }
@@ -282,18 +292,30 @@ impl StudyConfig {
             }
         }
         if self.jobs.sft.is_empty() {
-            return bad("jobs.sft", "expected a command: a non-empty list of strings".into());
+            return bad(
+                "jobs.sft",
+                "expected a command: a non-empty list of strings".into(),
+            );
         }
         if self.jobs.evaluate.is_empty() {
-            return bad("jobs.evaluate", "expected a command: a non-empty list of strings".into());
+            return bad(
+                "jobs.evaluate",
+                "expected a command: a non-empty list of strings".into(),
+            );
         }
         if let Some(h) = &self.jobs.evaluator_sha256
             && !is_sha256(h)
         {
-            return bad("jobs.evaluator_sha256", format!("expected 64 lowercase hex digits, got {h:?}"));
+            return bad(
+                "jobs.evaluator_sha256",
+                format!("expected 64 lowercase hex digits, got {h:?}"),
+            );
         }
         match &self.backend {
-            Backend::Local { max_parallel_jobs, timeout_s } => {
+            Backend::Local {
+                max_parallel_jobs,
+                timeout_s,
+            } => {
                 if *max_parallel_jobs == 0 {
                     return bad("backend.max_parallel_jobs", "expected at least 1".into());
                 }
@@ -336,7 +358,9 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 pub fn check_slug(name: &str) -> std::result::Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
         && name.as_bytes()[0].is_ascii_alphanumeric();
     if ok {
         Ok(())
@@ -358,9 +382,13 @@ pub fn check_relative_path(p: &str) -> std::result::Result<(), String> {
     for c in Path::new(p).components() {
         match c {
             Component::Normal(_) | Component::CurDir => {}
-            Component::ParentDir => return Err(format!("path {p:?} leaves the study ('..' is not allowed)")),
+            Component::ParentDir => {
+                return Err(format!("path {p:?} leaves the study ('..' is not allowed)"));
+            }
             Component::RootDir | Component::Prefix(_) => {
-                return Err(format!("path {p:?} is absolute; expected a path relative to the study root"));
+                return Err(format!(
+                    "path {p:?} is absolute; expected a path relative to the study root"
+                ));
             }
         }
     }
@@ -368,7 +396,9 @@ pub fn check_relative_path(p: &str) -> std::result::Result<(), String> {
 }
 
 pub fn is_sha256(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[cfg(test)]
@@ -402,8 +432,12 @@ evaluate = ["true"]
         let text = GOOD.replace("[jobs]", "[budgets]\ncompute_seconds = \"lots\"\n[jobs]");
         let e = StudyConfig::parse(&text, "rsim.toml").unwrap_err();
         assert!(e.message.contains("rsim.toml"), "{}", e.message);
-        assert!(e.message.contains("budgets.compute_seconds"), "{}", e.message);
-        assert!(e.message.contains("line 13"), "{}", e.message);
+        assert!(
+            e.message.contains("budgets.compute_seconds"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("line 11, column 19"), "{}", e.message);
     }
 
     #[test]

@@ -6,35 +6,55 @@ use petgraph::Direction;
 use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::error::Result;
-use crate::index::{Index, NodeRow};
+use crate::index::{DagEntry, Index, node_num};
 use crate::model::NodeStatus;
 
 pub struct Dag {
-    graph: DiGraph<NodeRow, ()>,
-    by_id: HashMap<String, NodeIndex>,
+    graph: DiGraph<DagEntry, ()>,
+    /// Node number (`n12` → 12) → graph index.
+    by_num: HashMap<i64, NodeIndex>,
 }
 
 impl Dag {
     pub fn load(index: &Index) -> Result<Dag> {
-        let (nodes, edges) = index.all_nodes_and_edges()?;
+        let (nodes, edges) = index.dag_rows()?;
         Ok(Self::from_rows(nodes, edges))
     }
 
-    pub fn from_rows(nodes: Vec<NodeRow>, edges: Vec<(String, String)>) -> Dag {
+    /// Build from nodes (in id order) and (parent, child) edges given by node number.
+    pub fn from_rows(nodes: Vec<DagEntry>, edges: Vec<(i64, i64)>) -> Dag {
         let mut graph = DiGraph::with_capacity(nodes.len(), edges.len());
-        let mut by_id = HashMap::with_capacity(nodes.len());
+        let mut by_num = HashMap::with_capacity(nodes.len());
         for n in nodes {
-            let id = n.id.clone();
+            let num = n.num;
             let ix = graph.add_node(n);
-            by_id.insert(id, ix);
+            by_num.insert(num, ix);
         }
         for (parent, child) in edges {
-            if let (Some(&p), Some(&c)) = (by_id.get(&parent), by_id.get(&child)) {
+            if let (Some(&p), Some(&c)) = (by_num.get(&parent), by_num.get(&child)) {
                 graph.add_edge(p, c, ());
-                graph[c].parents.push(parent);
+                let pid = graph[p].id.clone();
+                graph[c].parents.push(pid);
             }
         }
-        Dag { graph, by_id }
+        Dag { graph, by_num }
+    }
+
+    fn ix(&self, id: &str) -> Option<NodeIndex> {
+        self.by_num
+            .get(&node_num(id))
+            .copied()
+            .filter(|&ix| self.graph[ix].id == id)
+    }
+
+    /// The nodes, moved out (id order).
+    pub fn into_nodes(self) -> Vec<DagEntry> {
+        self.graph
+            .into_nodes_edges()
+            .0
+            .into_iter()
+            .map(|n| n.weight)
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -45,12 +65,12 @@ impl Dag {
         self.graph.node_count() == 0
     }
 
-    pub fn node(&self, id: &str) -> Option<&NodeRow> {
-        self.by_id.get(id).map(|&ix| &self.graph[ix])
+    pub fn node(&self, id: &str) -> Option<&DagEntry> {
+        self.ix(id).map(|ix| &self.graph[ix])
     }
 
     /// Nodes in id order.
-    pub fn nodes(&self) -> impl Iterator<Item = &NodeRow> {
+    pub fn nodes(&self) -> impl Iterator<Item = &DagEntry> {
         self.graph.node_indices().map(|ix| &self.graph[ix])
     }
 
@@ -63,7 +83,9 @@ impl Dag {
     }
 
     fn neighbors(&self, id: &str, dir: Direction) -> Vec<String> {
-        let Some(&ix) = self.by_id.get(id) else { return Vec::new() };
+        let Some(ix) = self.ix(id) else {
+            return Vec::new();
+        };
         let mut v: Vec<NodeIndex> = self.graph.neighbors_directed(ix, dir).collect();
         v.sort();
         v.dedup();
@@ -80,12 +102,17 @@ impl Dag {
 
     /// Every ancestor of `id`, nearest first (breadth-first), without duplicates.
     pub fn ancestors(&self, id: &str) -> Vec<String> {
-        let Some(&start) = self.by_id.get(id) else { return Vec::new() };
+        let Some(start) = self.ix(id) else {
+            return Vec::new();
+        };
         let mut seen = BTreeSet::new();
         let mut queue = VecDeque::from([start]);
         let mut out = Vec::new();
         while let Some(ix) = queue.pop_front() {
-            let mut ps: Vec<NodeIndex> = self.graph.neighbors_directed(ix, Direction::Incoming).collect();
+            let mut ps: Vec<NodeIndex> = self
+                .graph
+                .neighbors_directed(ix, Direction::Incoming)
+                .collect();
             ps.sort();
             for p in ps {
                 if seen.insert(p) {
@@ -99,7 +126,10 @@ impl Dag {
 
     /// Open nodes: where work can continue.
     pub fn frontier(&self) -> Vec<String> {
-        self.nodes().filter(|n| n.status == NodeStatus::Open).map(|n| n.id.clone()).collect()
+        self.nodes()
+            .filter(|n| n.status == NodeStatus::Open)
+            .map(|n| n.id.clone())
+            .collect()
     }
 
     /// Nodes sharing a parent with `id` (not `id` itself).
@@ -134,7 +164,11 @@ impl Dag {
     pub fn related(&self, id: &str) -> Vec<(String, &'static str)> {
         let mut out: Vec<(String, &'static str)> = Vec::new();
         let mut seen = BTreeSet::from([id.to_string()]);
-        for (ids, rel) in [(self.parents(id), "parent"), (self.siblings(id), "sibling"), (self.cousins(id), "cousin")] {
+        for (ids, rel) in [
+            (self.parents(id), "parent"),
+            (self.siblings(id), "sibling"),
+            (self.cousins(id), "cousin"),
+        ] {
             for n in ids {
                 if seen.insert(n.clone()) {
                     out.push((n, rel));
@@ -152,14 +186,21 @@ impl Dag {
 
     /// Render as Graphviz dot.
     pub fn to_dot(&self, only: Option<&BTreeSet<String>>) -> String {
-        let mut s = String::from("digraph rsim {\n  rankdir=TB;\n  node [shape=box, style=rounded, fontname=\"sans-serif\"];\n");
+        let mut s = String::from(
+            "digraph rsim {\n  rankdir=TB;\n  node [shape=box, style=rounded, fontname=\"sans-serif\"];\n",
+        );
         let keep = |id: &str| only.is_none_or(|o| o.contains(id));
         for n in self.nodes().filter(|n| keep(&n.id)) {
             let style = match n.status {
                 NodeStatus::Open => "",
                 NodeStatus::Concluded => ", style=\"rounded,filled\", fillcolor=\"#e8e8e8\"",
             };
-            s.push_str(&format!("  {} [label={}{}];\n", n.id, dot_quote(&format!("{}\\n{}", n.id, n.title)), style));
+            s.push_str(&format!(
+                "  {} [label={}{}];\n",
+                n.id,
+                dot_quote(&format!("{}\\n{}", n.id, n.title)),
+                style
+            ));
         }
         for (a, b) in self.edges().filter(|(a, b)| keep(a) && keep(b)) {
             s.push_str(&format!("  {a} -> {b};\n"));
@@ -171,22 +212,43 @@ impl Dag {
     /// Render as an indented tree; a merge node is drawn under its first parent and referenced under the others.
     pub fn to_text(&self) -> String {
         enum Item {
-            Node { ix: NodeIndex, prefix: String, last: bool, root: bool },
+            Node {
+                ix: NodeIndex,
+                prefix: String,
+                last: bool,
+                root: bool,
+            },
             Line(String),
         }
         let mut out = String::new();
-        let roots: Vec<NodeIndex> =
-            self.graph.node_indices().filter(|&ix| self.graph[ix].parents.is_empty()).collect();
+        let roots: Vec<NodeIndex> = self
+            .graph
+            .node_indices()
+            .filter(|&ix| self.graph[ix].parents.is_empty())
+            .collect();
         // Iterative depth-first walk (deep chains must not overflow the stack).
-        let mut stack: Vec<Item> =
-            roots.into_iter().rev().map(|ix| Item::Node { ix, prefix: String::new(), last: true, root: true }).collect();
+        let mut stack: Vec<Item> = roots
+            .into_iter()
+            .rev()
+            .map(|ix| Item::Node {
+                ix,
+                prefix: String::new(),
+                last: true,
+                root: true,
+            })
+            .collect();
         while let Some(item) = stack.pop() {
             let (ix, prefix, last, root) = match item {
                 Item::Line(l) => {
                     out.push_str(&l);
                     continue;
                 }
-                Item::Node { ix, prefix, last, root } => (ix, prefix, last, root),
+                Item::Node {
+                    ix,
+                    prefix,
+                    last,
+                    root,
+                } => (ix, prefix, last, root),
             };
             let n = &self.graph[ix];
             let branch = match (root, last) {
@@ -199,12 +261,24 @@ impl Dag {
                 (NodeStatus::Concluded, Some(o)) => format!("concluded: {o}"),
                 (NodeStatus::Concluded, None) => "concluded".to_string(),
             };
-            let merge =
-                if n.parents.len() > 1 { format!("  (merge of {})", n.parents.join(" + ")) } else { String::new() };
-            out.push_str(&format!("{prefix}{branch}{}  [{status}]  {}{merge}\n", n.id, n.title));
-            let child_prefix =
-                if root { String::new() } else { format!("{prefix}{}", if last { "    " } else { "│   " }) };
-            let mut kids: Vec<NodeIndex> = self.graph.neighbors_directed(ix, Direction::Outgoing).collect();
+            let merge = if n.parents.len() > 1 {
+                format!("  (merge of {})", n.parents.join(" + "))
+            } else {
+                String::new()
+            };
+            out.push_str(&format!(
+                "{prefix}{branch}{}  [{status}]  {}{merge}\n",
+                n.id, n.title
+            ));
+            let child_prefix = if root {
+                String::new()
+            } else {
+                format!("{prefix}{}", if last { "    " } else { "│   " })
+            };
+            let mut kids: Vec<NodeIndex> = self
+                .graph
+                .neighbors_directed(ix, Direction::Outgoing)
+                .collect();
             kids.sort();
             kids.dedup();
             let count = kids.len();
@@ -212,11 +286,19 @@ impl Dag {
                 let last = i + 1 == count;
                 let child = &self.graph[k];
                 if child.parents.first() == Some(&n.id) {
-                    stack.push(Item::Node { ix: k, prefix: child_prefix.clone(), last, root: false });
+                    stack.push(Item::Node {
+                        ix: k,
+                        prefix: child_prefix.clone(),
+                        last,
+                        root: false,
+                    });
                 } else {
                     let b = if last { "└── " } else { "├── " };
                     let first = child.parents.first().map_or("", |s| s.as_str());
-                    stack.push(Item::Line(format!("{child_prefix}{b}↳ {} (merge; drawn under {first})\n", child.id)));
+                    stack.push(Item::Line(format!(
+                        "{child_prefix}{b}↳ {} (merge; drawn under {first})\n",
+                        child.id
+                    )));
                 }
             }
         }
@@ -242,18 +324,13 @@ fn dot_quote(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn row(id: &str, status: NodeStatus) -> NodeRow {
-        NodeRow {
+    fn row(id: &str, status: NodeStatus) -> DagEntry {
+        DagEntry {
             id: id.into(),
-            num: crate::index::node_num(id),
+            num: node_num(id),
             title: format!("t{id}"),
-            hypothesis: String::new(),
             status,
             outcome: None,
-            created_at: String::new(),
-            created_by: String::new(),
-            tip: String::new(),
-            action_count: 1,
             parents: Vec::new(),
         }
     }
@@ -262,12 +339,29 @@ mod tests {
         // n0 → n1, n2; n1 → n3, n4; n2 → n5; (n3, n5) → n6
         let nodes = ["n0", "n1", "n2", "n3", "n4", "n5", "n6"]
             .iter()
-            .map(|id| row(id, if *id == "n1" { NodeStatus::Concluded } else { NodeStatus::Open }))
+            .map(|id| {
+                row(
+                    id,
+                    if *id == "n1" {
+                        NodeStatus::Concluded
+                    } else {
+                        NodeStatus::Open
+                    },
+                )
+            })
             .collect();
-        let e = |a: &str, b: &str| (a.to_string(), b.to_string());
+        let e = |a: &str, b: &str| (node_num(a), node_num(b));
         Dag::from_rows(
             nodes,
-            vec![e("n0", "n1"), e("n0", "n2"), e("n1", "n3"), e("n1", "n4"), e("n2", "n5"), e("n3", "n6"), e("n5", "n6")],
+            vec![
+                e("n0", "n1"),
+                e("n0", "n2"),
+                e("n1", "n3"),
+                e("n1", "n4"),
+                e("n2", "n5"),
+                e("n3", "n6"),
+                e("n5", "n6"),
+            ],
         )
     }
 
@@ -281,7 +375,14 @@ mod tests {
         assert_eq!(d.cousins("n3"), vec!["n5"]);
         assert!(!d.frontier().contains(&"n1".to_string()));
         let rel = d.related("n3");
-        assert_eq!(rel, vec![("n1".into(), "parent"), ("n4".into(), "sibling"), ("n5".into(), "cousin")]);
+        assert_eq!(
+            rel,
+            vec![
+                ("n1".into(), "parent"),
+                ("n4".into(), "sibling"),
+                ("n5".into(), "cousin")
+            ]
+        );
     }
 
     #[test]

@@ -35,7 +35,9 @@ pub fn arith_row(a: u64, b: u64, sub: bool, format: AnswerFormat) -> Row {
     let prompt = format!("{a}{op}{b}=");
     let answer = match format {
         AnswerFormat::Plain => result.to_string(),
-        AnswerFormat::Reversed => format!("r{}", result.to_string().chars().rev().collect::<String>()),
+        AnswerFormat::Reversed => {
+            format!("r{}", result.to_string().chars().rev().collect::<String>())
+        }
         AnswerFormat::Scratchpad => {
             let (mut x, mut y, mut carry) = (a, b, 0i64);
             let mut steps = Vec::new();
@@ -89,14 +91,19 @@ pub fn to_jsonl(rows: &[Row]) -> Result<Vec<u8>> {
 
 /// Parse JSON Lines rows, naming the line of the first bad row.
 pub fn parse_jsonl(bytes: &[u8], what: &str) -> Result<Vec<Row>> {
-    let text = std::str::from_utf8(bytes).map_err(|_| Error::invalid(format!("{what}: not UTF-8")))?;
+    let text =
+        std::str::from_utf8(bytes).map_err(|_| Error::invalid(format!("{what}: not UTF-8")))?;
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let row: Row = serde_json::from_str(line)
-            .map_err(|e| Error::invalid(format!("{what}: line {}: expected {{\"prompt\", \"answer\"}}: {e}", i + 1)))?;
+        let row: Row = serde_json::from_str(line).map_err(|e| {
+            Error::invalid(format!(
+                "{what}: line {}: expected {{\"prompt\", \"answer\"}}: {e}",
+                i + 1
+            ))
+        })?;
         rows.push(row);
     }
     if rows.is_empty() {
@@ -111,19 +118,35 @@ mod tests {
 
     #[test]
     fn formats_round_trip_through_the_parser() {
-        for (sub, f) in [(false, AnswerFormat::Plain), (false, AnswerFormat::Reversed), (true, AnswerFormat::Scratchpad)] {
+        for (sub, f) in [
+            (false, AnswerFormat::Plain),
+            (false, AnswerFormat::Reversed),
+            (true, AnswerFormat::Scratchpad),
+        ] {
             let r = arith_row(487, 968, sub, f);
             let want = if sub { "481" } else { "1455" };
             assert_eq!(parse_answer(&r.answer), want, "{r:?}");
         }
-        assert_eq!(arith_row(123, 456, false, AnswerFormat::Scratchpad).answer, "3+6+0=9,2+5+0=7,1+4+0=5|579");
+        assert_eq!(
+            arith_row(123, 456, false, AnswerFormat::Scratchpad).answer,
+            "3+6+0=9,2+5+0=7,1+4+0=5|579"
+        );
     }
 
     #[test]
     fn generator_is_deterministic() {
-        let p = ArithParams { op: ArithOp::Mixed, digits: 3, format: AnswerFormat::Plain, n: 50, seed: 7 };
+        let p = ArithParams {
+            op: ArithOp::Mixed,
+            digits: 3,
+            format: AnswerFormat::Plain,
+            n: 50,
+            seed: 7,
+        };
         assert_eq!(generate_arith(&p), generate_arith(&p));
-        let q = ArithParams { seed: 8, ..p.clone() };
+        let q = ArithParams {
+            seed: 8,
+            ..p.clone()
+        };
         assert_ne!(generate_arith(&p), generate_arith(&q));
     }
 }

@@ -50,7 +50,12 @@ pub struct Error {
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), rule: None, commit: None }
+        Error {
+            kind,
+            message: message.into(),
+            rule: None,
+            commit: None,
+        }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Invalid, message)

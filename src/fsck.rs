@@ -27,7 +27,8 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
     for (id, tip) in &tips {
         let snap = record.snapshot(*tip)?;
         if snap.meta.id != *id {
-            rep.problems.push(format!("{id}: node.toml names {}", snap.meta.id));
+            rep.problems
+                .push(format!("{id}: node.toml names {}", snap.meta.id));
         }
         let actions = match record.actions_since(id, *tip, 0) {
             Ok(a) => a,
@@ -46,15 +47,26 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
         }
         for (i, a) in actions.iter().enumerate() {
             if a.record.seq != i as u32 + 1 {
-                rep.problems.push(format!("{id}: action {} is at position {}", a.record.seq, i + 1));
+                rep.problems.push(format!(
+                    "{id}: action {} is at position {}",
+                    a.record.seq,
+                    i + 1
+                ));
             }
             let commit = repo.find_commit(a.commit)?;
             let t = Trailers::parse(commit.message_raw().unwrap_or(""));
             if t.decision.as_deref() != Some(a.record.decision.decision.as_str()) {
-                rep.problems.push(format!("{id}#{}: Rsim-Decision trailer disagrees with the action file", a.record.seq));
+                rep.problems.push(format!(
+                    "{id}#{}: Rsim-Decision trailer disagrees with the action file",
+                    a.record.seq
+                ));
             }
             // Exactly one new action file per commit.
-            let parent_tree = if i == 0 { None } else { Some(commit.parent(0)?.tree()?) };
+            let parent_tree = if i == 0 {
+                None
+            } else {
+                Some(commit.parent(0)?.tree()?)
+            };
             let tree = commit.tree()?;
             let count = |t: &git2::Tree<'_>| -> Result<usize> {
                 Ok(match t.get_name(ACTIONS_DIR) {
@@ -67,10 +79,17 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
                 None => 0,
             };
             if count(&tree)? != before + 1 {
-                rep.problems.push(format!("{id}#{}: commit {} does not add exactly one action", a.record.seq, a.commit));
+                rep.problems.push(format!(
+                    "{id}#{}: commit {} does not add exactly one action",
+                    a.record.seq, a.commit
+                ));
             }
             if i == 0 {
-                let want = snap.meta.parents.len().max(usize::from(*id == crate::api::ROOT_NODE));
+                let want = snap
+                    .meta
+                    .parents
+                    .len()
+                    .max(usize::from(*id == crate::api::ROOT_NODE));
                 if commit.parent_count() != want {
                     rep.problems.push(format!(
                         "{id}: first commit has {} git parents, node.toml lists {}",
@@ -87,12 +106,17 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
         }
         match study.index().node(id)? {
             Some(row) if row.tip == tip.to_string() => {}
-            Some(_) => rep.problems.push(format!("{id}: the index is behind git (run `rsim reindex`)")),
-            None => rep.problems.push(format!("{id}: missing from the index (run `rsim reindex`)")),
+            Some(_) => rep.problems.push(format!(
+                "{id}: the index is behind git (run `rsim reindex`)"
+            )),
+            None => rep
+                .problems
+                .push(format!("{id}: missing from the index (run `rsim reindex`)")),
         }
     }
     if study.index().node_count()? as usize != tips.len() {
-        rep.problems.push("the index lists nodes that git does not have (run `rsim reindex`)".into());
+        rep.problems
+            .push("the index lists nodes that git does not have (run `rsim reindex`)".into());
     }
     for sha in &artifacts {
         rep.artifacts_checked += 1;
@@ -101,7 +125,8 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
         } else if let Ok(m) = study.store().manifest(sha) {
             for (name, f) in &m.files {
                 if let Err(e) = study.store().get(f) {
-                    rep.problems.push(format!("artifact {sha} file {name}: {}", e.message));
+                    rep.problems
+                        .push(format!("artifact {sha} file {name}: {}", e.message));
                 }
             }
         }

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict};
 use crate::record::{CommittedAction, Record};
 
-const SCHEMA_VERSION: &str = "1";
+const SCHEMA_VERSION: &str = "3";
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS nodes(
   tip TEXT NOT NULL, action_count INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS nodes_num ON nodes(num);
 CREATE TABLE IF NOT EXISTS node_parents(node TEXT NOT NULL, parent TEXT NOT NULL, ord INTEGER NOT NULL,
-  PRIMARY KEY(node, ord));
+  node_num INTEGER NOT NULL, parent_num INTEGER NOT NULL, PRIMARY KEY(node, ord)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS node_parents_parent ON node_parents(parent);
 CREATE TABLE IF NOT EXISTS actions(
   node TEXT NOT NULL, seq INTEGER NOT NULL, action TEXT NOT NULL, decision TEXT NOT NULL, rule TEXT,
@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS datasets(
 CREATE TABLE IF NOT EXISTS agents(
   id TEXT PRIMARY KEY, role TEXT NOT NULL, first_seen TEXT NOT NULL, last_seen TEXT NOT NULL,
   actions INTEGER NOT NULL, rejected INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS pending(node TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS pending(node TEXT NOT NULL, pid INTEGER NOT NULL, writer TEXT NOT NULL,
+  PRIMARY KEY(node, writer));
 "#;
 
 /// A node as the index knows it.
@@ -76,13 +77,46 @@ pub struct ActionRow {
     pub record: ActionRecord,
 }
 
+/// An agent seen in the record.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AgentRow {
+    pub id: String,
+    /// Role of its latest action.
+    pub role: String,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub actions: u64,
+    pub rejected: u64,
+}
+
+/// A node as the DAG needs it (a light row: no hypothesis, tip or timestamps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DagEntry {
+    pub id: String,
+    pub num: i64,
+    pub title: String,
+    pub status: NodeStatus,
+    pub outcome: Option<String>,
+    /// Filled in when the DAG is built, in parent order.
+    pub parents: Vec<String>,
+}
+
+/// A DAG edge by node number: (parent, child).
+pub type Edge = (i64, i64);
+
 pub struct Index {
     conn: Connection,
+    /// This handle's identity in pending markers: only it clears its own markers while it lives.
+    writer: String,
+    /// The file held an index of another schema version and was emptied: rebuild it from git.
+    pub needs_rebuild: bool,
 }
 
 /// Numeric part of a node id (`n12` → 12) for ordering.
 pub fn node_num(id: &str) -> i64 {
-    id.strip_prefix('n').and_then(|n| n.parse().ok()).unwrap_or(-1)
+    id.strip_prefix('n')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1)
 }
 
 impl Index {
@@ -91,68 +125,125 @@ impl Index {
         conn.busy_timeout(Duration::from_secs(30))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // 64 MiB page cache: a 100k-node DAG fits, so repeated queries in one process stay in memory.
+        conn.pragma_update(None, "cache_size", -65536)?;
+        let version: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .unwrap_or(None);
+        // The index is derived: one written by another version is dropped and rebuilt from git.
+        let rebuild = match version.as_deref() {
+            Some(SCHEMA_VERSION) => false,
+            Some(_) => {
+                let tables: Vec<String> = conn
+                    .prepare("SELECT name FROM sqlite_master WHERE type='table'")?
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                for t in tables {
+                    conn.execute_batch(&format!("DROP TABLE IF EXISTS \"{t}\""))?;
+                }
+                true
+            }
+            None => false,
+        };
         conn.execute_batch(SCHEMA)?;
-        let version: Option<String> =
-            conn.query_row("SELECT value FROM meta WHERE key='schema'", [], |r| r.get(0)).optional()?;
-        match version.as_deref() {
-            None => {
-                conn.execute("INSERT OR IGNORE INTO meta(key,value) VALUES('schema',?1)", [SCHEMA_VERSION])?;
-            }
-            Some(SCHEMA_VERSION) => {}
-            Some(v) => {
-                return Err(Error::internal(format!(
-                    "index {} has schema version {v}, this rsim writes {SCHEMA_VERSION}: run `rsim reindex`",
-                    path.display()
-                )));
-            }
-        }
-        Ok(Index { conn })
+        conn.execute(
+            "INSERT OR REPLACE INTO meta(key,value) VALUES('schema',?1)",
+            [SCHEMA_VERSION],
+        )?;
+        let _ = path;
+        Ok(Index {
+            conn,
+            writer: format!("{}-{:016x}", std::process::id(), rand::random::<u64>()),
+            needs_rebuild: rebuild,
+        })
     }
 
     pub fn conn(&self) -> &Connection {
         &self.conn
     }
 
-    /// Mark a node as about to change in git (called before the branch moves).
+    /// Mark a node as about to change in git (called before the branch moves). The marker is this
+    /// writer's own: if the writer dies before `sync_node`, the next open repairs the node from git.
     pub fn mark_pending(&self, node: &str) -> Result<()> {
-        self.conn.execute("INSERT OR IGNORE INTO pending(node) VALUES(?1)", [node])?;
+        self.conn.execute(
+            "INSERT OR IGNORE INTO pending(node,pid,writer) VALUES(?1,?2,?3)",
+            params![node, std::process::id(), self.writer],
+        )?;
         Ok(())
     }
 
-    pub fn pending(&self) -> Result<Vec<String>> {
-        let mut st = self.conn.prepare("SELECT node FROM pending ORDER BY node")?;
-        let rows = st.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+    /// Pending markers: (node, pid, writer).
+    pub fn pending(&self) -> Result<Vec<(String, u32, String)>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT node,pid,writer FROM pending ORDER BY node")?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
 
-    /// Bring every pending node up to date with git.
+    /// Repair the nodes whose writers died between moving a branch and updating the index.
+    /// Markers of writers that are still running are left to them.
     pub fn repair(&self, record: &Record) -> Result<usize> {
-        let pending = self.pending()?;
-        for node in &pending {
-            self.sync_node(record, node)?;
+        let mut repaired = 0;
+        for (node, pid, writer) in self.pending()? {
+            if writer != self.writer && process_alive(pid) {
+                continue;
+            }
+            let tx = self.immediate()?;
+            sync_node_tx(&tx, record, &node)?;
+            tx.execute(
+                "DELETE FROM pending WHERE node=?1 AND writer=?2",
+                params![node, writer],
+            )?;
+            tx.commit()?;
+            repaired += 1;
         }
-        Ok(pending.len())
+        Ok(repaired)
     }
 
-    /// Make the index's view of node `id` match its branch in git. Idempotent.
+    /// Make the index's view of node `id` match its branch in git, and clear this writer's marker.
+    /// Idempotent.
     pub fn sync_node(&self, record: &Record, id: &str) -> Result<()> {
         let tx = self.immediate()?;
         sync_node_tx(&tx, record, id)?;
-        tx.execute("DELETE FROM pending WHERE node=?1", [id])?;
+        tx.execute(
+            "DELETE FROM pending WHERE node=?1 AND writer=?2",
+            params![id, self.writer],
+        )?;
         tx.commit()?;
         Ok(())
     }
 
     /// A write transaction that takes the database lock up front (no upgrade deadlocks between writers).
     fn immediate(&self) -> Result<rusqlite::Transaction<'_>> {
-        Ok(rusqlite::Transaction::new_unchecked(&self.conn, rusqlite::TransactionBehavior::Immediate)?)
+        Ok(rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )?)
     }
 
     /// Rebuild the whole index from git alone.
     pub fn rebuild(&mut self, record: &Record) -> Result<usize> {
         let tips = record.node_tips()?;
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        for t in ["nodes", "node_parents", "actions", "metrics", "jobs", "artifacts", "datasets", "agents", "pending"] {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        for t in [
+            "nodes",
+            "node_parents",
+            "actions",
+            "metrics",
+            "jobs",
+            "artifacts",
+            "datasets",
+            "agents",
+            "pending",
+        ] {
             tx.execute(&format!("DELETE FROM {t}"), [])?;
         }
         for (id, _) in &tips {
@@ -183,8 +274,12 @@ impl Index {
     }
 
     pub fn parents(&self, id: &str) -> Result<Vec<String>> {
-        let mut st = self.conn.prepare_cached("SELECT parent FROM node_parents WHERE node=?1 ORDER BY ord")?;
-        let rows = st.query_map([id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT parent FROM node_parents WHERE node=?1 ORDER BY ord")?;
+        let rows = st
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
         Ok(rows)
     }
 
@@ -192,18 +287,28 @@ impl Index {
         let mut st = self.conn.prepare_cached(
             "SELECT p.node FROM node_parents p JOIN nodes n ON n.id=p.node WHERE p.parent=?1 ORDER BY n.num",
         )?;
-        let rows = st.query_map([id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+        let rows = st
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
         Ok(rows)
     }
 
     /// Nodes ordered by number, optionally filtered by status.
-    pub fn nodes(&self, status: Option<NodeStatus>, limit: u64, offset: u64) -> Result<Vec<NodeRow>> {
+    pub fn nodes(
+        &self,
+        status: Option<NodeStatus>,
+        limit: u64,
+        offset: u64,
+    ) -> Result<Vec<NodeRow>> {
         let mut st = self.conn.prepare(
             "SELECT id,num,title,hypothesis,status,outcome,created_at,created_by,tip,action_count FROM nodes
              WHERE (?1 IS NULL OR status=?1) ORDER BY num LIMIT ?2 OFFSET ?3",
         )?;
         let mut rows = st
-            .query_map(params![status.map(|s| s.as_str()), limit as i64, offset as i64], node_from_row)?
+            .query_map(
+                params![status.map(|s| s.as_str()), limit as i64, offset as i64],
+                node_from_row,
+            )?
             .collect::<rusqlite::Result<Vec<NodeRow>>>()?;
         for n in &mut rows {
             n.parents = self.parents(&n.id)?;
@@ -212,27 +317,55 @@ impl Index {
     }
 
     /// All nodes and all parent edges, for building the DAG in one pass.
-    pub fn all_nodes_and_edges(&self) -> Result<(Vec<NodeRow>, Vec<(String, String)>)> {
-        let mut st = self.conn.prepare(
-            "SELECT id,num,title,hypothesis,status,outcome,created_at,created_by,tip,action_count FROM nodes ORDER BY num",
-        )?;
-        let nodes = st.query_map([], node_from_row)?.collect::<rusqlite::Result<Vec<NodeRow>>>()?;
-        let mut st = self.conn.prepare("SELECT parent,node FROM node_parents ORDER BY node, ord")?;
-        let edges =
-            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<Vec<(String, String)>>>()?;
+    /// Every node (light rows, id order) and every parent edge (by node number; each child's
+    /// edges in parent order), for building the DAG in one pass.
+    pub fn dag_rows(&self) -> Result<(Vec<DagEntry>, Vec<Edge>)> {
+        let mut st = self
+            .conn
+            .prepare("SELECT id,num,title,status,outcome FROM nodes")?;
+        let mut nodes = st
+            .query_map([], |r| {
+                let status: String = r.get(3)?;
+                Ok(DagEntry {
+                    id: r.get(0)?,
+                    num: r.get(1)?,
+                    title: r.get(2)?,
+                    status: NodeStatus::parse(&status).unwrap_or(NodeStatus::Open),
+                    outcome: r.get(4)?,
+                    parents: Vec::new(),
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<DagEntry>>>()?;
+        nodes.sort_unstable_by_key(|n| n.num);
+        // node_parents is clustered on (node, ord): a plain scan yields each child's parents in order.
+        let mut st = self
+            .conn
+            .prepare("SELECT parent_num,node_num FROM node_parents")?;
+        let edges = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<Edge>>>()?;
         Ok((nodes, edges))
     }
 
     pub fn node_count(&self) -> Result<u64> {
-        Ok(self.conn.query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get::<_, i64>(0))? as u64)
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get::<_, i64>(0))? as u64)
     }
 
     pub fn max_node_num(&self) -> Result<i64> {
-        Ok(self.conn.query_row("SELECT COALESCE(MAX(num), -1) FROM nodes", [], |r| r.get(0))?)
+        Ok(self
+            .conn
+            .query_row("SELECT COALESCE(MAX(num), -1) FROM nodes", [], |r| r.get(0))?)
     }
 
     /// Actions, newest first. `node` restricts to one node.
-    pub fn actions(&self, node: Option<&str>, include_rejected: bool, limit: u64) -> Result<Vec<ActionRow>> {
+    pub fn actions(
+        &self,
+        node: Option<&str>,
+        include_rejected: bool,
+        limit: u64,
+    ) -> Result<Vec<ActionRow>> {
         let mut st = self.conn.prepare(
             "SELECT node,seq,commit_oid,record FROM actions
              WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
@@ -240,26 +373,49 @@ impl Index {
         )?;
         let rows = st
             .query_map(params![node, include_rejected, limit as i64], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         rows.into_iter()
             .map(|(node, seq, commit, rec)| {
                 let record: ActionRecord = serde_json::from_str(&rec)?;
-                Ok(ActionRow { node, seq, commit, record })
+                Ok(ActionRow {
+                    node,
+                    seq,
+                    commit,
+                    record,
+                })
             })
             .collect()
     }
 
     /// All actions of one node, oldest first.
     pub fn node_actions(&self, node: &str) -> Result<Vec<ActionRow>> {
-        let mut st = self.conn.prepare_cached("SELECT seq,commit_oid,record FROM actions WHERE node=?1 ORDER BY seq")?;
+        let mut st = self.conn.prepare_cached(
+            "SELECT seq,commit_oid,record FROM actions WHERE node=?1 ORDER BY seq",
+        )?;
         let rows = st
-            .query_map([node], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?
+            .query_map([node], |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         rows.into_iter()
             .map(|(seq, commit, rec)| {
-                Ok(ActionRow { node: node.to_string(), seq, commit, record: serde_json::from_str(&rec)? })
+                Ok(ActionRow {
+                    node: node.to_string(),
+                    seq,
+                    commit,
+                    record: serde_json::from_str(&rec)?,
+                })
             })
             .collect()
     }
@@ -268,7 +424,11 @@ impl Index {
         let row = self
             .conn
             .query_row("SELECT node,seq,record FROM jobs WHERE id=?1", [id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
             })
             .optional()?;
         match row {
@@ -279,7 +439,11 @@ impl Index {
 
     /// Sum of job seconds over the study.
     pub fn compute_seconds_used(&self) -> Result<f64> {
-        Ok(self.conn.query_row("SELECT COALESCE(SUM(duration_s),0) FROM jobs", [], |r| r.get(0))?)
+        Ok(self
+            .conn
+            .query_row("SELECT COALESCE(SUM(duration_s),0) FROM jobs", [], |r| {
+                r.get(0)
+            })?)
     }
 
     /// Accepted evaluations (all, or on one node and split).
@@ -298,9 +462,11 @@ impl Index {
     pub fn dataset(&self, name: &str) -> Result<Option<(String, String, u64)>> {
         Ok(self
             .conn
-            .query_row("SELECT sha256,node,rows FROM datasets WHERE name=?1", [name], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64))
-            })
+            .query_row(
+                "SELECT sha256,node,rows FROM datasets WHERE name=?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)),
+            )
             .optional()?)
     }
 
@@ -330,7 +496,8 @@ impl Index {
                         name: r.get(1)?,
                         value: r.get(2)?,
                         task: r.get(3)?,
-                        split: crate::model::Split::parse(&split).unwrap_or(crate::model::Split::Dev),
+                        split: crate::model::Split::parse(&split)
+                            .unwrap_or(crate::model::Split::Dev),
                         checkpoint: r.get(5)?,
                     },
                 ))
@@ -350,16 +517,35 @@ impl Index {
         Ok(rows)
     }
 
-    /// Agents seen in the record: (id, latest role, first seen, last seen, actions, rejected).
-    pub fn agents(&self) -> Result<Vec<(String, String, String, String, u64, u64)>> {
-        let mut st =
-            self.conn.prepare("SELECT id,role,first_seen,last_seen,actions,rejected FROM agents ORDER BY id")?;
+    /// Agents seen in the record.
+    pub fn agents(&self) -> Result<Vec<AgentRow>> {
+        let mut st = self.conn.prepare(
+            "SELECT id,role,first_seen,last_seen,actions,rejected FROM agents ORDER BY id",
+        )?;
         let rows = st
             .query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get::<_, i64>(4)? as u64, r.get::<_, i64>(5)? as u64))
+                Ok(AgentRow {
+                    id: r.get(0)?,
+                    role: r.get(1)?,
+                    first_seen: r.get(2)?,
+                    last_seen: r.get(3)?,
+                    actions: r.get::<_, i64>(4)? as u64,
+                    rejected: r.get::<_, i64>(5)? as u64,
+                })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
+    }
+}
+
+/// Whether a process exists (a writer holding pending markers).
+fn process_alive(pid: u32) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+    match i32::try_from(pid) {
+        Ok(p) => !matches!(kill(Pid::from_raw(p), None), Err(Errno::ESRCH)),
+        Err(_) => false,
     }
 }
 
@@ -382,7 +568,11 @@ fn node_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeRow> {
 
 fn sync_node_tx(tx: &rusqlite::Transaction<'_>, record: &Record, id: &str) -> Result<()> {
     let indexed: Option<(String, u32)> = tx
-        .query_row("SELECT tip, action_count FROM nodes WHERE id=?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(
+            "SELECT tip, action_count FROM nodes WHERE id=?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()?;
     let Some(tip) = record.node_tip(id)? else {
         // The branch is gone (or never got created): the index must not claim it exists.
@@ -397,7 +587,9 @@ fn sync_node_tx(tx: &rusqlite::Transaction<'_>, record: &Record, id: &str) -> Re
     let snap = record.snapshot(tip)?;
     let after = indexed.as_ref().map_or(0, |(_, n)| *n);
     let mut new_actions = record.actions_since(id, tip, after)?;
-    let contiguous = new_actions.first().is_none_or(|a| a.record.seq == after + 1)
+    let contiguous = new_actions
+        .first()
+        .is_none_or(|a| a.record.seq == after + 1)
         && after + new_actions.len() as u32 == snap.action_count;
     if !contiguous {
         // The branch was rewritten behind our back: re-read the node from scratch.
@@ -412,7 +604,12 @@ fn sync_node_tx(tx: &rusqlite::Transaction<'_>, record: &Record, id: &str) -> Re
 }
 
 fn delete_node(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<()> {
-    for t in ["nodes WHERE id=?1", "node_parents WHERE node=?1", "actions WHERE node=?1", "metrics WHERE node=?1"] {
+    for t in [
+        "nodes WHERE id=?1",
+        "node_parents WHERE node=?1",
+        "actions WHERE node=?1",
+        "metrics WHERE node=?1",
+    ] {
         tx.execute(&format!("DELETE FROM {t}"), [id])?;
     }
     for t in ["jobs", "artifacts", "datasets"] {
@@ -421,7 +618,12 @@ fn delete_node(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<()> {
     Ok(())
 }
 
-fn upsert_node(tx: &rusqlite::Transaction<'_>, m: &NodeMeta, tip: &str, action_count: u32) -> Result<()> {
+fn upsert_node(
+    tx: &rusqlite::Transaction<'_>,
+    m: &NodeMeta,
+    tip: &str,
+    action_count: u32,
+) -> Result<()> {
     tx.execute(
         "INSERT INTO nodes(id,num,title,hypothesis,status,outcome,created_at,created_by,tip,action_count)
          VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)
@@ -441,7 +643,10 @@ fn upsert_node(tx: &rusqlite::Transaction<'_>, m: &NodeMeta, tip: &str, action_c
     )?;
     tx.execute("DELETE FROM node_parents WHERE node=?1", [&m.id])?;
     for (i, p) in m.parents.iter().enumerate() {
-        tx.execute("INSERT INTO node_parents(node,parent,ord) VALUES(?1,?2,?3)", params![m.id, p, i as i64])?;
+        tx.execute(
+            "INSERT INTO node_parents(node,parent,ord,node_num,parent_num) VALUES(?1,?2,?3,?4,?5)",
+            params![m.id, p, i as i64, node_num(&m.id), node_num(p)],
+        )?;
     }
     Ok(())
 }
@@ -513,7 +718,12 @@ fn insert_action(tx: &rusqlite::Transaction<'_>, a: &CommittedAction) -> Result<
             params![art.sha256, art.kind.as_str(), art.name, r.node, r.seq, art.parent],
         )?;
         if art.kind == ArtifactKind::Dataset {
-            let rows = r.result.as_ref().and_then(|v| v.get("rows")).and_then(|v| v.as_u64()).unwrap_or(0);
+            let rows = r
+                .result
+                .as_ref()
+                .and_then(|v| v.get("rows"))
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0);
             tx.execute(
                 "INSERT OR IGNORE INTO datasets(name,sha256,node,seq,rows) VALUES(?1,?2,?3,?4,?5)",
                 params![art.name, art.sha256, r.node, r.seq, rows as i64],
@@ -522,4 +732,3 @@ fn insert_action(tx: &rusqlite::Transaction<'_>, a: &CommittedAction) -> Result<
     }
     Ok(())
 }
-

@@ -56,12 +56,18 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     if let Some(ex) = example
         && !EXAMPLES.contains(&ex)
     {
-        return Err(Error::invalid(format!("unknown example {ex:?}; examples: {}", EXAMPLES.join(", "))));
+        return Err(Error::invalid(format!(
+            "unknown example {ex:?}; examples: {}",
+            EXAMPLES.join(", ")
+        )));
     }
     if let Ok(r) = Record::open(dir)
         && r.main_tip().is_ok()
     {
-        return Err(Error::invalid(format!("{} is already a study (main has commits); nothing was changed", dir.display())));
+        return Err(Error::invalid(format!(
+            "{} is already a study (main has commits); nothing was changed",
+            dir.display()
+        )));
     }
     let config_path = dir.join(CONFIG_FILE);
     if example.is_some() && config_path.exists() {
@@ -126,7 +132,9 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
         store.put_dir(&base_path)?
     } else {
         let tmp = tempdir_in(&state)?;
-        let name = base_path.file_name().map_or("model".into(), |n| n.to_string_lossy().into_owned());
+        let name = base_path
+            .file_name()
+            .map_or("model".into(), |n| n.to_string_lossy().into_owned());
         fs::copy(&base_path, tmp.join(&name)).at("cannot copy", &base_path)?;
         let sha = store.put_dir(&tmp)?;
         fs::remove_dir_all(&tmp).at("cannot remove", &tmp)?;
@@ -137,17 +145,39 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     let rec = Record::init(&root)?;
     let mut files = vec![
         TreeFile::new(CONFIG_FILE, text.clone()),
-        TreeFile::new(".gitignore", format!("/{STATE_DIR}/\n/{}/\n", config.base_model.path.trim_matches('/'))),
+        TreeFile::new(
+            ".gitignore",
+            format!(
+                "/{STATE_DIR}/\n/{}/\n",
+                config.base_model.path.trim_matches('/')
+            ),
+        ),
     ];
     let readme = root.join("README.md");
     if readme.is_file() {
-        files.push(TreeFile::new("README.md", fs::read(&readme).at("cannot read", &readme)?));
+        files.push(TreeFile::new(
+            "README.md",
+            fs::read(&readme).at("cannot read", &readme)?,
+        ));
     }
     let gitignore = root.join(".gitignore");
     if !gitignore.exists() {
-        fs::write(&gitignore, format!("/{STATE_DIR}/\n/{}/\n", config.base_model.path.trim_matches('/'))).at("cannot write", &gitignore)?;
+        fs::write(
+            &gitignore,
+            format!(
+                "/{STATE_DIR}/\n/{}/\n",
+                config.base_model.path.trim_matches('/')
+            ),
+        )
+        .at("cannot write", &gitignore)?;
     }
-    let main = rec.commit_main(&files, &format!("init: study {}\n\n{}\n", config.study.name, config.study.description))?;
+    let main = rec.commit_main(
+        &files,
+        &format!(
+            "init: study {}\n\n{}\n",
+            config.study.name, config.study.description
+        ),
+    )?;
     let at = now_rfc3339();
     let meta = NodeMeta {
         id: crate::api::ROOT_NODE.into(),
@@ -166,7 +196,11 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
         agent: "owner".into(),
         role: Role::Owner,
         at,
-        summary: format!("base model {} ({})", config.base_model.name, &base_sha[..12]),
+        summary: format!(
+            "base model {} ({})",
+            config.base_model.name,
+            &base_sha[..12]
+        ),
         request: serde_json::json!({ "base_model": config.base_model }),
         decision: Decision::accept(),
         result: Some(serde_json::json!({ "base_checkpoint": base_sha })),
@@ -192,7 +226,10 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
         root,
         created: true,
         base_checkpoint: Some(base_sha),
-        message: format!("study {:?} created; root node n0 is the base model", config.study.name),
+        message: format!(
+            "study {:?} created; root node n0 is the base model",
+            config.study.name
+        ),
     })
 }
 
@@ -225,6 +262,10 @@ fn materialize_tiny_arith(root: &Path) -> Result<()> {
         .replace("@DEV_SHA256@", &pins[0])
         .replace("@TEST_SHA256@", &pins[1]);
     fs::write(root.join(CONFIG_FILE), toml).at("cannot write", root)?;
-    fs::write(root.join("README.md"), include_str!("../examples/tiny-arith/README.md")).at("cannot write", root)?;
+    fs::write(
+        root.join("README.md"),
+        include_str!("../examples/tiny-arith/README.md"),
+    )
+    .at("cannot write", root)?;
     Ok(())
 }

@@ -63,7 +63,8 @@ impl JobRunner for LocalRunner {
     fn run(&self, spec: &JobSpec) -> Result<JobRecord> {
         fs::create_dir_all(spec.out_dir()).at("cannot create", &spec.out_dir())?;
         let spec_path = spec.spec_path();
-        fs::write(&spec_path, crate::record::json_bytes(&spec.params)?).at("cannot write", &spec_path)?;
+        fs::write(&spec_path, crate::record::json_bytes(&spec.params)?)
+            .at("cannot write", &spec_path)?;
         let log_path = spec.log_path();
         let log = File::create(&log_path).at("cannot create", &log_path)?;
         let log2 = log.try_clone().at("cannot open", &log_path)?;
@@ -111,7 +112,11 @@ impl JobRunner for LocalRunner {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                return Ok(finish(JobState::Failed, None, Some(format!("cannot start {program:?}: {e}"))));
+                return Ok(finish(
+                    JobState::Failed,
+                    None,
+                    Some(format!("cannot start {program:?}: {e}")),
+                ));
             }
         };
         let deadline = Duration::from_secs(spec.timeout_s);
@@ -122,11 +127,19 @@ impl JobRunner for LocalRunner {
                     let code = status.code();
                     return Ok(match code {
                         Some(0) => finish(JobState::Succeeded, code, None),
-                        Some(c) => finish(JobState::Failed, code, Some(format!("exited with status {c}"))),
+                        Some(c) => finish(
+                            JobState::Failed,
+                            code,
+                            Some(format!("exited with status {c}")),
+                        ),
                         None => {
                             use std::os::unix::process::ExitStatusExt;
                             let sig = status.signal().unwrap_or(0);
-                            finish(JobState::Failed, None, Some(format!("killed by signal {sig}")))
+                            finish(
+                                JobState::Failed,
+                                None,
+                                Some(format!("killed by signal {sig}")),
+                            )
                         }
                     });
                 }
@@ -136,7 +149,10 @@ impl JobRunner for LocalRunner {
                     return Ok(finish(
                         JobState::TimedOut,
                         None,
-                        Some(format!("exceeded the wall-clock limit of {} s", spec.timeout_s)),
+                        Some(format!(
+                            "exceeded the wall-clock limit of {} s",
+                            spec.timeout_s
+                        )),
                     ));
                 }
                 None => {
@@ -165,11 +181,17 @@ fn round3(x: f64) -> f64 {
 pub fn resolve_program(study_root: &Path, program: &str) -> Option<PathBuf> {
     if program.contains('/') {
         let p = Path::new(program);
-        let p = if p.is_absolute() { p.to_path_buf() } else { study_root.join(p) };
+        let p = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            study_root.join(p)
+        };
         return p.is_file().then_some(p);
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
 }
 
 /// The command with a study-relative program made absolute (jobs run in their own directory).
@@ -179,11 +201,17 @@ pub fn absolute_command(study_root: &Path, command: &[String]) -> Vec<String> {
         && first.contains('/')
         && !Path::new(first.as_str()).is_absolute()
     {
-        *first = study_root.join(first.as_str()).to_string_lossy().into_owned();
+        *first = study_root
+            .join(first.as_str())
+            .to_string_lossy()
+            .into_owned();
     }
     // Arguments that name files in the study (e.g. `python3 jobs/train.py`) are made absolute too.
     for a in out.iter_mut().skip(1) {
-        if !a.starts_with('-') && a.contains('/') && !Path::new(a.as_str()).is_absolute() && study_root.join(a.as_str()).exists()
+        if !a.starts_with('-')
+            && a.contains('/')
+            && !Path::new(a.as_str()).is_absolute()
+            && study_root.join(a.as_str()).exists()
         {
             *a = study_root.join(a.as_str()).to_string_lossy().into_owned();
         }
@@ -210,25 +238,51 @@ mod tests {
     #[test]
     fn runs_a_real_process_and_captures_output() {
         let d = tempfile::tempdir().expect("tempdir");
-        let s = spec(d.path(), &["sh", "-c", "cat \"$1\"; echo out > \"$RSIM_JOB_OUT/x\"", "sh"], 10);
+        let s = spec(
+            d.path(),
+            &[
+                "sh",
+                "-c",
+                "cat \"$1\"; echo out > \"$RSIM_JOB_OUT/x\"",
+                "sh",
+            ],
+            10,
+        );
         let r = LocalRunner.run(&s).expect("run");
         assert_eq!(r.state, JobState::Succeeded, "{r:?}");
-        assert_eq!(fs::read_to_string(s.out_dir().join("x")).expect("out"), "out\n");
-        assert!(fs::read_to_string(s.log_path()).expect("log").contains("\"hello\": 1"));
+        assert_eq!(
+            fs::read_to_string(s.out_dir().join("x")).expect("out"),
+            "out\n"
+        );
+        assert!(
+            fs::read_to_string(s.log_path())
+                .expect("log")
+                .contains("\"hello\": 1")
+        );
     }
 
     #[test]
     fn failure_timeout_and_missing_program_are_reported() {
         let d = tempfile::tempdir().expect("tempdir");
-        let r = LocalRunner.run(&spec(d.path(), &["sh", "-c", "exit 3", "sh"], 10)).expect("run");
+        let r = LocalRunner
+            .run(&spec(d.path(), &["sh", "-c", "exit 3", "sh"], 10))
+            .expect("run");
         assert_eq!((r.state, r.exit_code), (JobState::Failed, Some(3)));
         let d = tempfile::tempdir().expect("tempdir");
         let t = Instant::now();
-        let r = LocalRunner.run(&spec(d.path(), &["sh", "-c", "sleep 30 & sleep 30", "sh"], 1)).expect("run");
+        let r = LocalRunner
+            .run(&spec(
+                d.path(),
+                &["sh", "-c", "sleep 30 & sleep 30", "sh"],
+                1,
+            ))
+            .expect("run");
         assert_eq!(r.state, JobState::TimedOut);
         assert!(t.elapsed() < Duration::from_secs(20));
         let d = tempfile::tempdir().expect("tempdir");
-        let r = LocalRunner.run(&spec(d.path(), &["/nonexistent/prog"], 10)).expect("run");
+        let r = LocalRunner
+            .run(&spec(d.path(), &["/nonexistent/prog"], 10))
+            .expect("run");
         assert_eq!(r.state, JobState::Failed);
         assert!(r.error.unwrap_or_default().contains("cannot start"));
     }

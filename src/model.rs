@@ -9,7 +9,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The actions of the Experiment OS (those that write the record).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionName {
     /// Written once by `rsim init` for the root node (the base model).
@@ -83,7 +85,9 @@ impl Role {
         }
     }
     pub fn parse(s: &str) -> Option<Role> {
-        [Role::Owner, Role::Worker, Role::Reviewer, Role::Observer].into_iter().find(|r| r.as_str() == s)
+        [Role::Owner, Role::Worker, Role::Reviewer, Role::Observer]
+            .into_iter()
+            .find(|r| r.as_str() == s)
     }
 }
 
@@ -102,7 +106,10 @@ pub struct Caller {
 
 impl Caller {
     pub fn new(agent: impl Into<String>, role: Role) -> Self {
-        Caller { agent: agent.into(), role }
+        Caller {
+            agent: agent.into(),
+            role,
+        }
     }
     pub fn owner() -> Self {
         Caller::new("owner", Role::Owner)
@@ -191,10 +198,18 @@ pub struct Decision {
 
 impl Decision {
     pub fn accept() -> Self {
-        Decision { decision: Verdict::Accepted, rule: None, reason: None }
+        Decision {
+            decision: Verdict::Accepted,
+            rule: None,
+            reason: None,
+        }
     }
     pub fn reject(rule: &str, reason: impl Into<String>) -> Self {
-        Decision { decision: Verdict::Rejected, rule: Some(rule.into()), reason: Some(reason.into()) }
+        Decision {
+            decision: Verdict::Rejected,
+            rule: Some(rule.into()),
+            reason: Some(reason.into()),
+        }
     }
     pub fn accepted(&self) -> bool {
         self.decision == Verdict::Accepted
@@ -316,7 +331,9 @@ pub struct ArtifactRef {
     pub parent: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Split {
     /// Visible: per-item results are returned.
@@ -396,8 +413,12 @@ pub fn action_file_name(seq: u32, action: ActionName) -> String {
 /// Latest metrics of a node, `metrics.json` in its tree: `task/split/metric` → value and where it came from.
 pub type NodeMetrics = BTreeMap<String, MetricRecord>;
 
-/// Current time as RFC 3339 UTC, second precision.
+/// Current time as RFC 3339 UTC with millisecond precision (orders actions within a second).
 pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc().replace_nanosecond(0).unwrap_or_else(|_| time::OffsetDateTime::now_utc());
-    now.format(&time::format_description::well_known::Rfc3339).unwrap_or_else(|_| now.unix_timestamp().to_string())
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    now.format(&fmt)
+        .unwrap_or_else(|_| now.unix_timestamp().to_string())
 }

@@ -3,8 +3,8 @@
 //! directly; the Experiment OS does, and records every rejection.
 
 use crate::api::types::{
-    BranchRequest, CompareRequest, ConcludeRequest, DatasetSource, EvaluateRequest, RegisterDatasetRequest,
-    ReviewRequest, RunSftRequest,
+    BranchRequest, CompareRequest, ConcludeRequest, DatasetSource, EvaluateRequest,
+    RegisterDatasetRequest, ReviewRequest, RunSftRequest,
 };
 use crate::config::StudyConfig;
 use crate::model::{ActionName, Caller, Decision, NodeStatus, Role, Split};
@@ -65,7 +65,13 @@ pub fn role_allows(role: Role, action: ActionName) -> bool {
         Role::Observer => false,
         Role::Worker => !matches!(action, ActionName::Review | ActionName::Init),
         Role::Reviewer => {
-            matches!(action, ActionName::Branch | ActionName::Compare | ActionName::Review | ActionName::Conclude)
+            matches!(
+                action,
+                ActionName::Branch
+                    | ActionName::Compare
+                    | ActionName::Review
+                    | ActionName::Conclude
+            )
         }
     }
 }
@@ -76,12 +82,18 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
     if !role_allows(caller.role, action) {
         return Decision::reject(
             "role",
-            format!("agent {:?} has role {}, which may not perform {action}", caller.agent, caller.role),
+            format!(
+                "agent {:?} has role {}, which may not perform {action}",
+                caller.agent, caller.role
+            ),
         );
     }
     let writes_node = matches!(
         action,
-        ActionName::RegisterDataset | ActionName::RunSft | ActionName::Evaluate | ActionName::Conclude
+        ActionName::RegisterDataset
+            | ActionName::RunSft
+            | ActionName::Evaluate
+            | ActionName::Conclude
     );
     if writes_node && facts.node_status == Some(NodeStatus::Concluded) {
         return Decision::reject(
@@ -94,13 +106,19 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
             if b.parents.len() as u64 > u64::from(cfg.policy.max_parents) {
                 return Decision::reject(
                     "max-parents",
-                    format!("a node may have at most {} parents (policy.max_parents)", cfg.policy.max_parents),
+                    format!(
+                        "a node may have at most {} parents (policy.max_parents)",
+                        cfg.policy.max_parents
+                    ),
                 );
             }
             if facts.node_count >= cfg.budgets.max_nodes {
                 return Decision::reject(
                     "budget-nodes",
-                    format!("the study already has {} nodes (budgets.max_nodes = {})", facts.node_count, cfg.budgets.max_nodes),
+                    format!(
+                        "the study already has {} nodes (budgets.max_nodes = {})",
+                        facts.node_count, cfg.budgets.max_nodes
+                    ),
                 );
             }
         }
@@ -108,7 +126,10 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
             if facts.dataset_name_taken {
                 return Decision::reject(
                     "dataset-name-taken",
-                    format!("a dataset named {:?} is already registered; choose another name", r.name),
+                    format!(
+                        "a dataset named {:?} is already registered; choose another name",
+                        r.name
+                    ),
                 );
             }
             if let DatasetSource::Inline { rows } = &r.source
@@ -168,7 +189,9 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
             {
                 return Decision::reject(
                     "evaluator-pinned",
-                    format!("the evaluator changed: its fingerprint is {actual}, the study pins {pin}"),
+                    format!(
+                        "the evaluator changed: its fingerprint is {actual}, the study pins {pin}"
+                    ),
                 );
             }
             if let (Some(pin), Some(actual)) = (&facts.eval_set_pinned, &facts.eval_set_actual)
@@ -176,16 +199,25 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
             {
                 return Decision::reject(
                     "eval-set-pinned",
-                    format!("the {} split of task {} changed: sha256 {actual}, pinned {pin}", r.split.as_str(), r.task),
+                    format!(
+                        "the {} split of task {} changed: sha256 {actual}, pinned {pin}",
+                        r.split.as_str(),
+                        r.task
+                    ),
                 );
             }
             if facts.evaluations_total >= cfg.budgets.evaluations {
                 return Decision::reject(
                     "budget-evaluations",
-                    format!("the study has used all {} evaluations (budgets.evaluations)", cfg.budgets.evaluations),
+                    format!(
+                        "the study has used all {} evaluations (budgets.evaluations)",
+                        cfg.budgets.evaluations
+                    ),
                 );
             }
-            if r.split == Split::Test && facts.test_evaluations_on_node >= cfg.budgets.test_evaluations_per_node {
+            if r.split == Split::Test
+                && facts.test_evaluations_on_node >= cfg.budgets.test_evaluations_per_node
+            {
                 return Decision::reject(
                     "test-evaluation-limit",
                     format!(
@@ -231,39 +263,111 @@ mod tests {
     }
 
     fn eval_req(split: Split) -> EvaluateRequest {
-        EvaluateRequest { node: "n1".into(), checkpoint: "base".into(), task: "t".into(), split }
+        EvaluateRequest {
+            node: "n1".into(),
+            checkpoint: "base".into(),
+            task: "t".into(),
+            split,
+        }
     }
 
     #[test]
     fn observer_may_not_write_and_worker_may_not_review() {
-        let b = BranchRequest { parents: vec!["n0".into()], title: "x".into(), hypothesis: String::new() };
-        let d = check(Request::Branch(&b), &Caller::new("o", Role::Observer), &cfg(), &Facts::default());
+        let b = BranchRequest {
+            parents: vec!["n0".into()],
+            title: "x".into(),
+            hypothesis: String::new(),
+        };
+        let d = check(
+            Request::Branch(&b),
+            &Caller::new("o", Role::Observer),
+            &cfg(),
+            &Facts::default(),
+        );
         assert_eq!(d.rule.as_deref(), Some("role"));
-        let r = ReviewRequest { node: "n0".into(), summary: "s".into(), verdicts: vec![], proposals: vec![] };
-        let d = check(Request::Review(&r), &Caller::new("w", Role::Worker), &cfg(), &Facts::default());
+        let r = ReviewRequest {
+            node: "n0".into(),
+            summary: "s".into(),
+            verdicts: vec![],
+            proposals: vec![],
+        };
+        let d = check(
+            Request::Review(&r),
+            &Caller::new("w", Role::Worker),
+            &cfg(),
+            &Facts::default(),
+        );
         assert_eq!(d.rule.as_deref(), Some("role"));
-        let d = check(Request::Review(&r), &Caller::new("r", Role::Reviewer), &cfg(), &Facts::default());
+        let d = check(
+            Request::Review(&r),
+            &Caller::new("r", Role::Reviewer),
+            &cfg(),
+            &Facts::default(),
+        );
         assert!(d.accepted());
     }
 
     #[test]
     fn budgets_and_limits() {
-        let b = BranchRequest { parents: vec!["n0".into()], title: "x".into(), hypothesis: String::new() };
-        let facts = Facts { node_count: 3, ..Facts::default() };
-        assert_eq!(check(Request::Branch(&b), &Caller::owner(), &cfg(), &facts).rule.as_deref(), Some("budget-nodes"));
-        let facts = Facts { checkpoint_known: true, test_evaluations_on_node: 2, ..Facts::default() };
-        let d = check(Request::Evaluate(&eval_req(Split::Test)), &Caller::owner(), &cfg(), &facts);
+        let b = BranchRequest {
+            parents: vec!["n0".into()],
+            title: "x".into(),
+            hypothesis: String::new(),
+        };
+        let facts = Facts {
+            node_count: 3,
+            ..Facts::default()
+        };
+        assert_eq!(
+            check(Request::Branch(&b), &Caller::owner(), &cfg(), &facts)
+                .rule
+                .as_deref(),
+            Some("budget-nodes")
+        );
+        let facts = Facts {
+            checkpoint_known: true,
+            test_evaluations_on_node: 2,
+            ..Facts::default()
+        };
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Test)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
         assert_eq!(d.rule.as_deref(), Some("test-evaluation-limit"));
-        assert!(check(Request::Evaluate(&eval_req(Split::Dev)), &Caller::owner(), &cfg(), &facts).accepted());
-        let facts = Facts { checkpoint_known: true, evaluations_total: 5, ..Facts::default() };
-        let d = check(Request::Evaluate(&eval_req(Split::Dev)), &Caller::owner(), &cfg(), &facts);
+        assert!(
+            check(
+                Request::Evaluate(&eval_req(Split::Dev)),
+                &Caller::owner(),
+                &cfg(),
+                &facts
+            )
+            .accepted()
+        );
+        let facts = Facts {
+            checkpoint_known: true,
+            evaluations_total: 5,
+            ..Facts::default()
+        };
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Dev)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
         assert_eq!(d.rule.as_deref(), Some("budget-evaluations"));
     }
 
     #[test]
     fn unknown_checkpoints_and_changed_evaluators_are_rejected() {
         let facts = Facts::default();
-        let d = check(Request::Evaluate(&eval_req(Split::Dev)), &Caller::owner(), &cfg(), &facts);
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Dev)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
         assert_eq!(d.rule.as_deref(), Some("checkpoint-provenance"));
         let facts = Facts {
             checkpoint_known: true,
@@ -271,7 +375,12 @@ mod tests {
             evaluator_actual: Some("b".into()),
             ..Facts::default()
         };
-        let d = check(Request::Evaluate(&eval_req(Split::Dev)), &Caller::owner(), &cfg(), &facts);
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Dev)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
         assert_eq!(d.rule.as_deref(), Some("evaluator-pinned"));
     }
 
@@ -280,11 +389,24 @@ mod tests {
         let r = RegisterDatasetRequest {
             node: "n1".into(),
             name: "d".into(),
-            source: DatasetSource::Inline { rows: vec![Row { prompt: "1+1=".into(), answer: "2".into() }] },
+            source: DatasetSource::Inline {
+                rows: vec![Row {
+                    prompt: "1+1=".into(),
+                    answer: "2".into(),
+                }],
+            },
             description: String::new(),
         };
-        let facts = Facts { node_status: Some(NodeStatus::Concluded), ..Facts::default() };
-        let d = check(Request::RegisterDataset(&r), &Caller::owner(), &cfg(), &facts);
+        let facts = Facts {
+            node_status: Some(NodeStatus::Concluded),
+            ..Facts::default()
+        };
+        let d = check(
+            Request::RegisterDataset(&r),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
         assert_eq!(d.rule.as_deref(), Some("node-concluded"));
     }
 }

@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use git2::{ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature, build::TreeUpdateBuilder};
+use git2::{
+    ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature,
+    build::TreeUpdateBuilder,
+};
 
 use crate::error::{Error, Result};
 use crate::model::{ActionName, ActionRecord, NodeMeta};
@@ -28,7 +31,10 @@ pub struct TreeFile {
 
 impl TreeFile {
     pub fn new(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
-        TreeFile { path: path.into(), bytes: bytes.into() }
+        TreeFile {
+            path: path.into(),
+            bytes: bytes.into(),
+        }
     }
 }
 
@@ -73,14 +79,23 @@ impl Record {
     pub fn init(root: &Path) -> Result<Record> {
         let mut opts = RepositoryInitOptions::new();
         opts.initial_head("main").no_reinit(true).mkdir(true);
-        let repo = Repository::init_opts(root, &opts)
-            .map_err(|e| Error::invalid(format!("cannot create a git repository at {}: {}", root.display(), e.message())))?;
+        let repo = Repository::init_opts(root, &opts).map_err(|e| {
+            Error::invalid(format!(
+                "cannot create a git repository at {}: {}",
+                root.display(),
+                e.message()
+            ))
+        })?;
         Ok(Record { repo })
     }
 
     pub fn open(root: &Path) -> Result<Record> {
         let repo = Repository::open(root).map_err(|e| {
-            Error::invalid(format!("{} is not a study (no git repository: {})", root.display(), e.message()))
+            Error::invalid(format!(
+                "{} is not a study (no git repository: {})",
+                root.display(),
+                e.message()
+            ))
         })?;
         Ok(Record { repo })
     }
@@ -91,8 +106,16 @@ impl Record {
 
     fn signature(agent: &str) -> Result<Signature<'static>> {
         let name = sanitize_line(agent);
-        let email: String =
-            name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+        let email: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
         Ok(Signature::now(&name, &format!("{email}@rsim.invalid"))?)
     }
 
@@ -100,7 +123,9 @@ impl Record {
     pub fn commit_main(&self, files: &[TreeFile], message: &str) -> Result<Oid> {
         let tree = self.fresh_tree(files)?;
         let sig = Self::signature("rsim")?;
-        let oid = self.repo.commit(None, &sig, &sig, message, &self.repo.find_tree(tree)?, &[])?;
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, message, &self.repo.find_tree(tree)?, &[])?;
         self.repo.reference(MAIN_REF, oid, false, "rsim init")?;
         Ok(oid)
     }
@@ -112,10 +137,14 @@ impl Record {
     /// Write a tree holding exactly `files` (paths may have directories), writing no other objects.
     fn fresh_tree(&self, files: &[TreeFile]) -> Result<Oid> {
         let mut here = self.repo.treebuilder(None)?;
-        let mut dirs: std::collections::BTreeMap<&str, Vec<TreeFile>> = std::collections::BTreeMap::new();
+        let mut dirs: std::collections::BTreeMap<&str, Vec<TreeFile>> =
+            std::collections::BTreeMap::new();
         for f in files {
             match f.path.split_once('/') {
-                Some((dir, rest)) => dirs.entry(dir).or_default().push(TreeFile::new(rest, f.bytes.clone())),
+                Some((dir, rest)) => dirs
+                    .entry(dir)
+                    .or_default()
+                    .push(TreeFile::new(rest, f.bytes.clone())),
                 None => {
                     let blob = self.repo.blob(&f.bytes)?;
                     here.insert(f.path.as_str(), blob, i32::from(FileMode::Blob))?;
@@ -153,7 +182,9 @@ impl Record {
         let mut out = Vec::new();
         for r in self.repo.references_glob(&format!("{NODE_REF_PREFIX}*"))? {
             let r = r?;
-            let (Ok(name), Some(oid)) = (r.name(), r.target()) else { continue };
+            let (Ok(name), Some(oid)) = (r.name(), r.target()) else {
+                continue;
+            };
             if let Some(id) = name.strip_prefix(NODE_REF_PREFIX) {
                 out.push((id.to_string(), oid));
             }
@@ -170,17 +201,23 @@ impl Record {
             Some(e) => self.repo.find_tree(e.id())?.len() as u32,
             None => 0,
         };
-        Ok(NodeSnapshot { tip, meta, action_count })
+        Ok(NodeSnapshot {
+            tip,
+            meta,
+            action_count,
+        })
     }
 
     fn read_meta(&self, tree: &git2::Tree<'_>) -> Result<NodeMeta> {
-        let entry = tree
-            .get_name(NODE_FILE)
-            .ok_or_else(|| Error::internal(format!("commit tree {} has no {NODE_FILE}", tree.id())))?;
+        let entry = tree.get_name(NODE_FILE).ok_or_else(|| {
+            Error::internal(format!("commit tree {} has no {NODE_FILE}", tree.id()))
+        })?;
         let blob = self.repo.find_blob(entry.id())?;
-        let text = std::str::from_utf8(blob.content())
-            .map_err(|_| Error::internal(format!("{NODE_FILE} in tree {} is not UTF-8", tree.id())))?;
-        toml::from_str(text).map_err(|e| Error::internal(format!("{NODE_FILE} in tree {}: {e}", tree.id())))
+        let text = std::str::from_utf8(blob.content()).map_err(|_| {
+            Error::internal(format!("{NODE_FILE} in tree {} is not UTF-8", tree.id()))
+        })?;
+        toml::from_str(text)
+            .map_err(|e| Error::internal(format!("{NODE_FILE} in tree {}: {e}", tree.id())))
     }
 
     /// Read a text file from a node's tip tree (e.g. `notes.md`), if present.
@@ -211,14 +248,20 @@ impl Record {
                 break;
             }
             let (Some(seq), Some(action)) = (t.seq, t.action) else {
-                return Err(Error::internal(format!("commit {} on node {id} lacks Rsim-Seq/Rsim-Action", c.id())));
+                return Err(Error::internal(format!(
+                    "commit {} on node {id} lacks Rsim-Seq/Rsim-Action",
+                    c.id()
+                )));
             };
             if seq <= after {
                 break;
             }
             let name = crate::model::action_file_name(seq, action);
             let entry = actions_tree.get_name(&name).ok_or_else(|| {
-                Error::internal(format!("node {id}: commit {} names {name}, which is missing from the tree", c.id()))
+                Error::internal(format!(
+                    "node {id}: commit {} names {name}, which is missing from the tree",
+                    c.id()
+                ))
             })?;
             let blob = self.repo.find_blob(entry.id())?;
             let record: ActionRecord = serde_json::from_slice(blob.content())
@@ -231,11 +274,18 @@ impl Record {
                     record.node
                 )));
             }
-            out.push(CommittedAction { commit: c.id(), record });
+            out.push(CommittedAction {
+                commit: c.id(),
+                record,
+            });
             if seq == 1 {
                 break;
             }
-            cur = if c.parent_count() > 0 { Some(c.parent(0)?) } else { None };
+            cur = if c.parent_count() > 0 {
+                Some(c.parent(0)?)
+            } else {
+                None
+            };
         }
         out.reverse();
         Ok(out)
@@ -251,20 +301,32 @@ impl Record {
     ) -> Result<Create> {
         let files = vec![
             TreeFile::new(NODE_FILE, toml_string(meta)?),
-            TreeFile::new(format!("{ACTIONS_DIR}/{}", first.file_name()), json_bytes(first)?),
+            TreeFile::new(
+                format!("{ACTIONS_DIR}/{}", first.file_name()),
+                json_bytes(first)?,
+            ),
         ];
         let tree = self.repo.find_tree(self.fresh_tree(&files)?)?;
-        let parents: Vec<git2::Commit<'_>> =
-            parent_tips.iter().map(|p| self.repo.find_commit(*p)).collect::<std::result::Result<_, _>>()?;
+        let parents: Vec<git2::Commit<'_>> = parent_tips
+            .iter()
+            .map(|p| self.repo.find_commit(*p))
+            .collect::<std::result::Result<_, _>>()?;
         let parent_refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
         let sig = Self::signature(&first.agent)?;
-        let oid = self.repo.commit(None, &sig, &sig, message, &tree, &parent_refs)?;
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, message, &tree, &parent_refs)?;
         // Compare-and-swap against "absent" (the zero id), checked under the ref's lock: a plain
         // non-forced create checks existence before locking and can overwrite a racing writer.
         let log = format!("rsim: create node {}", meta.id);
-        match self.repo.reference_matching(&node_ref(&meta.id), oid, true, Oid::ZERO_SHA1, &log) {
+        match self
+            .repo
+            .reference_matching(&node_ref(&meta.id), oid, true, Oid::ZERO_SHA1, &log)
+        {
             Ok(_) => Ok(Create::Created(oid)),
-            Err(e) if matches!(e.code(), ErrorCode::Exists | ErrorCode::Modified) => Ok(Create::Taken),
+            Err(e) if matches!(e.code(), ErrorCode::Exists | ErrorCode::Modified) => {
+                Ok(Create::Taken)
+            }
             Err(e) if e.code() == ErrorCode::Locked => Ok(Create::Busy),
             Err(e) => Err(e.into()),
         }
@@ -283,7 +345,10 @@ impl Record {
     ) -> Result<Append> {
         let parent = self.repo.find_commit(expected_tip)?;
         let base = parent.tree()?;
-        let mut files = vec![TreeFile::new(format!("{ACTIONS_DIR}/{}", action.file_name()), json_bytes(action)?)];
+        let mut files = vec![TreeFile::new(
+            format!("{ACTIONS_DIR}/{}", action.file_name()),
+            json_bytes(action)?,
+        )];
         if let Some(m) = meta {
             files.push(TreeFile::new(NODE_FILE, toml_string(m)?));
         }
@@ -292,11 +357,21 @@ impl Record {
         }
         let tree = self.repo.find_tree(self.build_tree(&base, &files)?)?;
         let sig = Self::signature(&action.agent)?;
-        let oid = self.repo.commit(None, &sig, &sig, message, &tree, &[&parent])?;
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, message, &tree, &[&parent])?;
         let log = format!("rsim: {} on {id}", action.action);
-        match self.repo.reference_matching(&node_ref(id), oid, true, expected_tip, &log) {
+        match self
+            .repo
+            .reference_matching(&node_ref(id), oid, true, expected_tip, &log)
+        {
             Ok(_) => Ok(Append::Committed(oid)),
-            Err(e) if matches!(e.code(), ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists) => {
+            Err(e)
+                if matches!(
+                    e.code(),
+                    ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists
+                ) =>
+            {
                 Ok(Append::Stale)
             }
             Err(e) => Err(e.into()),
@@ -323,7 +398,9 @@ pub struct Trailers {
 impl Trailers {
     pub fn parse(message: &str) -> Trailers {
         let mut t = Trailers::default();
-        let Ok(parsed) = git2::message_trailers_strs(message) else { return t };
+        let Ok(parsed) = git2::message_trailers_strs(message) else {
+            return t;
+        };
         for (k, v) in parsed.iter() {
             let v = v.trim();
             match k {
@@ -363,7 +440,10 @@ pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> 
         ("Rsim-Seq", record.seq.to_string()),
         ("Rsim-Agent", record.agent.clone()),
         ("Rsim-Role", record.role.to_string()),
-        ("Rsim-Decision", record.decision.decision.as_str().to_string()),
+        (
+            "Rsim-Decision",
+            record.decision.decision.as_str().to_string(),
+        ),
     ];
     if let Some(rule) = &record.decision.rule {
         tr.push(("Rsim-Rule", rule.clone()));
@@ -376,10 +456,16 @@ pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> 
         tr.push(("Rsim-Env", job.env.clone()));
     }
     for a in &record.artifacts {
-        tr.push(("Rsim-Artifact", format!("{} {} {}", a.kind.as_str(), a.sha256, a.name)));
+        tr.push((
+            "Rsim-Artifact",
+            format!("{} {} {}", a.kind.as_str(), a.sha256, a.name),
+        ));
     }
     for m in &record.metrics {
-        tr.push(("Rsim-Metric", format!("{}/{}/{}={}", m.task, m.split.as_str(), m.name, m.value)));
+        tr.push((
+            "Rsim-Metric",
+            format!("{}/{}/{}={}", m.task, m.split.as_str(), m.name, m.value),
+        ));
     }
     for (k, v) in tr {
         msg.push_str(k);
@@ -392,7 +478,10 @@ pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> 
 
 /// One line with no control characters (for subjects and trailer values).
 pub fn sanitize_line(s: &str) -> String {
-    let mut out: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if out.len() > 200 {
         let mut cut = 200;
         while !out.is_char_boundary(cut) {

@@ -99,13 +99,18 @@ impl ObjectStore {
         if files.is_empty() {
             return Err(Error::invalid(format!("{} holds no files", dir.display())));
         }
-        let manifest = Manifest { kind: MANIFEST_KIND.into(), files };
+        let manifest = Manifest {
+            kind: MANIFEST_KIND.into(),
+            files,
+        };
         self.put_bytes(&serde_json::to_vec_pretty(&manifest)?)
     }
 
     fn collect(&self, base: &Path, dir: &Path, files: &mut BTreeMap<String, String>) -> Result<()> {
-        let mut entries: Vec<_> =
-            fs::read_dir(dir).at("cannot list", dir)?.collect::<std::io::Result<_>>().at("cannot list", dir)?;
+        let mut entries: Vec<_> = fs::read_dir(dir)
+            .at("cannot list", dir)?
+            .collect::<std::io::Result<_>>()
+            .at("cannot list", dir)?;
         entries.sort_by_key(|e| e.file_name());
         for e in entries {
             let path = e.path();
@@ -113,12 +118,14 @@ impl ObjectStore {
             if ft.is_dir() {
                 self.collect(base, &path, files)?;
             } else if ft.is_file() {
-                let rel = path
-                    .strip_prefix(base)
-                    .map_err(|_| Error::internal(format!("{} is outside {}", path.display(), base.display())))?;
+                let rel = path.strip_prefix(base).map_err(|_| {
+                    Error::internal(format!("{} is outside {}", path.display(), base.display()))
+                })?;
                 let name = rel
                     .to_str()
-                    .ok_or_else(|| Error::invalid(format!("{}: file name is not UTF-8", path.display())))?
+                    .ok_or_else(|| {
+                        Error::invalid(format!("{}: file name is not UTF-8", path.display()))
+                    })?
                     .to_string();
                 files.insert(name, self.put_file(&path)?);
             } else {
@@ -137,10 +144,13 @@ impl ObjectStore {
             return Err(Error::invalid(format!("{sha:?} is not a sha256")));
         }
         let path = self.path(sha);
-        let bytes = fs::read(&path).map_err(|e| Error::not_found(format!("artifact {sha}: {e}")))?;
+        let bytes =
+            fs::read(&path).map_err(|e| Error::not_found(format!("artifact {sha}: {e}")))?;
         let actual = sha256_hex(&bytes);
         if actual != sha {
-            return Err(Error::internal(format!("artifact {sha} is corrupt (its content hashes to {actual})")));
+            return Err(Error::internal(format!(
+                "artifact {sha} is corrupt (its content hashes to {actual})"
+            )));
         }
         Ok(bytes)
     }
@@ -151,7 +161,10 @@ impl ObjectStore {
         let m: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| Error::invalid(format!("artifact {sha} is not a manifest: {e}")))?;
         if m.kind != MANIFEST_KIND {
-            return Err(Error::invalid(format!("artifact {sha} is not a manifest (kind {:?})", m.kind)));
+            return Err(Error::invalid(format!(
+                "artifact {sha} is not a manifest (kind {:?})",
+                m.kind
+            )));
         }
         Ok(m)
     }
@@ -204,7 +217,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = ObjectStore::new(dir.path().join("objects"));
         let sha = store.put_bytes(b"hello").expect("put");
-        assert_eq!(sha, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+        assert_eq!(
+            sha,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
         assert_eq!(store.get(&sha).expect("get"), b"hello");
         // Corrupt it behind the store's back: reading must notice.
         let p = store.path(&sha);

@@ -35,14 +35,28 @@ impl NGram {
         for &k in &ORDERS {
             let start = pos.saturating_sub(k);
             let ctx: String = text[start..pos].iter().collect();
-            *self.counts.entry(ctx).or_default().entry(text[pos]).or_insert(0.0) += weight;
+            *self
+                .counts
+                .entry(ctx)
+                .or_default()
+                .entry(text[pos])
+                .or_insert(0.0) += weight;
         }
     }
 
     /// Learn one row; with `answer_only` only answer characters (and the end marker) are targets.
     pub fn learn(&mut self, row: &Row, weight: f64, answer_only: bool) {
-        let text: Vec<char> = row.prompt.chars().chain(row.answer.chars()).chain([END]).collect();
-        let first = if answer_only { row.prompt.chars().count() } else { 1 };
+        let text: Vec<char> = row
+            .prompt
+            .chars()
+            .chain(row.answer.chars())
+            .chain([END])
+            .collect();
+        let first = if answer_only {
+            row.prompt.chars().count()
+        } else {
+            1
+        };
         for pos in first.max(1)..text.len() {
             self.observe(&text, pos, weight);
         }
@@ -57,7 +71,10 @@ impl NGram {
             for &k in &ORDERS {
                 let ctx: String = text[text.len().saturating_sub(k)..].iter().collect();
                 if let Some(c) = self.counts.get(&ctx) {
-                    next = c.iter().max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0))).map(|(ch, _)| *ch);
+                    next = c
+                        .iter()
+                        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
+                        .map(|(ch, _)| *ch);
                     break;
                 }
             }
@@ -109,7 +126,8 @@ fn load_model(ck: &CheckpointRef) -> Result<NGram> {
 fn save_model(model: &NGram, dir: &Path, config: serde_json::Value) -> Result<()> {
     fs::create_dir_all(dir).at("cannot create", dir)?;
     fs::write(dir.join(MODEL_FILE), serde_json::to_vec(model)?).at("cannot write", dir)?;
-    fs::write(dir.join(CONFIG_FILE), crate::record::json_bytes(&config)?).at("cannot write", dir)?;
+    fs::write(dir.join(CONFIG_FILE), crate::record::json_bytes(&config)?)
+        .at("cannot write", dir)?;
     Ok(())
 }
 
@@ -119,16 +137,22 @@ fn out_dir(spec_path: &Path) -> PathBuf {
 
 /// `rsim job train SPEC`: continue the base checkpoint's counts on rows sampled from the datasets.
 pub fn train(spec_path: &Path) -> Result<()> {
-    let spec: TrainSpec = serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
-        .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
+    let spec: TrainSpec =
+        serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
+            .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
     let h = &spec.hyper;
     if let Adapter::Lora { .. } = h.adapter {
-        return Err(Error::invalid("the n-gram trainer has no adapters: use adapter {\"kind\": \"full\"}"));
+        return Err(Error::invalid(
+            "the n-gram trainer has no adapters: use adapter {\"kind\": \"full\"}",
+        ));
     }
     let mut model = load_model(&spec.base)?;
     let mut rows = Vec::new();
     for d in &spec.datasets {
-        rows.extend(parse_jsonl(&fs::read(&d.path).at("cannot read", &d.path)?, &d.path.display().to_string())?);
+        rows.extend(parse_jsonl(
+            &fs::read(&d.path).at("cannot read", &d.path)?,
+            &d.path.display().to_string(),
+        )?);
     }
     let mut rng = StdRng::seed_from_u64(h.seed);
     let scale = h.learning_rate / 1e-3;
@@ -141,18 +165,28 @@ pub fn train(spec_path: &Path) -> Result<()> {
             model.learn(row, lr, h.answer_only_loss);
         }
         if (step + 1) % 100 == 0 || step + 1 == h.steps {
-            eprintln!("step {}/{} contexts {}", step + 1, h.steps, model.counts.len());
+            eprintln!(
+                "step {}/{} contexts {}",
+                step + 1,
+                h.steps,
+                model.counts.len()
+            );
         }
     }
     let out = out_dir(spec_path);
-    let cfg = serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": spec.base.sha256 });
+    let cfg =
+        serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": spec.base.sha256 });
     save_model(&model, &out.join("checkpoint"), cfg)?;
     let metrics = serde_json::json!({
         "rows_seen": (h.steps * u64::from(h.batch_size)) as f64,
         "distinct_prompts": seen.len() as f64,
         "contexts": model.counts.len() as f64,
     });
-    fs::write(out.join("metrics.json"), crate::record::json_bytes(&metrics)?).at("cannot write", &out)?;
+    fs::write(
+        out.join("metrics.json"),
+        crate::record::json_bytes(&metrics)?,
+    )
+    .at("cannot write", &out)?;
     Ok(())
 }
 
@@ -173,15 +207,26 @@ pub fn eval(spec_path: &Path) -> Result<()> {
     let spec: EvalSpec = serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
         .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
     let model = load_model(&spec.checkpoint)?;
-    let items = parse_jsonl(&fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?, "eval set")?;
+    let items = parse_jsonl(
+        &fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?,
+        "eval set",
+    )?;
     let mut results = Vec::with_capacity(items.len());
     let mut correct = 0u64;
     let mut cache: HashMap<String, String> = HashMap::new();
     for it in &items {
-        let output = cache.entry(it.prompt.clone()).or_insert_with(|| model.generate(&it.prompt)).clone();
+        let output = cache
+            .entry(it.prompt.clone())
+            .or_insert_with(|| model.generate(&it.prompt))
+            .clone();
         let ok = parse_answer(&output) == parse_answer(&it.answer);
         correct += u64::from(ok);
-        results.push(EvalItem { prompt: it.prompt.clone(), expected: it.answer.clone(), output, correct: ok });
+        results.push(EvalItem {
+            prompt: it.prompt.clone(),
+            expected: it.answer.clone(),
+            output,
+            correct: ok,
+        });
     }
     let n = items.len() as u64;
     let out = out_dir(spec_path);
@@ -191,7 +236,8 @@ pub fn eval(spec_path: &Path) -> Result<()> {
         "n_items": n,
         "items": results,
     });
-    fs::write(out.join("result.json"), crate::record::json_bytes(&result)?).at("cannot write", &out)?;
+    fs::write(out.join("result.json"), crate::record::json_bytes(&result)?)
+        .at("cannot write", &out)?;
     Ok(())
 }
 
@@ -200,10 +246,18 @@ pub fn write_base_model(dir: &Path) -> Result<()> {
     let mut model = NGram::default();
     for a in 0..10 {
         for b in 0..10 {
-            model.learn(&crate::datasets::arith_row(a, b, false, crate::api::types::AnswerFormat::Plain), 1.0, false);
+            model.learn(
+                &crate::datasets::arith_row(a, b, false, crate::api::types::AnswerFormat::Plain),
+                1.0,
+                false,
+            );
         }
     }
-    save_model(&model, dir, serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": null }))
+    save_model(
+        &model,
+        dir,
+        serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": null }),
+    )
 }
 
 #[cfg(test)]
@@ -213,7 +267,10 @@ mod tests {
     #[test]
     fn learns_what_it_sees_and_nothing_else() {
         let mut m = NGram::default();
-        let r = Row { prompt: "12+34=".into(), answer: "46".into() };
+        let r = Row {
+            prompt: "12+34=".into(),
+            answer: "46".into(),
+        };
         assert_ne!(m.generate("12+34="), "46");
         m.learn(&r, 1.0, true);
         assert_eq!(m.generate("12+34="), "46");

@@ -33,20 +33,32 @@ fn git_state(root: &Path) -> (Vec<(String, String)>, usize) {
         .references()
         .expect("refs")
         .filter_map(|r| r.ok())
-        .map(|r| (r.name().unwrap_or("").to_string(), r.target().map(|t| t.to_string()).unwrap_or_default()))
+        .map(|r| {
+            (
+                r.name().unwrap_or("").to_string(),
+                r.target().map(|t| t.to_string()).unwrap_or_default(),
+            )
+        })
         .collect();
     refs.sort();
     let mut n = 0;
-    repo.odb().expect("odb").foreach(|_| {
-        n += 1;
-        true
-    })
-    .expect("foreach");
+    repo.odb()
+        .expect("odb")
+        .foreach(|_| {
+            n += 1;
+            true
+        })
+        .expect("foreach");
     (refs, n)
 }
 
 fn branch(s: &Study, parents: &[&str], title: &str) -> String {
-    s.call(&owner(), "branch", json!({"parents": parents, "title": title})).expect("branch")["node"]
+    s.call(
+        &owner(),
+        "branch",
+        json!({"parents": parents, "title": title}),
+    )
+    .expect("branch")["node"]
         .as_str()
         .expect("node id")
         .to_string()
@@ -60,9 +72,16 @@ fn each_action_is_one_commit_with_trailers_and_merges_are_merge_commits() {
     let b = branch(&s, &["n0"], "B");
     let m = branch(&s, &[&a, &b], "A+B");
     let repo = git2::Repository::open(&root).expect("repo");
-    let tip = |id: &str| repo.refname_to_id(&format!("refs/heads/rsim/n/{id}")).expect("ref");
+    let tip = |id: &str| {
+        repo.refname_to_id(&format!("refs/heads/rsim/n/{id}"))
+            .expect("ref")
+    };
     let merge = repo.find_commit(tip(&m)).expect("commit");
-    assert_eq!(merge.parent_count(), 2, "a node with two parents is a merge commit");
+    assert_eq!(
+        merge.parent_count(),
+        2,
+        "a node with two parents is a merge commit"
+    );
     assert_eq!(merge.parent_id(0).expect("p0"), tip(&a));
     assert_eq!(merge.parent_id(1).expect("p1"), tip(&b));
 
@@ -75,17 +94,31 @@ fn each_action_is_one_commit_with_trailers_and_merges_are_merge_commits() {
     .expect("register");
     let after = repo.find_commit(tip(&a)).expect("commit");
     assert_eq!(after.parent_count(), 1);
-    assert_eq!(after.parent_id(0).expect("parent"), before, "exactly one new commit");
+    assert_eq!(
+        after.parent_id(0).expect("parent"),
+        before,
+        "exactly one new commit"
+    );
     let t = Trailers::parse(after.message().expect("msg"));
     assert_eq!(t.node.as_deref(), Some(a.as_str()));
     assert_eq!(t.seq, Some(2));
     assert_eq!(t.decision.as_deref(), Some("accepted"));
     assert_eq!(t.agent.as_deref(), Some("owner"));
-    assert!(after.summary().ok().flatten().expect("subject").starts_with("register_dataset: "));
+    assert!(
+        after
+            .summary()
+            .ok()
+            .flatten()
+            .expect("subject")
+            .starts_with("register_dataset: ")
+    );
     // The node's state is plain files in its tree.
     let tree = after.tree().expect("tree");
     assert!(tree.get_path(Path::new("node.toml")).is_ok());
-    assert!(tree.get_path(Path::new("actions/0002-register_dataset.json")).is_ok());
+    assert!(
+        tree.get_path(Path::new("actions/0002-register_dataset.json"))
+            .is_ok()
+    );
     // No work tree was touched: the study's checkout still only has main's files.
     assert!(!root.join("actions").exists() && !root.join("node.toml").exists());
 }
@@ -101,29 +134,73 @@ fn full_experiment_trains_evaluates_and_records_real_numbers() {
         .expect("sft");
     assert_eq!(sft["job"]["state"], "succeeded", "{sft}");
     let ck = sft["checkpoint"].as_str().expect("checkpoint").to_string();
-    let dev = s.call(&owner(), "evaluate", json!({"node": n, "checkpoint": ck, "task": "add2", "split": "dev"})).expect("eval");
-    let base = s.call(&owner(), "evaluate", json!({"node": n, "checkpoint": "base", "task": "add2", "split": "dev"})).expect("eval");
+    let dev = s
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": n, "checkpoint": ck, "task": "add2", "split": "dev"}),
+        )
+        .expect("eval");
+    let base = s
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": n, "checkpoint": "base", "task": "add2", "split": "dev"}),
+        )
+        .expect("eval");
     let em = dev["metrics"]["exact_match"].as_f64().expect("em");
     let em0 = base["metrics"]["exact_match"].as_f64().expect("em");
-    assert!(em > em0 + 0.1, "training must help: base {em0}, trained {em}");
-    assert_eq!(dev["items"].as_array().map(Vec::len), Some(200), "dev split shows per-item results");
-    let test = s.call(&owner(), "evaluate", json!({"node": n, "checkpoint": ck, "task": "add2", "split": "test"})).expect("eval");
-    assert!(test.get("items").is_none(), "test split returns aggregates only: {test}");
+    assert!(
+        em > em0 + 0.1,
+        "training must help: base {em0}, trained {em}"
+    );
+    assert_eq!(
+        dev["items"].as_array().map(Vec::len),
+        Some(200),
+        "dev split shows per-item results"
+    );
+    let test = s
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": n, "checkpoint": ck, "task": "add2", "split": "test"}),
+        )
+        .expect("eval");
+    assert!(
+        test.get("items").is_none(),
+        "test split returns aggregates only: {test}"
+    );
     // The lineage leads from the checkpoint back to the base model.
-    let lin = s.call(&owner(), "dag", json!({"view": "lineage", "checkpoint": ck})).expect("lineage");
+    let lin = s
+        .call(
+            &owner(),
+            "dag",
+            json!({"view": "lineage", "checkpoint": ck}),
+        )
+        .expect("lineage");
     let steps = lin["lineage"].as_array().expect("lineage");
     assert_eq!(steps.len(), 2);
     assert_eq!(steps[0]["node"], json!(n));
     assert!(steps[1].get("node").is_none(), "ends at the base model");
     // Best view ranks the node by its metric.
-    let best = s.call(&owner(), "dag", json!({"view": "best", "task": "add2"})).expect("best");
+    let best = s
+        .call(&owner(), "dag", json!({"view": "best", "task": "add2"}))
+        .expect("best");
     assert_eq!(best["nodes"][0]["id"], json!(n));
     // compare reports mean ± interval over the node's evaluations.
-    let cmp = s.call(&owner(), "compare", json!({"node": "n0", "nodes": ["n0", n], "task": "add2"})).expect("compare");
+    let cmp = s
+        .call(
+            &owner(),
+            "compare",
+            json!({"node": "n0", "nodes": ["n0", n], "task": "add2"}),
+        )
+        .expect("compare");
     assert_eq!(cmp["rows"][1]["n"], json!(2));
     assert!(cmp["rows"][1]["ci95"].is_array());
     // get_job finds the recorded job.
-    let job = s.call(&owner(), "get_job", json!({"job": sft["job"]["id"]})).expect("job");
+    let job = s
+        .call(&owner(), "get_job", json!({"job": sft["job"]["id"]}))
+        .expect("job");
     assert_eq!(job["node"], json!(n));
 }
 
@@ -133,34 +210,144 @@ fn bad_input_is_a_clear_error_and_writes_nothing() {
     let s = open(&root);
     let before = git_state(&root);
     let cases: Vec<(&str, Value, &str, ErrorKind)> = vec![
-        ("branch", json!({"parents": ["n0"], "title": "x", "colour": "red"}), "colour", ErrorKind::Invalid),
-        ("branch", json!({"parents": ["n0"], "title": "line\nbreak"}), "title", ErrorKind::Invalid),
-        ("branch", json!({"parents": ["n0"], "title": "up/../../etc"}), "title", ErrorKind::Invalid),
-        ("branch", json!({"parents": ["n0"], "title": "bell\u{7}"}), "title", ErrorKind::Invalid),
-        ("branch", json!({"parents": ["n0"], "title": ""}), "title", ErrorKind::Invalid),
-        ("branch", json!({"parents": ["n0", "n0"], "title": "x"}), "parents", ErrorKind::Invalid),
-        ("branch", json!({"parents": ["n0", "n1", "n2"], "title": "x"}), "parents", ErrorKind::Invalid),
-        ("branch", json!({"parents": ["n42"], "title": "x"}), "n42", ErrorKind::NotFound),
-        ("branch", json!({"parents": ["../main"], "title": "x"}), "parents.0", ErrorKind::Invalid),
-        ("branch", json!({"title": "x"}), "parents", ErrorKind::Invalid),
-        ("run_sft", json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 2.0, "steps": 1, "batch_size": 1}), "learning_rate", ErrorKind::Invalid),
-        ("run_sft", json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 0.1, "steps": 1, "batch_size": 0}), "batch_size", ErrorKind::Invalid),
-        ("run_sft", json!({"node": "n0", "base": "/etc/passwd", "datasets": ["d"], "learning_rate": 0.1, "steps": 1, "batch_size": 1}), "base", ErrorKind::Invalid),
-        ("evaluate", json!({"node": "n0", "checkpoint": "base", "task": "add2", "split": "train"}), "split", ErrorKind::Invalid),
-        ("evaluate", json!({"node": "n0", "checkpoint": "base", "task": "nosuch", "split": "dev"}), "task", ErrorKind::NotFound),
-        ("register_dataset", json!({"node": "n0", "name": "../x", "source": {"kind": "inline", "rows": [{"prompt": "a", "answer": "b"}]}}), "name", ErrorKind::Invalid),
-        ("register_dataset", json!({"node": "n0", "name": "x", "source": {"kind": "declared", "source": "nosuch"}}), "source", ErrorKind::NotFound),
-        ("register_dataset", json!({"node": "n0", "name": "x", "source": {"kind": "url", "url": "http://x"}}), "source", ErrorKind::Invalid),
-        ("conclude", json!({"node": "n7", "outcome": "positive", "findings": "x"}), "n7", ErrorKind::NotFound),
+        (
+            "branch",
+            json!({"parents": ["n0"], "title": "x", "colour": "red"}),
+            "colour",
+            ErrorKind::Invalid,
+        ),
+        (
+            "branch",
+            json!({"parents": ["n0"], "title": "line\nbreak"}),
+            "title",
+            ErrorKind::Invalid,
+        ),
+        (
+            "branch",
+            json!({"parents": ["n0"], "title": "up/../../etc"}),
+            "title",
+            ErrorKind::Invalid,
+        ),
+        (
+            "branch",
+            json!({"parents": ["n0"], "title": "bell\u{7}"}),
+            "title",
+            ErrorKind::Invalid,
+        ),
+        (
+            "branch",
+            json!({"parents": ["n0"], "title": ""}),
+            "title",
+            ErrorKind::Invalid,
+        ),
+        (
+            "branch",
+            json!({"parents": ["n0", "n0"], "title": "x"}),
+            "parents",
+            ErrorKind::Invalid,
+        ),
+        (
+            "branch",
+            json!({"parents": ["n0", "n1", "n2"], "title": "x"}),
+            "parents",
+            ErrorKind::Invalid,
+        ),
+        (
+            "branch",
+            json!({"parents": ["n42"], "title": "x"}),
+            "n42",
+            ErrorKind::NotFound,
+        ),
+        (
+            "branch",
+            json!({"parents": ["../main"], "title": "x"}),
+            "parents.0",
+            ErrorKind::Invalid,
+        ),
+        (
+            "branch",
+            json!({"title": "x"}),
+            "parents",
+            ErrorKind::Invalid,
+        ),
+        (
+            "run_sft",
+            json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 2.0, "steps": 1, "batch_size": 1}),
+            "learning_rate",
+            ErrorKind::Invalid,
+        ),
+        (
+            "run_sft",
+            json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 0.1, "steps": 1, "batch_size": 0}),
+            "batch_size",
+            ErrorKind::Invalid,
+        ),
+        (
+            "run_sft",
+            json!({"node": "n0", "base": "/etc/passwd", "datasets": ["d"], "learning_rate": 0.1, "steps": 1, "batch_size": 1}),
+            "base",
+            ErrorKind::Invalid,
+        ),
+        (
+            "evaluate",
+            json!({"node": "n0", "checkpoint": "base", "task": "add2", "split": "train"}),
+            "split",
+            ErrorKind::Invalid,
+        ),
+        (
+            "evaluate",
+            json!({"node": "n0", "checkpoint": "base", "task": "nosuch", "split": "dev"}),
+            "task",
+            ErrorKind::NotFound,
+        ),
+        (
+            "register_dataset",
+            json!({"node": "n0", "name": "../x", "source": {"kind": "inline", "rows": [{"prompt": "a", "answer": "b"}]}}),
+            "name",
+            ErrorKind::Invalid,
+        ),
+        (
+            "register_dataset",
+            json!({"node": "n0", "name": "x", "source": {"kind": "declared", "source": "nosuch"}}),
+            "source",
+            ErrorKind::NotFound,
+        ),
+        (
+            "register_dataset",
+            json!({"node": "n0", "name": "x", "source": {"kind": "url", "url": "http://x"}}),
+            "source",
+            ErrorKind::Invalid,
+        ),
+        (
+            "conclude",
+            json!({"node": "n7", "outcome": "positive", "findings": "x"}),
+            "n7",
+            ErrorKind::NotFound,
+        ),
         ("get_node", json!({"node": "n7"}), "n7", ErrorKind::NotFound),
-        ("nosuch_action", json!({}), "unknown action", ErrorKind::Invalid),
+        (
+            "nosuch_action",
+            json!({}),
+            "unknown action",
+            ErrorKind::Invalid,
+        ),
     ];
     for (action, args, needle, kind) in cases {
-        let e = s.call(&owner(), action, args.clone()).expect_err(&format!("{action} {args} must fail"));
+        let e = s
+            .call(&owner(), action, args.clone())
+            .expect_err(&format!("{action} {args} must fail"));
         assert_eq!(e.kind, kind, "{action} {args}: {}", e.message);
-        assert!(e.message.contains(needle), "{action} {args}: message {:?} should name {needle:?}", e.message);
+        assert!(
+            e.message.contains(needle),
+            "{action} {args}: message {:?} should name {needle:?}",
+            e.message
+        );
     }
-    assert_eq!(git_state(&root), before, "invalid requests wrote nothing to git");
+    assert_eq!(
+        git_state(&root),
+        before,
+        "invalid requests wrote nothing to git"
+    );
 }
 
 #[test]
@@ -175,31 +362,54 @@ fn policy_rejections_are_recorded_and_counted() {
     assert_eq!(e.rule.as_deref(), Some("dataset-unregistered"));
     let commit = e.commit.clone().expect("rejection recorded");
     let repo = git2::Repository::open(&root).expect("repo");
-    let c = repo.find_commit(git2::Oid::from_str(&commit).expect("oid")).expect("commit");
+    let c = repo
+        .find_commit(git2::Oid::from_str(&commit).expect("oid"))
+        .expect("commit");
     let t = Trailers::parse(c.message().expect("msg"));
     assert_eq!(t.decision.as_deref(), Some("rejected"));
     assert_eq!(t.rule.as_deref(), Some("dataset-unregistered"));
     // Roles: an observer cannot write, a worker cannot review; both tries are recorded.
     let obs = Caller::new("watcher", Role::Observer);
-    let e = s.call(&obs, "branch", json!({"parents": [n], "title": "y"})).expect_err("observer");
+    let e = s
+        .call(&obs, "branch", json!({"parents": [n], "title": "y"}))
+        .expect_err("observer");
     assert_eq!(e.rule.as_deref(), Some("role"));
     let w = Caller::new("worker-1", Role::Worker);
-    let e = s.call(&w, "review", json!({"node": n, "summary": "looks good"})).expect_err("worker review");
+    let e = s
+        .call(&w, "review", json!({"node": n, "summary": "looks good"}))
+        .expect_err("worker review");
     assert_eq!(e.rule.as_deref(), Some("role"));
     let r = Caller::new("reviewer-1", Role::Reviewer);
     s.call(&r, "review", json!({"node": n, "summary": "try a merge", "verdicts": [{"node": n, "verdict": "needs_more_seeds", "reason": "one seed"}], "proposals": [{"parents": ["n0", n], "title": "merge"}]})).expect("review");
     let log = s.call(&owner(), "log", json!({"node": n})).expect("log");
-    let rejected = log["actions"].as_array().expect("actions").iter().filter(|a| a["decision"] == "rejected").count();
+    let rejected = log["actions"]
+        .as_array()
+        .expect("actions")
+        .iter()
+        .filter(|a| a["decision"] == "rejected")
+        .count();
     assert_eq!(rejected, 3);
     // Concluded nodes take no more experiments.
-    s.call(&owner(), "conclude", json!({"node": n, "outcome": "inconclusive", "findings": "ran out of ideas"})).expect("conclude");
+    s.call(
+        &owner(),
+        "conclude",
+        json!({"node": n, "outcome": "inconclusive", "findings": "ran out of ideas"}),
+    )
+    .expect("conclude");
     let e = s
         .call(&owner(), "register_dataset", json!({"node": n, "name": "late", "source": {"kind": "inline", "rows": [{"prompt": "a", "answer": "b"}]}}))
         .expect_err("concluded");
     assert_eq!(e.rule.as_deref(), Some("node-concluded"));
-    let node = s.call(&owner(), "get_node", json!({"node": n})).expect("node");
+    let node = s
+        .call(&owner(), "get_node", json!({"node": n}))
+        .expect("node");
     assert_eq!(node["status"], "concluded");
-    assert!(node["notes"].as_str().expect("notes").contains("ran out of ideas"));
+    assert!(
+        node["notes"]
+            .as_str()
+            .expect("notes")
+            .contains("ran out of ideas")
+    );
 }
 
 #[test]
@@ -212,7 +422,11 @@ fn a_changed_evaluator_or_eval_set_is_rejected() {
     std::fs::write(&p, text).expect("write");
     let s = open(&root);
     let e = s
-        .call(&owner(), "evaluate", json!({"node": "n0", "checkpoint": "base", "task": "add2", "split": "test"}))
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": "n0", "checkpoint": "base", "task": "add2", "split": "test"}),
+        )
         .expect_err("tampered");
     assert_eq!(e.rule.as_deref(), Some("eval-set-pinned"), "{}", e.message);
 }
@@ -221,25 +435,46 @@ fn a_changed_evaluator_or_eval_set_is_rejected() {
 fn all_answers(s: &Study) -> Vec<Value> {
     let mut out = Vec::new();
     let o = owner();
-    let list = s.call(&o, "list_nodes", json!({"limit": 1000})).expect("list");
+    let list = s
+        .call(&o, "list_nodes", json!({"limit": 1000}))
+        .expect("list");
     for n in list["nodes"].as_array().expect("nodes") {
         let id = n["id"].clone();
-        out.push(s.call(&o, "get_node", json!({"node": id})).expect("get_node"));
+        out.push(
+            s.call(&o, "get_node", json!({"node": id}))
+                .expect("get_node"),
+        );
         for view in ["children", "ancestors", "related"] {
-            out.push(s.call(&o, "dag", json!({"view": view, "node": id})).expect("dag"));
+            out.push(
+                s.call(&o, "dag", json!({"view": view, "node": id}))
+                    .expect("dag"),
+            );
         }
-        out.push(s.call(&o, "log", json!({"node": id, "limit": 1000})).expect("log"));
+        out.push(
+            s.call(&o, "log", json!({"node": id, "limit": 1000}))
+                .expect("log"),
+        );
     }
     out.push(list);
     for st in ["open", "concluded"] {
-        out.push(s.call(&o, "list_nodes", json!({"status": st})).expect("list"));
+        out.push(
+            s.call(&o, "list_nodes", json!({"status": st}))
+                .expect("list"),
+        );
     }
     for view in ["full", "frontier", "best"] {
         out.push(s.call(&o, "dag", json!({"view": view})).expect("dag"));
     }
     out.push(s.call(&o, "log", json!({"limit": 100000})).expect("log"));
-    let jobs: Vec<String> = s.index().conn().prepare("SELECT id FROM jobs ORDER BY id").expect("prep")
-        .query_map([], |r| r.get(0)).expect("q").map(|r| r.expect("row")).collect();
+    let jobs: Vec<String> = s
+        .index()
+        .conn()
+        .prepare("SELECT id FROM jobs ORDER BY id")
+        .expect("prep")
+        .query_map([], |r| r.get(0))
+        .expect("q")
+        .map(|r| r.expect("row"))
+        .collect();
     for j in jobs {
         out.push(s.call(&o, "get_job", json!({"job": j})).expect("job"));
     }
@@ -261,12 +496,36 @@ fn deleting_the_index_and_reindexing_gives_the_same_answers() {
         let sft = s.call(&Caller::new("worker-7", Role::Worker), "run_sft", json!({"node": a, "base": "base", "datasets": ["d"], "learning_rate": 0.001, "steps": 10, "batch_size": 8})).expect("sft");
         let ck = sft["checkpoint"].as_str().expect("ck").to_string();
         for split in ["dev", "test"] {
-            s.call(&owner(), "evaluate", json!({"node": a, "checkpoint": ck, "task": "add2", "split": split})).expect("eval");
+            s.call(
+                &owner(),
+                "evaluate",
+                json!({"node": a, "checkpoint": ck, "task": "add2", "split": split}),
+            )
+            .expect("eval");
         }
-        s.call(&owner(), "evaluate", json!({"node": b, "checkpoint": "base", "task": "add2", "split": "dev"})).expect("eval");
-        let _ = s.call(&owner(), "evaluate", json!({"node": a, "checkpoint": "f".repeat(64), "task": "add2", "split": "dev"}));
-        s.call(&owner(), "compare", json!({"node": "n0", "nodes": [a, b], "task": "add2"})).expect("cmp");
-        s.call(&owner(), "conclude", json!({"node": b, "outcome": "negative", "findings": "base is bad"})).expect("conclude");
+        s.call(
+            &owner(),
+            "evaluate",
+            json!({"node": b, "checkpoint": "base", "task": "add2", "split": "dev"}),
+        )
+        .expect("eval");
+        let _ = s.call(
+            &owner(),
+            "evaluate",
+            json!({"node": a, "checkpoint": "f".repeat(64), "task": "add2", "split": "dev"}),
+        );
+        s.call(
+            &owner(),
+            "compare",
+            json!({"node": "n0", "nodes": [a, b], "task": "add2"}),
+        )
+        .expect("cmp");
+        s.call(
+            &owner(),
+            "conclude",
+            json!({"node": b, "outcome": "negative", "findings": "base is bad"}),
+        )
+        .expect("conclude");
         all_answers(&s)
     };
     assert!(answers.len() > 20);
@@ -274,7 +533,11 @@ fn deleting_the_index_and_reindexing_gives_the_same_answers() {
         let _ = std::fs::remove_file(root.join(".rsim").join(f));
     }
     let mut s = open(&root);
-    assert_eq!(s.index().node_count().expect("count"), 0, "a fresh index starts empty");
+    assert_eq!(
+        s.index().node_count().expect("count"),
+        0,
+        "a fresh index starts empty"
+    );
     s.reindex().expect("reindex");
     let again = all_answers(&s);
     assert_eq!(answers.len(), again.len());
@@ -297,9 +560,19 @@ fn concurrent_writers_never_lose_a_commit() {
                 let s = open(&root);
                 let who = Caller::new(format!("agent-{t}"), Role::Worker);
                 for i in 0..10 {
-                    s.call(&who, "compare", json!({"node": n, "nodes": ["n0", n], "task": "add2"})).expect("compare");
+                    s.call(
+                        &who,
+                        "compare",
+                        json!({"node": n, "nodes": ["n0", n], "task": "add2"}),
+                    )
+                    .expect("compare");
                     if i % 3 == 0 {
-                        s.call(&who, "branch", json!({"parents": [n], "title": format!("child {t}.{i}")})).expect("branch");
+                        s.call(
+                            &who,
+                            "branch",
+                            json!({"parents": [n], "title": format!("child {t}.{i}")}),
+                        )
+                        .expect("branch");
                     }
                 }
             })
@@ -309,15 +582,25 @@ fn concurrent_writers_never_lose_a_commit() {
         t.join().expect("thread");
     }
     let s = open(&root);
-    let node = s.call(&owner(), "get_node", json!({"node": n})).expect("node");
+    let node = s
+        .call(&owner(), "get_node", json!({"node": n}))
+        .expect("node");
     let actions = node["actions"].as_array().expect("actions");
-    assert_eq!(actions.len(), 1 + 40, "every compare is recorded exactly once");
+    assert_eq!(
+        actions.len(),
+        1 + 40,
+        "every compare is recorded exactly once"
+    );
     for (i, a) in actions.iter().enumerate() {
         assert_eq!(a["seq"], json!(i + 1));
     }
     let git_nodes = s.record().node_tips().expect("tips").len();
     assert_eq!(git_nodes, 2 + 16, "git has every node");
-    assert_eq!(node["children"].as_array().map(Vec::len), Some(16), "4 writers × 4 branches each, unique ids: {node}");
+    assert_eq!(
+        node["children"].as_array().map(Vec::len),
+        Some(16),
+        "4 writers × 4 branches each, unique ids: {node}"
+    );
     let rep = rsi_master::fsck::fsck(&s).expect("fsck");
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
@@ -330,16 +613,85 @@ fn malformed_config_is_reported_with_file_and_key_and_nothing_is_created() {
     std::fs::write(root.join("rsim.toml"), "[study]\nname = \"x\"\n[base_model]\nname = \"b\"\npath = \"m\"\n[jobs]\nsft = \"train.sh\"\nevaluate = [\"e\"]\n").expect("write");
     let e = init::init(&root, None).expect_err("bad config");
     assert_eq!(e.kind, ErrorKind::Invalid);
-    assert!(e.message.contains("rsim.toml") && e.message.contains("jobs.sft") && e.message.contains("line 7"), "{}", e.message);
+    assert!(
+        e.message.contains("rsim.toml")
+            && e.message.contains("jobs.sft")
+            && e.message.contains("line 7"),
+        "{}",
+        e.message
+    );
     assert!(!root.join(".git").exists(), "no repository was created");
     // A study that does not exist is a clear error too.
-    let e = Study::open(&dir.path().join("nowhere")).err().expect("no study");
+    let e = Study::open(&dir.path().join("nowhere"))
+        .err()
+        .expect("no study");
     assert!(e.message.contains("nowhere"));
 }
 
 #[test]
 fn split_enum_round_trips() {
-    assert_eq!(serde_json::to_value(Split::Test).expect("json"), json!("test"));
-    let r: EvaluateRequest = serde_json::from_value(json!({"node": "n0", "checkpoint": "base", "task": "t", "split": "dev"})).expect("parse");
+    assert_eq!(
+        serde_json::to_value(Split::Test).expect("json"),
+        json!("test")
+    );
+    let r: EvaluateRequest = serde_json::from_value(
+        json!({"node": "n0", "checkpoint": "base", "task": "t", "split": "dev"}),
+    )
+    .expect("parse");
     assert_eq!(r.split, Split::Dev);
+}
+
+#[test]
+fn a_writer_dying_between_commit_and_index_update_is_repaired_on_open() {
+    let (_d, root) = new_study();
+    let n = branch(&open(&root), &["n0"], "x");
+    let s = open(&root);
+    s.call(
+        &owner(),
+        "compare",
+        json!({"node": n, "nodes": ["n0", n], "task": "add2"}),
+    )
+    .expect("compare");
+    let full = s
+        .call(&owner(), "get_node", json!({"node": n}))
+        .expect("node");
+    // Put the index back to where a writer killed after moving the branch would have left it:
+    // the node's old tip, without the new action, and the writer's pending marker (a dead pid).
+    let first_commit = full["actions"][0]["commit"]
+        .as_str()
+        .expect("commit")
+        .to_string();
+    let conn = s.index().conn();
+    conn.execute("DELETE FROM actions WHERE node=?1 AND seq=2", [&n])
+        .expect("delete");
+    conn.execute(
+        "UPDATE nodes SET tip=?1, action_count=1 WHERE id=?2",
+        [&first_commit, &n],
+    )
+    .expect("update");
+    conn.execute(
+        "INSERT INTO pending(node,pid,writer) VALUES(?1, 2147483646, 'dead-writer')",
+        [&n],
+    )
+    .expect("insert");
+    drop(s);
+    let s = open(&root);
+    assert_eq!(
+        s.call(&owner(), "get_node", json!({"node": n}))
+            .expect("node"),
+        full
+    );
+    assert!(s.index().pending().expect("pending").is_empty());
+    // A live writer's marker is left alone (it will clear it itself).
+    let pid = std::process::id();
+    s.index()
+        .conn()
+        .execute(
+            "INSERT INTO pending(node,pid,writer) VALUES(?1, ?2, 'other-live-writer')",
+            rusqlite::params![n, pid],
+        )
+        .expect("insert");
+    drop(s);
+    let s = open(&root);
+    assert_eq!(s.index().pending().expect("pending").len(), 1);
 }

@@ -13,22 +13,40 @@ fn rsim() -> Command {
 }
 
 fn run(study: &Path, args: &[&str]) -> Output {
-    rsim().arg("-C").arg(study).args(args).output().expect("spawn rsim")
+    rsim()
+        .arg("-C")
+        .arg(study)
+        .args(args)
+        .output()
+        .expect("spawn rsim")
 }
 
 fn ok_json(study: &Path, args: &[&str]) -> Value {
     let mut full = vec!["--json"];
     full.extend_from_slice(args);
     let out = run(study, &full);
-    assert!(out.status.success(), "rsim {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "rsim {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("json output")
 }
 
 fn example_study() -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().expect("tempdir");
     let root = d.path().join("study");
-    let out = rsim().args(["init"]).arg(&root).args(["--example", "tiny-arith"]).output().expect("init");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = rsim()
+        .args(["init"])
+        .arg(&root)
+        .args(["--example", "tiny-arith"])
+        .output()
+        .expect("init");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (d, root)
 }
 
@@ -41,10 +59,21 @@ fn schemas_directory_is_current() {
             stale.push(rel);
         }
     }
-    assert!(stale.is_empty(), "schemas/ is stale ({stale:?}): run `cargo run -- schemas` and commit");
+    assert!(
+        stale.is_empty(),
+        "schemas/ is stale ({stale:?}): run `cargo run -- schemas` and commit"
+    );
     // And the CLI check agrees.
-    let out = rsim().args(["schemas", "--check", "--out"]).arg(&dir).output().expect("schemas");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = rsim()
+        .args(["schemas", "--check", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("schemas");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -59,7 +88,18 @@ fn cli_commands_exit_codes_and_output() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("title"));
     let out = run(&s, &["show", "n9"]);
     assert_eq!(out.status.code(), Some(3), "unknown node");
-    let out = run(&s, &["evaluate", "--node", "n1", "--checkpoint", &"0".repeat(64), "--task", "add2"]);
+    let out = run(
+        &s,
+        &[
+            "evaluate",
+            "--node",
+            "n1",
+            "--checkpoint",
+            &"0".repeat(64),
+            "--task",
+            "add2",
+        ],
+    );
     assert_eq!(out.status.code(), Some(4), "policy rejection");
     assert!(String::from_utf8_lossy(&out.stderr).contains("checkpoint-provenance"));
     let out = run(&s, &["--role", "overlord", "log"]);
@@ -76,39 +116,107 @@ fn cli_commands_exit_codes_and_output() {
     {
         use std::io::Write;
         let req = json!({"node": "n1", "name": "plain", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 1}});
-        child.stdin.take().expect("stdin").write_all(req.to_string().as_bytes()).expect("write");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(req.to_string().as_bytes())
+            .expect("write");
     }
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success());
     let reg: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(reg["rows"], 2000);
-    let sft = ok_json(&s, &["run-sft", "--node", "n1", "--dataset", "plain", "--steps", "20", "--batch-size", "16"]);
+    let sft = ok_json(
+        &s,
+        &[
+            "run-sft",
+            "--node",
+            "n1",
+            "--dataset",
+            "plain",
+            "--steps",
+            "20",
+            "--batch-size",
+            "16",
+        ],
+    );
     assert_eq!(sft["job"]["state"], "succeeded");
     let ck = sft["checkpoint"].as_str().expect("ck").to_string();
-    let ev = ok_json(&s, &["evaluate", "--node", "n1", "--checkpoint", &ck, "--task", "add2"]);
+    let ev = ok_json(
+        &s,
+        &[
+            "evaluate",
+            "--node",
+            "n1",
+            "--checkpoint",
+            &ck,
+            "--task",
+            "add2",
+        ],
+    );
     assert!(ev["metrics"]["exact_match"].as_f64().is_some());
     ok_json(&s, &["branch", "--from", "n0", "--title", "Other"]);
-    let cmp = ok_json(&s, &["compare", "--node", "n0", "n1", "n2", "--task", "add2"]);
+    let cmp = ok_json(
+        &s,
+        &["compare", "--node", "n0", "n1", "n2", "--task", "add2"],
+    );
     assert_eq!(cmp["rows"].as_array().map(Vec::len), Some(2));
-    ok_json(&s, &["branch", "--from", "n1", "--from", "n2", "--title", "Merge"]);
+    ok_json(
+        &s,
+        &["branch", "--from", "n1", "--from", "n2", "--title", "Merge"],
+    );
     // dag in three formats.
     let text = String::from_utf8(run(&s, &["dag"]).stdout).expect("utf8");
-    assert!(text.contains("n3  [open]  Merge  (merge of n1 + n2)"), "{text}");
+    assert!(
+        text.contains("n3  [open]  Merge  (merge of n1 + n2)"),
+        "{text}"
+    );
     let dot = String::from_utf8(run(&s, &["dag", "--format", "dot"]).stdout).expect("utf8");
     assert!(dot.starts_with("digraph") && dot.contains("n1 -> n3;") && dot.contains("n2 -> n3;"));
-    let dag: Value = serde_json::from_slice(&run(&s, &["dag", "--format", "json"]).stdout).expect("json");
+    let dag: Value =
+        serde_json::from_slice(&run(&s, &["dag", "--format", "json"]).stdout).expect("json");
     assert_eq!(dag["nodes"].as_array().map(Vec::len), Some(4));
     let fr = ok_json(&s, &["dag", "--view", "related", "--node", "n1"]);
-    assert!(fr["nodes"].as_array().expect("nodes").iter().any(|n| n["id"] == "n2" && n["relation"] == "sibling"));
+    assert!(
+        fr["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .any(|n| n["id"] == "n2" && n["relation"] == "sibling")
+    );
     let log = ok_json(&s, &["log"]);
-    assert!(log["actions"].as_array().expect("actions").iter().any(|a| a["rule"] == "checkpoint-provenance"));
+    assert!(
+        log["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .any(|a| a["rule"] == "checkpoint-provenance")
+    );
     let show = String::from_utf8(run(&s, &["show", "n1"]).stdout).expect("utf8");
-    assert!(show.contains("branch:     rsim/n/n1") && show.contains("exact_match"), "{show}");
+    assert!(
+        show.contains("branch:     rsim/n/n1") && show.contains("exact_match"),
+        "{show}"
+    );
     // The record is plain git: trailers parse with git itself.
-    let tr = Command::new("git").arg("-C").arg(&s).args(["log", "-1", "--format=%(trailers:key=Rsim-Action,valueonly)", "rsim/n/n3"]).output().expect("git");
+    let tr = Command::new("git")
+        .arg("-C")
+        .arg(&s)
+        .args([
+            "log",
+            "-1",
+            "--format=%(trailers:key=Rsim-Action,valueonly)",
+            "rsim/n/n3",
+        ])
+        .output()
+        .expect("git");
     assert_eq!(String::from_utf8_lossy(&tr.stdout).trim(), "branch");
     let out = run(&s, &["fsck"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // Reindex gives the same DAG.
     let before = ok_json(&s, &["dag", "--format", "json"]);
     ok_json(&s, &["reindex"]);
@@ -145,7 +253,10 @@ fn answers(s: &Path) -> Vec<Value> {
 #[test]
 fn killing_writers_at_random_points_never_leaves_a_half_written_action() {
     let (_d, s) = example_study();
-    let seed = std::env::var("RSIM_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_1234_u64);
+    let seed = std::env::var("RSIM_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_1234_u64);
     eprintln!("crash test seed {seed} (set RSIM_CRASH_SEED to replay)");
     let mut rng = Rng(seed);
     let mut nodes = vec!["n0".to_string()];
@@ -157,17 +268,29 @@ fn killing_writers_at_random_points_never_leaves_a_half_written_action() {
     for i in 0..100 {
         let node = nodes[rng.below(nodes.len() as u64) as usize].clone();
         let (action, args) = match i % 5 {
-            0 | 3 => ("branch", json!({"parents": [node], "title": format!("direction {i}")})),
+            0 | 3 => (
+                "branch",
+                json!({"parents": [node], "title": format!("direction {i}")}),
+            ),
             1 => {
                 let name = format!("d{i}");
                 datasets.push(name.clone());
-                ("register_dataset", json!({"node": node, "name": name, "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 300, "seed": i}}))
+                (
+                    "register_dataset",
+                    json!({"node": node, "name": name, "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 300, "seed": i}}),
+                )
             }
             2 if !datasets.is_empty() => {
                 let d = datasets[rng.below(datasets.len() as u64) as usize].clone();
-                ("run_sft", json!({"node": node, "base": "base", "datasets": [d], "learning_rate": 0.001, "steps": 3, "batch_size": 4, "seed": i}))
+                (
+                    "run_sft",
+                    json!({"node": node, "base": "base", "datasets": [d], "learning_rate": 0.001, "steps": 3, "batch_size": 4, "seed": i}),
+                )
             }
-            _ => ("compare", json!({"node": node, "nodes": ["n0", node], "task": "add2"})),
+            _ => (
+                "compare",
+                json!({"node": node, "nodes": ["n0", node], "task": "add2"}),
+            ),
         };
         let started = std::time::Instant::now();
         let mut child = rsim()
@@ -189,7 +312,10 @@ fn killing_writers_at_random_points_never_leaves_a_half_written_action() {
         } else {
             let out = child.wait_with_output().expect("wait");
             let us = started.elapsed().as_micros() as u64;
-            typical.entry(action).and_modify(|t| *t = (*t + us) / 2).or_insert(us);
+            typical
+                .entry(action)
+                .and_modify(|t| *t = (*t + us) / 2)
+                .or_insert(us);
             if out.status.success() {
                 finished += 1;
                 if action == "branch"
@@ -203,21 +329,50 @@ fn killing_writers_at_random_points_never_leaves_a_half_written_action() {
         if action == "branch" && i % 10 == 0 {
             // Learn about nodes created by killed-but-completed writers too.
             let list = ok_json(&s, &["call", "list_nodes", r#"{"limit": 100000}"#]);
-            nodes = list["nodes"].as_array().expect("nodes").iter().filter_map(|n| n["id"].as_str().map(str::to_string)).collect();
+            nodes = list["nodes"]
+                .as_array()
+                .expect("nodes")
+                .iter()
+                .filter_map(|n| n["id"].as_str().map(str::to_string))
+                .collect();
         }
     }
-    let recorded = ok_json(&s, &["log", "--limit", "100000"])["actions"].as_array().map_or(0, Vec::len);
+    let recorded = ok_json(&s, &["log", "--limit", "100000"])["actions"]
+        .as_array()
+        .map_or(0, Vec::len);
     eprintln!("killed {killed} writers, {finished} finished unharmed, {recorded} actions recorded");
-    assert!(killed >= 20, "the test must actually kill writers mid-flight");
-    assert!(recorded > finished + 1 + 5, "some killed writers must have got far enough to record");
+    assert!(
+        killed >= 20,
+        "the test must actually kill writers mid-flight"
+    );
+    assert!(
+        recorded > finished + 1 + 5,
+        "some killed writers must have got far enough to record"
+    );
     // git's own check: no corruption, no missing objects.
-    let fsck = Command::new("git").arg("-C").arg(&s).args(["fsck", "--full", "--no-dangling"]).output().expect("git fsck");
-    assert!(fsck.status.success(), "git fsck: {}", String::from_utf8_lossy(&fsck.stderr));
+    let fsck = Command::new("git")
+        .arg("-C")
+        .arg(&s)
+        .args(["fsck", "--full", "--no-dangling"])
+        .output()
+        .expect("git fsck");
+    assert!(
+        fsck.status.success(),
+        "git fsck: {}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
     let err = String::from_utf8_lossy(&fsck.stderr).to_lowercase();
-    assert!(!err.contains("error") && !err.contains("missing") && !err.contains("broken"), "{err}");
+    assert!(
+        !err.contains("error") && !err.contains("missing") && !err.contains("broken"),
+        "{err}"
+    );
     // Our own check: every commit records exactly one whole action, the index agrees with git.
     let out = run(&s, &["fsck"]);
-    assert!(out.status.success(), "rsim fsck: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "rsim fsck: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // The index rebuilt from git alone gives the same answers.
     let before = answers(&s);
     for f in ["index.sqlite", "index.sqlite-wal", "index.sqlite-shm"] {

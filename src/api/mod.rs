@@ -83,18 +83,36 @@ impl Study {
     }
 
     pub fn open_with_runner(root: &Path, runner: Box<dyn JobRunner>) -> Result<Study> {
-        let root = root.canonicalize().map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
+        let root = root
+            .canonicalize()
+            .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
         let record = Record::open(&root)?;
         let config = load_committed_config(&record, &root)?;
         let state = root.join(STATE_DIR);
         fs::create_dir_all(&state).at("cannot create", &state)?;
-        let index = Index::open(&state.join("index.sqlite"))?;
+        let mut index = Index::open(&state.join("index.sqlite"))?;
+        if index.needs_rebuild {
+            tracing::warn!("the index was written by another rsim version; rebuilding it from git");
+            index.rebuild(&record)?;
+            index.needs_rebuild = false;
+        }
         let repaired = index.repair(&record)?;
         if repaired > 0 {
-            tracing::info!(repaired, "index caught up with git after an interrupted write");
+            tracing::info!(
+                repaired,
+                "index caught up with git after an interrupted write"
+            );
         }
         let store = ObjectStore::new(state.join("objects"));
-        Ok(Study { root, config, record, index, store, runner, rsim_bin: None })
+        Ok(Study {
+            root,
+            config,
+            record,
+            index,
+            store,
+            runner,
+            rsim_bin: None,
+        })
     }
 
     /// Make `@rsim` in job commands run this binary (tests and embedders whose executable is not rsim).
@@ -133,7 +151,9 @@ impl Study {
         schema::validate(action, &args)?;
         match action {
             "branch" => to_value(self.branch_checked(caller, parse(action, args)?)),
-            "register_dataset" => to_value(self.register_dataset_checked(caller, parse(action, args)?)),
+            "register_dataset" => {
+                to_value(self.register_dataset_checked(caller, parse(action, args)?))
+            }
             "run_sft" => to_value(self.run_sft_checked(caller, parse(action, args)?)),
             "evaluate" => to_value(self.evaluate_checked(caller, parse(action, args)?)),
             "compare" => to_value(self.compare_checked(caller, parse(action, args)?)),
@@ -144,7 +164,10 @@ impl Study {
             "dag" => to_value(self.dag(parse(action, args)?)),
             "log" => to_value(self.log(parse(action, args)?)),
             "get_job" => to_value(self.get_job(parse(action, args)?)),
-            other => Err(Error::invalid(format!("unknown action {other:?}; actions are: {}", schema::names()))),
+            other => Err(Error::invalid(format!(
+                "unknown action {other:?}; actions are: {}",
+                schema::names()
+            ))),
         }
     }
 
@@ -154,7 +177,11 @@ impl Study {
         revalidate("branch", &req)?;
         self.branch_checked(caller, req)
     }
-    pub fn register_dataset(&self, caller: &Caller, req: RegisterDatasetRequest) -> Result<RegisterDatasetResult> {
+    pub fn register_dataset(
+        &self,
+        caller: &Caller,
+        req: RegisterDatasetRequest,
+    ) -> Result<RegisterDatasetResult> {
         revalidate("register_dataset", &req)?;
         self.register_dataset_checked(caller, req)
     }
@@ -189,7 +216,10 @@ impl Study {
         }
         let mut parent_tips = Vec::new();
         for (i, p) in req.parents.iter().enumerate() {
-            parent_tips.push(self.require_node_tip(p).map_err(|e| e.context(format!("parents.{i}")))?);
+            parent_tips.push(
+                self.require_node_tip(p)
+                    .map_err(|e| e.context(format!("parents.{i}")))?,
+            );
         }
         let first = req.parents[0].clone();
         let facts = Facts {
@@ -200,7 +230,13 @@ impl Study {
         let decision = policy::check(Request::Branch(&req), caller, &self.config, &facts);
         let request = serde_json::to_value(&req)?;
         if !decision.accepted() {
-            return Err(self.record_rejection(&first, caller, ActionName::Branch, request, decision));
+            return Err(self.record_rejection(
+                &first,
+                caller,
+                ActionName::Branch,
+                request,
+                decision,
+            ));
         }
         let mut num = self.index.max_node_num()? + 1;
         for _ in 0..CAS_ATTEMPTS * 4 {
@@ -216,7 +252,9 @@ impl Study {
                 created_by: caller.agent.clone(),
                 outcome: None,
             };
-            let branch = record::node_ref(&id).trim_start_matches("refs/heads/").to_string();
+            let branch = record::node_ref(&id)
+                .trim_start_matches("refs/heads/")
+                .to_string();
             let rec = ActionRecord {
                 seq: 1,
                 action: ActionName::Branch,
@@ -236,14 +274,22 @@ impl Study {
             let body = if req.hypothesis.is_empty() {
                 format!("Parents: {}", req.parents.join(", "))
             } else {
-                format!("Hypothesis: {}\n\nParents: {}", req.hypothesis, req.parents.join(", "))
+                format!(
+                    "Hypothesis: {}\n\nParents: {}",
+                    req.hypothesis,
+                    req.parents.join(", ")
+                )
             };
             let msg = record::commit_message(&rec, &body, &req.parents);
             self.index.mark_pending(&id)?;
             match self.record.create_node(&meta, &rec, &parent_tips, &msg)? {
                 record::Create::Created(commit) => {
                     self.index.sync_node(&self.record, &id)?;
-                    return Ok(BranchResult { node: id, branch, commit: commit.to_string() });
+                    return Ok(BranchResult {
+                        node: id,
+                        branch,
+                        commit: commit.to_string(),
+                    });
                 }
                 record::Create::Taken => {
                     // Another writer took this id: the index may lag, so step past it.
@@ -253,7 +299,9 @@ impl Study {
                 record::Create::Busy => backoff(),
             }
         }
-        Err(Error::conflict("could not allocate a node id: too many concurrent writers"))
+        Err(Error::conflict(
+            "could not allocate a node id: too many concurrent writers",
+        ))
     }
 
     fn register_dataset_checked(
@@ -268,7 +316,12 @@ impl Study {
         {
             return Err(Error::not_found(format!(
                 "source: no dataset source {source:?} is declared in rsim.toml (declared: {})",
-                self.config.datasets.keys().cloned().collect::<Vec<_>>().join(", ")
+                self.config
+                    .datasets
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         let facts = Facts {
@@ -279,7 +332,13 @@ impl Study {
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::RegisterDataset(&req), caller, &self.config, &facts);
         if !decision.accepted() {
-            return Err(self.record_rejection(&req.node, caller, ActionName::RegisterDataset, request, decision));
+            return Err(self.record_rejection(
+                &req.node,
+                caller,
+                ActionName::RegisterDataset,
+                request,
+                decision,
+            ));
         }
         let rows = match &req.source {
             DatasetSource::Inline { rows } => rows.clone(),
@@ -293,21 +352,35 @@ impl Study {
         let bytes = datasets::to_jsonl(&rows)?;
         let sha = self.store.put_bytes(&bytes)?;
         let n = rows.len() as u64;
-        let (oid, _) = self.commit_action(&req.node, caller, ActionName::RegisterDataset, request, |_| {
-            let mut p = Prepared::accepted(
-                format!("{} ({n} rows)", req.name),
-                serde_json::json!({ "dataset": req.name, "sha256": sha, "rows": n }),
-            );
-            p.body = format!("Dataset {} ({n} rows), sha256 {sha}.\n{}", req.name, req.description);
-            p.artifacts.push(ArtifactRef {
-                sha256: sha.clone(),
-                kind: ArtifactKind::Dataset,
-                name: req.name.clone(),
-                parent: None,
-            });
-            Ok(p)
-        })?;
-        Ok(RegisterDatasetResult { dataset: req.name, sha256: sha, rows: n, commit: oid })
+        let (oid, _) = self.commit_action(
+            &req.node,
+            caller,
+            ActionName::RegisterDataset,
+            request,
+            |_| {
+                let mut p = Prepared::accepted(
+                    format!("{} ({n} rows)", req.name),
+                    serde_json::json!({ "dataset": req.name, "sha256": sha, "rows": n }),
+                );
+                p.body = format!(
+                    "Dataset {} ({n} rows), sha256 {sha}.\n{}",
+                    req.name, req.description
+                );
+                p.artifacts.push(ArtifactRef {
+                    sha256: sha.clone(),
+                    kind: ArtifactKind::Dataset,
+                    name: req.name.clone(),
+                    parent: None,
+                });
+                Ok(p)
+            },
+        )?;
+        Ok(RegisterDatasetResult {
+            dataset: req.name,
+            sha256: sha,
+            rows: n,
+            commit: oid,
+        })
     }
 
     fn run_sft_checked(&self, caller: &Caller, req: RunSftRequest) -> Result<RunSftResult> {
@@ -332,9 +405,16 @@ impl Study {
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::RunSft(&req), caller, &self.config, &facts);
         if !decision.accepted() {
-            return Err(self.record_rejection(&req.node, caller, ActionName::RunSft, request, decision));
+            return Err(self.record_rejection(
+                &req.node,
+                caller,
+                ActionName::RunSft,
+                request,
+                decision,
+            ));
         }
-        let base_sha = base_sha.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
+        let base_sha =
+            base_sha.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
         let job_id = crate::jobs::new_job_id();
         let params = serde_json::json!({
             "kind": "sft",
@@ -358,50 +438,60 @@ impl Study {
                 train_metrics = read_metrics(&spec.out_dir().join("metrics.json"))?;
             } else {
                 job.state = JobState::Failed;
-                job.error = Some("the trainer exited 0 but wrote no out/checkpoint/ directory".into());
+                job.error =
+                    Some("the trainer exited 0 but wrote no out/checkpoint/ directory".into());
             }
         }
         let result_stored = serde_json::json!({
             "job": job, "checkpoint": checkpoint, "train_metrics": train_metrics,
         });
-        let (oid, _) = self.commit_action(&req.node, caller, ActionName::RunSft, request, |_| {
-            let summary = match &checkpoint {
-                Some(c) => format!("{} → checkpoint {}", short_ck(&req.base), &c[..12]),
-                None => format!("{} → job {}", short_ck(&req.base), job.state.as_str()),
-            };
-            let mut p = Prepared::accepted(summary, result_stored.clone());
-            p.body = format!(
-                "Datasets: {}; lr {}, {} steps, batch {}, seed {}.\nJob {} {} in {:.1} s{}.",
-                req.datasets.join(", "),
-                req.learning_rate,
-                req.steps,
-                req.batch_size,
-                req.seed,
-                job.id,
-                job.state.as_str(),
-                job.duration_s,
-                job.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
-            );
-            if let Some(c) = &checkpoint {
-                p.artifacts.push(ArtifactRef {
-                    sha256: c.clone(),
-                    kind: ArtifactKind::Checkpoint,
-                    name: format!("{}-{}", req.node, &c[..12]),
-                    parent: Some(base_sha.clone()),
-                });
-            }
-            if let Some(l) = &job.log {
-                p.artifacts.push(ArtifactRef {
-                    sha256: l.clone(),
-                    kind: ArtifactKind::Log,
-                    name: format!("{}.log", job.id),
-                    parent: None,
-                });
-            }
-            p.job = Some(job.clone());
-            Ok(p)
-        })?;
-        Ok(RunSftResult { job, checkpoint, train_metrics, commit: oid })
+        let (oid, _) =
+            self.commit_action(&req.node, caller, ActionName::RunSft, request, |_| {
+                let summary = match &checkpoint {
+                    Some(c) => format!("{} → checkpoint {}", short_ck(&req.base), &c[..12]),
+                    None => format!("{} → job {}", short_ck(&req.base), job.state.as_str()),
+                };
+                let mut p = Prepared::accepted(summary, result_stored.clone());
+                p.body = format!(
+                    "Datasets: {}; lr {}, {} steps, batch {}, seed {}.\nJob {} {} in {:.1} s{}.",
+                    req.datasets.join(", "),
+                    req.learning_rate,
+                    req.steps,
+                    req.batch_size,
+                    req.seed,
+                    job.id,
+                    job.state.as_str(),
+                    job.duration_s,
+                    job.error
+                        .as_ref()
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default()
+                );
+                if let Some(c) = &checkpoint {
+                    p.artifacts.push(ArtifactRef {
+                        sha256: c.clone(),
+                        kind: ArtifactKind::Checkpoint,
+                        name: format!("{}-{}", req.node, &c[..12]),
+                        parent: Some(base_sha.clone()),
+                    });
+                }
+                if let Some(l) = &job.log {
+                    p.artifacts.push(ArtifactRef {
+                        sha256: l.clone(),
+                        kind: ArtifactKind::Log,
+                        name: format!("{}.log", job.id),
+                        parent: None,
+                    });
+                }
+                p.job = Some(job.clone());
+                Ok(p)
+            })?;
+        Ok(RunSftResult {
+            job,
+            checkpoint,
+            train_metrics,
+            commit: oid,
+        })
     }
 
     fn evaluate_checked(&self, caller: &Caller, req: EvaluateRequest) -> Result<EvaluateResult> {
@@ -411,7 +501,12 @@ impl Study {
             Error::not_found(format!(
                 "task: no task {:?} in this study (tasks: {})",
                 req.task,
-                self.config.tasks.keys().cloned().collect::<Vec<_>>().join(", ")
+                self.config
+                    .tasks
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })?;
         let set = match req.split {
@@ -436,7 +531,13 @@ impl Study {
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::Evaluate(&req), caller, &self.config, &facts);
         if !decision.accepted() {
-            return Err(self.record_rejection(&req.node, caller, ActionName::Evaluate, request, decision));
+            return Err(self.record_rejection(
+                &req.node,
+                caller,
+                ActionName::Evaluate,
+                request,
+                decision,
+            ));
         }
         let ck = ck.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
         let job_id = crate::jobs::new_job_id();
@@ -449,7 +550,12 @@ impl Study {
             "metric": task.metric,
             "eval_set": set_path,
         });
-        let spec = self.job_spec(job_id, JobKind::Evaluate, &self.config.jobs.evaluate.clone(), params)?;
+        let spec = self.job_spec(
+            job_id,
+            JobKind::Evaluate,
+            &self.config.jobs.evaluate.clone(),
+            params,
+        )?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
         let mut metrics = BTreeMap::new();
@@ -484,42 +590,54 @@ impl Study {
             "job": job, "task": req.task, "split": req.split, "metrics": metrics, "n_items": n_items,
             "evaluator": evaluator, "items": items,
         });
-        let (oid, _) = self.commit_action(&req.node, caller, ActionName::Evaluate, request, |snap| {
-            let headline = metrics.get(&task.metric).map(|v| format!("{}={v:.4}", task.metric)).unwrap_or_else(|| {
-                format!("job {}", job.state.as_str())
-            });
-            let mut p = Prepared::accepted(
-                format!("{} on {}/{}: {headline}", short_ck(&req.checkpoint), req.task, req.split.as_str()),
-                result_stored.clone(),
-            );
-            p.body = format!(
-                "Evaluator {evaluator}; {n_items} items; job {} {} in {:.1} s.",
-                job.id,
-                job.state.as_str(),
-                job.duration_s
-            );
-            if let Some(l) = &job.log {
-                p.artifacts.push(ArtifactRef {
-                    sha256: l.clone(),
-                    kind: ArtifactKind::Log,
-                    name: format!("{}.log", job.id),
-                    parent: None,
-                });
-            }
-            p.job = Some(job.clone());
-            p.metrics = metric_records.clone();
-            if !metric_records.is_empty() {
-                let mut all: NodeMetrics = match self.record.read_file(snap.tip, "metrics.json")? {
-                    Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
-                    None => NodeMetrics::new(),
-                };
-                for m in &metric_records {
-                    all.insert(format!("{}/{}/{}", m.task, m.split.as_str(), m.name), m.clone());
+        let (oid, _) =
+            self.commit_action(&req.node, caller, ActionName::Evaluate, request, |snap| {
+                let headline = metrics
+                    .get(&task.metric)
+                    .map(|v| format!("{}={v:.4}", task.metric))
+                    .unwrap_or_else(|| format!("job {}", job.state.as_str()));
+                let mut p = Prepared::accepted(
+                    format!(
+                        "{} on {}/{}: {headline}",
+                        short_ck(&req.checkpoint),
+                        req.task,
+                        req.split.as_str()
+                    ),
+                    result_stored.clone(),
+                );
+                p.body = format!(
+                    "Evaluator {evaluator}; {n_items} items; job {} {} in {:.1} s.",
+                    job.id,
+                    job.state.as_str(),
+                    job.duration_s
+                );
+                if let Some(l) = &job.log {
+                    p.artifacts.push(ArtifactRef {
+                        sha256: l.clone(),
+                        kind: ArtifactKind::Log,
+                        name: format!("{}.log", job.id),
+                        parent: None,
+                    });
                 }
-                p.files.push(TreeFile::new("metrics.json", record::json_bytes(&all)?));
-            }
-            Ok(p)
-        })?;
+                p.job = Some(job.clone());
+                p.metrics = metric_records.clone();
+                if !metric_records.is_empty() {
+                    let mut all: NodeMetrics =
+                        match self.record.read_file(snap.tip, "metrics.json")? {
+                            Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
+                            None => NodeMetrics::new(),
+                        };
+                    for m in &metric_records {
+                        all.insert(
+                            format!("{}/{}/{}", m.task, m.split.as_str(), m.name),
+                            m.clone(),
+                        );
+                    }
+                    p.files
+                        .push(TreeFile::new("metrics.json", record::json_bytes(&all)?));
+                }
+                Ok(p)
+            })?;
         Ok(EvaluateResult {
             job,
             task: req.task,
@@ -537,7 +655,10 @@ impl Study {
         let snap = self.require_node(&req.node)?;
         let mut rows = Vec::new();
         for n in &req.nodes {
-            let node = self.index.node(n)?.ok_or_else(|| Error::not_found(format!("nodes: no node {n}")))?;
+            let node = self
+                .index
+                .node(n)?
+                .ok_or_else(|| Error::not_found(format!("nodes: no node {n}")))?;
             let values: Vec<f64> = self
                 .index
                 .node_metrics(n)?
@@ -546,34 +667,73 @@ impl Study {
                 .map(|(_, m)| m.value)
                 .collect();
             let (mean, ci95) = crate::stats::mean_ci95(&values);
-            let best = values.iter().copied().fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
-            rows.push(CompareRow { node: n.clone(), title: node.title, n: values.len() as u64, mean, ci95, best, values });
+            let best = values
+                .iter()
+                .copied()
+                .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
+            rows.push(CompareRow {
+                node: n.clone(),
+                title: node.title,
+                n: values.len() as u64,
+                mean,
+                ci95,
+                best,
+                values,
+            });
         }
-        let facts = Facts { node_status: Some(snap.meta.status), ..Facts::default() };
+        let facts = Facts {
+            node_status: Some(snap.meta.status),
+            ..Facts::default()
+        };
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::Compare(&req), caller, &self.config, &facts);
         if !decision.accepted() {
-            return Err(self.record_rejection(&req.node, caller, ActionName::Compare, request, decision));
+            return Err(self.record_rejection(
+                &req.node,
+                caller,
+                ActionName::Compare,
+                request,
+                decision,
+            ));
         }
         let stored = serde_json::json!({ "task": req.task, "split": req.split, "metric": req.metric, "rows": rows });
-        let (oid, _) = self.commit_action(&req.node, caller, ActionName::Compare, request, |_| {
-            let mut p = Prepared::accepted(
-                format!("{} on {}/{} across {}", req.metric, req.task, req.split.as_str(), req.nodes.join(", ")),
-                stored.clone(),
-            );
-            p.body = rows
-                .iter()
-                .map(|r| {
-                    let ci = r.ci95.map(|[a, b]| format!(" [{a:.4}, {b:.4}]")).unwrap_or_default();
-                    let mean = r.mean.map(|m| format!("{m:.4}")).unwrap_or_else(|| "-".into());
-                    format!("{}: n={} mean={mean}{ci}", r.node, r.n)
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
-            p.refers_to = req.nodes.clone();
-            Ok(p)
-        })?;
-        Ok(CompareResult { task: req.task, split: req.split, metric: req.metric, rows, commit: oid })
+        let (oid, _) =
+            self.commit_action(&req.node, caller, ActionName::Compare, request, |_| {
+                let mut p = Prepared::accepted(
+                    format!(
+                        "{} on {}/{} across {}",
+                        req.metric,
+                        req.task,
+                        req.split.as_str(),
+                        req.nodes.join(", ")
+                    ),
+                    stored.clone(),
+                );
+                p.body = rows
+                    .iter()
+                    .map(|r| {
+                        let ci = r
+                            .ci95
+                            .map(|[a, b]| format!(" [{a:.4}, {b:.4}]"))
+                            .unwrap_or_default();
+                        let mean = r
+                            .mean
+                            .map(|m| format!("{m:.4}"))
+                            .unwrap_or_else(|| "-".into());
+                        format!("{}: n={} mean={mean}{ci}", r.node, r.n)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                p.refers_to = req.nodes.clone();
+                Ok(p)
+            })?;
+        Ok(CompareResult {
+            task: req.task,
+            split: req.split,
+            metric: req.metric,
+            rows,
+            commit: oid,
+        })
     }
 
     fn review_checked(&self, caller: &Caller, req: ReviewRequest) -> Result<ReviewResult> {
@@ -581,49 +741,82 @@ impl Study {
         let snap = self.require_node(&req.node)?;
         for (i, v) in req.verdicts.iter().enumerate() {
             if self.index.node(&v.node)?.is_none() {
-                return Err(Error::not_found(format!("verdicts.{i}.node: no node {}", v.node)));
+                return Err(Error::not_found(format!(
+                    "verdicts.{i}.node: no node {}",
+                    v.node
+                )));
             }
         }
         for (i, p) in req.proposals.iter().enumerate() {
             for (j, parent) in p.parents.iter().enumerate() {
                 if self.index.node(parent)?.is_none() {
-                    return Err(Error::not_found(format!("proposals.{i}.parents.{j}: no node {parent}")));
+                    return Err(Error::not_found(format!(
+                        "proposals.{i}.parents.{j}: no node {parent}"
+                    )));
                 }
             }
         }
-        let facts = Facts { node_status: Some(snap.meta.status), ..Facts::default() };
+        let facts = Facts {
+            node_status: Some(snap.meta.status),
+            ..Facts::default()
+        };
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::Review(&req), caller, &self.config, &facts);
         if !decision.accepted() {
-            return Err(self.record_rejection(&req.node, caller, ActionName::Review, request, decision));
+            return Err(self.record_rejection(
+                &req.node,
+                caller,
+                ActionName::Review,
+                request,
+                decision,
+            ));
         }
-        let mut md = format!("# Review by {} ({})\n\n{}\n", caller.agent, caller.role, req.summary);
+        let mut md = format!(
+            "# Review by {} ({})\n\n{}\n",
+            caller.agent, caller.role, req.summary
+        );
         if !req.verdicts.is_empty() {
             md.push_str("\n## Verdicts\n\n");
             for v in &req.verdicts {
-                let verdict = serde_json::to_value(v.verdict)?.as_str().unwrap_or_default().to_string();
+                let verdict = serde_json::to_value(v.verdict)?
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
                 md.push_str(&format!("- **{}**: {verdict} — {}\n", v.node, v.reason));
             }
         }
         if !req.proposals.is_empty() {
             md.push_str("\n## Proposed directions\n\n");
             for p in &req.proposals {
-                md.push_str(&format!("- {} (from {}): {}\n", p.title, p.parents.join(" + "), p.hypothesis));
+                md.push_str(&format!(
+                    "- {} (from {}): {}\n",
+                    p.title,
+                    p.parents.join(" + "),
+                    p.hypothesis
+                ));
             }
         }
         let mut path = String::new();
-        let (oid, _) = self.commit_action(&req.node, caller, ActionName::Review, request, |snap| {
-            path = format!("reviews/{:04}.md", snap.action_count + 1);
-            let mut p = Prepared::accepted(
-                format!("{} verdicts, {} proposals", req.verdicts.len(), req.proposals.len()),
-                serde_json::json!({ "review": path }),
-            );
-            p.body = req.summary.clone();
-            p.files.push(TreeFile::new(path.clone(), md.clone()));
-            p.refers_to = req.verdicts.iter().map(|v| v.node.clone()).collect();
-            Ok(p)
-        })?;
-        Ok(ReviewResult { review: path, commit: oid })
+        let (oid, _) =
+            self.commit_action(&req.node, caller, ActionName::Review, request, |snap| {
+                path = format!("reviews/{:04}.md", snap.action_count + 1);
+                let mut p = Prepared::accepted(
+                    format!(
+                        "{} verdicts, {} proposals",
+                        req.verdicts.len(),
+                        req.proposals.len()
+                    ),
+                    serde_json::json!({ "review": path }),
+                );
+                p.body = req.summary.clone();
+                p.files.push(TreeFile::new(path.clone(), md.clone()));
+                p.refers_to = req.verdicts.iter().map(|v| v.node.clone()).collect();
+                Ok(p)
+            })?;
+        Ok(ReviewResult {
+            review: path,
+            commit: oid,
+        })
     }
 
     fn conclude_checked(&self, caller: &Caller, req: ConcludeRequest) -> Result<ConcludeResult> {
@@ -633,40 +826,82 @@ impl Study {
             Some(c) => self.resolve_checkpoint(c)?.is_some(),
             None => true,
         };
-        let facts = Facts { node_status: Some(snap.meta.status), checkpoint_known: known, ..Facts::default() };
+        let facts = Facts {
+            node_status: Some(snap.meta.status),
+            checkpoint_known: known,
+            ..Facts::default()
+        };
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::Conclude(&req), caller, &self.config, &facts);
         if !decision.accepted() {
-            return Err(self.record_rejection(&req.node, caller, ActionName::Conclude, request, decision));
+            return Err(self.record_rejection(
+                &req.node,
+                caller,
+                ActionName::Conclude,
+                request,
+                decision,
+            ));
         }
-        let outcome = serde_json::to_value(req.outcome)?.as_str().unwrap_or_default().to_string();
-        let (oid, _) = self.commit_action(&req.node, caller, ActionName::Conclude, request, |snap| {
-            let mut meta = snap.meta.clone();
-            meta.status = NodeStatus::Concluded;
-            meta.outcome = Some(req.outcome);
-            let mut p = Prepared::accepted(
-                format!("{outcome}: {}", first_line(&req.findings)),
-                serde_json::json!({ "node": req.node, "status": "concluded" }),
-            );
-            p.body = req.findings.clone();
-            p.files.push(TreeFile::new("notes.md", format!("# {}\n\nOutcome: {outcome}\n\n{}\n", meta.title, req.findings)));
-            p.meta = Some(meta);
-            Ok(p)
-        })?;
-        Ok(ConcludeResult { node: req.node, status: NodeStatus::Concluded, commit: oid })
+        let outcome = serde_json::to_value(req.outcome)?
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let (oid, _) =
+            self.commit_action(&req.node, caller, ActionName::Conclude, request, |snap| {
+                let mut meta = snap.meta.clone();
+                meta.status = NodeStatus::Concluded;
+                meta.outcome = Some(req.outcome);
+                let mut p = Prepared::accepted(
+                    format!("{outcome}: {}", first_line(&req.findings)),
+                    serde_json::json!({ "node": req.node, "status": "concluded" }),
+                );
+                p.body = req.findings.clone();
+                p.files.push(TreeFile::new(
+                    "notes.md",
+                    format!(
+                        "# {}\n\nOutcome: {outcome}\n\n{}\n",
+                        meta.title, req.findings
+                    ),
+                ));
+                p.meta = Some(meta);
+                Ok(p)
+            })?;
+        Ok(ConcludeResult {
+            node: req.node,
+            status: NodeStatus::Concluded,
+            commit: oid,
+        })
     }
 
     // ------------------------------------------------------------------ queries
 
     pub fn get_node(&self, req: GetNodeRequest) -> Result<NodeInfo> {
-        let n = self.index.node(&req.node)?.ok_or_else(|| Error::not_found(format!("node: no node {}", req.node)))?;
-        let actions = self.index.node_actions(&req.node)?.into_iter().map(summary_of).collect();
-        let metrics = self.index.node_metrics(&req.node)?.into_iter().map(|(_, m)| m).collect();
+        let n = self
+            .index
+            .node(&req.node)?
+            .ok_or_else(|| Error::not_found(format!("node: no node {}", req.node)))?;
+        let actions = self
+            .index
+            .node_actions(&req.node)?
+            .into_iter()
+            .map(summary_of)
+            .collect();
+        let metrics = self
+            .index
+            .node_metrics(&req.node)?
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
         let tip = git2::Oid::from_str(&n.tip)?;
-        let notes = self.record.read_file(tip, "notes.md")?.map(|b| String::from_utf8_lossy(&b).into_owned());
+        let notes = self
+            .record
+            .read_file(tip, "notes.md")?
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
         let outcome = self.record.snapshot(tip)?.meta.outcome;
         Ok(NodeInfo {
-            branch: record::node_ref(&n.id).trim_start_matches("refs/heads/").to_string(),
+            branch: record::node_ref(&n.id)
+                .trim_start_matches("refs/heads/")
+                .to_string(),
             children: self.index.children(&n.id)?,
             id: n.id,
             title: n.title,
@@ -707,10 +942,9 @@ impl Study {
 
     pub fn dag(&self, req: DagRequest) -> Result<DagResult> {
         let need_node = || -> Result<String> {
-            let n = req
-                .node
-                .clone()
-                .ok_or_else(|| Error::invalid(format!("node: the {:?} view needs a node", req.view)))?;
+            let n = req.node.clone().ok_or_else(|| {
+                Error::invalid(format!("node: the {:?} view needs a node", req.view))
+            })?;
             if self.index.node(&n)?.is_none() {
                 return Err(Error::not_found(format!("node: no node {n}")));
             }
@@ -718,11 +952,38 @@ impl Study {
         };
         let dag = self.dag_graph()?;
         let pick = |ids: Vec<String>| -> Vec<DagNode> {
-            ids.iter().filter_map(|id| dag.node(id)).map(dag_node).collect()
+            ids.iter()
+                .filter_map(|id| dag.node(id))
+                .map(dag_node)
+                .collect()
         };
         let mut lineage = Vec::new();
         let nodes: Vec<DagNode> = match req.view {
-            DagView::Full => dag.nodes().map(dag_node).collect(),
+            DagView::Full => {
+                // The whole DAG: move the rows out instead of copying 100k titles.
+                let edges = dag
+                    .edges()
+                    .map(|(a, b)| [a.to_string(), b.to_string()])
+                    .collect();
+                let nodes = dag
+                    .into_nodes()
+                    .into_iter()
+                    .map(|n| DagNode {
+                        id: n.id,
+                        title: n.title,
+                        status: n.status,
+                        parents: n.parents,
+                        value: None,
+                        relation: None,
+                    })
+                    .collect();
+                return Ok(DagResult {
+                    view: req.view,
+                    nodes,
+                    edges,
+                    lineage: Vec::new(),
+                });
+            }
             DagView::Frontier => pick(dag.frontier()),
             DagView::Children => pick(dag.children(&need_node()?)),
             DagView::Ancestors => pick(dag.ancestors(&need_node()?)),
@@ -731,7 +992,10 @@ impl Study {
                 dag.related(&n)
                     .into_iter()
                     .filter_map(|(id, rel)| {
-                        dag.node(&id).map(|r| DagNode { relation: Some(rel.to_string()), ..dag_node(r) })
+                        dag.node(&id).map(|r| DagNode {
+                            relation: Some(rel.to_string()),
+                            ..dag_node(r)
+                        })
                     })
                     .collect()
             }
@@ -749,23 +1013,38 @@ impl Study {
                 let metric = match (&req.metric, self.config.tasks.get(&task)) {
                     (Some(m), _) => m.clone(),
                     (None, Some(t)) => t.metric.clone(),
-                    (None, None) => return Err(Error::not_found(format!("task: no task {task:?}"))),
+                    (None, None) => {
+                        return Err(Error::not_found(format!("task: no task {task:?}")));
+                    }
                 };
                 let split = req.split.unwrap_or(Split::Dev);
                 let mut best = self.index.best_per_node(&task, split.as_str(), &metric)?;
-                best.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| crate::index::node_num(&a.0).cmp(&crate::index::node_num(&b.0))));
+                best.sort_by(|a, b| {
+                    b.1.total_cmp(&a.1).then_with(|| {
+                        crate::index::node_num(&a.0).cmp(&crate::index::node_num(&b.0))
+                    })
+                });
                 best.into_iter()
-                    .filter_map(|(id, v)| dag.node(&id).map(|r| DagNode { value: Some(v), ..dag_node(r) }))
+                    .filter_map(|(id, v)| {
+                        dag.node(&id).map(|r| DagNode {
+                            value: Some(v),
+                            ..dag_node(r)
+                        })
+                    })
                     .collect()
             }
             DagView::Lineage => {
-                let ck = req.checkpoint.clone().ok_or_else(|| Error::invalid("checkpoint: the lineage view needs a checkpoint"))?;
-                let mut cur = self
-                    .resolve_checkpoint(&ck)?
-                    .ok_or_else(|| Error::not_found(format!("checkpoint: {ck} is not a recorded checkpoint")))?;
+                let ck = req.checkpoint.clone().ok_or_else(|| {
+                    Error::invalid("checkpoint: the lineage view needs a checkpoint")
+                })?;
+                let mut cur = self.resolve_checkpoint(&ck)?.ok_or_else(|| {
+                    Error::not_found(format!("checkpoint: {ck} is not a recorded checkpoint"))
+                })?;
                 let mut ids = Vec::new();
                 for _ in 0..100_000 {
-                    let Some((node, seq, parent)) = self.index.checkpoint_origin(&cur)? else { break };
+                    let Some((node, seq, parent)) = self.index.checkpoint_origin(&cur)? else {
+                        break;
+                    };
                     let is_base = node == ROOT_NODE && seq == 1;
                     lineage.push(LineageStep {
                         checkpoint: cur.clone(),
@@ -783,13 +1062,18 @@ impl Study {
                 pick(ids)
             }
         };
-        let ids: BTreeSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+        let ids: std::collections::HashSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
         let edges = dag
             .edges()
             .filter(|(a, b)| ids.contains(a) && ids.contains(b))
             .map(|(a, b)| [a.to_string(), b.to_string()])
             .collect();
-        Ok(DagResult { view: req.view, nodes, edges, lineage })
+        Ok(DagResult {
+            view: req.view,
+            nodes,
+            edges,
+            lineage,
+        })
     }
 
     pub fn log(&self, req: LogRequest) -> Result<LogResult> {
@@ -798,8 +1082,12 @@ impl Study {
         {
             return Err(Error::not_found(format!("node: no node {n}")));
         }
-        let rows = self.index.actions(req.node.as_deref(), req.include_rejected, req.limit)?;
-        Ok(LogResult { actions: rows.into_iter().map(summary_of).collect() })
+        let rows = self
+            .index
+            .actions(req.node.as_deref(), req.include_rejected, req.limit)?;
+        Ok(LogResult {
+            actions: rows.into_iter().map(summary_of).collect(),
+        })
     }
 
     pub fn get_job(&self, req: GetJobRequest) -> Result<JobInfo> {
@@ -815,7 +1103,9 @@ impl Study {
     // ------------------------------------------------------------------ helpers
 
     fn require_node_tip(&self, id: &str) -> Result<git2::Oid> {
-        self.record.node_tip(id)?.ok_or_else(|| Error::not_found(format!("no node {id} in this study")))
+        self.record
+            .node_tip(id)?
+            .ok_or_else(|| Error::not_found(format!("no node {id} in this study")))
     }
 
     fn require_node(&self, id: &str) -> Result<NodeSnapshot> {
@@ -843,11 +1133,21 @@ impl Study {
     /// A checkpoint as a job sees it: its hash and each file's path in the object store.
     fn checkpoint_files(&self, sha: &str) -> Result<Value> {
         let m = self.store.manifest(sha)?;
-        let files: BTreeMap<String, PathBuf> = m.files.iter().map(|(k, v)| (k.clone(), self.store.path(v))).collect();
+        let files: BTreeMap<String, PathBuf> = m
+            .files
+            .iter()
+            .map(|(k, v)| (k.clone(), self.store.path(v)))
+            .collect();
         Ok(serde_json::json!({ "sha256": sha, "files": files }))
     }
 
-    fn job_spec(&self, id: String, kind: JobKind, command: &[String], params: Value) -> Result<JobSpec> {
+    fn job_spec(
+        &self,
+        id: String,
+        kind: JobKind,
+        command: &[String],
+        params: Value,
+    ) -> Result<JobSpec> {
         let dir = self.root.join(STATE_DIR).join("jobs").join(&id);
         let env = match &self.config.environment {
             crate::config::Environment::Host => "host".to_string(),
@@ -856,7 +1156,10 @@ impl Study {
         Ok(JobSpec {
             id,
             kind,
-            command: crate::jobs::absolute_command(&self.root, &expand_command(command, self.rsim_bin.as_deref())?),
+            command: crate::jobs::absolute_command(
+                &self.root,
+                &expand_command(command, self.rsim_bin.as_deref())?,
+            ),
             dir,
             timeout_s: self.config.backend.timeout_s(),
             env,
@@ -866,16 +1169,24 @@ impl Study {
 
     fn store_log(&self, spec: &JobSpec) -> Result<Option<String>> {
         let p = spec.log_path();
-        if p.is_file() { Ok(Some(self.store.put_file(&p)?)) } else { Ok(None) }
+        if p.is_file() {
+            Ok(Some(self.store.put_file(&p)?))
+        } else {
+            Ok(None)
+        }
     }
 
     /// A path from rsim.toml, inside the study, with symlink escapes refused.
     fn study_file(&self, rel: &str) -> Result<PathBuf> {
         crate::config::check_relative_path(rel).map_err(Error::invalid)?;
         let p = self.root.join(rel);
-        let canon = p.canonicalize().map_err(|e| Error::not_found(format!("{rel}: {e}")))?;
+        let canon = p
+            .canonicalize()
+            .map_err(|e| Error::not_found(format!("{rel}: {e}")))?;
         if !canon.starts_with(&self.root) {
-            return Err(Error::invalid(format!("{rel} resolves outside the study (symlink escape)")));
+            return Err(Error::invalid(format!(
+                "{rel} resolves outside the study (symlink escape)"
+            )));
         }
         Ok(canon)
     }
@@ -922,11 +1233,17 @@ impl Study {
                 files: Vec::new(),
             })
         });
-        let mut e = Error::new(ErrorKind::Rejected, format!("rejected by policy rule {rule}: {reason}"));
+        let mut e = Error::new(
+            ErrorKind::Rejected,
+            format!("rejected by policy rule {rule}: {reason}"),
+        );
         e.rule = Some(rule);
         match res {
             Ok((oid, _)) => e.commit = Some(oid),
-            Err(err) => e.message.push_str(&format!(" (and the rejection could not be recorded: {})", err.message)),
+            Err(err) => e.message.push_str(&format!(
+                " (and the rejection could not be recorded: {})",
+                err.message
+            )),
         }
         e
     }
@@ -962,7 +1279,10 @@ impl Study {
             };
             let msg = record::commit_message(&rec, &p.body, &[]);
             self.index.mark_pending(node)?;
-            match self.record.append(node, snap.tip, &rec, p.meta.as_ref(), &p.files, &msg)? {
+            match self
+                .record
+                .append(node, snap.tip, &rec, p.meta.as_ref(), &p.files, &msg)?
+            {
                 Append::Committed(oid) => {
                     self.index.sync_node(&self.record, node)?;
                     return Ok((oid.to_string(), rec));
@@ -970,30 +1290,40 @@ impl Study {
                 Append::Stale => backoff(),
             }
         }
-        Err(Error::conflict(format!("node {node}: too many concurrent writers; nothing was recorded")))
+        Err(Error::conflict(format!(
+            "node {node}: too many concurrent writers; nothing was recorded"
+        )))
     }
 }
 
 /// A short random pause before retrying a compare-and-swap, so racing writers spread out.
 fn backoff() {
-    std::thread::sleep(std::time::Duration::from_micros(200 + rand::random::<u64>() % 2000));
+    std::thread::sleep(std::time::Duration::from_micros(
+        200 + rand::random::<u64>() % 2000,
+    ));
 }
 
 /// The config as committed on `main` (the record says which config every action ran under).
 fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
     let main = record.main_tip().map_err(|_| {
-        Error::invalid(format!("{} is not an initialised study (no main branch): run `rsim init`", root.display()))
+        Error::invalid(format!(
+            "{} is not an initialised study (no main branch): run `rsim init`",
+            root.display()
+        ))
     })?;
     let tree = record.repo().find_commit(main)?.tree()?;
     let entry = tree
         .get_name(CONFIG_FILE)
         .ok_or_else(|| Error::invalid(format!("{CONFIG_FILE} is not committed on main")))?;
     let blob = record.repo().find_blob(entry.id())?;
-    let text = std::str::from_utf8(blob.content()).map_err(|_| Error::invalid(format!("{CONFIG_FILE} is not UTF-8")))?;
+    let text = std::str::from_utf8(blob.content())
+        .map_err(|_| Error::invalid(format!("{CONFIG_FILE} is not UTF-8")))?;
     if let Ok(on_disk) = fs::read_to_string(root.join(CONFIG_FILE))
         && on_disk != text
     {
-        tracing::warn!("{CONFIG_FILE} has uncommitted changes; the committed version applies (commit it to change the study)");
+        tracing::warn!(
+            "{CONFIG_FILE} has uncommitted changes; the committed version applies (commit it to change the study)"
+        );
     }
     StudyConfig::parse(text, CONFIG_FILE)
 }
@@ -1005,7 +1335,8 @@ pub fn expand_command(cmd: &[String], bin: Option<&Path>) -> Result<Vec<String>>
             if a == "@rsim" {
                 let exe = match bin {
                     Some(b) => b.to_path_buf(),
-                    None => std::env::current_exe().map_err(|e| Error::internal(format!("cannot locate rsim: {e}")))?,
+                    None => std::env::current_exe()
+                        .map_err(|e| Error::internal(format!("cannot locate rsim: {e}")))?,
                 };
                 Ok(exe.to_string_lossy().into_owned())
             } else {
@@ -1017,7 +1348,11 @@ pub fn expand_command(cmd: &[String], bin: Option<&Path>) -> Result<Vec<String>>
 
 fn check_caller(caller: &Caller) -> Result<()> {
     let a = &caller.agent;
-    if a.is_empty() || a.len() > 64 || a.chars().any(|c| c.is_control() || c.is_whitespace()) || a.contains("..") {
+    if a.is_empty()
+        || a.len() > 64
+        || a.chars().any(|c| c.is_control() || c.is_whitespace())
+        || a.contains("..")
+    {
         return Err(Error::invalid(format!(
             "agent: {a:?} is not a valid agent name (1-64 characters, no spaces, control characters or \"..\")"
         )));
@@ -1030,7 +1365,8 @@ fn revalidate<T: Serialize>(action: &str, req: &T) -> Result<()> {
 }
 
 fn parse<T: DeserializeOwned>(action: &str, args: Value) -> Result<T> {
-    serde_json::from_value(args).map_err(|e| Error::invalid(format!("invalid {action} request: {e}")))
+    serde_json::from_value(args)
+        .map_err(|e| Error::invalid(format!("invalid {action} request: {e}")))
 }
 
 fn to_value<T: Serialize>(r: Result<T>) -> Result<Value> {
@@ -1054,7 +1390,7 @@ fn summary_of(r: crate::index::ActionRow) -> ActionSummary {
     }
 }
 
-fn dag_node(n: &crate::index::NodeRow) -> DagNode {
+fn dag_node(n: &crate::index::DagEntry) -> DagNode {
     DagNode {
         id: n.id.clone(),
         title: n.title.clone(),
@@ -1070,7 +1406,11 @@ fn short_ck(c: &str) -> &str {
 }
 
 fn first_line(s: &str) -> String {
-    let l = s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let l = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     record::sanitize_line(l)
 }
 
@@ -1079,8 +1419,12 @@ fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>> {
         return Ok(BTreeMap::new());
     }
     let bytes = fs::read(path).at("cannot read", path)?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| Error::internal(format!("{}: expected a JSON object of numbers: {e}", path.display())))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        Error::internal(format!(
+            "{}: expected a JSON object of numbers: {e}",
+            path.display()
+        ))
+    })
 }
 
 #[derive(serde::Deserialize)]
@@ -1093,6 +1437,8 @@ struct EvalOutput {
 }
 
 fn read_eval_result(path: &Path) -> Result<EvalOutput> {
-    let bytes = fs::read(path).map_err(|e| Error::internal(format!("the evaluator wrote no out/result.json: {e}")))?;
-    serde_json::from_slice(&bytes).map_err(|e| Error::internal(format!("the evaluator's out/result.json is malformed: {e}")))
+    let bytes = fs::read(path)
+        .map_err(|e| Error::internal(format!("the evaluator wrote no out/result.json: {e}")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::internal(format!("the evaluator's out/result.json is malformed: {e}")))
 }

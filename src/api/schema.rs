@@ -138,18 +138,27 @@ fn validators() -> &'static HashMap<&'static str, jsonschema::Validator> {
 
 /// Validate `args` against the input schema of `action`; the error names each field and the rule it broke.
 pub fn validate(action: &str, args: &Value) -> Result<()> {
-    let v = validators()
-        .get(action)
-        .ok_or_else(|| Error::invalid(format!("unknown action {action:?}; actions are: {}", names())))?;
+    let v = validators().get(action).ok_or_else(|| {
+        Error::invalid(format!(
+            "unknown action {action:?}; actions are: {}",
+            names()
+        ))
+    })?;
     let mut problems: Vec<String> = Vec::new();
     for e in v.iter_errors(args) {
         let path = e.instance_path().to_string();
-        let field = if path.is_empty() { "(request)".to_string() } else { path.trim_start_matches('/').replace('/', ".") };
+        let field = if path.is_empty() {
+            "(request)".to_string()
+        } else {
+            path.trim_start_matches('/').replace('/', ".")
+        };
         let msg = match e.kind() {
-            jsonschema::error::ValidationErrorKind::Pattern { pattern } => match describe_pattern(pattern) {
-                Some(d) => format!("{} is not {d}", short(e.instance())),
-                None => e.to_string(),
-            },
+            jsonschema::error::ValidationErrorKind::Pattern { pattern } => {
+                match describe_pattern(pattern) {
+                    Some(d) => format!("{} is not {d}", short(e.instance())),
+                    None => e.to_string(),
+                }
+            }
             _ => e.to_string(),
         };
         problems.push(format!("{field}: {msg}"));
@@ -160,7 +169,10 @@ pub fn validate(action: &str, args: &Value) -> Result<()> {
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(Error::invalid(format!("invalid {action} request: {}", problems.join("; "))))
+        Err(Error::invalid(format!(
+            "invalid {action} request: {}",
+            problems.join("; ")
+        )))
     }
 }
 
@@ -178,7 +190,11 @@ fn short(v: &Value) -> String {
 }
 
 pub fn names() -> String {
-    ACTIONS.iter().map(|a| a.name).collect::<Vec<_>>().join(", ")
+    ACTIONS
+        .iter()
+        .map(|a| a.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Every schema file under `schemas/`: (relative path, pretty JSON).
@@ -186,11 +202,26 @@ pub fn all_schema_files() -> Vec<(String, String)> {
     let mut out = Vec::new();
     let pretty = |s: Schema| serde_json::to_string_pretty(&s.to_value()).unwrap_or_default() + "\n";
     for a in ACTIONS {
-        out.push((format!("actions/{}.input.json", a.name), pretty((a.input)())));
-        out.push((format!("actions/{}.output.json", a.name), pretty((a.output)())));
+        out.push((
+            format!("actions/{}.input.json", a.name),
+            pretty((a.input)()),
+        ));
+        out.push((
+            format!("actions/{}.output.json", a.name),
+            pretty((a.output)()),
+        ));
     }
-    out.push(("rsim.toml.json".to_string(), pretty(schema::<crate::config::StudyConfig>())));
-    out.push(("action-record.json".to_string(), pretty(schema::<ActionRecord>())));
-    out.push(("node.toml.json".to_string(), pretty(schema::<crate::model::NodeMeta>())));
+    out.push((
+        "rsim.toml.json".to_string(),
+        pretty(schema::<crate::config::StudyConfig>()),
+    ));
+    out.push((
+        "action-record.json".to_string(),
+        pretty(schema::<ActionRecord>()),
+    ));
+    out.push((
+        "node.toml.json".to_string(),
+        pretty(schema::<crate::model::NodeMeta>()),
+    ));
     out
 }

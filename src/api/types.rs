@@ -27,7 +27,9 @@ pub fn describe_pattern(p: &str) -> Option<&'static str> {
         NODE_ID_PATTERN => "a node id such as \"n3\"",
         LINE_PATTERN => "one line of text without control characters and without \"..\"",
         TEXT_PATTERN => "text without control characters (newlines and tabs are fine)",
-        NAME_PATTERN => "a name of lowercase letters, digits, '-' and '_' (1-64, starting with a letter or digit)",
+        NAME_PATTERN => {
+            "a name of lowercase letters, digits, '-' and '_' (1-64, starting with a letter or digit)"
+        }
         CHECKPOINT_PATTERN => "\"base\" or the sha256 of a checkpoint (64 lowercase hex digits)",
         JOB_ID_PATTERN => "a job id such as \"j-0123456789abcdef\"",
         _ => return None,

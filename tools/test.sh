@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Run every test of rsi-master on a fresh machine: installs what the tests need, then checks
+# formatting and lints and runs the whole suite (unit, API, CLI, crash-safety, schema freshness).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need git; then
+  echo "installing git" >&2
+  if need apt-get; then apt-get update -qq && apt-get install -y -qq --no-install-recommends git ca-certificates >/dev/null; else echo "git is required" >&2; exit 1; fi
+fi
+if ! need cargo; then echo "cargo (Rust 1.95 or newer) is required: https://rustup.rs" >&2; exit 1; fi
+rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# One profile (debug) for everything: building release too would compile every crate twice.
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+cargo test --locked
