@@ -133,6 +133,8 @@ pub enum Command {
     Reindex,
     /// Verify the record (commits, action files, artifacts, index).
     Fsck,
+    /// Attempts, rejections by rule, and whether any hack got through (re-checked from the record).
+    Audit,
     /// Run any action from its JSON request (as an MCP client sends it); prints the JSON result.
     Call {
         action: String,
@@ -368,6 +370,49 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                     "reindexed {n} nodes from git in {:.2} s",
                     t.elapsed().as_secs_f64()
                 );
+            }
+            return Ok(());
+        }
+        Command::Audit => {
+            let rep = crate::audit::audit(study)?;
+            if json {
+                print_json(&serde_json::to_value(&rep)?)?;
+            } else {
+                println!(
+                    "attempts {}: {} accepted, {} rejected",
+                    rep.attempts, rep.accepted, rep.rejected
+                );
+                let mut t = table(&["rejected by rule", "count"]);
+                for (rule, n) in &rep.rejections_by_rule {
+                    t.add_row(vec![rule.clone(), n.to_string()]);
+                }
+                println!("{t}");
+                let mut t = table(&["agent", "role", "actions", "rejected"]);
+                for a in &rep.agents {
+                    t.add_row(vec![
+                        a.id.clone(),
+                        a.role.clone(),
+                        a.actions.to_string(),
+                        a.rejected.to_string(),
+                    ]);
+                }
+                println!("{t}");
+                let mut t = table(&["check", "checked", "violations", "what"]);
+                for c in &rep.checks {
+                    t.add_row(vec![
+                        c.name.to_string(),
+                        c.checked.to_string(),
+                        c.violations.len().to_string(),
+                        c.what.to_string(),
+                    ]);
+                }
+                println!("{t}");
+                for c in &rep.checks {
+                    for v in &c.violations {
+                        println!("  {}: {v}", c.name);
+                    }
+                }
+                println!("got through: {}", rep.got_through);
             }
             return Ok(());
         }

@@ -97,6 +97,18 @@ pub struct Budgets {
     /// Maximum number of nodes in the research DAG.
     #[serde(default = "default_max_nodes")]
     pub max_nodes: u64,
+    /// Job seconds one node may use (unset: no per-node limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_compute_seconds: Option<u64>,
+    /// Job seconds one agent may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_compute_seconds: Option<u64>,
+    /// Evaluations one node may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_evaluations: Option<u64>,
+    /// Evaluations one agent may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_evaluations: Option<u64>,
 }
 
 fn default_compute_seconds() -> u64 {
@@ -119,6 +131,10 @@ impl Default for Budgets {
             evaluations: default_evaluations(),
             test_evaluations_per_node: default_test_evals(),
             max_nodes: default_max_nodes(),
+            node_compute_seconds: None,
+            agent_compute_seconds: None,
+            node_evaluations: None,
+            agent_evaluations: None,
         }
     }
 }
@@ -196,6 +212,29 @@ pub struct PolicyConfig {
     /// Most rows an agent may register inline in one dataset.
     #[serde(default = "default_inline_rows")]
     pub max_inline_rows: u64,
+    /// Contamination gate: n-gram length (tokens) of the overlap scan against protected eval sets.
+    #[serde(default = "default_ngram")]
+    pub contamination_ngram: u32,
+    /// Contamination gate: share of an eval item's n-grams found in a dataset that makes it contaminated.
+    #[serde(default = "default_threshold")]
+    pub contamination_threshold: f64,
+    /// Contamination rejections an agent may collect before it may register no more datasets
+    /// (stops using the gate as an oracle for which items are in the test set).
+    #[serde(default = "default_probes")]
+    pub max_contamination_rejections_per_agent: u64,
+    /// Refuse to run jobs when they cannot be cut off from the network.
+    #[serde(default)]
+    pub require_network_isolation: bool,
+}
+
+fn default_ngram() -> u32 {
+    8
+}
+fn default_threshold() -> f64 {
+    0.5
+}
+fn default_probes() -> u64 {
+    5
 }
 
 fn default_max_parents() -> u32 {
@@ -210,6 +249,10 @@ impl Default for PolicyConfig {
         PolicyConfig {
             max_parents: default_max_parents(),
             max_inline_rows: default_inline_rows(),
+            contamination_ngram: default_ngram(),
+            contamination_threshold: default_threshold(),
+            max_contamination_rejections_per_agent: default_probes(),
+            require_network_isolation: false,
         }
     }
 }
@@ -328,6 +371,19 @@ impl StudyConfig {
             && flake.trim().is_empty()
         {
             return bad("environment.flake", "expected a flake reference".into());
+        }
+        if !(1..=64).contains(&self.policy.contamination_ngram) {
+            return bad(
+                "policy.contamination_ngram",
+                format!("expected 1 to 64, got {}", self.policy.contamination_ngram),
+            );
+        }
+        let t = self.policy.contamination_threshold;
+        if !(t > 0.0 && t <= 1.0) {
+            return bad(
+                "policy.contamination_threshold",
+                format!("expected a share in (0, 1], got {t}"),
+            );
         }
         if self.policy.max_parents == 0 {
             return bad("policy.max_parents", "expected at least 1".into());

@@ -112,6 +112,37 @@ pub fn parse_jsonl(bytes: &[u8], what: &str) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// Draw `n` rows from each part (without replacement while rows last, then with replacement)
+/// and shuffle them together, deterministically from `seed`.
+pub fn mix(parts: &[(Vec<Row>, u64)], seed: u64) -> Vec<Row> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    for (rows, n) in parts {
+        if rows.is_empty() {
+            continue;
+        }
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        shuffle(&mut order, &mut rng);
+        for k in 0..*n as usize {
+            let i = if k < order.len() {
+                order[k]
+            } else {
+                rng.random_range(0..rows.len())
+            };
+            out.push(rows[i].clone());
+        }
+    }
+    shuffle(&mut out, &mut rng);
+    out
+}
+
+fn shuffle<T>(v: &mut [T], rng: &mut StdRng) {
+    for i in (1..v.len()).rev() {
+        let j = rng.random_range(0..=i);
+        v.swap(i, j);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

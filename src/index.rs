@@ -439,23 +439,65 @@ impl Index {
 
     /// Sum of job seconds over the study.
     pub fn compute_seconds_used(&self) -> Result<f64> {
-        Ok(self
-            .conn
-            .query_row("SELECT COALESCE(SUM(duration_s),0) FROM jobs", [], |r| {
-                r.get(0)
-            })?)
+        self.compute_seconds_used_by(None, None)
     }
 
-    /// Accepted evaluations (all, or on one node and split).
+    /// Job seconds used, optionally only on one node and/or by one agent.
+    pub fn compute_seconds_used_by(&self, node: Option<&str>, agent: Option<&str>) -> Result<f64> {
+        Ok(self.conn.query_row(
+            "SELECT COALESCE(SUM(j.duration_s),0) FROM jobs j JOIN actions a ON a.node=j.node AND a.seq=j.seq
+             WHERE (?1 IS NULL OR j.node=?1) AND (?2 IS NULL OR a.agent=?2)",
+            params![node, agent],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Accepted evaluations (all, or on one node, split, agent).
     pub fn evaluation_count(&self, node: Option<&str>, split: Option<&str>) -> Result<u64> {
+        self.evaluation_count_by(node, split, None)
+    }
+
+    pub fn evaluation_count_by(
+        &self,
+        node: Option<&str>,
+        split: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<u64> {
         let n: i64 = self.conn.query_row(
             "SELECT COUNT(*) FROM actions a WHERE a.action='evaluate' AND a.decision='accepted'
                AND (?1 IS NULL OR a.node=?1)
-               AND (?2 IS NULL OR json_extract(a.record,'$.request.split')=?2)",
-            params![node, split],
+               AND (?2 IS NULL OR json_extract(a.record,'$.request.split')=?2)
+               AND (?3 IS NULL OR a.agent=?3)",
+            params![node, split, agent],
             |r| r.get(0),
         )?;
         Ok(n as u64)
+    }
+
+    /// Rejections of one agent by one rule.
+    pub fn rejection_count(&self, agent: &str, rule: &str) -> Result<u64> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM actions WHERE decision='rejected' AND agent=?1 AND rule=?2",
+            params![agent, rule],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+
+    /// Rejections by rule, most frequent first.
+    pub fn rejections_by_rule(&self) -> Result<Vec<(String, u64)>> {
+        let mut st = self.conn.prepare(
+            "SELECT rule, COUNT(*) c FROM actions WHERE decision='rejected' GROUP BY rule ORDER BY c DESC, rule",
+        )?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                    r.get::<_, i64>(1)? as u64,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
     }
 
     /// The dataset registered under `name`: (sha256, node, rows).

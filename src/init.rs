@@ -258,9 +258,12 @@ fn materialize_tiny_arith(root: &Path) -> Result<()> {
         pins.push(crate::store::sha256_hex(&bytes));
     }
     crate::trainer::write_base_model(&root.join("models").join("base"))?;
+    let evaluator =
+        crate::api::evaluator_fingerprint(root, &["@rsim".into(), "job".into(), "eval".into()])?;
     let toml = include_str!("../examples/tiny-arith/rsim.toml")
         .replace("@DEV_SHA256@", &pins[0])
-        .replace("@TEST_SHA256@", &pins[1]);
+        .replace("@TEST_SHA256@", &pins[1])
+        .replace("@EVALUATOR_SHA256@", &evaluator);
     fs::write(root.join(CONFIG_FILE), toml).at("cannot write", root)?;
     fs::write(
         root.join("README.md"),

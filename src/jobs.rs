@@ -28,6 +28,9 @@ pub struct JobSpec {
     pub timeout_s: u64,
     /// Environment label recorded with the job.
     pub env: String,
+    /// Run the job in its own network namespace (no network at all).
+    #[serde(default)]
+    pub isolate_network: bool,
     /// The job's parameters, written to `spec.json` for the command to read.
     pub params: serde_json::Value,
 }
@@ -95,6 +98,15 @@ impl JobRunner for LocalRunner {
         {
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
+            if spec.isolate_network {
+                // SAFETY: unshare(2) is a single system call; the closure allocates nothing.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                            .map_err(std::io::Error::from)
+                    });
+                }
+            }
         }
         let finish = |state: JobState, exit_code: Option<i32>, error: Option<String>| JobRecord {
             id: spec.id.clone(),
@@ -106,6 +118,12 @@ impl JobRunner for LocalRunner {
             duration_s: round3(start.elapsed().as_secs_f64()),
             command: spec.command.clone(),
             env: spec.env.clone(),
+            network: if spec.isolate_network {
+                "isolated"
+            } else {
+                "shared"
+            }
+            .to_string(),
             log: None,
             error,
         };
@@ -162,6 +180,27 @@ impl JobRunner for LocalRunner {
             }
         }
     }
+}
+
+/// Whether jobs can be given their own network namespace here (needs CAP_SYS_ADMIN). Probed once.
+pub fn network_isolation_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "exit 0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: as in `LocalRunner::run`.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        cmd.status().map(|s| s.success()).unwrap_or(false)
+    })
 }
 
 fn kill_group(pid: u32) {
@@ -231,6 +270,7 @@ mod tests {
             dir: dir.join("job"),
             timeout_s,
             env: "host".into(),
+            isolate_network: false,
             params: serde_json::json!({"hello": 1}),
         }
     }
@@ -285,6 +325,33 @@ mod tests {
             .expect("run");
         assert_eq!(r.state, JobState::Failed);
         assert!(r.error.unwrap_or_default().contains("cannot start"));
+    }
+
+    #[test]
+    fn isolated_jobs_have_no_network() {
+        if !network_isolation_available() {
+            eprintln!("skipped: this machine cannot create network namespaces");
+            return;
+        }
+        // A listener on loopback in our namespace: a shared job reaches it, an isolated one cannot.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let probe = format!(
+            "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\""
+        );
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut s = spec(d.path(), &["sh", "-c", &probe, "sh"], 20);
+        let shared = LocalRunner.run(&s).expect("run");
+        assert_eq!(shared.state, JobState::Succeeded, "{shared:?}");
+        s.isolate_network = true;
+        s.dir = d.path().join("job2");
+        let isolated = LocalRunner.run(&s).expect("run");
+        assert_eq!(
+            isolated.state,
+            JobState::Failed,
+            "no network in an isolated job"
+        );
+        assert_eq!(isolated.network, "isolated");
     }
 
     #[test]

@@ -2,9 +2,11 @@
 //! of schema-validated, policy-checked, recorded actions. See ARCHITECTURE.md for the map.
 
 pub mod api;
+pub mod audit;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod contamination;
 pub mod dag;
 pub mod datasets;
 pub mod error;

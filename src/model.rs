@@ -291,6 +291,9 @@ pub struct JobRecord {
     pub command: Vec<String>,
     /// Environment description, e.g. `host` or `nix:<flake>#narHash`.
     pub env: String,
+    /// `isolated` (own network namespace: no network) or `shared`.
+    #[serde(default = "shared")]
+    pub network: String,
     /// Combined stdout/stderr log (artifact sha256).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
@@ -317,6 +320,10 @@ impl ArtifactKind {
             ArtifactKind::Evaluation => "evaluation",
         }
     }
+}
+
+fn shared() -> String {
+    "shared".into()
 }
 
 /// A content-addressed artifact referenced by an action.

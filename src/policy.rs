@@ -56,6 +56,20 @@ pub struct Facts {
     /// evaluate: the eval set's current hash and the pinned one.
     pub eval_set_actual: Option<String>,
     pub eval_set_pinned: Option<String>,
+    /// run_sft / evaluate: why the checkpoint's stored files no longer match their hashes, if they don't.
+    pub checkpoint_corrupt: Option<String>,
+    /// Job seconds already used by the node and by the calling agent.
+    pub node_compute_used: f64,
+    pub agent_compute_used: f64,
+    /// Evaluations already run on the node and by the calling agent.
+    pub node_evaluations: u64,
+    pub agent_evaluations: u64,
+    /// register_dataset: rows that reproduce protected eval items.
+    pub contamination: Vec<crate::contamination::Hit>,
+    /// register_dataset: contamination rejections the calling agent already collected.
+    pub agent_contamination_rejections: u64,
+    /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
+    pub network_isolation_unavailable: bool,
 }
 
 /// Which roles may perform an action.
@@ -74,6 +88,55 @@ pub fn role_allows(role: Role, action: ActionName) -> bool {
             )
         }
     }
+}
+
+/// Checks shared by every action that runs a job: isolation, checkpoint integrity, compute budgets.
+fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
+    if cfg.policy.require_network_isolation && facts.network_isolation_unavailable {
+        return Some(Decision::reject(
+            "network-isolation",
+            "the study requires jobs without network access (policy.require_network_isolation), \
+             and this machine cannot give jobs their own network namespace",
+        ));
+    }
+    if let Some(why) = &facts.checkpoint_corrupt {
+        return Some(Decision::reject(
+            "checkpoint-integrity",
+            format!("the checkpoint's files changed: {why}"),
+        ));
+    }
+    if facts.compute_seconds_used >= cfg.budgets.compute_seconds as f64 {
+        return Some(Decision::reject(
+            "budget-compute",
+            format!(
+                "the study has used {:.0} s of its {} s compute budget",
+                facts.compute_seconds_used, cfg.budgets.compute_seconds
+            ),
+        ));
+    }
+    if let Some(max) = cfg.budgets.node_compute_seconds
+        && facts.node_compute_used >= max as f64
+    {
+        return Some(Decision::reject(
+            "budget-node-compute",
+            format!(
+                "this node has used {:.0} s of its {max} s (budgets.node_compute_seconds)",
+                facts.node_compute_used
+            ),
+        ));
+    }
+    if let Some(max) = cfg.budgets.agent_compute_seconds
+        && facts.agent_compute_used >= max as f64
+    {
+        return Some(Decision::reject(
+            "budget-agent-compute",
+            format!(
+                "this agent has used {:.0} s of its {max} s (budgets.agent_compute_seconds)",
+                facts.agent_compute_used
+            ),
+        ));
+    }
+    None
 }
 
 /// Decide on a request. Pure: same inputs, same decision.
@@ -123,6 +186,55 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
             }
         }
         Request::RegisterDataset(r) => {
+            if facts.agent_contamination_rejections
+                >= cfg.policy.max_contamination_rejections_per_agent
+            {
+                return Decision::reject(
+                    "contamination-probing",
+                    format!(
+                        "agent {:?} already had {} datasets rejected for contamination \
+                         (policy.max_contamination_rejections_per_agent = {}); it may register no more datasets",
+                        caller.agent,
+                        facts.agent_contamination_rejections,
+                        cfg.policy.max_contamination_rejections_per_agent
+                    ),
+                );
+            }
+            if !facts.unregistered_datasets.is_empty() {
+                return Decision::reject(
+                    "dataset-unregistered",
+                    format!(
+                        "mixtures and filters take registered datasets only; not registered: {}",
+                        facts.unregistered_datasets.join(", ")
+                    ),
+                );
+            }
+            if !facts.contamination.is_empty() {
+                let evidence: Vec<String> = facts
+                    .contamination
+                    .iter()
+                    .take(5)
+                    .map(|h| {
+                        format!(
+                            "row {} (prompt {:?}) reproduces a protected {}/{} item ({:.0}% of its n-grams, {})",
+                            h.row,
+                            crate::record::sanitize_line(&h.row_prompt).chars().take(80).collect::<String>(),
+                            h.task,
+                            h.split,
+                            h.overlap * 100.0,
+                            h.how
+                        )
+                    })
+                    .collect();
+                return Decision::reject(
+                    "contamination",
+                    format!(
+                        "the dataset overlaps protected eval data ({} item(s) matched): {}",
+                        facts.contamination.len(),
+                        evidence.join("; ")
+                    ),
+                );
+            }
             if facts.dataset_name_taken {
                 return Decision::reject(
                     "dataset-name-taken",
@@ -146,6 +258,9 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
             }
         }
         Request::RunSft(r) => {
+            if let Some(d) = job_checks(cfg, facts) {
+                return d;
+            }
             if !facts.unregistered_datasets.is_empty() {
                 return Decision::reject(
                     "dataset-unregistered",
@@ -164,17 +279,11 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
                     ),
                 );
             }
-            if facts.compute_seconds_used >= cfg.budgets.compute_seconds as f64 {
-                return Decision::reject(
-                    "budget-compute",
-                    format!(
-                        "the study has used {:.0} s of its {} s compute budget",
-                        facts.compute_seconds_used, cfg.budgets.compute_seconds
-                    ),
-                );
-            }
         }
         Request::Evaluate(r) => {
+            if let Some(d) = job_checks(cfg, facts) {
+                return d;
+            }
             if !facts.checkpoint_known {
                 return Decision::reject(
                     "checkpoint-provenance",
@@ -215,6 +324,27 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
                     ),
                 );
             }
+            if let Some(max) = cfg.budgets.node_evaluations
+                && facts.node_evaluations >= max
+            {
+                return Decision::reject(
+                    "budget-node-evaluations",
+                    format!(
+                        "this node has used all {max} of its evaluations (budgets.node_evaluations)"
+                    ),
+                );
+            }
+            if let Some(max) = cfg.budgets.agent_evaluations
+                && facts.agent_evaluations >= max
+            {
+                return Decision::reject(
+                    "budget-agent-evaluations",
+                    format!(
+                        "agent {:?} has used all {max} of its evaluations (budgets.agent_evaluations)",
+                        caller.agent
+                    ),
+                );
+            }
             if r.split == Split::Test
                 && facts.test_evaluations_on_node >= cfg.budgets.test_evaluations_per_node
             {
@@ -223,15 +353,6 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
                     format!(
                         "this node already has {} test-split evaluations (budgets.test_evaluations_per_node = {}); use the dev split",
                         facts.test_evaluations_on_node, cfg.budgets.test_evaluations_per_node
-                    ),
-                );
-            }
-            if facts.compute_seconds_used >= cfg.budgets.compute_seconds as f64 {
-                return Decision::reject(
-                    "budget-compute",
-                    format!(
-                        "the study has used {:.0} s of its {} s compute budget",
-                        facts.compute_seconds_used, cfg.budgets.compute_seconds
                     ),
                 );
             }

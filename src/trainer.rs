@@ -241,6 +241,13 @@ pub fn eval(spec_path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Identity of the embedded evaluator: the hash of the source that evaluates (this file and the
+/// answer parsing it uses).
+pub fn evaluator_source_hash() -> String {
+    let src = [include_str!("trainer.rs"), include_str!("datasets.rs")].concat();
+    crate::store::sha256_hex(src.as_bytes())
+}
+
 /// The tiny-arith base model: counts from every one-digit addition in the plain format.
 pub fn write_base_model(dir: &Path) -> Result<()> {
     let mut model = NGram::default();

@@ -324,9 +324,70 @@ impl Study {
                     .join(", ")
             )));
         }
+        // Materialise the rows first: the contamination scan is a fact the policy decides on.
+        let mut unregistered = Vec::new();
+        let mut decontaminated = 0u64;
+        let rows = match &req.source {
+            DatasetSource::Inline { rows } => rows.clone(),
+            DatasetSource::Arith(p) => {
+                let (rows, dropped) = self.decontaminate(datasets::generate_arith(p))?;
+                decontaminated = dropped;
+                rows
+            }
+            DatasetSource::Declared { source } => {
+                let path = self.study_file(&self.config.datasets[source].path)?;
+                let bytes = fs::read(&path).at("cannot read declared dataset", &path)?;
+                datasets::parse_jsonl(&bytes, &format!("dataset source {source}"))?
+            }
+            DatasetSource::Mixture { parts, seed } => {
+                let mut loaded = Vec::new();
+                for p in parts {
+                    match self.dataset_rows(&p.dataset)? {
+                        Some(rows) => loaded.push((rows, p.rows)),
+                        None => unregistered.push(p.dataset.clone()),
+                    }
+                }
+                datasets::mix(&loaded, *seed)
+            }
+            DatasetSource::Filter {
+                dataset,
+                max_prompt_chars,
+                max_answer_chars,
+                prompt_contains,
+            } => match self.dataset_rows(dataset)? {
+                Some(rows) => rows
+                    .into_iter()
+                    .filter(|r| {
+                        max_prompt_chars.is_none_or(|m| r.prompt.chars().count() as u64 <= m)
+                    })
+                    .filter(|r| {
+                        max_answer_chars.is_none_or(|m| r.answer.chars().count() as u64 <= m)
+                    })
+                    .filter(|r| {
+                        prompt_contains
+                            .as_ref()
+                            .is_none_or(|c| r.prompt.contains(c.as_str()))
+                    })
+                    .collect(),
+                None => {
+                    unregistered.push(dataset.clone());
+                    Vec::new()
+                }
+            },
+        };
+        let contamination = if unregistered.is_empty() {
+            self.scan_for_contamination(&rows)?
+        } else {
+            Vec::new()
+        };
         let facts = Facts {
             node_status: Some(snap.meta.status),
             dataset_name_taken: self.index.dataset(&req.name)?.is_some(),
+            unregistered_datasets: unregistered,
+            contamination,
+            agent_contamination_rejections: self
+                .index
+                .rejection_count(&caller.agent, "contamination")?,
             ..Facts::default()
         };
         let request = serde_json::to_value(&req)?;
@@ -340,15 +401,11 @@ impl Study {
                 decision,
             ));
         }
-        let rows = match &req.source {
-            DatasetSource::Inline { rows } => rows.clone(),
-            DatasetSource::Arith(p) => datasets::generate_arith(p),
-            DatasetSource::Declared { source } => {
-                let path = self.study_file(&self.config.datasets[source].path)?;
-                let bytes = fs::read(&path).at("cannot read declared dataset", &path)?;
-                datasets::parse_jsonl(&bytes, &format!("dataset source {source}"))?
-            }
-        };
+        if rows.is_empty() {
+            return Err(Error::invalid(
+                "source: the dataset has no rows (a filter that keeps nothing?)",
+            ));
+        }
         let bytes = datasets::to_jsonl(&rows)?;
         let sha = self.store.put_bytes(&bytes)?;
         let n = rows.len() as u64;
@@ -360,7 +417,7 @@ impl Study {
             |_| {
                 let mut p = Prepared::accepted(
                     format!("{} ({n} rows)", req.name),
-                    serde_json::json!({ "dataset": req.name, "sha256": sha, "rows": n }),
+                    serde_json::json!({ "dataset": req.name, "sha256": sha, "rows": n, "decontaminated": decontaminated }),
                 );
                 p.body = format!(
                     "Dataset {} ({n} rows), sha256 {sha}.\n{}",
@@ -379,6 +436,7 @@ impl Study {
             dataset: req.name,
             sha256: sha,
             rows: n,
+            decontaminated,
             commit: oid,
         })
     }
@@ -395,13 +453,9 @@ impl Study {
                 None => unregistered.push(name.clone()),
             }
         }
-        let facts = Facts {
-            node_status: Some(snap.meta.status),
-            unregistered_datasets: unregistered,
-            checkpoint_known: base_sha.is_some(),
-            compute_seconds_used: self.index.compute_seconds_used()?,
-            ..Facts::default()
-        };
+        let mut facts = self.job_facts(caller, &req.node, base_sha.as_deref())?;
+        facts.node_status = Some(snap.meta.status);
+        facts.unregistered_datasets = unregistered;
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::RunSft(&req), caller, &self.config, &facts);
         if !decision.accepted() {
@@ -426,7 +480,14 @@ impl Study {
             })).collect::<Vec<_>>(),
             "hyper": request,
         });
-        let spec = self.job_spec(job_id, JobKind::Sft, &self.config.jobs.sft.clone(), params)?;
+        let timeout = self.job_timeout(caller, &req.node)?;
+        let spec = self.job_spec(
+            job_id,
+            JobKind::Sft,
+            &self.config.jobs.sft.clone(),
+            params,
+            timeout,
+        )?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
         let mut checkpoint = None;
@@ -518,15 +579,17 @@ impl Study {
         let evaluator = self.evaluator_fingerprint()?;
         let facts = Facts {
             node_status: Some(snap.meta.status),
-            checkpoint_known: ck.is_some(),
-            compute_seconds_used: self.index.compute_seconds_used()?,
             evaluations_total: self.index.evaluation_count(None, None)?,
             test_evaluations_on_node: self.index.evaluation_count(Some(&req.node), Some("test"))?,
+            node_evaluations: self.index.evaluation_count(Some(&req.node), None)?,
+            agent_evaluations: self
+                .index
+                .evaluation_count_by(None, None, Some(&caller.agent))?,
             evaluator_actual: Some(evaluator.clone()),
             evaluator_pinned: self.config.jobs.evaluator_sha256.clone(),
             eval_set_actual: Some(crate::store::sha256_file(&set_path)?),
             eval_set_pinned: set.sha256.clone(),
-            ..Facts::default()
+            ..self.job_facts(caller, &req.node, ck.as_deref())?
         };
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::Evaluate(&req), caller, &self.config, &facts);
@@ -550,11 +613,13 @@ impl Study {
             "metric": task.metric,
             "eval_set": set_path,
         });
+        let timeout = self.job_timeout(caller, &req.node)?;
         let spec = self.job_spec(
             job_id,
             JobKind::Evaluate,
             &self.config.jobs.evaluate.clone(),
             params,
+            timeout,
         )?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
@@ -1102,6 +1167,85 @@ impl Study {
 
     // ------------------------------------------------------------------ helpers
 
+    /// The rows of a registered dataset (hash-verified), or None if no dataset has that name.
+    fn dataset_rows(&self, name: &str) -> Result<Option<Vec<types::Row>>> {
+        match self.index.dataset(name)? {
+            Some((sha, _, _)) => Ok(Some(datasets::parse_jsonl(
+                &self.store.get(&sha)?,
+                &format!("dataset {name}"),
+            )?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every task's protected test split, prepared for the contamination scan.
+    fn protected_sets(&self) -> Result<Vec<crate::contamination::EvalSet>> {
+        let cfg = self.scan_config();
+        let mut sets = Vec::new();
+        for (name, task) in &self.config.tasks {
+            let path = self.study_file(&task.test.path)?;
+            let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
+            let items = datasets::parse_jsonl(&bytes, &format!("task {name} test split"))?;
+            sets.push(crate::contamination::EvalSet::new(
+                name, "test", &items, cfg,
+            ));
+        }
+        Ok(sets)
+    }
+
+    fn scan_config(&self) -> crate::contamination::ScanConfig {
+        crate::contamination::ScanConfig {
+            ngram: self.config.policy.contamination_ngram as usize,
+            threshold: self.config.policy.contamination_threshold,
+        }
+    }
+
+    /// Rows that reproduce protected eval items (evidence for the contamination rule).
+    pub fn scan_for_contamination(
+        &self,
+        rows: &[types::Row],
+    ) -> Result<Vec<crate::contamination::Hit>> {
+        Ok(crate::contamination::scan(
+            rows,
+            &self.protected_sets()?,
+            self.scan_config(),
+            50,
+        ))
+    }
+
+    /// Generated rows minus those whose prompt is a protected test item's (after normalization).
+    fn decontaminate(&self, rows: Vec<types::Row>) -> Result<(Vec<types::Row>, u64)> {
+        let mut protected = std::collections::HashSet::new();
+        for task in self.config.tasks.values() {
+            let path = self.study_file(&task.test.path)?;
+            let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
+            for item in datasets::parse_jsonl(&bytes, "protected eval set")? {
+                protected.insert(crate::contamination::tokens(&item.prompt));
+            }
+        }
+        let before = rows.len();
+        let kept: Vec<types::Row> = rows
+            .into_iter()
+            .filter(|r| !protected.contains(&crate::contamination::tokens(&r.prompt)))
+            .collect();
+        let dropped = (before - kept.len()) as u64;
+        Ok((kept, dropped))
+    }
+
+    /// Why a stored checkpoint no longer matches its hashes, if it doesn't.
+    fn checkpoint_damage(&self, sha: &str) -> Option<String> {
+        let m = match self.store.manifest(sha) {
+            Ok(m) => m,
+            Err(e) => return Some(e.message),
+        };
+        m.files.iter().find_map(|(name, f)| {
+            self.store
+                .get(f)
+                .err()
+                .map(|e| format!("{name}: {}", e.message))
+        })
+    }
+
     fn require_node_tip(&self, id: &str) -> Result<git2::Oid> {
         self.record
             .node_tip(id)?
@@ -1141,12 +1285,47 @@ impl Study {
         Ok(serde_json::json!({ "sha256": sha, "files": files }))
     }
 
+    /// Facts every job-running action needs: checkpoint provenance and integrity, compute used, isolation.
+    fn job_facts(&self, caller: &Caller, node: &str, checkpoint: Option<&str>) -> Result<Facts> {
+        Ok(Facts {
+            checkpoint_known: checkpoint.is_some(),
+            checkpoint_corrupt: checkpoint.and_then(|c| self.checkpoint_damage(c)),
+            compute_seconds_used: self.index.compute_seconds_used()?,
+            node_compute_used: self.index.compute_seconds_used_by(Some(node), None)?,
+            agent_compute_used: self
+                .index
+                .compute_seconds_used_by(None, Some(&caller.agent))?,
+            network_isolation_unavailable: !crate::jobs::network_isolation_available(),
+            ..Facts::default()
+        })
+    }
+
+    /// The longest a job may run: the backend's limit, cut to what is left of the study's, the
+    /// node's and the agent's compute budgets (so a job is stopped when a budget runs out).
+    fn job_timeout(&self, caller: &Caller, node: &str) -> Result<u64> {
+        let b = &self.config.budgets;
+        let mut left = b.compute_seconds as f64 - self.index.compute_seconds_used()?;
+        if let Some(max) = b.node_compute_seconds {
+            left = left.min(max as f64 - self.index.compute_seconds_used_by(Some(node), None)?);
+        }
+        if let Some(max) = b.agent_compute_seconds {
+            left = left.min(
+                max as f64
+                    - self
+                        .index
+                        .compute_seconds_used_by(None, Some(&caller.agent))?,
+            );
+        }
+        Ok((left.ceil().max(1.0) as u64).min(self.config.backend.timeout_s()))
+    }
+
     fn job_spec(
         &self,
         id: String,
         kind: JobKind,
         command: &[String],
         params: Value,
+        timeout_s: u64,
     ) -> Result<JobSpec> {
         let dir = self.root.join(STATE_DIR).join("jobs").join(&id);
         let env = match &self.config.environment {
@@ -1161,8 +1340,9 @@ impl Study {
                 &expand_command(command, self.rsim_bin.as_deref())?,
             ),
             dir,
-            timeout_s: self.config.backend.timeout_s(),
+            timeout_s,
             env,
+            isolate_network: crate::jobs::network_isolation_available(),
             params,
         })
     }
@@ -1193,20 +1373,7 @@ impl Study {
 
     /// Fingerprint of the evaluator: sha256 over its argv and the content of every file it names.
     pub fn evaluator_fingerprint(&self) -> Result<String> {
-        let cmd = expand_command(&self.config.jobs.evaluate, self.rsim_bin.as_deref())?;
-        let mut parts = Vec::new();
-        for (i, a) in cmd.iter().enumerate() {
-            parts.push(a.clone());
-            let file = if i == 0 {
-                crate::jobs::resolve_program(&self.root, a)
-            } else {
-                Some(self.root.join(a)).filter(|p| !a.starts_with('-') && p.is_file())
-            };
-            if let Some(f) = file {
-                parts.push(crate::store::sha256_file(&f)?);
-            }
-        }
-        Ok(crate::store::sha256_hex(parts.join("\0").as_bytes()))
+        evaluator_fingerprint(&self.root, &self.config.jobs.evaluate)
     }
 
     fn record_rejection(
@@ -1326,6 +1493,30 @@ fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
         );
     }
     StudyConfig::parse(text, CONFIG_FILE)
+}
+
+/// Fingerprint of an evaluator command: sha256 over its argv and the content of every file it
+/// names (the program and any study file among its arguments). `@rsim` stands for rsim's embedded
+/// evaluator, identified by the hash of its source, so rebuilding rsim for other reasons does not
+/// change the fingerprint.
+pub fn evaluator_fingerprint(root: &Path, command: &[String]) -> Result<String> {
+    let mut parts = Vec::new();
+    for (i, a) in command.iter().enumerate() {
+        parts.push(a.clone());
+        if a == "@rsim" {
+            parts.push(crate::trainer::evaluator_source_hash());
+            continue;
+        }
+        let file = if i == 0 {
+            crate::jobs::resolve_program(root, a)
+        } else {
+            Some(root.join(a)).filter(|p| !a.starts_with('-') && p.is_file())
+        };
+        if let Some(f) = file {
+            parts.push(crate::store::sha256_file(&f)?);
+        }
+    }
+    Ok(crate::store::sha256_hex(parts.join("\0").as_bytes()))
 }
 
 /// Expand `@rsim` (this binary, or `bin`) in a command.

@@ -124,8 +124,42 @@ pub enum DatasetSource {
         #[schemars(pattern(NAME_PATTERN))]
         source: String,
     },
-    /// The built-in arithmetic generator.
+    /// The built-in arithmetic generator. Rows that would reproduce a protected test item are
+    /// left out (counted in the result as `decontaminated`).
     Arith(ArithParams),
+    /// Rows sampled from registered datasets, shuffled together.
+    Mixture {
+        #[schemars(length(min = 1, max = 16))]
+        parts: Vec<MixturePart>,
+        #[serde(default)]
+        seed: u64,
+    },
+    /// The rows of a registered dataset that pass every given condition.
+    Filter {
+        #[schemars(pattern(NAME_PATTERN))]
+        dataset: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1))]
+        max_prompt_chars: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1))]
+        max_answer_chars: Option<u64>,
+        /// Keep rows whose prompt contains this text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 200))]
+        prompt_contains: Option<String>,
+    },
+}
+
+/// One part of a mixture: `rows` rows drawn from a registered dataset (without replacement while
+/// it lasts, then with replacement).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MixturePart {
+    #[schemars(pattern(NAME_PATTERN))]
+    pub dataset: String,
+    #[schemars(range(min = 1, max = 1000000))]
+    pub rows: u64,
 }
 
 /// Register a training dataset under a name (stored content-addressed; only registered datasets can be trained on).
@@ -149,6 +183,9 @@ pub struct RegisterDatasetResult {
     pub dataset: String,
     pub sha256: String,
     pub rows: u64,
+    /// Generated rows left out because they reproduced a protected test item.
+    #[serde(default)]
+    pub decontaminated: u64,
     pub commit: String,
 }
 
