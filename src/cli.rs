@@ -170,9 +170,8 @@ pub enum Command {
     /// Job programs run by the job runner (not for agents).
     #[command(hide = true)]
     Job {
-        #[arg(value_enum)]
-        kind: JobProgram,
-        spec: PathBuf,
+        #[command(subcommand)]
+        kind: JobCommand,
     },
 }
 
@@ -183,10 +182,21 @@ pub enum DagFormat {
     Json,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum JobProgram {
-    Train,
-    Eval,
+#[derive(Subcommand, Debug)]
+pub enum JobCommand {
+    /// Fine-tune (a job spec from the runner).
+    Train { spec: PathBuf },
+    /// Evaluate (a job spec from the runner).
+    Eval { spec: PathBuf },
+    /// Build a tiny-gpt base model by a short seeded pretraining.
+    Pretrain {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, default_value_t = 1500)]
+        steps: u64,
+    },
 }
 
 /// Entry point: returns the process exit code.
@@ -264,9 +274,13 @@ pub fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Job { kind, spec } => match kind {
-            JobProgram::Train => crate::trainer::train(spec),
-            JobProgram::Eval => crate::trainer::eval(spec),
+        Command::Job { kind } => match kind {
+            JobCommand::Train { spec } => crate::trainer::train(spec),
+            JobCommand::Eval { spec } => crate::trainer::eval(spec),
+            JobCommand::Pretrain { out, seed, steps } => {
+                let report = crate::trainer::pretrain(out, *seed, *steps)?;
+                print_json(&report)
+            }
         },
         Command::Schemas { out, check } => schemas(out, *check),
         Command::Bench {

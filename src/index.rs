@@ -512,6 +512,18 @@ impl Index {
             .optional()?)
     }
 
+    /// The checkpoint recorded by a root node's first action (its `init`).
+    pub fn base_checkpoint(&self, root: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT sha256 FROM artifacts WHERE node=?1 AND seq=1 AND kind='checkpoint'",
+                [root],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
     /// Where a checkpoint came from: (node, seq, parent checkpoint) of the accepted run_sft that produced it.
     pub fn checkpoint_origin(&self, sha: &str) -> Result<Option<(String, u32, Option<String>)>> {
         Ok(self

@@ -13,7 +13,7 @@ use crate::model::*;
 use crate::record::{self, Record, TreeFile};
 use crate::store::ObjectStore;
 
-pub const EXAMPLES: &[&str] = &["tiny-arith"];
+pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-arith-ngram"];
 
 const TEMPLATE: &str = r#"# rsim study config. Fill in the base model and tasks, then run `rsim init` again.
 
@@ -91,8 +91,10 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
             ),
         });
     }
-    if example == Some("tiny-arith") {
-        materialize_tiny_arith(&root)?;
+    match example {
+        Some("tiny-arith") => materialize_tiny_arith(&root)?,
+        Some("tiny-arith-ngram") => materialize_tiny_arith_ngram(&root)?,
+        _ => {}
     }
     let text = fs::read_to_string(&config_path).at("cannot read", &config_path)?;
     let config = StudyConfig::parse(&text, CONFIG_FILE)?;
@@ -239,15 +241,18 @@ fn tempdir_in(dir: &Path) -> Result<PathBuf> {
     Ok(p)
 }
 
-/// Write the tiny-arith example: config, README, base model, and the protected eval sets.
-fn materialize_tiny_arith(root: &Path) -> Result<()> {
-    let prot = root.join(STATE_DIR).join("protected").join("add2");
+/// Generate a task's eval splits into `.rsim/protected/<task>/`; returns their sha256 pins.
+fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 2]> {
+    let prot = root.join(STATE_DIR).join("protected").join(task);
     fs::create_dir_all(&prot).at("cannot create", &prot)?;
-    let mut pins = Vec::new();
-    for (split, n, seed) in [("dev", 200, 1001), ("test", 500, 2002)] {
+    let mut pins = [String::new(), String::new()];
+    for (i, (split, n, seed)) in [("dev", 200, 1001), ("test", 500, 2002)]
+        .into_iter()
+        .enumerate()
+    {
         let rows = crate::datasets::generate_arith(&ArithParams {
             op: ArithOp::Add,
-            digits: 2,
+            digits,
             format: AnswerFormat::Plain,
             n,
             seed,
@@ -255,20 +260,55 @@ fn materialize_tiny_arith(root: &Path) -> Result<()> {
         let bytes = crate::datasets::to_jsonl(&rows)?;
         let p = prot.join(format!("{split}.jsonl"));
         fs::write(&p, &bytes).at("cannot write", &p)?;
-        pins.push(crate::store::sha256_hex(&bytes));
+        pins[i] = crate::store::sha256_hex(&bytes);
     }
-    crate::trainer::write_base_model(&root.join("models").join("base"))?;
+    Ok(pins)
+}
+
+fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 2]) -> Result<()> {
     let evaluator =
         crate::api::evaluator_fingerprint(root, &["@rsim".into(), "job".into(), "eval".into()])?;
-    let toml = include_str!("../examples/tiny-arith/rsim.toml")
+    let toml = toml
         .replace("@DEV_SHA256@", &pins[0])
         .replace("@TEST_SHA256@", &pins[1])
         .replace("@EVALUATOR_SHA256@", &evaluator);
     fs::write(root.join(CONFIG_FILE), toml).at("cannot write", root)?;
-    fs::write(
-        root.join("README.md"),
-        include_str!("../examples/tiny-arith/README.md"),
-    )
-    .at("cannot write", root)?;
+    fs::write(root.join("README.md"), readme).at("cannot write", root)?;
     Ok(())
+}
+
+/// The tiny-arith example: a tiny-gpt base model (shipped: `rsim job pretrain --seed 0` made it)
+/// and three-digit addition with a protected test split.
+fn materialize_tiny_arith(root: &Path) -> Result<()> {
+    let pins = write_eval_sets(root, "add3", 3)?;
+    let base = root.join("models").join("base");
+    fs::create_dir_all(&base).at("cannot create", &base)?;
+    fs::write(
+        base.join(crate::trainer::CONFIG_FILE),
+        include_bytes!("../examples/tiny-arith/base/config.json"),
+    )
+    .at("cannot write", &base)?;
+    fs::write(
+        base.join(crate::gpt::WEIGHTS_FILE),
+        include_bytes!("../examples/tiny-arith/base/model.safetensors"),
+    )
+    .at("cannot write", &base)?;
+    write_example_config(
+        root,
+        include_str!("../examples/tiny-arith/rsim.toml"),
+        include_str!("../examples/tiny-arith/README.md"),
+        &pins,
+    )
+}
+
+/// The tiny-arith-ngram example: the fast placeholder model and two-digit addition.
+fn materialize_tiny_arith_ngram(root: &Path) -> Result<()> {
+    let pins = write_eval_sets(root, "add2", 2)?;
+    crate::trainer::write_base_model(&root.join("models").join("base"))?;
+    write_example_config(
+        root,
+        include_str!("../examples/tiny-arith-ngram/rsim.toml"),
+        include_str!("../examples/tiny-arith-ngram/README.md"),
+        &pins,
+    )
 }

@@ -11,6 +11,7 @@ pub mod dag;
 pub mod datasets;
 pub mod error;
 pub mod fsck;
+pub mod gpt;
 pub mod index;
 pub mod init;
 pub mod jobs;

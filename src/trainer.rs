@@ -135,18 +135,42 @@ fn out_dir(spec_path: &Path) -> PathBuf {
     spec_path.parent().unwrap_or(Path::new(".")).join("out")
 }
 
-/// `rsim job train SPEC`: continue the base checkpoint's counts on rows sampled from the datasets.
+/// The `model` field of a checkpoint's config.json: which embedded model it is.
+fn model_kind(ck: &CheckpointRef) -> Result<String> {
+    let path = ck
+        .files
+        .get(CONFIG_FILE)
+        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {CONFIG_FILE}", ck.sha256)))?;
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(path).at("cannot read", path)?)
+        .map_err(|e| Error::invalid(format!("{}: {e}", path.display())))?;
+    v["model"].as_str().map(str::to_string).ok_or_else(|| {
+        Error::invalid(format!(
+            "checkpoint {}: {CONFIG_FILE} names no model",
+            ck.sha256
+        ))
+    })
+}
+
+fn file<'a>(ck: &'a CheckpointRef, name: &str) -> Result<&'a PathBuf> {
+    ck.files
+        .get(name)
+        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {name}", ck.sha256)))
+}
+
+/// Jobs run single-threaded (measured faster than two threads on 2 cores, and jobs run side by side).
+fn single_thread() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: called first thing in a job process, before any other thread exists.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+    }
+}
+
+/// `rsim job train SPEC`: fine-tune the base checkpoint on rows sampled from the datasets.
 pub fn train(spec_path: &Path) -> Result<()> {
+    single_thread();
     let spec: TrainSpec =
         serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
             .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
-    let h = &spec.hyper;
-    if let Adapter::Lora { .. } = h.adapter {
-        return Err(Error::invalid(
-            "the n-gram trainer has no adapters: use adapter {\"kind\": \"full\"}",
-        ));
-    }
-    let mut model = load_model(&spec.base)?;
     let mut rows = Vec::new();
     for d in &spec.datasets {
         rows.extend(parse_jsonl(
@@ -154,11 +178,71 @@ pub fn train(spec_path: &Path) -> Result<()> {
             &d.path.display().to_string(),
         )?);
     }
+    let out = out_dir(spec_path);
+    let metrics = match model_kind(&spec.base)?.as_str() {
+        "char-ngram" => train_ngram(&spec, &rows, &out)?,
+        crate::gpt::MODEL_KIND => train_gpt(&spec, &rows, &out)?,
+        other => {
+            return Err(Error::invalid(format!(
+                "no embedded trainer for model {other:?}"
+            )));
+        }
+    };
+    fs::write(
+        out.join("metrics.json"),
+        crate::record::json_bytes(&metrics)?,
+    )
+    .at("cannot write", &out)?;
+    Ok(())
+}
+
+fn train_gpt(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::Value> {
+    let h = &spec.hyper;
+    if let Adapter::Lora { .. } = h.adapter {
+        return Err(Error::invalid(
+            "LoRA adapters are not implemented for tiny-gpt (a 100k-parameter model trains fully): use adapter {\"kind\": \"full\"}",
+        ));
+    }
+    let mut model = crate::gpt::Gpt::load(
+        file(&spec.base, CONFIG_FILE)?,
+        file(&spec.base, crate::gpt::WEIGHTS_FILE)?,
+    )?;
+    let steps = h.steps;
+    let rep = crate::gpt::train(
+        &model,
+        rows,
+        h.learning_rate,
+        h.schedule,
+        steps,
+        h.warmup_steps,
+        h.batch_size as usize,
+        h.answer_only_loss,
+        h.seed,
+        |step, loss| eprintln!("step {step}/{steps} loss {loss:.4}"),
+    )?;
+    model.config.base = Some(spec.base.sha256.clone());
+    model.save(&out.join("checkpoint"))?;
+    Ok(serde_json::json!({
+        "final_loss": rep.final_loss,
+        "steps_per_s": rep.steps_per_s,
+        "tokens_per_s": rep.tokens_per_s,
+        "rows": rows.len() as f64,
+    }))
+}
+
+fn train_ngram(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::Value> {
+    let h = &spec.hyper;
+    if let Adapter::Lora { .. } = h.adapter {
+        return Err(Error::invalid(
+            "the n-gram trainer has no adapters: use adapter {\"kind\": \"full\"}",
+        ));
+    }
+    let mut model = load_model(&spec.base)?;
     let mut rng = StdRng::seed_from_u64(h.seed);
     let scale = h.learning_rate / 1e-3;
     let mut seen = std::collections::HashSet::new();
     for step in 0..h.steps {
-        let lr = scale * schedule(h.schedule, step, h.steps, h.warmup_steps);
+        let lr = scale * crate::gpt::lr_at(h.schedule, 1.0, step, h.steps, h.warmup_steps);
         for _ in 0..h.batch_size {
             let row = &rows[rng.random_range(0..rows.len())];
             seen.insert(row.prompt.clone());
@@ -173,52 +257,56 @@ pub fn train(spec_path: &Path) -> Result<()> {
             );
         }
     }
-    let out = out_dir(spec_path);
     let cfg =
         serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": spec.base.sha256 });
     save_model(&model, &out.join("checkpoint"), cfg)?;
-    let metrics = serde_json::json!({
+    Ok(serde_json::json!({
         "rows_seen": (h.steps * u64::from(h.batch_size)) as f64,
         "distinct_prompts": seen.len() as f64,
         "contexts": model.counts.len() as f64,
-    });
-    fs::write(
-        out.join("metrics.json"),
-        crate::record::json_bytes(&metrics)?,
-    )
-    .at("cannot write", &out)?;
-    Ok(())
-}
-
-fn schedule(s: Schedule, step: u64, steps: u64, warmup: u64) -> f64 {
-    if step < warmup {
-        return (step + 1) as f64 / warmup as f64;
-    }
-    let t = (step - warmup.min(step)) as f64 / (steps.saturating_sub(warmup).max(1)) as f64;
-    match s {
-        Schedule::Constant => 1.0,
-        Schedule::Linear => 1.0 - t,
-        Schedule::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * t).cos()),
-    }
+    }))
 }
 
 /// `rsim job eval SPEC`: exact match of the parsed answer on every item of the eval set.
 pub fn eval(spec_path: &Path) -> Result<()> {
+    single_thread();
     let spec: EvalSpec = serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
         .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
-    let model = load_model(&spec.checkpoint)?;
     let items = parse_jsonl(
         &fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?,
         "eval set",
     )?;
+    let prompts: Vec<String> = items.iter().map(|i| i.prompt.clone()).collect();
+    let outputs: Vec<String> = match model_kind(&spec.checkpoint)?.as_str() {
+        "char-ngram" => {
+            let model = load_model(&spec.checkpoint)?;
+            let mut cache: HashMap<String, String> = HashMap::new();
+            prompts
+                .iter()
+                .map(|p| {
+                    cache
+                        .entry(p.clone())
+                        .or_insert_with(|| model.generate(p))
+                        .clone()
+                })
+                .collect()
+        }
+        crate::gpt::MODEL_KIND => {
+            let model = crate::gpt::Gpt::load(
+                file(&spec.checkpoint, CONFIG_FILE)?,
+                file(&spec.checkpoint, crate::gpt::WEIGHTS_FILE)?,
+            )?;
+            model.generate(&prompts)?
+        }
+        other => {
+            return Err(Error::invalid(format!(
+                "no embedded evaluator for model {other:?}"
+            )));
+        }
+    };
     let mut results = Vec::with_capacity(items.len());
     let mut correct = 0u64;
-    let mut cache: HashMap<String, String> = HashMap::new();
-    for it in &items {
-        let output = cache
-            .entry(it.prompt.clone())
-            .or_insert_with(|| model.generate(&it.prompt))
-            .clone();
+    for (it, output) in items.iter().zip(outputs) {
         let ok = parse_answer(&output) == parse_answer(&it.answer);
         correct += u64::from(ok);
         results.push(EvalItem {
@@ -241,10 +329,55 @@ pub fn eval(spec_path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `rsim job pretrain`: a tiny-gpt base model from a short seeded pretraining on generic arithmetic
+/// text (1–3 digit sums and differences, plain format, loss on every token).
+pub fn pretrain(dir: &Path, seed: u64, steps: u64) -> Result<serde_json::Value> {
+    single_thread();
+    let mut rows = Vec::new();
+    for (digits, n) in [(1u32, 400u64), (2, 2000), (3, 4000)] {
+        for op in [
+            crate::api::types::ArithOp::Add,
+            crate::api::types::ArithOp::Sub,
+        ] {
+            rows.extend(crate::datasets::generate_arith(
+                &crate::api::types::ArithParams {
+                    op,
+                    digits,
+                    format: crate::api::types::AnswerFormat::Plain,
+                    n,
+                    seed: seed.wrapping_add(u64::from(digits)),
+                },
+            ));
+        }
+    }
+    let model = crate::gpt::Gpt::init(crate::gpt::GptConfig::small(), seed)?;
+    let rep = crate::gpt::train(
+        &model,
+        &rows,
+        3e-3,
+        Schedule::Cosine,
+        steps,
+        steps / 20,
+        32,
+        false,
+        seed,
+        |step, loss| eprintln!("pretrain step {step}/{steps} loss {loss:.4}"),
+    )?;
+    model.save(dir)?;
+    Ok(
+        serde_json::json!({ "final_loss": rep.final_loss, "steps_per_s": rep.steps_per_s, "tokens_per_s": rep.tokens_per_s }),
+    )
+}
+
 /// Identity of the embedded evaluator: the hash of the source that evaluates (this file and the
 /// answer parsing it uses).
 pub fn evaluator_source_hash() -> String {
-    let src = [include_str!("trainer.rs"), include_str!("datasets.rs")].concat();
+    let src = [
+        include_str!("trainer.rs"),
+        include_str!("gpt.rs"),
+        include_str!("datasets.rs"),
+    ]
+    .concat();
     crate::store::sha256_hex(src.as_bytes())
 }
 

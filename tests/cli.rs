@@ -39,7 +39,7 @@ fn example_study() -> (tempfile::TempDir, PathBuf) {
     let out = rsim()
         .args(["init"])
         .arg(&root)
-        .args(["--example", "tiny-arith"])
+        .args(["--example", "tiny-arith-ngram"])
         .output()
         .expect("init");
     assert!(

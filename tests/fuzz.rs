@@ -11,7 +11,7 @@ use rsi_master::model::Caller;
 fn random_requests_never_panic_and_errors_are_clear() {
     let d = tempfile::tempdir().expect("tempdir");
     let root = d.path().join("study");
-    rsi_master::init::init(&root, Some("tiny-arith")).expect("init");
+    rsi_master::init::init(&root, Some("tiny-arith-ngram")).expect("init");
     let mut study = rsi_master::Study::open(&root).expect("open");
     study.set_rsim_bin(std::path::PathBuf::from(env!("CARGO_BIN_EXE_rsim")));
     let cases: u32 = std::env::var("RSIM_FUZZ_CASES")

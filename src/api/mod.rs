@@ -1265,12 +1265,10 @@ impl Study {
         Ok(self.index.checkpoint_origin(c)?.map(|_| c.to_string()))
     }
 
+    /// The base model's checkpoint, recorded by the root node's `init`.
     pub fn base_checkpoint(&self) -> Result<String> {
-        let rows = self.index.node_actions(ROOT_NODE)?;
-        rows.iter()
-            .flat_map(|r| r.record.artifacts.iter())
-            .find(|a| a.kind == ArtifactKind::Checkpoint)
-            .map(|a| a.sha256.clone())
+        self.index
+            .base_checkpoint(ROOT_NODE)?
             .ok_or_else(|| Error::internal("the root node records no base checkpoint"))
     }
 
