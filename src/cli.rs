@@ -135,6 +135,8 @@ pub enum Command {
     Fsck,
     /// Attempts, rejections by rule, and whether any hack got through (re-checked from the record).
     Audit,
+    /// Stop a running or queued job (its action is recorded with the job cancelled).
+    Cancel { job: String },
     /// Run any action from its JSON request (as an MCP client sends it); prints the JSON result.
     Call {
         action: String,
@@ -384,6 +386,29 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                     "reindexed {n} nodes from git in {:.2} s",
                     t.elapsed().as_secs_f64()
                 );
+            }
+            return Ok(());
+        }
+        Command::Cancel { job } => {
+            if !job.starts_with("j-")
+                || job.len() != 18
+                || !job[2..].bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                return Err(Error::invalid(format!(
+                    "job: {job:?} is not a job id such as \"j-0123456789abcdef\""
+                )));
+            }
+            crate::jobs::request_cancel(
+                &study
+                    .root()
+                    .join(crate::api::STATE_DIR)
+                    .join("jobs")
+                    .join(job),
+            )?;
+            if json {
+                print_json(&json!({ "job": job, "cancel": "requested" }))?;
+            } else {
+                println!("cancel requested for {job}");
             }
             return Ok(());
         }

@@ -162,7 +162,17 @@ pub enum Backend {
         /// Wall-clock limit of one job, seconds.
         #[serde(default = "default_timeout")]
         timeout_s: u64,
+        /// Largest file a job may write, MiB (RLIMIT_FSIZE: a job flooding its log is stopped).
+        #[serde(default = "default_max_file_mb")]
+        max_file_mb: u64,
+        /// Address-space limit of a job, MiB (RLIMIT_AS); unset: no limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_memory_mb: Option<u64>,
     },
+}
+
+fn default_max_file_mb() -> u64 {
+    4096
 }
 
 fn default_parallel() -> u32 {
@@ -177,6 +187,8 @@ impl Default for Backend {
         Backend::Local {
             max_parallel_jobs: default_parallel(),
             timeout_s: default_timeout(),
+            max_file_mb: default_max_file_mb(),
+            max_memory_mb: None,
         }
     }
 }
@@ -185,6 +197,22 @@ impl Backend {
     pub fn timeout_s(&self) -> u64 {
         match self {
             Backend::Local { timeout_s, .. } => *timeout_s,
+        }
+    }
+
+    /// Resource limits for each job.
+    pub fn limits(&self) -> crate::jobs::JobLimits {
+        match self {
+            Backend::Local {
+                max_parallel_jobs,
+                max_file_mb,
+                max_memory_mb,
+                ..
+            } => crate::jobs::JobLimits {
+                max_parallel: *max_parallel_jobs,
+                max_file_bytes: max_file_mb.saturating_mul(1 << 20),
+                max_memory_bytes: max_memory_mb.map(|m| m.saturating_mul(1 << 20)),
+            },
         }
     }
 }
@@ -358,7 +386,12 @@ impl StudyConfig {
             Backend::Local {
                 max_parallel_jobs,
                 timeout_s,
+                max_file_mb,
+                ..
             } => {
+                if *max_file_mb == 0 {
+                    return bad("backend.max_file_mb", "expected at least 1".into());
+                }
                 if *max_parallel_jobs == 0 {
                     return bad("backend.max_parallel_jobs", "expected at least 1".into());
                 }

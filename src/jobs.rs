@@ -31,6 +31,12 @@ pub struct JobSpec {
     /// Run the job in its own network namespace (no network at all).
     #[serde(default)]
     pub isolate_network: bool,
+    #[serde(default)]
+    pub limits: JobLimits,
+    /// Where the job slots (lock files) live: at most `limits.max_parallel` jobs run at once,
+    /// across every process of the study.
+    #[serde(default)]
+    pub slots_dir: Option<PathBuf>,
     /// The job's parameters, written to `spec.json` for the command to read.
     pub params: serde_json::Value,
 }
@@ -45,6 +51,61 @@ impl JobSpec {
     pub fn spec_path(&self) -> PathBuf {
         self.dir.join("spec.json")
     }
+}
+
+/// Resource limits of a job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobLimits {
+    pub max_parallel: u32,
+    pub max_file_bytes: u64,
+    pub max_memory_bytes: Option<u64>,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        JobLimits {
+            max_parallel: 2,
+            max_file_bytes: 4 << 30,
+            max_memory_bytes: None,
+        }
+    }
+}
+
+/// A held job slot: an exclusive lock on one of `max_parallel` lock files, released on drop.
+pub struct Slot {
+    _lock: nix::fcntl::Flock<File>,
+}
+
+/// Wait for a free slot (polling), or give up when `cancelled()` says so.
+pub fn acquire_slot(dir: &Path, max: u32, cancelled: impl Fn() -> bool) -> Result<Option<Slot>> {
+    use nix::fcntl::{Flock, FlockArg};
+    fs::create_dir_all(dir).at("cannot create", dir)?;
+    loop {
+        for k in 0..max.max(1) {
+            let p = dir.join(format!("{k}.lock"));
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&p)
+                .at("cannot open", &p)?;
+            if let Ok(lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                return Ok(Some(Slot { _lock: lock }));
+            }
+        }
+        if cancelled() {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Ask a running or queued job to stop (the runner polls for this file).
+pub fn request_cancel(job_dir: &Path) -> Result<()> {
+    if !job_dir.join("spec.json").is_file() {
+        return Err(Error::not_found(format!("no job at {}", job_dir.display())));
+    }
+    fs::write(job_dir.join("cancel"), b"").at("cannot write", job_dir)
 }
 
 /// Runs jobs. Backends (local processes now; queued/remote later) implement this.
@@ -72,6 +133,34 @@ impl JobRunner for LocalRunner {
         let log = File::create(&log_path).at("cannot create", &log_path)?;
         let log2 = log.try_clone().at("cannot open", &log_path)?;
 
+        let cancel_file = spec.dir.join("cancel");
+        let queued = Instant::now();
+        let _slot = match &spec.slots_dir {
+            Some(d) => match acquire_slot(d, spec.limits.max_parallel, || cancel_file.exists())? {
+                Some(slot) => Some(slot),
+                None => {
+                    let now = now_rfc3339();
+                    return Ok(JobRecord {
+                        id: spec.id.clone(),
+                        kind: spec.kind,
+                        state: JobState::Cancelled,
+                        exit_code: None,
+                        started_at: now.clone(),
+                        finished_at: now,
+                        duration_s: 0.0,
+                        command: spec.command.clone(),
+                        env: spec.env.clone(),
+                        network: "shared".into(),
+                        log: None,
+                        error: Some(format!(
+                            "cancelled while queued for {:.1} s",
+                            queued.elapsed().as_secs_f64()
+                        )),
+                    });
+                }
+            },
+            None => None,
+        };
         let started_at = now_rfc3339();
         let start = Instant::now();
         let (program, args) = spec
@@ -98,6 +187,20 @@ impl JobRunner for LocalRunner {
         {
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
+            let (fsize, mem) = (spec.limits.max_file_bytes, spec.limits.max_memory_bytes);
+            // SAFETY: setrlimit(2) is a system call; the closure allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    use nix::sys::resource::{Resource, setrlimit};
+                    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(std::io::Error::from)?;
+                    setrlimit(Resource::RLIMIT_FSIZE, fsize, fsize)
+                        .map_err(std::io::Error::from)?;
+                    if let Some(m) = mem {
+                        setrlimit(Resource::RLIMIT_AS, m, m).map_err(std::io::Error::from)?;
+                    }
+                    Ok(())
+                });
+            }
             if spec.isolate_network {
                 // SAFETY: unshare(2) is a single system call; the closure allocates nothing.
                 unsafe {
@@ -153,13 +256,18 @@ impl JobRunner for LocalRunner {
                         None => {
                             use std::os::unix::process::ExitStatusExt;
                             let sig = status.signal().unwrap_or(0);
-                            finish(
-                                JobState::Failed,
-                                None,
-                                Some(format!("killed by signal {sig}")),
-                            )
+                            finish(JobState::Failed, None, Some(signal_reason(spec, sig)))
                         }
                     });
+                }
+                None if cancel_file.exists() => {
+                    kill_group(child.id());
+                    let _ = child.wait();
+                    return Ok(finish(
+                        JobState::Cancelled,
+                        None,
+                        Some("cancelled on request".into()),
+                    ));
                 }
                 None if start.elapsed() >= deadline => {
                     kill_group(child.id());
@@ -201,6 +309,18 @@ pub fn network_isolation_available() -> bool {
         }
         cmd.status().map(|s| s.success()).unwrap_or(false)
     })
+}
+
+/// Why a job killed by `sig` died, in words.
+fn signal_reason(spec: &JobSpec, sig: i32) -> String {
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(nix::sys::signal::Signal::SIGXFSZ) => format!(
+            "killed by SIGXFSZ: it wrote a file larger than {} MiB (backend.max_file_mb)",
+            spec.limits.max_file_bytes >> 20
+        ),
+        Ok(s) => format!("killed by signal {s}"),
+        Err(_) => format!("killed by signal {sig}"),
+    }
 }
 
 fn kill_group(pid: u32) {
@@ -271,6 +391,8 @@ mod tests {
             timeout_s,
             env: "host".into(),
             isolate_network: false,
+            limits: JobLimits::default(),
+            slots_dir: None,
             params: serde_json::json!({"hello": 1}),
         }
     }
@@ -352,6 +474,72 @@ mod tests {
             "no network in an isolated job"
         );
         assert_eq!(isolated.network, "isolated");
+    }
+
+    #[test]
+    fn a_job_flooding_its_log_is_stopped_and_the_reason_recorded() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut s = spec(d.path(), &["sh", "-c", "yes flood", "sh"], 30);
+        s.limits.max_file_bytes = 1 << 20;
+        let r = LocalRunner.run(&s).expect("run");
+        assert_eq!(r.state, JobState::Failed);
+        assert!(r.error.unwrap_or_default().contains("SIGXFSZ"));
+        assert!(fs::metadata(s.log_path()).expect("log").len() <= 1 << 20);
+    }
+
+    #[test]
+    fn cancel_stops_a_running_job() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let s = spec(d.path(), &["sh", "-c", "sleep 30", "sh"], 60);
+        let dir = s.dir.clone();
+        let t = std::thread::spawn(move || {
+            for _ in 0..100 {
+                if request_cancel(&dir).is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let start = Instant::now();
+        let r = LocalRunner.run(&s).expect("run");
+        t.join().expect("thread");
+        assert_eq!(r.state, JobState::Cancelled);
+        assert!(start.elapsed() < Duration::from_secs(20));
+    }
+
+    #[test]
+    fn at_most_n_jobs_run_at_once() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let slots = d.path().join("slots");
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                let mut s = spec(
+                    &d.path().join(format!("j{i}")),
+                    &["sh", "-c", "date +%s.%N; sleep 0.4; date +%s.%N", "sh"],
+                    30,
+                );
+                s.limits.max_parallel = 1;
+                s.slots_dir = Some(slots.clone());
+                std::thread::spawn(move || {
+                    let r = LocalRunner.run(&s).expect("run");
+                    assert_eq!(r.state, JobState::Succeeded);
+                    let log = fs::read_to_string(s.log_path()).expect("log");
+                    let ts: Vec<f64> = log.lines().filter_map(|l| l.trim().parse().ok()).collect();
+                    (ts[0], ts[1])
+                })
+            })
+            .collect();
+        let mut spans: Vec<(f64, f64)> = handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect();
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in spans.windows(2) {
+            assert!(
+                w[1].0 >= w[0].1 - 0.01,
+                "jobs overlapped with one slot: {spans:?}"
+            );
+        }
     }
 
     #[test]

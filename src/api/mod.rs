@@ -60,6 +60,19 @@ struct Prepared {
 }
 
 impl Prepared {
+    /// Record the job that ran for this action, with its log as an artifact.
+    fn attach_job(&mut self, job: &JobRecord) {
+        if let Some(l) = &job.log {
+            self.artifacts.push(ArtifactRef {
+                sha256: l.clone(),
+                kind: ArtifactKind::Log,
+                name: format!("{}.log", job.id),
+                parent: None,
+            });
+        }
+        self.job = Some(job.clone());
+    }
+
     fn accepted(summary: String, result: Value) -> Self {
         Prepared {
             summary,
@@ -536,15 +549,7 @@ impl Study {
                         parent: Some(base_sha.clone()),
                     });
                 }
-                if let Some(l) = &job.log {
-                    p.artifacts.push(ArtifactRef {
-                        sha256: l.clone(),
-                        kind: ArtifactKind::Log,
-                        name: format!("{}.log", job.id),
-                        parent: None,
-                    });
-                }
-                p.job = Some(job.clone());
+                p.attach_job(&job);
                 Ok(p)
             })?;
         Ok(RunSftResult {
@@ -676,15 +681,7 @@ impl Study {
                     job.state.as_str(),
                     job.duration_s
                 );
-                if let Some(l) = &job.log {
-                    p.artifacts.push(ArtifactRef {
-                        sha256: l.clone(),
-                        kind: ArtifactKind::Log,
-                        name: format!("{}.log", job.id),
-                        parent: None,
-                    });
-                }
-                p.job = Some(job.clone());
+                p.attach_job(&job);
                 p.metrics = metric_records.clone();
                 if !metric_records.is_empty() {
                     let mut all: NodeMetrics =
@@ -1341,6 +1338,8 @@ impl Study {
             timeout_s,
             env,
             isolate_network: crate::jobs::network_isolation_available(),
+            limits: self.config.backend.limits(),
+            slots_dir: Some(self.root.join(STATE_DIR).join("jobs").join("slots")),
             params,
         })
     }
