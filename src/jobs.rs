@@ -335,6 +335,52 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// The `host` environment as recorded with a job: the program's sha256 (first 16 hex digits), the
+/// kernel and the architecture, e.g. `host program=rsim@1a2b… kernel=Linux-6.1 arch=x86_64`. Hashes
+/// are cached per process by path, size and modification time (a release rsim binary is ~100 MB).
+pub fn host_fingerprint(study_root: &Path, command: &[String]) -> Result<String> {
+    type Cache = std::collections::HashMap<(PathBuf, u64, i128), String>;
+    static CACHE: std::sync::Mutex<Option<Cache>> = std::sync::Mutex::new(None);
+    let mut out = String::from("host");
+    if let Some(prog) = command.first().and_then(|p| resolve_program(study_root, p)) {
+        let meta = fs::metadata(&prog).at("cannot stat", &prog)?;
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i128);
+        let key = (prog.clone(), meta.len(), mtime);
+        let cached = CACHE
+            .lock()
+            .ok()
+            .and_then(|c| c.as_ref().and_then(|m| m.get(&key).cloned()));
+        let sha = match cached {
+            Some(s) => s,
+            None => {
+                let s = crate::store::sha256_file(&prog)?;
+                if let Ok(mut c) = CACHE.lock() {
+                    c.get_or_insert_with(Default::default)
+                        .insert(key, s.clone());
+                }
+                s
+            }
+        };
+        let name = prog
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        out.push_str(&format!(" program={name}@{}", &sha[..16]));
+    }
+    if let Ok(u) = nix::sys::utsname::uname() {
+        out.push_str(&format!(
+            " kernel={}-{} arch={}",
+            u.sysname().to_string_lossy(),
+            u.release().to_string_lossy(),
+            u.machine().to_string_lossy()
+        ));
+    }
+    Ok(out)
+}
+
 /// Resolve a command's program: a path with `/` is taken relative to the study root, a bare name
 /// is looked up on PATH. Used to pin the evaluator by hashing its program.
 pub fn resolve_program(study_root: &Path, program: &str) -> Option<PathBuf> {

@@ -709,6 +709,11 @@ fn the_transformer_example_trains_and_evaluates_through_the_actions() {
         .expect("sft");
     assert_eq!(sft["job"]["state"], "succeeded", "{sft}");
     assert!(sft["train_metrics"]["final_loss"].as_f64().expect("loss") > 0.0);
+    let env = sft["job"]["env"].as_str().expect("env");
+    assert!(
+        env.starts_with("host program=rsim@") && env.contains(" kernel="),
+        "host fingerprint: {env}"
+    );
     let ck = sft["checkpoint"].as_str().expect("checkpoint").to_string();
     let m = s.store().manifest(&ck).expect("manifest");
     assert!(m.files.contains_key("model.safetensors") && m.files.contains_key("config.json"));

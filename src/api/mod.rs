@@ -1323,17 +1323,20 @@ impl Study {
         timeout_s: u64,
     ) -> Result<JobSpec> {
         let dir = self.root.join(STATE_DIR).join("jobs").join(&id);
+        let command = crate::jobs::absolute_command(
+            &self.root,
+            &expand_command(command, self.rsim_bin.as_deref())?,
+        );
         let env = match &self.config.environment {
-            crate::config::Environment::Host => "host".to_string(),
+            crate::config::Environment::Host => {
+                crate::jobs::host_fingerprint(&self.root, &command)?
+            }
             crate::config::Environment::Nix { flake } => format!("nix:{flake}"),
         };
         Ok(JobSpec {
             id,
             kind,
-            command: crate::jobs::absolute_command(
-                &self.root,
-                &expand_command(command, self.rsim_bin.as_deref())?,
-            ),
+            command,
             dir,
             timeout_s,
             env,
