@@ -336,11 +336,10 @@ fn round3(x: f64) -> f64 {
 }
 
 /// The `host` environment as recorded with a job: the program's sha256 (first 16 hex digits), the
-/// kernel and the architecture, e.g. `host program=rsim@1a2b… kernel=Linux-6.1 arch=x86_64`. Hashes
-/// are cached per process by path, size and modification time (a release rsim binary is ~100 MB).
-pub fn host_fingerprint(study_root: &Path, command: &[String]) -> Result<String> {
-    type Cache = std::collections::HashMap<(PathBuf, u64, i128), String>;
-    static CACHE: std::sync::Mutex<Option<Cache>> = std::sync::Mutex::new(None);
+/// kernel and the architecture, e.g. `host program=rsim@1a2b… kernel=Linux-6.1 arch=x86_64`.
+/// Hashing a ~250 MB debug rsim takes about a second, so hashes are cached in `cache_dir` keyed by
+/// the program's path, size and modification time (shared by every process of the study).
+pub fn host_fingerprint(study_root: &Path, command: &[String], cache_dir: &Path) -> Result<String> {
     let mut out = String::from("host");
     if let Some(prog) = command.first().and_then(|p| resolve_program(study_root, p)) {
         let meta = fs::metadata(&prog).at("cannot stat", &prog)?;
@@ -348,20 +347,19 @@ pub fn host_fingerprint(study_root: &Path, command: &[String]) -> Result<String>
             .modified()
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos() as i128);
-        let key = (prog.clone(), meta.len(), mtime);
-        let cached = CACHE
-            .lock()
-            .ok()
-            .and_then(|c| c.as_ref().and_then(|m| m.get(&key).cloned()));
-        let sha = match cached {
-            Some(s) => s,
-            None => {
+            .map_or(0, |d| d.as_nanos());
+        let key = crate::store::sha256_hex(
+            format!("{}\0{}\0{mtime}", prog.display(), meta.len()).as_bytes(),
+        );
+        let entry = cache_dir.join(&key[..32]);
+        let sha = match fs::read_to_string(&entry) {
+            Ok(s) if crate::config::is_sha256(s.trim()) => s.trim().to_string(),
+            _ => {
                 let s = crate::store::sha256_file(&prog)?;
-                if let Ok(mut c) = CACHE.lock() {
-                    c.get_or_insert_with(Default::default)
-                        .insert(key, s.clone());
-                }
+                fs::create_dir_all(cache_dir).at("cannot create", cache_dir)?;
+                let tmp = cache_dir.join(format!("{}.{}.tmp", &key[..32], std::process::id()));
+                fs::write(&tmp, &s).at("cannot write", &tmp)?;
+                fs::rename(&tmp, &entry).at("cannot write", &entry)?;
                 s
             }
         };

@@ -1329,7 +1329,8 @@ impl Study {
         );
         let env = match &self.config.environment {
             crate::config::Environment::Host => {
-                crate::jobs::host_fingerprint(&self.root, &command)?
+                let cache = self.root.join(STATE_DIR).join("fingerprints");
+                crate::jobs::host_fingerprint(&self.root, &command, &cache)?
             }
             crate::config::Environment::Nix { flake } => format!("nix:{flake}"),
         };
