@@ -163,6 +163,26 @@ fn cli_commands_exit_codes_and_output() {
         ],
     );
     assert!(ev["metrics"]["exact_match"].as_f64().is_some());
+    // The GPU recipes take exactly the job specs the runner wrote for these jobs.
+    let recipes = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/recipes");
+    for (job, recipe) in [(&sft["job"]["id"], "sft.py"), (&ev["job"]["id"], "eval.py")] {
+        let spec = s
+            .join(".rsim/jobs")
+            .join(job.as_str().expect("job id"))
+            .join("spec.json");
+        let out = Command::new("python3")
+            .arg(recipes.join(recipe))
+            .arg("--check-spec")
+            .arg(&spec)
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "{recipe}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "spec ok");
+    }
     ok_json(&s, &["branch", "--from", "n0", "--title", "Other"]);
     let cmp = ok_json(
         &s,
