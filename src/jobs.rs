@@ -4,6 +4,7 @@
 //! scrubbed environment, its output captured to a log, and a wall-clock timeout.
 
 use std::fs::{self, File};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -248,11 +249,15 @@ impl JobRunner for LocalRunner {
                     let code = status.code();
                     return Ok(match code {
                         Some(0) => finish(JobState::Succeeded, code, None),
-                        Some(c) => finish(
-                            JobState::Failed,
-                            code,
-                            Some(format!("exited with status {c}")),
-                        ),
+                        Some(c) => {
+                            let tail = log_tail(&spec.log_path());
+                            let why = if tail.is_empty() {
+                                format!("exited with status {c}")
+                            } else {
+                                format!("exited with status {c}: {tail}")
+                            };
+                            finish(JobState::Failed, code, Some(why))
+                        }
                         None => {
                             use std::os::unix::process::ExitStatusExt;
                             let sig = status.signal().unwrap_or(0);
@@ -377,6 +382,79 @@ pub fn host_fingerprint(study_root: &Path, command: &[String], cache_dir: &Path)
         ));
     }
     Ok(out)
+}
+
+/// Run `command` inside a Nix flake's dev shell (`nix develop FLAKE --command ...`), and label the
+/// environment with the flake's `narHash` from `nix flake metadata --json`, e.g.
+/// `nix:path:/study/env#sha256-…`. A flake given as a relative path is taken inside the study
+/// (point it at a folder holding flake.nix, not at the study root, or Nix copies the object store).
+/// When the metadata cannot be read the label says `#unresolved` and the job itself fails with
+/// Nix's error in its log.
+pub fn nix_environment(
+    study_root: &Path,
+    flake: &str,
+    command: Vec<String>,
+) -> Result<(Vec<String>, String)> {
+    let reference = if flake.contains(':') {
+        flake.to_string()
+    } else {
+        crate::config::check_relative_path(flake)
+            .map_err(|m| Error::invalid(format!("environment.flake: {m}")))?;
+        format!("path:{}", study_root.join(flake).display())
+    };
+    let hash = Command::new("nix")
+        .args(["flake", "metadata", "--json", &reference])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+        .and_then(|v| {
+            v["locked"]["narHash"]
+                .as_str()
+                .or(v["narHash"].as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "unresolved".to_string());
+    let mut wrapped = vec![
+        "nix".to_string(),
+        "develop".to_string(),
+        reference.clone(),
+        "--command".to_string(),
+    ];
+    wrapped.extend(command);
+    Ok((wrapped, format!("nix:{reference}#{hash}")))
+}
+
+/// The last few lines of a job's log, to say in the record why it failed.
+fn log_tail(path: &Path) -> String {
+    use std::io::{Seek, SeekFrom};
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(_) => return String::new(),
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(2048)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    // Prefer the last line that says "error" (tools print context after it), then the final line.
+    let last = lines.last().copied().unwrap_or("");
+    match lines
+        .iter()
+        .rev()
+        .find(|l| l.to_lowercase().contains("error") && !l.contains("(ignored)"))
+    {
+        Some(e) if *e != last => format!("{e} | {last}"),
+        Some(e) => e.to_string(),
+        None => lines[lines.len().saturating_sub(3)..].join(" | "),
+    }
 }
 
 /// Resolve a command's program: a path with `/` is taken relative to the study root, a bare name

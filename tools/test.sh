@@ -12,6 +12,9 @@ fi
 if ! need cargo; then echo "cargo (Rust 1.95 or newer) is required: https://rustup.rs" >&2; exit 1; fi
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+# Nix for the Nix-environment tests (offline configuration; idempotent).
+tools/setup-nix.sh
+
 # One profile (debug) for everything: building release too would compile every crate twice.
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings

@@ -1327,12 +1327,15 @@ impl Study {
             &self.root,
             &expand_command(command, self.rsim_bin.as_deref())?,
         );
-        let env = match &self.config.environment {
+        let (command, env) = match &self.config.environment {
             crate::config::Environment::Host => {
                 let cache = self.root.join(STATE_DIR).join("fingerprints");
-                crate::jobs::host_fingerprint(&self.root, &command, &cache)?
+                let env = crate::jobs::host_fingerprint(&self.root, &command, &cache)?;
+                (command, env)
             }
-            crate::config::Environment::Nix { flake } => format!("nix:{flake}"),
+            crate::config::Environment::Nix { flake } => {
+                crate::jobs::nix_environment(&self.root, flake, command)?
+            }
         };
         Ok(JobSpec {
             id,
