@@ -18,6 +18,15 @@ def fail(msg: str) -> None:
     sys.exit(2)
 
 
+def spec_from_argv(argv: list, kind: str, usage: str) -> tuple:
+    """`[--check-spec] SPEC.json` → (spec path, spec, whether only to check it)."""
+    check = "--check-spec" in argv
+    rest = [a for a in argv if a != "--check-spec"]
+    if len(rest) != 1:
+        fail(f"usage: {usage} [--check-spec] SPEC.json")
+    return rest[0], load_spec(rest[0], kind), check
+
+
 def load_spec(path: str, kind: str) -> dict:
     try:
         spec = json.loads(Path(path).read_text())

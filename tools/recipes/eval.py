@@ -10,23 +10,18 @@ import json
 import sys
 from pathlib import Path
 
-from common import CharTokenizer, fail, load_spec, out_dir, parse_answer, read_rows
+from common import CharTokenizer, out_dir, parse_answer, read_rows, spec_from_argv
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    check = "--check-spec" in args
-    args = [a for a in args if a != "--check-spec"]
-    if len(args) != 1:
-        fail("usage: eval.py [--check-spec] SPEC.json")
-    spec = load_spec(args[0], "evaluate")
+    spec_path, spec, check = spec_from_argv(sys.argv[1:], "evaluate", "eval.py")
     if check:
         print("spec ok")
         return
     import torch
     from transformers import AutoModelForCausalLM
 
-    work = Path(args[0]).parent / "model"
+    work = Path(spec_path).parent / "model"
     work.mkdir(exist_ok=True)
     for name, path in spec["checkpoint"]["files"].items():
         (work / name).unlink(missing_ok=True)
@@ -64,7 +59,7 @@ def main() -> None:
         ok = parse_answer(output) == parse_answer(it["answer"])
         correct += ok
         results.append({"prompt": it["prompt"], "expected": it["answer"], "output": output, "correct": ok})
-    out = out_dir(args[0])
+    out = out_dir(spec_path)
     result = {"metrics": {"exact_match": correct / max(1, len(items))}, "n_items": len(items), "items": results}
     (out / "result.json").write_text(json.dumps(result, indent=2))
     print(json.dumps({"device": device, "exact_match": result["metrics"]["exact_match"]}), file=sys.stderr)

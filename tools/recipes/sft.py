@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import CharTokenizer, fail, load_spec, out_dir, read_rows
+from common import CharTokenizer, fail, out_dir, read_rows, spec_from_argv
 
 
 def lr_at(schedule: str, base: float, step: int, steps: int, warmup: int) -> float:
@@ -25,12 +25,7 @@ def lr_at(schedule: str, base: float, step: int, steps: int, warmup: int) -> flo
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    check = "--check-spec" in args
-    args = [a for a in args if a != "--check-spec"]
-    if len(args) != 1:
-        fail("usage: sft.py [--check-spec] SPEC.json")
-    spec = load_spec(args[0], "sft")
+    spec_path, spec, check = spec_from_argv(sys.argv[1:], "sft", "sft.py")
     if check:
         print("spec ok")
         return
@@ -42,7 +37,7 @@ def main() -> None:
     torch.manual_seed(h["seed"])
     files = spec["base"]["files"]
     # Files of a checkpoint live in rsim's object store under their hashes: link them under their names.
-    work = Path(args[0]).parent / "base"
+    work = Path(spec_path).parent / "base"
     work.mkdir(exist_ok=True)
     for name, path in files.items():
         (work / name).unlink(missing_ok=True)
@@ -96,7 +91,7 @@ def main() -> None:
     secs = max(time.time() - start, 1e-9)
     if h["adapter"]["kind"] == "lora":
         model = model.merge_and_unload()
-    out = out_dir(args[0])
+    out = out_dir(spec_path)
     ck = out / "checkpoint"
     model.save_pretrained(ck)
     saved = json.loads((ck / "config.json").read_text())
