@@ -191,7 +191,7 @@ impl Index {
     pub fn repair(&self, record: &Record) -> Result<usize> {
         let mut repaired = 0;
         for (node, pid, writer) in self.pending()? {
-            if writer != self.writer && process_alive(pid) {
+            if writer != self.writer && crate::jobs::process_alive(pid) {
                 continue;
             }
             let tx = self.immediate()?;
@@ -589,17 +589,6 @@ impl Index {
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
-    }
-}
-
-/// Whether a process exists (a writer holding pending markers).
-fn process_alive(pid: u32) -> bool {
-    use nix::errno::Errno;
-    use nix::sys::signal::kill;
-    use nix::unistd::Pid;
-    match i32::try_from(pid) {
-        Ok(p) => !matches!(kill(Pid::from_raw(p), None), Err(Errno::ESRCH)),
-        Err(_) => false,
     }
 }
 

@@ -231,7 +231,11 @@ impl JobRunner for LocalRunner {
             log: None,
             error,
         };
-        let mut child = match cmd.spawn() {
+        let spawned = cmd.spawn();
+        if let Ok(c) = &spawned {
+            let _ = fs::write(spec.dir.join("pid"), c.id().to_string());
+        }
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 return Ok(finish(
@@ -325,6 +329,28 @@ fn signal_reason(spec: &JobSpec, sig: i32) -> String {
         ),
         Ok(s) => format!("killed by signal {s}"),
         Err(_) => format!("killed by signal {sig}"),
+    }
+}
+
+/// Whether a process exists.
+pub fn process_alive(pid: u32) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::signal::kill;
+    use nix::unistd::Pid;
+    match i32::try_from(pid) {
+        Ok(p) if p > 0 => !matches!(kill(Pid::from_raw(p), None), Err(Errno::ESRCH)),
+        _ => false,
+    }
+}
+
+/// Stop whatever is left of a job (its process group), given its directory.
+pub fn stop_job(job_dir: &Path) {
+    if let Some(pid) = fs::read_to_string(job_dir.join("pid"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        && process_alive(pid)
+    {
+        kill_group(pid);
     }
 }
 

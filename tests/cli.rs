@@ -408,3 +408,97 @@ fn killing_writers_at_random_points_never_leaves_a_half_written_action() {
     ok_json(&s, &["reindex"]);
     assert_eq!(answers(&s), before);
 }
+
+#[test]
+fn a_job_whose_writer_dies_is_stopped_and_recorded_as_lost() {
+    let (_d, s) = example_study();
+    ok_json(&s, &["branch", "--from", "n0", "--title", "long job"]);
+    ok_json(
+        &s,
+        &[
+            "call",
+            "register_dataset",
+            r#"{"node":"n1","name":"d","source":{"kind":"arith","op":"add","digits":2,"format":"plain","n":500,"seed":1}}"#,
+        ],
+    );
+    // A long job, then kill -9 the rsim process that runs it (not the job).
+    let mut writer = rsim()
+        .arg("-C")
+        .arg(&s)
+        .args([
+            "run-sft",
+            "--node",
+            "n1",
+            "--dataset",
+            "d",
+            "--steps",
+            "5000000",
+            "--batch-size",
+            "64",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let jobs = s.join(".rsim/jobs");
+    let mut pid_file = None;
+    for _ in 0..200 {
+        pid_file = std::fs::read_dir(&jobs).ok().and_then(|mut d| {
+            d.find_map(|e| e.ok().map(|e| e.path().join("pid")).filter(|p| p.is_file()))
+        });
+        if pid_file.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid_file = pid_file.expect("the job started");
+    writer.kill().expect("kill -9 the writer");
+    writer.wait().expect("wait");
+    let job_pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    let alive = |pid: i32| {
+        Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+    };
+    assert!(
+        alive(job_pid),
+        "the job outlives its writer (own process group)"
+    );
+    // The next rsim to open the study stops the job and records the action with the job lost.
+    let log = ok_json(&s, &["log", "--node", "n1"]);
+    let a = &log["actions"][0];
+    assert_eq!(a["action"], "run_sft", "{log}");
+    assert_eq!(
+        a["summary"].as_str().map(|x| x.contains("lost")),
+        Some(true),
+        "{a}"
+    );
+    let job = ok_json(
+        &s,
+        &[
+            "call",
+            "get_job",
+            &format!(r#"{{"job":"{}"}}"#, a["job"].as_str().expect("job")),
+        ],
+    );
+    assert_eq!(job["job"]["state"], "lost");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!alive(job_pid), "nothing left running");
+    // Recorded once: opening again adds nothing.
+    let again = ok_json(&s, &["log", "--node", "n1"]);
+    assert_eq!(
+        again["actions"].as_array().map(Vec::len),
+        log["actions"].as_array().map(Vec::len)
+    );
+    let out = run(&s, &["fsck"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

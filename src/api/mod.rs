@@ -117,7 +117,7 @@ impl Study {
             );
         }
         let store = ObjectStore::new(state.join("objects"));
-        Ok(Study {
+        let study = Study {
             root,
             config,
             record,
@@ -125,7 +125,142 @@ impl Study {
             store,
             runner,
             rsim_bin: None,
-        })
+        };
+        let lost = study.recover_orphaned_jobs()?;
+        if lost > 0 {
+            tracing::warn!(
+                lost,
+                "recorded jobs whose rsim process died before recording them as lost"
+            );
+        }
+        Ok(study)
+    }
+
+    /// Jobs whose writing process died (killed, crashed, machine restarted) before their action was
+    /// recorded are never dropped silently: the job's processes are stopped and the action is
+    /// recorded with the job `lost`. Jobs of live processes are left to them.
+    pub fn recover_orphaned_jobs(&self) -> Result<usize> {
+        let dir = self.root.join(STATE_DIR).join("jobs");
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return Ok(0);
+        };
+        let mut lost = 0;
+        for e in entries.flatten() {
+            let jd = e.path();
+            let (intent_path, marker) = (jd.join(INTENT_FILE), jd.join(RECORDED_FILE));
+            if !intent_path.is_file() || marker.exists() {
+                continue;
+            }
+            let intent: JobIntent = match fs::read(&intent_path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+            {
+                Some(i) => i,
+                None => continue,
+            };
+            if crate::jobs::process_alive(intent.writer_pid) {
+                continue;
+            }
+            if let Some((_, _, _)) = self.index.job(&intent.job)? {
+                fs::write(&marker, b"").at("cannot write", &marker)?;
+                continue;
+            }
+            // Claim the recovery (another process may be opening the study right now).
+            let claim = jd.join("recovering");
+            if let Some(pid) = fs::read_to_string(&claim)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                && !crate::jobs::process_alive(pid)
+            {
+                let _ = fs::remove_file(&claim);
+            }
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&claim)
+            {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    let _ = write!(f, "{}", std::process::id());
+                }
+                Err(_) => continue,
+            }
+            crate::jobs::stop_job(&jd);
+            let job = JobRecord {
+                id: intent.job.clone(),
+                kind: intent.kind,
+                state: JobState::Lost,
+                exit_code: None,
+                started_at: intent.started_at.clone(),
+                finished_at: now_rfc3339(),
+                duration_s: intent.started.elapsed_s(),
+                command: intent.command.clone(),
+                env: intent.env.clone(),
+                network: "shared".into(),
+                log: self.store_log_at(&jd.join("job.log"))?,
+                error: Some("the rsim process that ran this job died before recording it; the job was stopped".into()),
+            };
+            let caller = Caller::new(intent.agent.clone(), intent.role);
+            let node = intent.node.clone();
+            if self.record.node_tip(&node)?.is_none() {
+                continue;
+            }
+            self.commit_action(
+                &node,
+                &caller,
+                intent.action,
+                intent.request.clone(),
+                |_| {
+                    let mut p = Prepared::accepted(
+                        format!("job {} lost", job.id),
+                        serde_json::json!({ "job": job }),
+                    );
+                    p.body = format!(
+                        "Job {} was lost: {}",
+                        job.id,
+                        job.error.clone().unwrap_or_default()
+                    );
+                    p.attach_job(&job);
+                    Ok(p)
+                },
+            )?;
+            fs::write(&marker, b"").at("cannot write", &marker)?;
+            lost += 1;
+        }
+        Ok(lost)
+    }
+
+    /// Note, before a job runs, what would have to be recorded if this process died meanwhile.
+    fn write_intent(
+        &self,
+        caller: &Caller,
+        action: ActionName,
+        node: &str,
+        request: &Value,
+        spec: &JobSpec,
+    ) -> Result<()> {
+        fs::create_dir_all(&spec.dir).at("cannot create", &spec.dir)?;
+        let intent = JobIntent {
+            job: spec.id.clone(),
+            kind: spec.kind,
+            action,
+            node: node.to_string(),
+            agent: caller.agent.clone(),
+            role: caller.role,
+            request: request.clone(),
+            command: spec.command.clone(),
+            env: spec.env.clone(),
+            started_at: now_rfc3339(),
+            started: Timestamp::now(),
+            writer_pid: std::process::id(),
+        };
+        let p = spec.dir.join(INTENT_FILE);
+        fs::write(&p, record::json_bytes(&intent)?).at("cannot write", &p)
+    }
+
+    fn mark_recorded(&self, spec: &JobSpec) -> Result<()> {
+        let p = spec.dir.join(RECORDED_FILE);
+        fs::write(&p, b"").at("cannot write", &p)
     }
 
     /// Make `@rsim` in job commands run this binary (tests and embedders whose executable is not rsim).
@@ -501,6 +636,7 @@ impl Study {
             params,
             timeout,
         )?;
+        self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec)?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
         let mut checkpoint = None;
@@ -552,6 +688,7 @@ impl Study {
                 p.attach_job(&job);
                 Ok(p)
             })?;
+        self.mark_recorded(&spec)?;
         Ok(RunSftResult {
             job,
             checkpoint,
@@ -626,6 +763,7 @@ impl Study {
             params,
             timeout,
         )?;
+        self.write_intent(caller, ActionName::Evaluate, &req.node, &request, &spec)?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
         let mut metrics = BTreeMap::new();
@@ -700,6 +838,7 @@ impl Study {
                 }
                 Ok(p)
             })?;
+        self.mark_recorded(&spec)?;
         Ok(EvaluateResult {
             job,
             task: req.task,
@@ -1351,6 +1490,14 @@ impl Study {
         })
     }
 
+    fn store_log_at(&self, p: &Path) -> Result<Option<String>> {
+        if p.is_file() {
+            Ok(Some(self.store.put_file(p)?))
+        } else {
+            Ok(None)
+        }
+    }
+
     fn store_log(&self, spec: &JobSpec) -> Result<Option<String>> {
         let p = spec.log_path();
         if p.is_file() {
@@ -1464,6 +1611,43 @@ impl Study {
         Err(Error::conflict(format!(
             "node {node}: too many concurrent writers; nothing was recorded"
         )))
+    }
+}
+
+const INTENT_FILE: &str = "intent.json";
+const RECORDED_FILE: &str = "recorded";
+
+/// What a job's action would record, written before the job runs (see `recover_orphaned_jobs`).
+#[derive(Debug, Serialize, serde::Deserialize)]
+struct JobIntent {
+    job: String,
+    kind: JobKind,
+    action: ActionName,
+    node: String,
+    agent: String,
+    role: Role,
+    request: Value,
+    command: Vec<String>,
+    env: String,
+    started_at: String,
+    started: Timestamp,
+    writer_pid: u32,
+}
+
+/// Seconds since the epoch, for durations across processes.
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
+struct Timestamp(f64);
+
+impl Timestamp {
+    fn now() -> Self {
+        Timestamp(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        )
+    }
+    fn elapsed_s(self) -> f64 {
+        ((Timestamp::now().0 - self.0).max(0.0) * 1000.0).round() / 1000.0
     }
 }
 
