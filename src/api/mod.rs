@@ -126,12 +126,14 @@ impl Study {
             runner,
             rsim_bin: None,
         };
-        let lost = study.recover_orphaned_jobs()?;
-        if lost > 0 {
-            tracing::warn!(
+        // Recovery must never keep a study from opening: a failure is reported and retried next time.
+        match study.recover_orphaned_jobs() {
+            Ok(0) => {}
+            Ok(lost) => tracing::warn!(
                 lost,
                 "recorded jobs whose rsim process died before recording them as lost"
-            );
+            ),
+            Err(e) => tracing::warn!("could not record orphaned jobs yet: {}", e.message),
         }
         Ok(study)
     }
