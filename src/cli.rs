@@ -390,21 +390,7 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             return Ok(());
         }
         Command::Cancel { job } => {
-            if !job.starts_with("j-")
-                || job.len() != 18
-                || !job[2..].bytes().all(|b| b.is_ascii_hexdigit())
-            {
-                return Err(Error::invalid(format!(
-                    "job: {job:?} is not a job id such as \"j-0123456789abcdef\""
-                )));
-            }
-            crate::jobs::request_cancel(
-                &study
-                    .root()
-                    .join(crate::api::STATE_DIR)
-                    .join("jobs")
-                    .join(job),
-            )?;
+            study.cancel_job(job)?;
             if json {
                 print_json(&json!({ "job": job, "cancel": "requested" }))?;
             } else {

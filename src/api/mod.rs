@@ -232,6 +232,29 @@ impl Study {
         Ok(lost)
     }
 
+    /// Ask a running or queued job to stop; its action is then recorded with the job cancelled.
+    pub fn cancel_job(&self, job: &str) -> Result<()> {
+        let req = GetJobRequest {
+            job: job.to_string(),
+        };
+        revalidate("get_job", &req).map_err(|e| {
+            Error::invalid(
+                e.message
+                    .replace("invalid get_job request", "invalid cancel request"),
+            )
+        })?;
+        if self.index.job(job)?.is_some() {
+            return Err(Error::invalid(format!(
+                "job {job} has finished; its action is already recorded"
+            )));
+        }
+        let dir = self.root.join(STATE_DIR).join("jobs").join(job);
+        crate::jobs::request_cancel(&dir).map_err(|e| match e.kind {
+            ErrorKind::NotFound => Error::not_found(format!("job: no job {job} in this study")),
+            _ => e,
+        })
+    }
+
     /// Note, before a job runs, what would have to be recorded if this process died meanwhile.
     fn write_intent(
         &self,
