@@ -227,16 +227,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
     }
     for ck in &known {
         integrity.checked += 1;
-        let damage = match study.store().manifest(ck) {
-            Ok(m) => m.files.iter().find_map(|(n, f)| {
-                study
-                    .store()
-                    .get(f)
-                    .err()
-                    .map(|e| format!("{n}: {}", e.message))
-            }),
-            Err(e) => Some(e.message),
-        };
+        let damage = study.store().manifest_damage(ck);
         if let Some(d) = damage {
             integrity.violations.push(format!("checkpoint {ck}: {d}"));
         }

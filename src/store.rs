@@ -169,6 +169,18 @@ impl ObjectStore {
         Ok(m)
     }
 
+    /// Why a directory artifact (a checkpoint) no longer matches its hashes — the manifest or any file
+    /// it lists is missing or changed — or None when it is intact.
+    pub fn manifest_damage(&self, sha: &str) -> Option<String> {
+        let m = match self.manifest(sha) {
+            Ok(m) => m,
+            Err(e) => return Some(e.message),
+        };
+        m.files
+            .iter()
+            .find_map(|(name, f)| self.get(f).err().map(|e| format!("{name}: {}", e.message)))
+    }
+
     fn tmp_path(&self) -> Result<PathBuf> {
         let dir = self.root.join("tmp");
         fs::create_dir_all(&dir).at("cannot create", &dir)?;

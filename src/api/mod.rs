@@ -1339,19 +1339,28 @@ impl Study {
         }
     }
 
-    /// Every task's protected test split, prepared for the contamination scan.
-    fn protected_sets(&self) -> Result<Vec<crate::contamination::EvalSet>> {
-        let cfg = self.scan_config();
-        let mut sets = Vec::new();
+    /// Every task's protected test split: (task, items).
+    fn protected_test_items(&self) -> Result<Vec<(String, Vec<types::Row>)>> {
+        let mut out = Vec::new();
         for (name, task) in &self.config.tasks {
             let path = self.study_file(&task.test.path)?;
             let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
-            let items = datasets::parse_jsonl(&bytes, &format!("task {name} test split"))?;
-            sets.push(crate::contamination::EvalSet::new(
-                name, "test", &items, cfg,
+            out.push((
+                name.clone(),
+                datasets::parse_jsonl(&bytes, &format!("task {name} test split"))?,
             ));
         }
-        Ok(sets)
+        Ok(out)
+    }
+
+    /// Every task's protected test split, prepared for the contamination scan.
+    fn protected_sets(&self) -> Result<Vec<crate::contamination::EvalSet>> {
+        let cfg = self.scan_config();
+        Ok(self
+            .protected_test_items()?
+            .iter()
+            .map(|(name, items)| crate::contamination::EvalSet::new(name, "test", items, cfg))
+            .collect())
     }
 
     fn scan_config(&self) -> crate::contamination::ScanConfig {
@@ -1376,14 +1385,15 @@ impl Study {
 
     /// Generated rows minus those whose prompt is a protected test item's (after normalization).
     fn decontaminate(&self, rows: Vec<types::Row>) -> Result<(Vec<types::Row>, u64)> {
-        let mut protected = std::collections::HashSet::new();
-        for task in self.config.tasks.values() {
-            let path = self.study_file(&task.test.path)?;
-            let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
-            for item in datasets::parse_jsonl(&bytes, "protected eval set")? {
-                protected.insert(crate::contamination::tokens(&item.prompt));
-            }
-        }
+        let protected: std::collections::HashSet<Vec<String>> = self
+            .protected_test_items()?
+            .iter()
+            .flat_map(|(_, items)| {
+                items
+                    .iter()
+                    .map(|i| crate::contamination::tokens(&i.prompt))
+            })
+            .collect();
         let before = rows.len();
         let kept: Vec<types::Row> = rows
             .into_iter()
@@ -1391,20 +1401,6 @@ impl Study {
             .collect();
         let dropped = (before - kept.len()) as u64;
         Ok((kept, dropped))
-    }
-
-    /// Why a stored checkpoint no longer matches its hashes, if it doesn't.
-    fn checkpoint_damage(&self, sha: &str) -> Option<String> {
-        let m = match self.store.manifest(sha) {
-            Ok(m) => m,
-            Err(e) => return Some(e.message),
-        };
-        m.files.iter().find_map(|(name, f)| {
-            self.store
-                .get(f)
-                .err()
-                .map(|e| format!("{name}: {}", e.message))
-        })
     }
 
     fn require_node_tip(&self, id: &str) -> Result<git2::Oid> {
@@ -1448,7 +1444,7 @@ impl Study {
     fn job_facts(&self, caller: &Caller, node: &str, checkpoint: Option<&str>) -> Result<Facts> {
         Ok(Facts {
             checkpoint_known: checkpoint.is_some(),
-            checkpoint_corrupt: checkpoint.and_then(|c| self.checkpoint_damage(c)),
+            checkpoint_corrupt: checkpoint.and_then(|c| self.store.manifest_damage(c)),
             compute_seconds_used: self.index.compute_seconds_used()?,
             node_compute_used: self.index.compute_seconds_used_by(Some(node), None)?,
             agent_compute_used: self
