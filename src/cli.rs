@@ -169,6 +169,82 @@ pub enum Command {
         #[arg(long, requires = "dir")]
         reuse: bool,
     },
+    /// Run a research campaign: Workers explore directions, Reviewers compare evidence and grow the
+    /// DAG, a lock-in guard keeps exploration honest. Resumes a campaign already under way.
+    Run {
+        /// A study, or an example folder such as examples/tiny-arith (a study is created from it
+        /// in --into, default ./<example>-study, and resumed there on the next run).
+        path: Option<PathBuf>,
+        /// Where to create the study when PATH is an example folder.
+        #[arg(long)]
+        into: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "orchestra")]
+        strategy: crate::orchestra::Strategy,
+        /// Compute budget: training runs (experiments) the campaign may start.
+        #[arg(long, default_value_t = 24)]
+        experiments: u64,
+        /// Training steps per experiment (equal compute per experiment).
+        #[arg(long, default_value_t = 150)]
+        steps: u64,
+        #[arg(long, default_value_t = 32)]
+        batch_size: u32,
+        /// Seeds per direction (default: 2 for orchestra, 1 for the baselines).
+        #[arg(long)]
+        seeds_per_node: Option<u32>,
+        /// Worker slots (default: 2; the greedy baseline is one agent).
+        #[arg(long)]
+        workers: Option<usize>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The task to improve (default: the study's first task).
+        #[arg(long)]
+        task: Option<String>,
+        /// Worker agents: `builtin` or `llm:MODEL@URL` (an OpenAI-compatible endpoint; the key is
+        /// read from $OPENAI_API_KEY, or the variable named by $RSIM_LLM_KEY_ENV).
+        #[arg(long, default_value = "builtin")]
+        worker: String,
+        /// Reviewer agents: `builtin` or `llm:MODEL@URL`.
+        #[arg(long, default_value = "builtin")]
+        reviewer: String,
+        /// Lock-in guard: largest share of experiments under one top-level direction.
+        #[arg(long, default_value_t = 0.6)]
+        max_share: f64,
+        /// Lock-in guard: longest chain of refinements without a sibling.
+        #[arg(long, default_value_t = 3)]
+        max_depth: u32,
+        /// Also write the HTML report here.
+        #[arg(long)]
+        html: Option<PathBuf>,
+        /// No progress display.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// What a campaign found: best node vs the base model, the DAG, lock-in, budget, audit.
+    Report {
+        /// Write a self-contained HTML page here.
+        #[arg(long)]
+        html: Option<PathBuf>,
+        #[arg(long)]
+        task: Option<String>,
+    },
+    /// The efficiency benchmark: orchestration vs a greedy agent vs random search at equal
+    /// compute, several seeds each, on fresh studies of an example.
+    BenchStrategies {
+        #[arg(long, default_value = "tiny-arith")]
+        example: String,
+        #[arg(long, default_value_t = 5)]
+        seeds: u64,
+        #[arg(long, default_value_t = 20)]
+        experiments: u64,
+        #[arg(long, default_value_t = 150)]
+        steps: u64,
+        /// Strategies to run (default: all three).
+        #[arg(long, value_enum)]
+        strategy: Vec<crate::orchestra::Strategy>,
+        /// Keep the studies here (default: a temporary directory, removed after).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Job programs run by the job runner (not for agents).
     #[command(hide = true)]
     Job {
@@ -292,6 +368,36 @@ pub fn run(cli: Cli) -> Result<()> {
             dir: bdir,
             reuse,
         } => crate::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json),
+        Command::Run { .. } => run_campaign(&cli, json),
+        Command::BenchStrategies {
+            example,
+            seeds,
+            experiments,
+            steps,
+            strategy,
+            dir: bdir,
+        } => crate::bench::strategies(
+            example,
+            *seeds,
+            *experiments,
+            *steps,
+            strategy,
+            bdir.as_deref(),
+            json,
+        ),
+        Command::Report { html, task } => {
+            let study = Study::open(&dir)?;
+            let rep = crate::report::build(&study, task.as_deref())?;
+            if let Some(h) = html {
+                write_html(h, &rep)?;
+            }
+            if json {
+                print_json(&serde_json::to_value(&rep)?)
+            } else {
+                print!("{}", crate::report::text(&rep));
+                Ok(())
+            }
+        }
         _ => {
             let who = caller(&cli)?;
             let mut study = Study::open(&dir)?;
@@ -488,6 +594,9 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         Command::Init { .. }
         | Command::Job { .. }
         | Command::Schemas { .. }
+        | Command::Run { .. }
+        | Command::Report { .. }
+        | Command::BenchStrategies { .. }
         | Command::Bench { .. } => {
             return Err(Error::internal("handled before opening the study"));
         }
@@ -758,4 +867,117 @@ fn schemas(out: &Path, check: bool) -> Result<()> {
         eprintln!("wrote {} schema files under {}", files.len(), out.display());
     }
     Ok(())
+}
+
+fn write_html(path: &Path, rep: &crate::report::Report) -> Result<()> {
+    std::fs::write(path, crate::report::html(rep))
+        .map_err(|e| Error::invalid(format!("--html {}: {e}", path.display())))?;
+    eprintln!("HTML report: {}", path.display());
+    Ok(())
+}
+
+/// `rsim run`: resolve the study (creating it from an example folder if asked), run or resume
+/// the campaign, print the report.
+fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
+    let Command::Run {
+        path,
+        into,
+        strategy,
+        experiments,
+        steps,
+        batch_size,
+        seeds_per_node,
+        workers,
+        seed,
+        task,
+        worker,
+        reviewer,
+        max_share,
+        max_depth,
+        html,
+        quiet,
+    } = &cli.command
+    else {
+        return Err(Error::internal("run_campaign called for another command"));
+    };
+    let path = path.clone().unwrap_or_else(|| study_dir(cli));
+    let root = if path.join(".git").exists() {
+        path
+    } else {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if !(path.join("rsim.toml").is_file() && crate::init::EXAMPLES.contains(&name.as_str())) {
+            return Err(Error::invalid(format!(
+                "{}: not a study (no .git) and not an example folder ({}); create one with `rsim init`",
+                path.display(),
+                crate::init::EXAMPLES.join(", ")
+            )));
+        }
+        let target = into
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{name}-study")));
+        if target.join(".git").exists() {
+            eprintln!("using the study in {} (made from {name})", target.display());
+        } else {
+            eprintln!("creating a study from {name} in {}", target.display());
+            crate::init::init(&target, Some(&name))?;
+        }
+        target
+    };
+    if *experiments == 0 {
+        return Err(Error::invalid(
+            "--experiments: the budget must be at least 1",
+        ));
+    }
+    if !(*max_share > 0.0 && *max_share <= 1.0) {
+        return Err(Error::invalid("--max-share: expected a share in (0, 1]"));
+    }
+    let study = Study::open(&root)?;
+    let task = match task {
+        Some(t) => t.clone(),
+        None => study
+            .config()
+            .tasks
+            .keys()
+            .next()
+            .cloned()
+            .ok_or_else(|| Error::invalid("the study has no task"))?,
+    };
+    drop(study);
+    let mut o = crate::orchestra::RunOptions::new(*strategy, &task);
+    o.experiments = *experiments;
+    o.steps = *steps;
+    o.batch_size = *batch_size;
+    o.seed = *seed;
+    if let Some(k) = seeds_per_node {
+        o.seeds_per_node = (*k).max(1);
+    }
+    if let Some(w) = workers {
+        o.workers = (*w).max(1);
+    }
+    o.worker = crate::orchestra::AgentSpec::parse(worker)?;
+    o.reviewer = crate::orchestra::AgentSpec::parse(reviewer)?;
+    o.lock_in.max_share = *max_share;
+    o.lock_in.max_depth = *max_depth;
+    let summary = crate::orchestra::run(&root, o, *quiet)?;
+    let study = Study::open(&root)?;
+    let rep = crate::report::build(&study, None)?;
+    if let Some(h) = html {
+        write_html(h, &rep)?;
+    }
+    if json {
+        print_json(&json!({ "summary": summary, "report": rep }))
+    } else {
+        print!("{}", crate::report::text(&rep));
+        println!(
+            "campaign: {} experiments in {:.0} s; the record: git -C {} log --graph --all --oneline",
+            summary.experiments,
+            summary.seconds,
+            root.display()
+        );
+        Ok(())
+    }
 }
