@@ -181,7 +181,7 @@ pub enum Command {
         #[arg(long, value_enum, default_value = "orchestra")]
         strategy: crate::orchestra::Strategy,
         /// Compute budget: training runs (experiments) the campaign may start.
-        #[arg(long, default_value_t = 24)]
+        #[arg(long, default_value_t = 20)]
         experiments: u64,
         /// Training steps per experiment (equal compute per experiment).
         #[arg(long, default_value_t = 150)]

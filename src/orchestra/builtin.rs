@@ -366,7 +366,7 @@ impl ReviewerAgent for BuiltinReviewer {
         promising.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
 
         // Proposals, within the budget that is left.
-        let slots = (t.budget_left / t.opts.seeds_per_node.max(1) as u64) as usize;
+        let slots = t.budget_left.div_ceil(t.opts.seeds_per_node.max(1) as u64) as usize;
         let mut proposals = Vec::new();
         let mut tried: BTreeSet<String> = st
             .campaign_nodes()
@@ -427,7 +427,21 @@ impl ReviewerAgent for BuiltinReviewer {
                 }
             }
         }
-        for (i, (n, m)) in promising.iter().enumerate() {
+        // Keep every worker slot busy: when this group has too few promising nodes, refine the
+        // campaign's best earlier promising ones too (dev evidence only, never dead ends).
+        let mut to_refine = promising.clone();
+        if to_refine.len() < t.opts.workers {
+            let mut earlier: Vec<(&NodeState, f64)> = st
+                .campaign_nodes()
+                .filter(|n| n.verdict == Some(ReviewVerdict::Promising))
+                .filter(|n| !to_refine.iter().any(|(p, _)| p.id == n.id))
+                .filter_map(|n| Some((n, n.mean_dev()?)))
+                .collect();
+            earlier.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+            let need = t.opts.workers - to_refine.len();
+            to_refine.extend(earlier.into_iter().take(need));
+        }
+        for (i, (n, m)) in to_refine.iter().enumerate() {
             let Some(r) = &n.recipe else { continue };
             let count = if i == 0 { 2 } else { 1 };
             for _ in 0..count {
@@ -532,7 +546,10 @@ fn opening_review(study: &Study, t: &ReviewTask, st: &CampaignState) -> Result<(
             )
         })
         .collect();
-    let slots = (t.budget_left / t.opts.seeds_per_node.max(1) as u64).max(1) as usize;
+    let slots = t
+        .budget_left
+        .div_ceil(t.opts.seeds_per_node.max(1) as u64)
+        .max(1) as usize;
     proposals.truncate(slots);
     study.review(
         &t.caller,

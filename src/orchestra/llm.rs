@@ -314,7 +314,9 @@ impl ReviewerAgent for LlmAgent {
                 t.base_dev.map_or("n/a".into(), |v| format!("{v:.3}")),
                 t.opts.task,
                 crate::api::ROOT_NODE,
-                (t.budget_left / t.opts.seeds_per_node.max(1) as u64).clamp(1, 16),
+                t.budget_left
+                    .div_ceil(t.opts.seeds_per_node.max(1) as u64)
+                    .clamp(1, 16),
                 crate::api::ROOT_NODE
             )
         } else {

@@ -126,7 +126,7 @@ impl RunOptions {
     pub fn new(strategy: Strategy, task: &str) -> RunOptions {
         RunOptions {
             strategy,
-            experiments: 24,
+            experiments: 20,
             steps: 150,
             batch_size: 32,
             seeds_per_node: if strategy == Strategy::Orchestra {
@@ -341,12 +341,19 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                         .join(", ")
                 )));
             }
-            save_options(&root, &requested)?;
             requested
         }
     };
     if opts.worker == AgentSpec::Builtin || opts.reviewer == AgentSpec::Builtin {
         recipe::TaskFamily::from_task(&opts.task)?;
+    }
+    for spec in [&opts.worker, &opts.reviewer] {
+        if matches!(spec, AgentSpec::Llm { .. }) {
+            llm::LlmAgent::new(spec)?.preflight()?;
+        }
+    }
+    if saved_options(&root)?.is_none() {
+        save_options(&root, &opts)?;
     }
     let worker = worker_agent(&opts.worker)?;
     let reviewer = reviewer_agent(&opts.reviewer)?;
@@ -780,7 +787,9 @@ fn branch_proposals(
         .filter(|n| n.status == NodeStatus::Open)
         .map(|n| (opts.seeds_per_node as u64).saturating_sub(n.experiments.len() as u64))
         .sum();
-    let mut room = left.saturating_sub(open_needs) / opts.seeds_per_node.max(1) as u64;
+    let mut room = left
+        .saturating_sub(open_needs)
+        .div_ceil(opts.seeds_per_node.max(1) as u64);
     let lock = st.lock_in();
     let guard = guard_active(opts, st, &lock);
     for rv in &st.reviews {

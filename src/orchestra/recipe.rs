@@ -159,10 +159,11 @@ impl Recipe {
     }
 
     /// One refinement: change one knob (never the format: a refinement stays in its direction),
-    /// or continue training from the parent's best checkpoint. Returns the change in words.
+    /// or continue training from the parent's best checkpoint (a recipe that already continues
+    /// keeps doing so). Returns the change in words.
     pub fn mutate(&self, rng: &mut StdRng) -> (Recipe, String) {
+        // A refinement builds on its parent: a parent that continued training is continued again.
         let mut r = self.clone();
-        r.init = Init::Base;
         let what = match rng.random_range(0..5) {
             0 | 1 => {
                 let i = LRS.iter().position(|x| *x == self.lr).unwrap_or(1);
@@ -187,9 +188,17 @@ impl Recipe {
                 r.curriculum = !self.curriculum;
                 format!("curriculum {}", if r.curriculum { "on" } else { "off" })
             }
-            _ => {
+            _ if self.init == Init::Base => {
                 r.init = Init::Parent;
                 "continue training from the parent's best checkpoint".to_string()
+            }
+            _ => {
+                r.rows = if self.rows == ROWS[0] {
+                    ROWS[1]
+                } else {
+                    ROWS[0]
+                };
+                format!("rows {} -> {}", self.rows, r.rows)
             }
         };
         (r, what)

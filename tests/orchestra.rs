@@ -1,0 +1,561 @@
+//! `rsim run`: campaigns of built-in agents (orchestration, greedy, random), the lock-in guard,
+//! resuming a killed run, the report, and LLM agents against a scripted chat-completions server
+//! on loopback.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+fn rsim() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rsim"));
+    c.env_remove("RSIM_STUDY");
+    c
+}
+
+fn run(study: &Path, args: &[&str]) -> Output {
+    rsim()
+        .arg("-C")
+        .arg(study)
+        .args(args)
+        .output()
+        .expect("spawn rsim")
+}
+
+fn ok_json(study: &Path, args: &[&str]) -> Value {
+    let mut full = vec!["--json"];
+    full.extend_from_slice(args);
+    let out = run(study, &full);
+    assert!(
+        out.status.success(),
+        "rsim {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json output")
+}
+
+fn study() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    let out = rsim()
+        .args(["init"])
+        .arg(&root)
+        .args(["--example", "tiny-arith-ngram"])
+        .output()
+        .expect("init");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (d, root)
+}
+
+/// Every accepted action of the study, from the log query.
+fn actions(root: &Path) -> Vec<Value> {
+    ok_json(root, &["log", "--limit", "100000"])["actions"]
+        .as_array()
+        .expect("actions")
+        .clone()
+}
+
+fn node(root: &Path, id: &str) -> Value {
+    ok_json(root, &["show", id])
+}
+
+fn fsck_clean(root: &Path) {
+    let out = run(root, &["fsck"]);
+    assert!(
+        out.status.success(),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node() {
+    let (_d, root) = study();
+    let html = root.join("report.html");
+    // A tight lock-in limit so the guard fires within a short campaign.
+    let v = ok_json(
+        &root,
+        &[
+            "run",
+            "--experiments",
+            "10",
+            "--max-share",
+            "0.3",
+            "--quiet",
+            "--html",
+            html.to_str().expect("utf8"),
+        ],
+    );
+    let s = &v["summary"];
+    assert_eq!(s["experiments"], 10, "{s}");
+    let acts = actions(&root);
+    let accepted = |name: &str| -> Vec<&Value> {
+        acts.iter()
+            .filter(|a| a["action"] == name && a["decision"] == "accepted")
+            .collect()
+    };
+    assert_eq!(accepted("run_sft").len(), 10);
+    // Reviews by the reviewer role, with verdicts on every campaign node.
+    let reviews = accepted("review");
+    assert!(reviews.len() >= 2, "{reviews:?}");
+    assert!(reviews.iter().all(|r| r["role"] == "reviewer"));
+    let report = &v["report"];
+    let nodes = report["nodes"].as_array().expect("nodes");
+    assert!(nodes.len() >= 4, "{nodes:?}");
+    for n in nodes {
+        assert_eq!(n["status"], "concluded", "{n}");
+        if n["runs"].as_u64() > Some(0) {
+            assert!(!n["verdict"].is_null(), "unreviewed: {n}");
+        }
+    }
+    // Nodes beyond the opening ones were branched from review proposals, and say so.
+    let n4 = node(&root, "n4");
+    assert!(
+        n4["hypothesis"]
+            .as_str()
+            .unwrap_or("")
+            .contains("proposal: "),
+        "{n4}"
+    );
+    assert!(
+        n4["hypothesis"].as_str().unwrap_or("").contains("recipe: "),
+        "{n4}"
+    );
+    // The lock-in guard fired: a review opened a new top-level direction because of it.
+    let guard_node = nodes.iter().find(|n| {
+        n["parents"] == json!(["n0"])
+            && node(&root, n["id"].as_str().unwrap_or(""))["hypothesis"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Lock-in guard")
+    });
+    assert!(guard_node.is_some(), "no guard direction in {nodes:?}");
+    // Test split: only the orchestrator, only on the root, only the base and the promoted node.
+    let tests: Vec<&Value> = accepted("evaluate")
+        .into_iter()
+        .filter(|a| a["summary"].as_str().unwrap_or("").contains("/test"))
+        .collect();
+    assert_eq!(tests.len(), 2, "{tests:?}");
+    assert!(
+        tests
+            .iter()
+            .all(|a| a["agent"] == "orchestrator" && a["node"] == "n0")
+    );
+    let best = &report["best"];
+    assert!(best["test"].is_number(), "{best}");
+    let best_row = nodes
+        .iter()
+        .find(|n| n["id"] == best["node"])
+        .expect("best row");
+    assert_eq!(best_row["verdict"], "promising");
+    // Workers never evaluated on test; agents only used their own roles.
+    assert!(
+        acts.iter()
+            .filter(|a| a["agent"].as_str().unwrap_or("").starts_with("worker"))
+            .all(|a| a["role"] == "worker")
+    );
+    let page = std::fs::read_to_string(&html).expect("html");
+    assert!(page.contains("<svg") && page.contains("Research DAG"));
+    fsck_clean(&root);
+
+    // Running again on a finished campaign repeats nothing.
+    let again = ok_json(&root, &["run", "--quiet"]);
+    assert_eq!(again["summary"]["experiments"], 10);
+    assert_eq!(actions(&root).len(), acts.len());
+
+    // The text report names the parts a person looks for.
+    let out = run(&root, &["report"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for part in [
+        "Best node:",
+        "Base model:",
+        "Lock-in index:",
+        "Budget:",
+        "Audit:",
+    ] {
+        assert!(text.contains(part), "{part} missing in\n{text}");
+    }
+}
+
+#[test]
+fn baselines_greedy_refines_its_best_and_random_starts_from_the_root() {
+    let (_d, root) = study();
+    let v = ok_json(
+        &root,
+        &[
+            "run",
+            "--strategy",
+            "greedy",
+            "--experiments",
+            "4",
+            "--quiet",
+        ],
+    );
+    assert_eq!(v["summary"]["experiments"], 4);
+    let nodes = v["report"]["nodes"].as_array().expect("nodes").clone();
+    assert_eq!(nodes.len(), 4);
+    assert_eq!(nodes[0]["parents"], json!(["n0"]));
+    // Every later node refines an earlier one: never a second top-level direction.
+    for n in &nodes[1..] {
+        assert_ne!(n["parents"], json!(["n0"]), "{n}");
+    }
+    assert_eq!(v["summary"]["lock_in"]["top_share"], 1.0);
+    assert!(actions(&root).iter().all(|a| a["action"] != "review"));
+
+    let (_d2, root2) = study();
+    let v = ok_json(
+        &root2,
+        &[
+            "run",
+            "--strategy",
+            "random",
+            "--experiments",
+            "4",
+            "--quiet",
+        ],
+    );
+    let nodes = v["report"]["nodes"].as_array().expect("nodes").clone();
+    assert_eq!(nodes.len(), 4);
+    assert!(nodes.iter().all(|n| n["parents"] == json!(["n0"])));
+    fsck_clean(&root2);
+}
+
+#[test]
+fn a_killed_run_resumes_without_repeating_finished_work() {
+    let (_d, root) = study();
+    let mut child = rsim()
+        .arg("-C")
+        .arg(&root)
+        .args(["run", "--experiments", "8", "--quiet"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // Kill it once a few experiments are in the record.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let n = actions(&root)
+            .iter()
+            .filter(|a| a["action"] == "run_sft")
+            .count();
+        if n >= 3 || std::time::Instant::now() > deadline {
+            break;
+        }
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let before: Vec<Value> = actions(&root)
+        .into_iter()
+        .filter(|a| a["action"] == "run_sft")
+        .collect();
+    assert!(!before.is_empty());
+
+    let v = ok_json(&root, &["run", "--quiet"]);
+    assert_eq!(v["summary"]["experiments"], 8, "{}", v["summary"]);
+    let after: Vec<Value> = actions(&root)
+        .into_iter()
+        .filter(|a| a["action"] == "run_sft" && a["decision"] == "accepted")
+        .collect();
+    assert_eq!(after.len(), 8, "the budget holds across the restart");
+    // Every run of the first process is still there, once.
+    for b in &before {
+        let same = after.iter().filter(|a| a["commit"] == b["commit"]).count();
+        assert_eq!(same, 1, "{b}");
+    }
+    // No (node, seed) trained twice: read each run's full request from git.
+    let mut seen = std::collections::BTreeSet::new();
+    for a in &after {
+        let id = a["node"].as_str().unwrap_or("");
+        let seq = a["seq"].as_u64().unwrap_or(0);
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args([
+                "show",
+                &format!("rsim/n/{id}:actions/{seq:04}-run_sft.json"),
+            ])
+            .output()
+            .expect("git show");
+        let rec: Value = serde_json::from_slice(&out.stdout).expect("action json");
+        let seed = rec["request"]["seed"].as_u64().expect("seed");
+        assert!(
+            seen.insert((id.to_string(), seed)),
+            "{id} seed {seed} ran twice"
+        );
+    }
+    fsck_clean(&root);
+}
+
+// ------------------------------------------------------------------ LLM agents
+
+/// A scripted OpenAI-compatible chat-completions server on loopback: it answers each request
+/// from the role in the system prompt and the conversation so far, and keeps every request.
+struct MockLlm {
+    addr: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+fn tool_call(id: &str, name: &str, args: Value) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+}
+
+fn reply(calls: Vec<Value>) -> Value {
+    let msg = if calls.is_empty() {
+        json!({"role": "assistant", "content": "done"})
+    } else {
+        json!({"role": "assistant", "content": null, "tool_calls": calls})
+    };
+    json!({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]})
+}
+
+/// The scripted agent's next message.
+fn script(req: &Value) -> Value {
+    let msgs = req["messages"].as_array().cloned().unwrap_or_default();
+    let text = |i: usize| {
+        msgs.get(i)
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("")
+    };
+    let (system, user) = (text(0), text(1));
+    let turn = msgs.iter().filter(|m| m["role"] == "assistant").count();
+    let last_tool: Value = msgs
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| serde_json::from_str(m["content"].as_str()?).ok())
+        .unwrap_or(Value::Null);
+    if system.contains("**Reviewer**") {
+        return match turn {
+            0 => reply(vec![tool_call(
+                "r1",
+                "review",
+                json!({
+                    "node": "n0",
+                    "summary": "LLM review: start with the plain format.",
+                    "proposals": [{"parents": ["n0"], "title": "plain, lr 0.003",
+                        "hypothesis": "recipe: format=plain lr=0.003 schedule=cosine rows=5000 curriculum=no init=base"}]
+                }),
+            )]),
+            _ => reply(vec![]),
+        };
+    }
+    // Worker: the node id is in the task text ("Your node is nK").
+    let node = user
+        .split_whitespace()
+        .nth(3)
+        .unwrap_or("n1")
+        .trim_end_matches(|c: char| !c.is_alphanumeric())
+        .to_string();
+    match turn {
+        0 => reply(vec![tool_call("w0", "get_node", json!({"node": node}))]),
+        // A tool this role may not use: the error comes back as a tool result.
+        1 => reply(vec![tool_call(
+            "w1",
+            "review",
+            json!({"node": node, "summary": "I review myself"}),
+        )]),
+        2 => reply(vec![tool_call(
+            "w2",
+            "register_dataset",
+            json!({"node": node, "name": format!("llm-{node}"),
+                   "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 1}}),
+        )]),
+        3 => reply(vec![tool_call(
+            "w3",
+            "run_sft",
+            json!({"node": node, "base": "base", "datasets": [format!("llm-{node}")],
+                   "learning_rate": 0.003, "steps": 50, "batch_size": 16, "seed": 1}),
+        )]),
+        4 => {
+            let ck = last_tool["checkpoint"].as_str().unwrap_or("").to_string();
+            // A second training run exceeds the task's allowance: refused before the study.
+            reply(vec![
+                tool_call(
+                    "w4",
+                    "evaluate",
+                    json!({"node": node, "checkpoint": ck, "task": "add2", "split": "dev"}),
+                ),
+                tool_call(
+                    "w5",
+                    "run_sft",
+                    json!({"node": node, "base": "base", "datasets": [format!("llm-{node}")],
+                           "learning_rate": 0.003, "steps": 50, "batch_size": 16, "seed": 2}),
+                ),
+            ])
+        }
+        5 => reply(vec![tool_call(
+            "w6",
+            "conclude",
+            json!({"node": node, "outcome": "positive", "findings": "LLM worker: trained and scored."}),
+        )]),
+        _ => reply(vec![]),
+    }
+}
+
+fn mock_llm() -> MockLlm {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let keep = requests.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut len = 0usize;
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let l = line.trim_end();
+                if l.is_empty() {
+                    break;
+                }
+                if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; len];
+            // The orchestrator's reachability check connects and sends nothing.
+            if len == 0 || reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let answer = script(&req).to_string();
+            keep.lock().expect("lock").push(req);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    MockLlm { addr, requests }
+}
+
+#[test]
+fn llm_agents_act_through_the_same_tools_and_rules() {
+    let (_d, root) = study();
+    let mock = mock_llm();
+    let spec = format!("llm:scripted@http://{}/v1", mock.addr);
+    let v = ok_json(
+        &root,
+        &[
+            "run",
+            "--experiments",
+            "1",
+            "--seeds-per-node",
+            "1",
+            "--workers",
+            "1",
+            "--worker",
+            &spec,
+            "--reviewer",
+            &spec,
+            "--quiet",
+        ],
+    );
+    assert_eq!(v["summary"]["experiments"], 1, "{}", v["summary"]);
+    let acts = actions(&root);
+    // The LLM reviewer's review, the branch from its proposal, the LLM worker's actions.
+    let by = |agent: &str, action: &str| {
+        acts.iter()
+            .filter(|a| a["agent"] == agent && a["action"] == action)
+            .count()
+    };
+    assert_eq!(by("reviewer-llm", "review") >= 1, true, "{acts:?}");
+    assert_eq!(by("worker-1", "run_sft"), 1);
+    assert_eq!(by("worker-1", "evaluate"), 1);
+    assert_eq!(by("worker-1", "conclude"), 1);
+    let n1 = node(&root, "n1");
+    assert_eq!(n1["status"], "concluded");
+    assert!(
+        n1["hypothesis"]
+            .as_str()
+            .unwrap_or("")
+            .contains("proposal: n0/")
+    );
+
+    let reqs = mock.requests.lock().expect("lock").clone();
+    // Tools are the action schemas, filtered by role.
+    let worker_req = reqs
+        .iter()
+        .find(|r| {
+            r["messages"][0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .contains("**Worker**")
+        })
+        .expect("a worker request");
+    let names: Vec<&str> = worker_req["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"run_sft") && names.contains(&"get_node"));
+    assert!(!names.contains(&"review"), "{names:?}");
+    assert!(worker_req["tools"][0]["function"]["parameters"]["properties"].is_object());
+    // The forbidden call and the over-budget call came back to the model as tool errors.
+    let tool_msgs: Vec<String> = reqs
+        .iter()
+        .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        tool_msgs.iter().any(|m| m.contains("forbidden")),
+        "{tool_msgs:?}"
+    );
+    assert!(
+        tool_msgs
+            .iter()
+            .any(|m| m.contains("allows 1 training run")),
+        "{tool_msgs:?}"
+    );
+    fsck_clean(&root);
+}
+
+#[test]
+fn unreachable_llm_endpoint_and_bad_agents_are_clear_errors() {
+    let (_d, root) = study();
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let out = run(
+        &root,
+        &[
+            "run",
+            "--worker",
+            &format!("llm:m@http://127.0.0.1:{port}/v1"),
+            "--quiet",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unreachable"), "{err}");
+    let out = run(&root, &["run", "--worker", "gpt-9", "--quiet"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("builtin"));
+    // Nothing was recorded by the failed starts beyond the root.
+    assert_eq!(actions(&root).len(), 1);
+    let out = run(&root, &["run", "--experiments", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+}
