@@ -137,6 +137,12 @@ pub enum Command {
     Audit,
     /// Stop a running or queued job (its action is recorded with the job cancelled).
     Cancel { job: String },
+    /// Record jobs whose rsim process died (opening a study does this too); with --wait, also wait
+    /// for their Slurm jobs still queued or running and record how they end.
+    Recover {
+        #[arg(long)]
+        wait: bool,
+    },
     /// Run any action from its JSON request (as an MCP client sends it); prints the JSON result.
     Call {
         action: String,
@@ -395,6 +401,20 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                 print_json(&json!({ "job": job, "cancel": "requested" }))?;
             } else {
                 println!("cancel requested for {job}");
+            }
+            return Ok(());
+        }
+        Command::Recover { wait } => {
+            // Opening the study recorded every orphaned job that has ended already.
+            let n = if *wait {
+                study.wait_for_orphaned_jobs()?
+            } else {
+                study.recover_orphaned_jobs()?
+            };
+            if json {
+                print_json(&json!({ "recorded": n }))?;
+            } else {
+                println!("recorded {n} orphaned job(s)");
             }
             return Ok(());
         }

@@ -18,6 +18,7 @@ pub mod jobs;
 pub mod model;
 pub mod policy;
 pub mod record;
+pub mod slurm;
 pub mod stats;
 pub mod store;
 pub mod trainer;
