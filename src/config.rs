@@ -721,6 +721,46 @@ evaluate = ["true"]
     }
 
     #[test]
+    fn slurm_backend_parses_and_bad_settings_name_the_key() {
+        let with = |b: &str| GOOD.replace("[jobs]", &format!("[backend]\n{b}\n[jobs]"));
+        let c = StudyConfig::parse(
+            &with("kind = \"slurm\"\npartition = \"gpu\"\ngpus_per_job = 2\ngpu_request = \"gres\"\nextra_sbatch = [\"--constraint=a100\"]"),
+            "rsim.toml",
+        )
+        .expect("valid");
+        let Backend::Slurm(s) = &c.backend else {
+            panic!("not slurm: {:?}", c.backend)
+        };
+        assert_eq!(
+            (s.partition.as_deref(), s.gpus_per_job, s.gpu_request),
+            (Some("gpu"), 2, GpuRequest::Gres)
+        );
+        assert_eq!((c.backend.charge_units(), c.backend.timeout_s()), (2, 3600));
+        for (b, key) in [
+            ("kind = \"slurm\"\npartition = \"a b\"", "backend.partition"),
+            ("kind = \"slurm\"\ncpus_per_job = 0", "backend.cpus_per_job"),
+            (
+                "kind = \"slurm\"\nextra_sbatch = [\"--output=/tmp/x\"]",
+                "backend.extra_sbatch[0]",
+            ),
+            (
+                "kind = \"slurm\"\nextra_sbatch = [\"--constraint=a\\n#SBATCH --wrap=x\"]",
+                "backend.extra_sbatch[0]",
+            ),
+            (
+                "kind = \"slurm\"\nextra_sbatch = [\"-D /tmp\"]",
+                "backend.extra_sbatch[0]",
+            ),
+            ("kind = \"slurm\"\nnodes = 4", "nodes"),
+        ] {
+            let e = StudyConfig::parse(&with(b), "rsim.toml").unwrap_err();
+            assert!(e.message.contains(key), "{b}: {}", e.message);
+        }
+        assert!(check_sbatch_option("--exclusive").is_ok());
+        assert!(check_sbatch_option("--error=x").is_err());
+    }
+
+    #[test]
     fn syntax_error_has_line() {
         let e = StudyConfig::parse("[study\nname=1", "rsim.toml").unwrap_err();
         assert!(e.message.starts_with("rsim.toml: "), "{}", e.message);

@@ -810,7 +810,7 @@ impl Study {
                 p.attach_job(&job);
                 Ok(p)
             })?;
-        self.mark_recorded(&spec)?;
+        self.mark_recorded(spec)?;
         Ok(RunSftResult {
             job,
             checkpoint,
@@ -983,7 +983,7 @@ impl Study {
                 }
                 Ok(p)
             })?;
-        self.mark_recorded(&spec)?;
+        self.mark_recorded(spec)?;
         Ok(EvaluateResult {
             job,
             task: req.task.clone(),
