@@ -174,6 +174,13 @@ pub enum Command {
         /// Reuse the large study already built in --dir instead of building it again.
         #[arg(long, requires = "dir")]
         reuse: bool,
+        /// Instead, benchmark jobs: run the same tiny-arith run_sft N times on the local and on
+        /// the Slurm backend (submit-to-start latency, overhead of Slurm over local).
+        #[arg(long, value_name = "N")]
+        slurm: Option<usize>,
+        /// Slurm partition for --slurm (default: the cluster's default partition).
+        #[arg(long, requires = "slurm")]
+        partition: Option<String>,
     },
     /// Job programs run by the job runner (not for agents).
     #[command(hide = true)]
@@ -297,7 +304,12 @@ pub fn run(cli: Cli) -> Result<()> {
             repeat,
             dir: bdir,
             reuse,
-        } => crate::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json),
+            slurm,
+            partition,
+        } => match slurm {
+            Some(n) => crate::bench::run_jobs(*n, partition.as_deref(), bdir.as_deref(), json),
+            None => crate::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json),
+        },
         _ => {
             let who = caller(&cli)?;
             let mut study = Study::open(&dir)?;

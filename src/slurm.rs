@@ -34,6 +34,8 @@ const NETWORK_FILE: &str = "network";
 /// How long a job may be neither listed by `squeue` nor in the completion record before rsim
 /// gives up on it (the record is normally written within a second of the job leaving the queue).
 const GONE_GRACE: Duration = Duration::from_secs(30);
+/// The longest pause between two `squeue` polls (a poll costs the controller one cheap RPC).
+const POLL_MAX: Duration = Duration::from_millis(500);
 /// How long a pending reason must persist before rsim takes it as final.
 const PENDING_GRACE: Duration = Duration::from_secs(3);
 
@@ -324,7 +326,7 @@ fn wait(sub: &Submitted, block: bool) -> Result<Option<JobRecord>> {
             }
         }
         std::thread::sleep(sleep);
-        sleep = (sleep * 3 / 2).min(Duration::from_secs(1));
+        sleep = (sleep * 3 / 2).min(POLL_MAX);
     }
 }
 
