@@ -487,3 +487,39 @@ fn a_restarted_rsim_reattaches_to_its_slurm_job_and_records_the_real_outcome() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[test]
+fn an_orphaned_job_can_be_cancelled_and_is_recorded_when_the_study_is_next_opened() {
+    if !slurm_here() {
+        return;
+    }
+    let (_d, root) = slurm_study(SLURM, Some(r#"["sh", "-c", "sleep 120", "sh"]"#));
+    let mut writer = rsim()
+        .arg("-C")
+        .arg(&root)
+        .args(["run-sft", "--node", "n0", "--dataset", "d"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let (job, slurm_id) = submitted_job(&root);
+    wait_until_running(&slurm_id);
+    writer.kill().expect("kill -9 the writer");
+    writer.wait().expect("wait");
+    // No rsim process waits for the job now: cancel still reaches Slurm at once.
+    ok_json(&root, &["cancel", &job]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while squeue_state(&slurm_id).is_some() {
+        assert!(Instant::now() < deadline, "scancel did not stop the job");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Plain opening of the study records the ended job with its real outcome.
+    let log = ok_json(&root, &["log", "--node", "n0"]);
+    assert_eq!(log["actions"][0]["action"], "run_sft", "{log}");
+    let got = ok_json(
+        &root,
+        &["call", "get_job", &format!(r#"{{"job":"{job}"}}"#)],
+    );
+    assert_eq!(got["job"]["state"], "cancelled", "{got}");
+    assert_eq!(got["job"]["error"], "cancelled on request");
+}

@@ -186,11 +186,11 @@ impl Study {
                 fs::write(&marker, b"").at("cannot write", &marker)?;
                 continue;
             }
-            if self.record.node_tip(&intent.node)?.is_none() {
-                continue;
-            }
             // A Slurm job keeps running without its writer: re-attach and record its real outcome.
             if let Some(sub) = crate::slurm::submitted(&jd)? {
+                if self.record.node_tip(&intent.node)?.is_none() {
+                    continue;
+                }
                 let Some(job) = crate::slurm::reattach(&jd, wait)? else {
                     continue;
                 };
@@ -224,6 +224,9 @@ impl Study {
             };
             let caller = Caller::new(intent.agent.clone(), intent.role);
             let node = intent.node.clone();
+            if self.record.node_tip(&node)?.is_none() {
+                continue;
+            }
             self.commit_action(
                 &node,
                 &caller,
