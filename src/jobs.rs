@@ -32,6 +32,10 @@ pub struct JobSpec {
     /// Run the job in its own network namespace (no network at all).
     #[serde(default)]
     pub isolate_network: bool,
+    /// The study requires isolation (`policy.require_network_isolation`): a backend that finds it
+    /// cannot isolate the job where it runs (a Slurm node) fails the job instead of running it.
+    #[serde(default)]
+    pub require_isolation: bool,
     #[serde(default)]
     pub limits: JobLimits,
     /// Where the job slots (lock files) live: at most `limits.max_parallel` jobs run at once,
@@ -545,6 +549,7 @@ mod tests {
             timeout_s,
             env: "host".into(),
             isolate_network: false,
+            require_isolation: false,
             limits: JobLimits::default(),
             slots_dir: None,
             params: serde_json::json!({"hello": 1}),

@@ -145,7 +145,14 @@ impl SlurmRunner {
         let mut argv: Vec<String> = spec.command.iter().map(|a| sh_quote(a)).collect();
         argv.push(sh_quote(&spec.spec_path().to_string_lossy()));
         let argv = argv.join(" ");
-        if spec.isolate_network {
+        if spec.require_isolation {
+            s.push_str(&format!(
+                "if ! unshare --net true 2>/dev/null; then\n  echo shared > {NETWORK_FILE}\n  \
+                 echo \"error: this node cannot run the job without network access (unshare --net failed), \
+                 and the study requires it (policy.require_network_isolation)\" >&2\n  exit 97\nfi\n\
+                 echo isolated > {NETWORK_FILE}\nunshare --net -- {argv}\n"
+            ));
+        } else if spec.isolate_network {
             s.push_str(&format!(
                 "if unshare --net true 2>/dev/null; then\n  echo isolated > {NETWORK_FILE}\n  \
                  unshare --net -- {argv}\nelse\n  echo shared > {NETWORK_FILE}\n  {argv}\nfi\n"
@@ -520,20 +527,34 @@ impl CompletionRow {
 
 const SACCT_FIELDS: &str = "JobID,State,ExitCode,ElapsedRaw,AllocCPUS,Partition,NodeList";
 
-/// The job's completion record from `sacct -c`: `Ok(None)` while it is not written yet.
+/// The job's final record: from the job-completion log (`sacct -c`, no slurmdbd needed), else
+/// from accounting (`sacct -X`, clusters with slurmdbd). `Ok(None)` while neither has it yet.
 fn sacct(id: &str) -> std::result::Result<Option<CompletionRow>, String> {
-    let out = Command::new("sacct")
-        .args(["-c", "-j", id, "-n", "-P", "-o", SACCT_FIELDS])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run sacct: {e}"))?;
-    if !out.status.success() {
+    let mut errors = Vec::new();
+    for source in ["-c", "-X"] {
+        let out = Command::new("sacct")
+            .args([source, "-j", id, "-n", "-P", "-o", SACCT_FIELDS])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run sacct: {e}"))?;
+        if out.status.success() {
+            if let Some(row) = parse_sacct(&String::from_utf8_lossy(&out.stdout), id) {
+                return Ok(Some(row));
+            }
+        } else {
+            errors.push(format!(
+                "sacct {source}: {}",
+                one_line(&String::from_utf8_lossy(&out.stderr))
+            ));
+        }
+    }
+    if errors.len() == 2 {
         return Err(format!(
-            "sacct -c failed (is JobCompType=jobcomp/filetxt set?): {}",
-            one_line(&String::from_utf8_lossy(&out.stderr))
+            "no completion record (the cluster needs JobCompType=jobcomp/filetxt or accounting): {}",
+            errors.join("; ")
         ));
     }
-    Ok(parse_sacct(&String::from_utf8_lossy(&out.stdout), id))
+    Ok(None)
 }
 
 /// The last line for job `id` of `sacct -P -o JobID,State,ExitCode,ElapsedRaw,AllocCPUS,Partition,NodeList`.
@@ -541,7 +562,8 @@ fn parse_sacct(out: &str, id: &str) -> Option<CompletionRow> {
     out.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.trim().split('|').collect();
-            if f.len() < 4 || f[0] != id || f[1].is_empty() {
+            // Accounting may still show the job as running for a moment after it left the queue.
+            if f.len() < 4 || f[0] != id || f[1].is_empty() || is_active(first_word(f[1])) {
                 return None;
             }
             let (code, sig) = f[2].split_once(':').unwrap_or((f[2], ""));
@@ -562,6 +584,10 @@ fn parse_sacct(out: &str, id: &str) -> Option<CompletionRow> {
             })
         })
         .next_back()
+}
+
+fn first_word(s: &str) -> &str {
+    s.split_whitespace().next().unwrap_or("")
 }
 
 /// Our state for a Slurm state (`CANCELLED by 0` is `CANCELLED`).
@@ -768,6 +794,11 @@ mod tests {
         assert_eq!(job_state(&r.state), JobState::Cancelled);
         assert_eq!(parse_sacct(out, "10"), None);
         assert_eq!(parse_sacct("garbage\n||\n", "1"), None);
+        assert_eq!(
+            parse_sacct("4|RUNNING|0:0|3|1|debug|n1\n", "4"),
+            None,
+            "not final yet"
+        );
     }
 
     #[test]
@@ -791,6 +822,59 @@ mod tests {
         assert!(!is_permanent("Priority"));
         assert!(!is_permanent("ReqNodeNotAvail, Reserved for maintenance"));
         assert!(is_active("PENDING") && is_active("COMPLETING") && !is_active("TIMEOUT"));
+    }
+
+    #[test]
+    fn batch_scripts_are_valid_bash_and_keep_what_rsim_controls_on_the_command_line() {
+        let cfg: SlurmBackend = toml::from_str(
+            "partition = \"p\"\ngpus_per_job = 2\ngpu_type = \"a100\"\nextra_sbatch = [\"--constraint=x\"]",
+        )
+        .expect("config");
+        let r = SlurmRunner::new(cfg);
+        let mut spec = JobSpec {
+            id: "j-1".into(),
+            kind: crate::model::JobKind::Sft,
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo 'it''s' $1".into(),
+                "sh".into(),
+            ],
+            dir: "/study/.rsim/jobs/j-1".into(),
+            timeout_s: 61,
+            env: "host".into(),
+            isolate_network: false,
+            require_isolation: false,
+            limits: crate::jobs::JobLimits::default(),
+            slots_dir: None,
+            params: serde_json::json!({}),
+        };
+        let args = r.sbatch_args(&spec);
+        for want in [
+            "--parsable",
+            "--export=NONE",
+            "--time=2",
+            "--gpus=a100:2",
+            "--partition=p",
+        ] {
+            assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
+        }
+        for (iso, req) in [(false, false), (true, false), (true, true)] {
+            spec.isolate_network = iso;
+            spec.require_isolation = req;
+            let script = r.batch_script(&spec);
+            assert!(script.contains("#SBATCH --constraint=x\n"), "{script}");
+            assert_eq!(script.contains("exit 97"), req);
+            let out = Command::new("bash")
+                .args(["-n", "-c", &script])
+                .output()
+                .expect("bash");
+            assert!(
+                out.status.success(),
+                "{script}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 
     #[test]

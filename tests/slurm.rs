@@ -203,6 +203,12 @@ fn sft_and_evaluate_run_through_slurm_with_a_real_checkpoint_and_score() {
     );
     assert!(job["slurm"]["queued_s"].as_f64().is_some(), "{job}");
     assert!(job["compute_s"].as_f64().is_some(), "{job}");
+    if rsi_master::jobs::network_isolation_available() {
+        assert_eq!(
+            job["network"], "isolated",
+            "cut off from the network on the node too"
+        );
+    }
     let ck = r["checkpoint"].as_str().expect("a checkpoint");
     assert_eq!(ck.len(), 64);
     // The job's output went into its log, stored as an artifact like a local job's.

@@ -1630,6 +1630,7 @@ impl Study {
             timeout_s,
             env,
             isolate_network: crate::jobs::network_isolation_available(),
+            require_isolation: self.config.policy.require_network_isolation,
             limits: self.config.backend.limits(),
             slots_dir: Some(self.root.join(STATE_DIR).join("jobs").join("slots")),
             params,
