@@ -173,17 +173,17 @@ impl JobRunner for SlurmRunner {
             .at("cannot write", &spec_path)?;
         let log = spec.log_path();
         fs::File::create(&log).at("cannot create", &log)?;
-        let submitted = epoch_now();
         if spec.dir.join("cancel").exists() {
             return Ok(never_ran(
                 spec,
-                submitted,
+                epoch_now(),
                 JobState::Cancelled,
                 "cancelled before it was submitted".into(),
             ));
         }
         let script = spec.dir.join(SCRIPT_FILE);
         fs::write(&script, self.batch_script(spec)).at("cannot write", &script)?;
+        let submitted = epoch_now();
         let out = match Command::new("sbatch")
             .args(self.sbatch_args(spec))
             .arg(&script)
