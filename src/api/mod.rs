@@ -90,8 +90,8 @@ impl Prepared {
 }
 
 impl Study {
-    /// Open the study at `root` (the directory holding rsim.toml and .git).
-    /// Open the study at `root` with the job backend its config names (`[backend] kind`).
+    /// Open the study at `root` (the directory holding rsim.toml and .git), with the job backend
+    /// its committed config names (`[backend] kind`).
     pub fn open(root: &Path) -> Result<Study> {
         Self::open_inner(root, None)
     }
@@ -165,7 +165,7 @@ impl Study {
         let Ok(entries) = fs::read_dir(&dir) else {
             return Ok(0);
         };
-        let mut lost = 0;
+        let mut recorded = 0;
         for e in entries.flatten() {
             let jd = e.path();
             let (intent_path, marker) = (jd.join(INTENT_FILE), jd.join(RECORDED_FILE));
@@ -198,7 +198,7 @@ impl Study {
                     continue;
                 }
                 self.record_reattached(&intent, &sub.spec, job)?;
-                lost += 1;
+                recorded += 1;
                 continue;
             }
             if !claim_recovery(&jd) {
@@ -247,9 +247,9 @@ impl Study {
                 },
             )?;
             fs::write(&marker, b"").at("cannot write", &marker)?;
-            lost += 1;
+            recorded += 1;
         }
-        Ok(lost)
+        Ok(recorded)
     }
 
     /// Record the action of a re-attached job that has ended, exactly as its writer would have.
