@@ -137,6 +137,12 @@ pub enum Command {
     Audit,
     /// Stop a running or queued job (its action is recorded with the job cancelled).
     Cancel { job: String },
+    /// Record jobs whose rsim process died (opening a study does this too); with --wait, also wait
+    /// for their Slurm jobs still queued or running and record how they end.
+    Recover {
+        #[arg(long)]
+        wait: bool,
+    },
     /// Run any action from its JSON request (as an MCP client sends it); prints the JSON result.
     Call {
         action: String,
@@ -168,6 +174,13 @@ pub enum Command {
         /// Reuse the large study already built in --dir instead of building it again.
         #[arg(long, requires = "dir")]
         reuse: bool,
+        /// Instead, benchmark jobs: run the same tiny-arith run_sft N times on the local and on
+        /// the Slurm backend (submit-to-start latency, overhead of Slurm over local).
+        #[arg(long, value_name = "N")]
+        slurm: Option<usize>,
+        /// Slurm partition for --slurm (default: the cluster's default partition).
+        #[arg(long, requires = "slurm")]
+        partition: Option<String>,
     },
     /// Run a research campaign: Workers explore directions, Reviewers compare evidence and grow the
     /// DAG, a lock-in guard keeps exploration honest. Resumes a campaign already under way.
@@ -367,7 +380,12 @@ pub fn run(cli: Cli) -> Result<()> {
             repeat,
             dir: bdir,
             reuse,
-        } => crate::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json),
+            slurm,
+            partition,
+        } => match slurm {
+            Some(n) => crate::bench::run_jobs(*n, partition.as_deref(), bdir.as_deref(), json),
+            None => crate::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json),
+        },
         Command::Run { .. } => run_campaign(&cli, json),
         Command::BenchStrategies {
             example,
@@ -501,6 +519,20 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                 print_json(&json!({ "job": job, "cancel": "requested" }))?;
             } else {
                 println!("cancel requested for {job}");
+            }
+            return Ok(());
+        }
+        Command::Recover { wait } => {
+            // Opening the study recorded every orphaned job that has ended already.
+            let n = if *wait {
+                study.wait_for_orphaned_jobs()?
+            } else {
+                study.recover_orphaned_jobs()?
+            };
+            if json {
+                print_json(&json!({ "recorded": n }))?;
+            } else {
+                println!("recorded {n} orphaned job(s)");
             }
             return Ok(());
         }

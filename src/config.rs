@@ -169,6 +169,101 @@ pub enum Backend {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_memory_mb: Option<u64>,
     },
+    /// Jobs submitted to a Slurm cluster with `sbatch` (a generated batch script runs the same
+    /// job command in the same environment); rsim polls `squeue` and reads the outcome from `sacct`.
+    Slurm(SlurmBackend),
+}
+
+/// The `slurm` backend: what every job asks the cluster for. Only the study owner sets these
+/// (in `rsim.toml`); agents' requests cannot name resources or sbatch options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmBackend {
+    /// Partition (`--partition`); unset: the cluster's default partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// Account charged for the jobs (`--account`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// Quality of service (`--qos`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// CPUs per job (`--cpus-per-task`).
+    #[serde(default = "default_cpus")]
+    pub cpus_per_job: u32,
+    /// GPUs per job (0: none).
+    #[serde(default)]
+    pub gpus_per_job: u32,
+    /// How GPUs are requested: `gpus` (`--gpus=N`) or `gres` (`--gres=gpu:N`).
+    #[serde(default)]
+    pub gpu_request: GpuRequest,
+    /// GPU type, e.g. `a100` (`--gpus=a100:N` or `--gres=gpu:a100:N`); unset: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Memory per job, MiB (`--mem`); unset: the partition's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_mb: Option<u64>,
+    /// Wall-clock limit of one job once it runs, seconds. rsim stops the job at this limit (or
+    /// sooner when a budget runs out); Slurm's `--time` is set to it rounded up to minutes.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: u64,
+    /// Largest file a job may write, MiB (`ulimit -f` in the batch script).
+    #[serde(default = "default_max_file_mb")]
+    pub max_file_mb: u64,
+    /// Extra `#SBATCH` lines, each one sbatch option, e.g. `--constraint=a100`. Options rsim
+    /// controls (output, working directory, environment, job name, array, wrap) are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_sbatch: Vec<String>,
+}
+
+/// How a Slurm job asks for GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuRequest {
+    /// `--gpus=[type:]N`
+    #[default]
+    Gpus,
+    /// `--gres=gpu:[type:]N`
+    Gres,
+}
+
+impl SlurmBackend {
+    /// How many units of compute a job holds: its GPUs if it has any, else its CPUs. A job's
+    /// charge against compute budgets is its elapsed time × these units.
+    pub fn charge_units(&self) -> u32 {
+        if self.gpus_per_job > 0 {
+            self.gpus_per_job
+        } else {
+            self.cpus_per_job.max(1)
+        }
+    }
+}
+
+/// sbatch options rsim sets itself; `extra_sbatch` may not override them.
+const RESERVED_SBATCH: &[&str] = &[
+    "-o",
+    "--output",
+    "-e",
+    "--error",
+    "-D",
+    "--chdir",
+    "--export",
+    "--export-file",
+    "-J",
+    "--job-name",
+    "-a",
+    "--array",
+    "--wrap",
+    "--parsable",
+    "-W",
+    "--wait",
+    "--open-mode",
+    "-i",
+    "--input",
+];
+
+fn default_cpus() -> u32 {
+    1
 }
 
 fn default_max_file_mb() -> u64 {
@@ -197,6 +292,15 @@ impl Backend {
     pub fn timeout_s(&self) -> u64 {
         match self {
             Backend::Local { timeout_s, .. } => *timeout_s,
+            Backend::Slurm(s) => s.timeout_s,
+        }
+    }
+
+    /// Compute units a job holds (budgets charge elapsed time × units): 1 for a local job.
+    pub fn charge_units(&self) -> u32 {
+        match self {
+            Backend::Local { .. } => 1,
+            Backend::Slurm(s) => s.charge_units(),
         }
     }
 
@@ -212,6 +316,12 @@ impl Backend {
                 max_parallel: *max_parallel_jobs,
                 max_file_bytes: max_file_mb.saturating_mul(1 << 20),
                 max_memory_bytes: max_memory_mb.map(|m| m.saturating_mul(1 << 20)),
+            },
+            // The cluster schedules Slurm jobs; memory is a Slurm request (`--mem`), not an rlimit.
+            Backend::Slurm(s) => crate::jobs::JobLimits {
+                max_parallel: u32::MAX,
+                max_file_bytes: s.max_file_mb.saturating_mul(1 << 20),
+                max_memory_bytes: None,
             },
         }
     }
@@ -399,6 +509,37 @@ impl StudyConfig {
                     return bad("backend.timeout_s", "expected at least 1 second".into());
                 }
             }
+            Backend::Slurm(s) => {
+                for (key, value) in [
+                    ("backend.partition", &s.partition),
+                    ("backend.account", &s.account),
+                    ("backend.qos", &s.qos),
+                    ("backend.gpu_type", &s.gpu_type),
+                ] {
+                    if let Some(v) = value
+                        && let Err(m) = check_slurm_name(v)
+                    {
+                        return bad(key, m);
+                    }
+                }
+                if s.cpus_per_job == 0 {
+                    return bad("backend.cpus_per_job", "expected at least 1".into());
+                }
+                if s.timeout_s == 0 {
+                    return bad("backend.timeout_s", "expected at least 1 second".into());
+                }
+                if s.max_file_mb == 0 {
+                    return bad("backend.max_file_mb", "expected at least 1".into());
+                }
+                if s.mem_mb == Some(0) {
+                    return bad("backend.mem_mb", "expected at least 1".into());
+                }
+                for (i, line) in s.extra_sbatch.iter().enumerate() {
+                    if let Err(m) = check_sbatch_option(line) {
+                        return bad(&format!("backend.extra_sbatch[{i}]"), m);
+                    }
+                }
+            }
         }
         if let Environment::Nix { flake } = &self.environment
             && flake.trim().is_empty()
@@ -484,6 +625,39 @@ pub fn check_relative_path(p: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// A Slurm name (partition, account, QoS, GPU type): no spaces, control characters or leading `-`.
+fn check_slurm_name(v: &str) -> std::result::Result<(), String> {
+    if v.is_empty() || v.starts_with('-') || v.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        Err(format!(
+            "expected a Slurm name without spaces or control characters, not starting with '-', got {v:?}"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// One extra sbatch option for an `#SBATCH` line: starts with `-`, one line, not an option rsim sets.
+fn check_sbatch_option(line: &str) -> std::result::Result<(), String> {
+    let line = line.trim();
+    if !line.starts_with('-') || line.chars().any(char::is_control) {
+        return Err(format!(
+            "expected one sbatch option on one line, e.g. \"--constraint=a100\", got {line:?}"
+        ));
+    }
+    let name = line
+        .split(|c: char| c == '=' || c.is_whitespace())
+        .next()
+        .unwrap_or(line);
+    let short = |o: &str| o.len() == 2 && !o.starts_with("--") && line.starts_with(o);
+    if let Some(o) = RESERVED_SBATCH.iter().find(|o| **o == name || short(o)) {
+        return Err(format!(
+            "{o} is set by rsim for every job and cannot be overridden (got {line:?})"
+        ));
+    }
+    Ok(())
+}
+
 pub fn is_sha256(s: &str) -> bool {
     s.len() == 64
         && s.bytes()
@@ -544,6 +718,46 @@ evaluate = ["true"]
         let text = GOOD.replace("models/base", "/etc/passwd");
         let e = StudyConfig::parse(&text, "rsim.toml").unwrap_err();
         assert!(e.message.contains("absolute"), "{}", e.message);
+    }
+
+    #[test]
+    fn slurm_backend_parses_and_bad_settings_name_the_key() {
+        let with = |b: &str| GOOD.replace("[jobs]", &format!("[backend]\n{b}\n[jobs]"));
+        let c = StudyConfig::parse(
+            &with("kind = \"slurm\"\npartition = \"gpu\"\ngpus_per_job = 2\ngpu_request = \"gres\"\nextra_sbatch = [\"--constraint=a100\"]"),
+            "rsim.toml",
+        )
+        .expect("valid");
+        let Backend::Slurm(s) = &c.backend else {
+            panic!("not slurm: {:?}", c.backend)
+        };
+        assert_eq!(
+            (s.partition.as_deref(), s.gpus_per_job, s.gpu_request),
+            (Some("gpu"), 2, GpuRequest::Gres)
+        );
+        assert_eq!((c.backend.charge_units(), c.backend.timeout_s()), (2, 3600));
+        for (b, key) in [
+            ("kind = \"slurm\"\npartition = \"a b\"", "backend.partition"),
+            ("kind = \"slurm\"\ncpus_per_job = 0", "backend.cpus_per_job"),
+            (
+                "kind = \"slurm\"\nextra_sbatch = [\"--output=/tmp/x\"]",
+                "backend.extra_sbatch[0]",
+            ),
+            (
+                "kind = \"slurm\"\nextra_sbatch = [\"--constraint=a\\n#SBATCH --wrap=x\"]",
+                "backend.extra_sbatch[0]",
+            ),
+            (
+                "kind = \"slurm\"\nextra_sbatch = [\"-D /tmp\"]",
+                "backend.extra_sbatch[0]",
+            ),
+            ("kind = \"slurm\"\nnodes = 4", "nodes"),
+        ] {
+            let e = StudyConfig::parse(&with(b), "rsim.toml").unwrap_err();
+            assert!(e.message.contains(key), "{b}: {}", e.message);
+        }
+        assert!(check_sbatch_option("--exclusive").is_ok());
+        assert!(check_sbatch_option("--error=x").is_err());
     }
 
     #[test]

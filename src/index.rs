@@ -445,7 +445,7 @@ impl Index {
     /// Job seconds used, optionally only on one node and/or by one agent.
     pub fn compute_seconds_used_by(&self, node: Option<&str>, agent: Option<&str>) -> Result<f64> {
         Ok(self.conn.query_row(
-            "SELECT COALESCE(SUM(j.duration_s),0) FROM jobs j JOIN actions a ON a.node=j.node AND a.seq=j.seq
+            "SELECT COALESCE(SUM(COALESCE(json_extract(j.record,'$.compute_s'),j.duration_s)),0) FROM jobs j JOIN actions a ON a.node=j.node AND a.seq=j.seq
              WHERE (?1 IS NULL OR j.node=?1) AND (?2 IS NULL OR a.agent=?2)",
             params![node, agent],
             |r| r.get(0),

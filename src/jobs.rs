@@ -32,6 +32,10 @@ pub struct JobSpec {
     /// Run the job in its own network namespace (no network at all).
     #[serde(default)]
     pub isolate_network: bool,
+    /// The study requires isolation (`policy.require_network_isolation`): a backend that finds it
+    /// cannot isolate the job where it runs (a Slurm node) fails the job instead of running it.
+    #[serde(default)]
+    pub require_isolation: bool,
     #[serde(default)]
     pub limits: JobLimits,
     /// Where the job slots (lock files) live: at most `limits.max_parallel` jobs run at once,
@@ -109,7 +113,7 @@ pub fn request_cancel(job_dir: &Path) -> Result<()> {
     fs::write(job_dir.join("cancel"), b"").at("cannot write", job_dir)
 }
 
-/// Runs jobs. Backends (local processes now; queued/remote later) implement this.
+/// Runs jobs. Backends (`LocalRunner`, `crate::slurm::SlurmRunner`) implement this.
 pub trait JobRunner: Send + Sync {
     /// Run the job to completion (or failure) and describe what happened. An `Err` means the
     /// runner itself failed; a job that ran and failed is `Ok` with a failed state.
@@ -157,6 +161,8 @@ impl JobRunner for LocalRunner {
                             "cancelled while queued for {:.1} s",
                             queued.elapsed().as_secs_f64()
                         )),
+                        compute_s: None,
+                        slurm: None,
                     });
                 }
             },
@@ -230,6 +236,8 @@ impl JobRunner for LocalRunner {
             .to_string(),
             log: None,
             error,
+            compute_s: None,
+            slurm: None,
         };
         let spawned = cmd.spawn();
         if let Ok(c) = &spawned {
@@ -253,15 +261,7 @@ impl JobRunner for LocalRunner {
                     let code = status.code();
                     return Ok(match code {
                         Some(0) => finish(JobState::Succeeded, code, None),
-                        Some(c) => {
-                            let tail = log_tail(&spec.log_path());
-                            let why = if tail.is_empty() {
-                                format!("exited with status {c}")
-                            } else {
-                                format!("exited with status {c}: {tail}")
-                            };
-                            finish(JobState::Failed, code, Some(why))
-                        }
+                        Some(c) => finish(JobState::Failed, code, Some(exit_reason(spec, c))),
                         None => {
                             use std::os::unix::process::ExitStatusExt;
                             let sig = status.signal().unwrap_or(0);
@@ -320,8 +320,18 @@ pub fn network_isolation_available() -> bool {
     })
 }
 
+/// Why a job that exited with status `c` failed: the status and the end of its log.
+pub(crate) fn exit_reason(spec: &JobSpec, c: i32) -> String {
+    let tail = log_tail(&spec.log_path());
+    if tail.is_empty() {
+        format!("exited with status {c}")
+    } else {
+        format!("exited with status {c}: {tail}")
+    }
+}
+
 /// Why a job killed by `sig` died, in words.
-fn signal_reason(spec: &JobSpec, sig: i32) -> String {
+pub(crate) fn signal_reason(spec: &JobSpec, sig: i32) -> String {
     match nix::sys::signal::Signal::try_from(sig) {
         Ok(nix::sys::signal::Signal::SIGXFSZ) => format!(
             "killed by SIGXFSZ: it wrote a file larger than {} MiB (backend.max_file_mb)",
@@ -362,7 +372,7 @@ fn kill_group(pid: u32) {
     }
 }
 
-fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
@@ -454,7 +464,7 @@ pub fn nix_environment(
 }
 
 /// The last few lines of a job's log, to say in the record why it failed.
-fn log_tail(path: &Path) -> String {
+pub(crate) fn log_tail(path: &Path) -> String {
     use std::io::{Seek, SeekFrom};
     let mut f = match File::open(path) {
         Ok(f) => f,
@@ -539,6 +549,7 @@ mod tests {
             timeout_s,
             env: "host".into(),
             isolate_network: false,
+            require_isolation: false,
             limits: JobLimits::default(),
             slots_dir: None,
             params: serde_json::json!({"hello": 1}),

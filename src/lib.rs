@@ -20,6 +20,7 @@ pub mod orchestra;
 pub mod policy;
 pub mod record;
 pub mod report;
+pub mod slurm;
 pub mod stats;
 pub mod store;
 pub mod trainer;

@@ -300,6 +300,41 @@ pub struct JobRecord {
     /// Why the job did not succeed, when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Compute charged to budgets, seconds × units: a Slurm job's elapsed time × its GPUs (or
+    /// CPUs when it has none). Unset: `duration_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_s: Option<f64>,
+    /// The Slurm job behind this job, for jobs run by the `slurm` backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmJob>,
+}
+
+impl JobRecord {
+    /// What the job counts against compute budgets.
+    pub fn charged_s(&self) -> f64 {
+        self.compute_s.unwrap_or(self.duration_s)
+    }
+}
+
+/// A Slurm job as recorded: its id and what the cluster reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmJob {
+    /// Slurm's job id (from `sbatch --parsable`).
+    pub job_id: String,
+    /// Slurm's final state, e.g. `COMPLETED`, `FAILED`, `CANCELLED`, `TIMEOUT` (empty if unknown).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<String>,
+    pub cpus: u32,
+    pub gpus: u32,
+    /// Seconds from submission until the job started running (unset if it never ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_s: Option<f64>,
+    /// Elapsed time Slurm reports for the job, seconds.
+    pub elapsed_s: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -422,10 +457,19 @@ pub type NodeMetrics = BTreeMap<String, MetricRecord>;
 
 /// Current time as RFC 3339 UTC with millisecond precision (orders actions within a second).
 pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
+    rfc3339(time::OffsetDateTime::now_utc())
+}
+
+/// A time given as seconds since the epoch (e.g. from another process), in RFC 3339.
+pub fn rfc3339_at(epoch_s: f64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos((epoch_s * 1e9) as i128)
+        .map_or_else(|_| now_rfc3339(), rfc3339)
+}
+
+fn rfc3339(t: time::OffsetDateTime) -> String {
     let fmt = time::macros::format_description!(
         "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
     );
-    now.format(&fmt)
-        .unwrap_or_else(|_| now.unix_timestamp().to_string())
+    t.format(&fmt)
+        .unwrap_or_else(|_| t.unix_timestamp().to_string())
 }

@@ -14,6 +14,9 @@ rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup compon
 
 # Nix for the Nix-environment tests (offline configuration; idempotent).
 tools/setup-nix.sh
+# A single-node Slurm cluster for the Slurm-backend tests (idempotent); they may not skip here.
+tools/setup-slurm.sh
+export RSIM_REQUIRE_SLURM=1
 
 # One profile (debug) for everything: building release too would compile every crate twice.
 cargo fmt --all -- --check

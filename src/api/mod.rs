@@ -90,17 +90,23 @@ impl Prepared {
 }
 
 impl Study {
-    /// Open the study at `root` (the directory holding rsim.toml and .git).
+    /// Open the study at `root` (the directory holding rsim.toml and .git), with the job backend
+    /// its committed config names (`[backend] kind`).
     pub fn open(root: &Path) -> Result<Study> {
-        Self::open_with_runner(root, Box::new(LocalRunner))
+        Self::open_inner(root, None)
     }
 
     pub fn open_with_runner(root: &Path, runner: Box<dyn JobRunner>) -> Result<Study> {
+        Self::open_inner(root, Some(runner))
+    }
+
+    fn open_inner(root: &Path, runner: Option<Box<dyn JobRunner>>) -> Result<Study> {
         let root = root
             .canonicalize()
             .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
         let record = Record::open(&root)?;
         let config = load_committed_config(&record, &root)?;
+        let runner = runner.unwrap_or_else(|| runner_for(&config.backend));
         let state = root.join(STATE_DIR);
         fs::create_dir_all(&state).at("cannot create", &state)?;
         let mut index = Index::open(&state.join("index.sqlite"))?;
@@ -129,9 +135,9 @@ impl Study {
         // Recovery must never keep a study from opening: a failure is reported and retried next time.
         match study.recover_orphaned_jobs() {
             Ok(0) => {}
-            Ok(lost) => tracing::warn!(
-                lost,
-                "recorded jobs whose rsim process died before recording them as lost"
+            Ok(n) => tracing::warn!(
+                n,
+                "recorded jobs whose rsim process died before recording them"
             ),
             Err(e) => tracing::warn!("could not record orphaned jobs yet: {}", e.message),
         }
@@ -139,14 +145,27 @@ impl Study {
     }
 
     /// Jobs whose writing process died (killed, crashed, machine restarted) before their action was
-    /// recorded are never dropped silently: the job's processes are stopped and the action is
-    /// recorded with the job `lost`. Jobs of live processes are left to them.
+    /// recorded are never dropped silently. A local job's processes are stopped and the action is
+    /// recorded with the job `lost`. A Slurm job outlives its writer: rsim re-attaches to it, and
+    /// once it has ended records the action with its real outcome (checkpoint, scores); while it is
+    /// still queued or running it is left alone. Jobs of live processes are left to them.
+    /// Returns how many actions were recorded.
     pub fn recover_orphaned_jobs(&self) -> Result<usize> {
+        self.recover_jobs(false)
+    }
+
+    /// Like `recover_orphaned_jobs`, but waits for orphaned Slurm jobs that are still queued or
+    /// running and records how they end (what a restarted server does in the background).
+    pub fn wait_for_orphaned_jobs(&self) -> Result<usize> {
+        self.recover_jobs(true)
+    }
+
+    fn recover_jobs(&self, wait: bool) -> Result<usize> {
         let dir = self.root.join(STATE_DIR).join("jobs");
         let Ok(entries) = fs::read_dir(&dir) else {
             return Ok(0);
         };
-        let mut lost = 0;
+        let mut recorded = 0;
         for e in entries.flatten() {
             let jd = e.path();
             let (intent_path, marker) = (jd.join(INTENT_FILE), jd.join(RECORDED_FILE));
@@ -167,27 +186,26 @@ impl Study {
                 fs::write(&marker, b"").at("cannot write", &marker)?;
                 continue;
             }
-            // Claim the recovery (another process may be opening the study right now).
-            let claim = jd.join("recovering");
-            if let Some(pid) = fs::read_to_string(&claim)
-                .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok())
-                && !crate::jobs::process_alive(pid)
-            {
-                let _ = fs::remove_file(&claim);
-            }
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&claim)
-            {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    let _ = write!(f, "{}", std::process::id());
+            // A Slurm job keeps running without its writer: re-attach and record its real outcome.
+            if let Some(sub) = crate::slurm::submitted(&jd)? {
+                if self.record.node_tip(&intent.node)?.is_none() {
+                    continue;
                 }
-                Err(_) => continue,
+                let Some(job) = crate::slurm::reattach(&jd, wait)? else {
+                    continue;
+                };
+                if !claim_recovery(&jd) {
+                    continue;
+                }
+                self.record_reattached(&intent, &sub.spec, job)?;
+                recorded += 1;
+                continue;
+            }
+            if !claim_recovery(&jd) {
+                continue;
             }
             crate::jobs::stop_job(&jd);
+            crate::slurm::stop_unnoted(&jd, &intent.job);
             let job = JobRecord {
                 id: intent.job.clone(),
                 kind: intent.kind,
@@ -201,6 +219,8 @@ impl Study {
                 network: "shared".into(),
                 log: self.store_log_at(&jd.join("job.log"))?,
                 error: Some("the rsim process that ran this job died before recording it; the job was stopped".into()),
+                compute_s: None,
+                slurm: None,
             };
             let caller = Caller::new(intent.agent.clone(), intent.role);
             let node = intent.node.clone();
@@ -227,9 +247,72 @@ impl Study {
                 },
             )?;
             fs::write(&marker, b"").at("cannot write", &marker)?;
-            lost += 1;
+            recorded += 1;
         }
-        Ok(lost)
+        Ok(recorded)
+    }
+
+    /// Record the action of a re-attached job that has ended, exactly as its writer would have.
+    fn record_reattached(
+        &self,
+        intent: &JobIntent,
+        spec: &JobSpec,
+        mut job: JobRecord,
+    ) -> Result<()> {
+        let caller = Caller::new(intent.agent.clone(), intent.role);
+        job.log = self.store_log(spec)?;
+        let sha_of = |key: &str| {
+            spec.params[key]["sha256"]
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    Error::internal(format!("job {}: spec has no {key}.sha256", spec.id))
+                })
+        };
+        match intent.action {
+            ActionName::RunSft => {
+                let req: RunSftRequest = serde_json::from_value(intent.request.clone())?;
+                self.finish_sft(
+                    &caller,
+                    &req,
+                    intent.request.clone(),
+                    spec,
+                    job,
+                    sha_of("base")?,
+                )?;
+            }
+            ActionName::Evaluate => {
+                let req: EvaluateRequest = serde_json::from_value(intent.request.clone())?;
+                let task = self.config.tasks.get(&req.task).cloned().ok_or_else(|| {
+                    Error::invalid(format!(
+                        "job {}: task {:?} is no longer in rsim.toml",
+                        spec.id, req.task
+                    ))
+                })?;
+                let evaluator = match &intent.evaluator {
+                    Some(e) => e.clone(),
+                    None => self.evaluator_fingerprint()?,
+                };
+                self.finish_evaluate(
+                    &caller,
+                    &req,
+                    intent.request.clone(),
+                    spec,
+                    job,
+                    sha_of("checkpoint")?,
+                    evaluator,
+                    task,
+                )?;
+            }
+            other => {
+                return Err(Error::internal(format!(
+                    "job {}: action {} does not run jobs",
+                    spec.id,
+                    other.as_str()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Ask a running or queued job to stop; its action is then recorded with the job cancelled.
@@ -252,7 +335,9 @@ impl Study {
         crate::jobs::request_cancel(&dir).map_err(|e| match e.kind {
             ErrorKind::NotFound => Error::not_found(format!("job: no job {job} in this study")),
             _ => e,
-        })
+        })?;
+        // A Slurm job is cancelled at once, even when no rsim process is waiting for it.
+        crate::slurm::cancel(&dir)
     }
 
     /// Note, before a job runs, what would have to be recorded if this process died meanwhile.
@@ -263,6 +348,7 @@ impl Study {
         node: &str,
         request: &Value,
         spec: &JobSpec,
+        evaluator: Option<&str>,
     ) -> Result<()> {
         fs::create_dir_all(&spec.dir).at("cannot create", &spec.dir)?;
         let intent = JobIntent {
@@ -278,6 +364,7 @@ impl Study {
             started_at: now_rfc3339(),
             started: Timestamp::now(),
             writer_pid: std::process::id(),
+            evaluator: evaluator.map(str::to_string),
         };
         let p = spec.dir.join(INTENT_FILE);
         fs::write(&p, record::json_bytes(&intent)?).at("cannot write", &p)
@@ -661,9 +748,22 @@ impl Study {
             params,
             timeout,
         )?;
-        self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec)?;
+        self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec, None)?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
+        self.finish_sft(caller, &req, request, &spec, job, base_sha)
+    }
+
+    /// Collect a finished `run_sft` job's checkpoint and metrics and record the action.
+    fn finish_sft(
+        &self,
+        caller: &Caller,
+        req: &RunSftRequest,
+        request: Value,
+        spec: &JobSpec,
+        mut job: JobRecord,
+        base_sha: String,
+    ) -> Result<RunSftResult> {
         let mut checkpoint = None;
         let mut train_metrics = BTreeMap::new();
         if job.state == JobState::Succeeded {
@@ -713,7 +813,7 @@ impl Study {
                 p.attach_job(&job);
                 Ok(p)
             })?;
-        self.mark_recorded(&spec)?;
+        self.mark_recorded(spec)?;
         Ok(RunSftResult {
             job,
             checkpoint,
@@ -788,9 +888,32 @@ impl Study {
             params,
             timeout,
         )?;
-        self.write_intent(caller, ActionName::Evaluate, &req.node, &request, &spec)?;
+        self.write_intent(
+            caller,
+            ActionName::Evaluate,
+            &req.node,
+            &request,
+            &spec,
+            Some(&evaluator),
+        )?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
+        self.finish_evaluate(caller, &req, request, &spec, job, ck, evaluator, task)
+    }
+
+    /// Collect a finished `evaluate` job's scores and record the action.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_evaluate(
+        &self,
+        caller: &Caller,
+        req: &EvaluateRequest,
+        request: Value,
+        spec: &JobSpec,
+        mut job: JobRecord,
+        ck: String,
+        evaluator: String,
+        task: crate::config::TaskConfig,
+    ) -> Result<EvaluateResult> {
         let mut metrics = BTreeMap::new();
         let mut n_items = 0;
         let mut items = None;
@@ -863,10 +986,10 @@ impl Study {
                 }
                 Ok(p)
             })?;
-        self.mark_recorded(&spec)?;
+        self.mark_recorded(spec)?;
         Ok(EvaluateResult {
             job,
-            task: req.task,
+            task: req.task.clone(),
             split: req.split,
             metrics,
             n_items,
@@ -1471,6 +1594,8 @@ impl Study {
                         .compute_seconds_used_by(None, Some(&caller.agent))?,
             );
         }
+        // A job holding several units (CPUs or GPUs of a Slurm job) uses the budget that much faster.
+        let left = left / f64::from(self.config.backend.charge_units().max(1));
         Ok((left.ceil().max(1.0) as u64).min(self.config.backend.timeout_s()))
     }
 
@@ -1505,6 +1630,7 @@ impl Study {
             timeout_s,
             env,
             isolate_network: crate::jobs::network_isolation_available(),
+            require_isolation: self.config.policy.require_network_isolation,
             limits: self.config.backend.limits(),
             slots_dir: Some(self.root.join(STATE_DIR).join("jobs").join("slots")),
             params,
@@ -1635,6 +1761,39 @@ impl Study {
     }
 }
 
+/// The job runner a backend config asks for.
+fn runner_for(backend: &crate::config::Backend) -> Box<dyn JobRunner> {
+    match backend {
+        crate::config::Backend::Local { .. } => Box::new(LocalRunner),
+        crate::config::Backend::Slurm(s) => Box::new(crate::slurm::SlurmRunner::new(s.clone())),
+    }
+}
+
+/// Claim the recording of an orphaned job (another process may be opening the study right now);
+/// a claim left by a dead process is taken over.
+fn claim_recovery(job_dir: &Path) -> bool {
+    let claim = job_dir.join("recovering");
+    if let Some(pid) = fs::read_to_string(&claim)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        && !crate::jobs::process_alive(pid)
+    {
+        let _ = fs::remove_file(&claim);
+    }
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&claim)
+    {
+        Ok(mut f) => {
+            use std::io::Write;
+            let _ = write!(f, "{}", std::process::id());
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 const INTENT_FILE: &str = "intent.json";
 const RECORDED_FILE: &str = "recorded";
 
@@ -1653,6 +1812,9 @@ struct JobIntent {
     started_at: String,
     started: Timestamp,
     writer_pid: u32,
+    /// The evaluator's fingerprint (evaluate jobs), to record a re-attached job as it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    evaluator: Option<String>,
 }
 
 /// Seconds since the epoch, for durations across processes.
