@@ -316,6 +316,12 @@ impl Progress {
 pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary> {
     let started = Instant::now();
     let study = Study::open(root)?;
+    // Jobs a killed run left behind: Slurm jobs are re-attached and their real outcome recorded
+    // (waiting for them), local ones were stopped and recorded as lost — before the state is read.
+    let recovered = study.wait_for_orphaned_jobs()?;
+    if recovered > 0 && !quiet {
+        eprintln!("recorded {recovered} job(s) a previous run left behind");
+    }
     let root: PathBuf = study.root().to_path_buf();
     let opts = match saved_options(&root)? {
         Some(saved) => {
@@ -374,6 +380,8 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
     let mut agent_failures: BTreeMap<String, u32> = BTreeMap::new();
     let mut next_slot = 0usize;
     let mut forced_rounds = 0;
+    // Nodes a reviewer was asked about and did not judge: not asked about again.
+    let mut skipped: BTreeSet<String> = BTreeSet::new();
     loop {
         st = CampaignState::load(&study, &opts.task)?;
         let left = budget.left();
@@ -387,7 +395,10 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                 let guard = guard_active(&opts, &st, &lock);
                 let opening = st.campaign_nodes().next().is_none()
                     && !st.reviews.iter().any(|r| r.node == st.root);
-                let targets = reviewable(&st, &running, left);
+                let targets: Vec<String> = reviewable(&st, &running, left)
+                    .into_iter()
+                    .filter(|t| !skipped.contains(t))
+                    .collect();
                 if opening || !targets.is_empty() {
                     let anchor = anchor_of(&st, &targets);
                     let t = ReviewTask {
@@ -410,8 +421,16 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                         },
                         if guard { " (lock-in guard active)" } else { "" }
                     ));
-                    reviewer.review(&study, &t)?;
+                    review_turn(&*reviewer, &study, &t, &progress)?;
                     st = CampaignState::load(&study, &opts.task)?;
+                    for id in &targets {
+                        if st.nodes.get(id).is_some_and(|n| n.verdict.is_none()) {
+                            progress.say(&format!(
+                                "the reviewer gave no verdict on {id}; it is left unjudged"
+                            ));
+                            skipped.insert(id.clone());
+                        }
+                    }
                 }
                 branch_proposals(
                     &study,
@@ -530,7 +549,8 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
 
         if running.is_empty() {
             let open_left = st.campaign_nodes().any(|n| n.status == NodeStatus::Open);
-            let unreviewed = opts.strategy == Strategy::Orchestra && !st.unreviewed().is_empty();
+            let unreviewed = opts.strategy == Strategy::Orchestra
+                && st.unreviewed().iter().any(|n| !skipped.contains(&n.id));
             if open_left || unreviewed {
                 continue;
             }
@@ -558,7 +578,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                 progress.say(
                     "every direction is concluded with budget left: the reviewer opens new ones",
                 );
-                reviewer.review(&study, &t)?;
+                review_turn(&*reviewer, &study, &t, &progress)?;
                 continue;
             }
             break;
@@ -631,7 +651,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
             base_dev,
         };
         progress.say("final review");
-        reviewer.review(&study, &t)?;
+        review_turn(&*reviewer, &study, &t, &progress)?;
         st = CampaignState::load(&study, &opts.task)?;
     }
     let promoted = st.best_by_dev(opts.strategy == Strategy::Orchestra);
@@ -677,6 +697,31 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
         lock_in: st.lock_in(),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// One reviewer turn. A reviewer that fails (an LLM endpoint down, a model that never writes its
+/// review) does not end the campaign, except at the opening, where nothing could happen without it.
+fn review_turn(
+    reviewer: &dyn ReviewerAgent,
+    study: &Study,
+    t: &ReviewTask,
+    progress: &Progress,
+) -> Result<()> {
+    match reviewer.review(study, t) {
+        Ok(()) => Ok(()),
+        Err(e) if t.opening => Err(Error::new(
+            e.kind,
+            format!("the opening review failed: {}", e.message),
+        )),
+        Err(e) => {
+            progress.say(&format!(
+                "the {} reviewer failed: {}",
+                reviewer.name(),
+                e.message
+            ));
+            Ok(())
+        }
+    }
 }
 
 /// The base model's score on a split, evaluated once per campaign (recorded on the root).
