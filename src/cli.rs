@@ -213,10 +213,12 @@ pub enum Command {
         #[arg(long)]
         task: Option<String>,
         /// Worker agents: `builtin` or `llm:MODEL@URL` (an OpenAI-compatible endpoint; the key is
-        /// read from $OPENAI_API_KEY, or the variable named by $RSIM_LLM_KEY_ENV).
+        /// read from $OPENAI_API_KEY, or the variable named by $RSIM_LLM_KEY_ENV), or
+        /// `cmd:COMMAND` (an external agent such as Claude Code or Codex, run per task with
+        /// RSIM_PROMPT, RSIM_MCP_URL, RSIM_MCP_TOKEN and RSIM_MCP_CONFIG in its environment).
         #[arg(long, default_value = "builtin")]
         worker: String,
-        /// Reviewer agents: `builtin` or `llm:MODEL@URL`.
+        /// Reviewer agents: `builtin`, `llm:MODEL@URL` or `cmd:COMMAND`.
         #[arg(long, default_value = "builtin")]
         reviewer: String,
         /// Lock-in guard: largest share of experiments under one top-level direction.

@@ -5,6 +5,7 @@
 //! derived from the record, so a killed run resumes where it stopped.
 
 pub mod builtin;
+pub mod command;
 pub mod llm;
 pub mod recipe;
 pub mod state;
@@ -48,6 +49,9 @@ pub enum AgentSpec {
         #[serde(default)]
         key_env: Option<String>,
     },
+    /// An external command (Claude Code, Codex CLI, any MCP client) run per task with its role
+    /// prompt and a per-agent MCP endpoint and token in the environment.
+    Command { command: String },
 }
 
 impl AgentSpec {
@@ -73,8 +77,18 @@ impl AgentSpec {
                 ),
             });
         }
+        if let Some(cmd) = s.strip_prefix("cmd:") {
+            if cmd.trim().is_empty() {
+                return Err(Error::invalid(format!(
+                    "agent {s:?}: cmd: needs a command line"
+                )));
+            }
+            return Ok(AgentSpec::Command {
+                command: cmd.trim().to_string(),
+            });
+        }
         Err(Error::invalid(format!(
-            "agent {s:?}: expected `builtin` or `llm:MODEL@URL`"
+            "agent {s:?}: expected `builtin`, `llm:MODEL@URL` or `cmd:COMMAND`"
         )))
     }
 }
@@ -219,17 +233,37 @@ pub trait ReviewerAgent: Send + Sync {
     fn review(&self, study: &Study, task: &ReviewTask) -> Result<()>;
 }
 
-fn worker_agent(spec: &AgentSpec) -> Result<Arc<dyn WorkerAgent>> {
+fn worker_agent(spec: &AgentSpec, root: &Path, o: &RunOptions) -> Result<Arc<dyn WorkerAgent>> {
     Ok(match spec {
         AgentSpec::Builtin => Arc::new(builtin::BuiltinWorker),
         AgentSpec::Llm { .. } => Arc::new(llm::LlmAgent::new(spec)?),
+        AgentSpec::Command { command: c } => {
+            let ids: Vec<(String, String)> = (1..=o.workers)
+                .map(|i| (format!("worker-{i}"), "worker".to_string()))
+                .collect();
+            Arc::new(command::CommandAgent::new(
+                c,
+                root,
+                &ids,
+                Duration::from_secs(o.agent_timeout_s),
+            )?)
+        }
     })
 }
 
-fn reviewer_agent(spec: &AgentSpec) -> Result<Arc<dyn ReviewerAgent>> {
+fn reviewer_agent(spec: &AgentSpec, root: &Path, o: &RunOptions) -> Result<Arc<dyn ReviewerAgent>> {
     Ok(match spec {
         AgentSpec::Builtin => Arc::new(builtin::BuiltinReviewer),
         AgentSpec::Llm { .. } => Arc::new(llm::LlmAgent::new(spec)?),
+        AgentSpec::Command { command: c } => {
+            let ids = [("reviewer-command".to_string(), "reviewer".to_string())];
+            Arc::new(command::CommandAgent::new(
+                c,
+                root,
+                &ids,
+                Duration::from_secs(o.agent_timeout_s),
+            )?)
+        }
     })
 }
 
@@ -358,11 +392,11 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
             llm::LlmAgent::new(spec)?.preflight()?;
         }
     }
+    let worker = worker_agent(&opts.worker, &root, &opts)?;
+    let reviewer = reviewer_agent(&opts.reviewer, &root, &opts)?;
     if saved_options(&root)?.is_none() {
         save_options(&root, &opts)?;
     }
-    let worker = worker_agent(&opts.worker)?;
-    let reviewer = reviewer_agent(&opts.reviewer)?;
     let opts = Arc::new(opts);
     let owner = Caller::new("orchestrator", Role::Owner);
     let reviewer_caller = Caller::new(format!("reviewer-{}", reviewer.name()), Role::Reviewer);
