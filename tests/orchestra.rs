@@ -561,3 +561,34 @@ fn unreachable_llm_endpoint_and_bad_agents_are_clear_errors() {
     let out = run(&root, &["run", "--experiments", "0"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_study_with_no_budget_left_is_a_clear_refusal() {
+    let (_d, root) = study();
+    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("max_nodes"))
+        .expect("max_nodes line")
+        .to_string();
+    std::fs::write(root.join("rsim.toml"), text.replace(&line, "max_nodes = 1")).expect("write");
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(["-c", "user.name=owner", "-c", "user.email=owner@example.invalid"])
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["read-tree", "HEAD"]);
+    git(&["add", "rsim.toml"]);
+    git(&["commit", "-qm", "owner: no room for new nodes"]);
+    let out = run(&root, &["run", "--quiet"]);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no node budget left") && err.contains("max_nodes"), "{err}");
+    assert_eq!(actions(&root).len(), 1, "nothing recorded");
+    fsck_clean(&root);
+}
