@@ -62,7 +62,13 @@ pub struct Gpt {
     vars: HashMap<String, Var>,
     mask: Tensor,
     device: Device,
+    /// Low-rank adapters while training with LoRA: weight name → (A [in, r], B [r, out]).
+    lora: HashMap<String, (Var, Var)>,
+    lora_scale: f64,
 }
+
+/// The weight matrices LoRA adapts (per layer).
+const LORA_TARGETS: [&str; 4] = ["qkv_w", "proj_w", "fc_w", "out_w"];
 
 fn param_shapes(c: &GptConfig) -> Vec<(String, Vec<usize>)> {
     let (d, v, t) = (c.d_model, c.vocab.chars().count(), c.context);
@@ -140,6 +146,8 @@ impl Gpt {
             vars,
             mask,
             device,
+            lora: HashMap::new(),
+            lora_scale: 0.0,
         })
     }
 
@@ -193,8 +201,82 @@ impl Gpt {
         self.vars[name].as_tensor()
     }
 
+    /// A weight as the forward pass sees it: with its low-rank update when LoRA is on.
+    fn w(&self, name: &str) -> candle_core::Result<Tensor> {
+        let base = self.p(name);
+        match self.lora.get(name) {
+            Some((a, b)) => base + (a.as_tensor().matmul(b.as_tensor())? * self.lora_scale)?,
+            None => Ok(base.clone()),
+        }
+    }
+
+    /// Every weight.
     pub fn vars(&self) -> Vec<Var> {
         self.names.iter().map(|n| self.vars[n].clone()).collect()
+    }
+
+    /// What the optimiser trains: the adapters under LoRA, else every weight.
+    pub fn trainable_vars(&self) -> Vec<Var> {
+        if self.lora.is_empty() {
+            return self.vars();
+        }
+        let mut keys: Vec<&String> = self.lora.keys().collect();
+        keys.sort();
+        keys.into_iter()
+            .flat_map(|k| {
+                let (a, b) = &self.lora[k];
+                [a.clone(), b.clone()]
+            })
+            .collect()
+    }
+
+    /// Freeze the weights and train rank-`rank` adapters on the attention and MLP matrices
+    /// (A ~ N(0, 1/rank), B = 0, so training starts from the unchanged model; update scaled by
+    /// alpha / rank).
+    pub fn enable_lora(&mut self, rank: usize, alpha: f64, seed: u64) -> Result<()> {
+        if rank == 0 {
+            return Err(Error::invalid("adapter.rank: expected at least 1"));
+        }
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x10a4);
+        let std = (1.0 / rank as f64).sqrt() as f32;
+        for l in 0..self.config.n_layers {
+            for t in LORA_TARGETS {
+                let name = format!("h{l}.{t}");
+                let (din, dout) = self.p(&name).dims2().map_err(ce)?;
+                let a: Vec<f32> = (0..din * rank).map(|_| std * normal(&mut rng)).collect();
+                let a = Tensor::from_vec(a, (din, rank), &self.device).map_err(ce)?;
+                let b = Tensor::zeros((rank, dout), DType::F32, &self.device).map_err(ce)?;
+                self.lora.insert(
+                    name,
+                    (
+                        Var::from_tensor(&a).map_err(ce)?,
+                        Var::from_tensor(&b).map_err(ce)?,
+                    ),
+                );
+            }
+        }
+        self.lora_scale = alpha / rank as f64;
+        Ok(())
+    }
+
+    /// Fold the adapters into the weights (W + scale·A·B) so the checkpoint is a plain model.
+    pub fn merge_lora(&mut self) -> Result<()> {
+        let adapters = std::mem::take(&mut self.lora);
+        for (name, (a, b)) in adapters {
+            let delta =
+                (a.as_tensor().matmul(b.as_tensor()).map_err(ce)? * self.lora_scale).map_err(ce)?;
+            let merged = (self.p(&name) + delta).map_err(ce)?;
+            self.vars[&name].set(&merged).map_err(ce)?;
+        }
+        Ok(())
+    }
+
+    /// Number of values the optimiser trains.
+    pub fn trainable_count(&self) -> usize {
+        self.trainable_vars()
+            .iter()
+            .map(|v| v.as_tensor().elem_count())
+            .sum()
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
@@ -234,7 +316,9 @@ impl Gpt {
             for l in 0..self.config.n_layers {
                 let g = |n: &str| self.p(&format!("h{l}.{n}"));
                 let a = layer_norm(&x, g("ln1_g"), g("ln1_b"))?;
-                let qkv = a.broadcast_matmul(g("qkv_w"))?.broadcast_add(g("qkv_b"))?;
+                let qkv = a
+                    .broadcast_matmul(&self.w(&format!("h{l}.qkv_w"))?)?
+                    .broadcast_add(g("qkv_b"))?;
                 let split = |i: usize| -> candle_core::Result<Tensor> {
                     qkv.narrow(2, i * d, d)?
                         .reshape((b, t, h, hd))?
@@ -250,15 +334,17 @@ impl Gpt {
                     .contiguous()?
                     .reshape((b, t, d))?;
                 let y = y
-                    .broadcast_matmul(g("proj_w"))?
+                    .broadcast_matmul(&self.w(&format!("h{l}.proj_w"))?)?
                     .broadcast_add(g("proj_b"))?;
                 x = (x + y)?;
                 let m = layer_norm(&x, g("ln2_g"), g("ln2_b"))?;
                 let m = m
-                    .broadcast_matmul(g("fc_w"))?
+                    .broadcast_matmul(&self.w(&format!("h{l}.fc_w"))?)?
                     .broadcast_add(g("fc_b"))?
                     .relu()?;
-                let m = m.broadcast_matmul(g("out_w"))?.broadcast_add(g("out_b"))?;
+                let m = m
+                    .broadcast_matmul(&self.w(&format!("h{l}.out_w"))?)?
+                    .broadcast_add(g("out_b"))?;
                 x = (x + m)?;
             }
             let x = layer_norm(&x, self.p("lnf_g"), self.p("lnf_b"))?;
@@ -416,7 +502,7 @@ pub fn train(
         weight_decay: 0.0,
         ..ParamsAdamW::default()
     };
-    let mut opt = AdamW::new(model.vars(), params).map_err(ce)?;
+    let mut opt = AdamW::new(model.trainable_vars(), params).map_err(ce)?;
     let mut rng = StdRng::seed_from_u64(seed);
     let start = std::time::Instant::now();
     let mut recent = std::collections::VecDeque::new();
@@ -476,6 +562,63 @@ mod tests {
                 .expect("norm");
             assert!(norm > 0.0, "zero gradient for {name}");
         }
+    }
+
+    #[test]
+    fn lora_trains_only_the_adapters_and_merges_into_the_weights() {
+        let r = rows();
+        let refs: Vec<&Row> = r.iter().collect();
+        let mut m = Gpt::init(GptConfig::small(), 7).expect("init");
+        let flat = |m: &Gpt, n: &str| {
+            m.p(n)
+                .flatten_all()
+                .and_then(|t| t.to_vec1::<f32>())
+                .expect("w")
+        };
+        let (emb, ln, qkv) = (
+            flat(&m, "tok_emb"),
+            flat(&m, "h0.ln1_g"),
+            flat(&m, "h0.qkv_w"),
+        );
+        let total = m.trainable_count();
+        m.enable_lora(4, 8.0, 1).expect("lora");
+        let adapters = m.trainable_count();
+        assert!(
+            adapters * 4 < total,
+            "{adapters} adapter values vs {total} weights"
+        );
+        let loss = |m: &Gpt| {
+            m.loss(&refs, true)
+                .and_then(|l| l.to_scalar::<f32>().map_err(ce))
+                .expect("loss")
+        };
+        let before = loss(&m);
+        train(
+            &m,
+            &r,
+            1e-2,
+            Schedule::Constant,
+            60,
+            0,
+            8,
+            true,
+            3,
+            |_, _| {},
+        )
+        .expect("train");
+        let trained = loss(&m);
+        assert!(trained < before * 0.9, "loss {before} → {trained}");
+        m.merge_lora().expect("merge");
+        assert_eq!(m.trainable_count(), total, "adapters gone after the merge");
+        // The merged model computes what the adapted one did; frozen weights did not move.
+        assert!(
+            (loss(&m) - trained).abs() < 1e-3,
+            "{} vs {trained}",
+            loss(&m)
+        );
+        assert_eq!(flat(&m, "tok_emb"), emb);
+        assert_eq!(flat(&m, "h0.ln1_g"), ln);
+        assert_ne!(flat(&m, "h0.qkv_w"), qkv);
     }
 
     #[test]

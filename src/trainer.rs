@@ -198,15 +198,14 @@ pub fn train(spec_path: &Path) -> Result<()> {
 
 fn train_gpt(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::Value> {
     let h = &spec.hyper;
-    if let Adapter::Lora { .. } = h.adapter {
-        return Err(Error::invalid(
-            "LoRA adapters are not implemented for tiny-gpt (a 100k-parameter model trains fully): use adapter {\"kind\": \"full\"}",
-        ));
-    }
     let mut model = crate::gpt::Gpt::load(
         file(&spec.base, CONFIG_FILE)?,
         file(&spec.base, crate::gpt::WEIGHTS_FILE)?,
     )?;
+    if let Adapter::Lora { rank, alpha } = h.adapter {
+        model.enable_lora(rank as usize, alpha, h.seed)?;
+    }
+    let trainable = model.trainable_count();
     let steps = h.steps;
     let rep = crate::gpt::train(
         &model,
@@ -220,6 +219,8 @@ fn train_gpt(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::V
         h.seed,
         |step, loss| eprintln!("step {step}/{steps} loss {loss:.4}"),
     )?;
+    // Adapters are folded into the weights: the checkpoint is a plain model, evaluated as any.
+    model.merge_lora()?;
     model.config.base = Some(spec.base.sha256.clone());
     model.save(&out.join("checkpoint"))?;
     Ok(serde_json::json!({
@@ -227,6 +228,7 @@ fn train_gpt(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::V
         "steps_per_s": rep.steps_per_s,
         "tokens_per_s": rep.tokens_per_s,
         "rows": rows.len() as f64,
+        "trainable_params": trainable as f64,
     }))
 }
 

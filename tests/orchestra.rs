@@ -576,19 +576,36 @@ fn a_study_with_no_budget_left_is_a_clear_refusal() {
         let out = Command::new("git")
             .arg("-C")
             .arg(&root)
-            .args(["-c", "user.name=owner", "-c", "user.email=owner@example.invalid"])
+            .args([
+                "-c",
+                "user.name=owner",
+                "-c",
+                "user.email=owner@example.invalid",
+            ])
             .args(args)
             .output()
             .expect("git");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     git(&["read-tree", "HEAD"]);
     git(&["add", "rsim.toml"]);
     git(&["commit", "-qm", "owner: no room for new nodes"]);
     let out = run(&root, &["run", "--quiet"]);
-    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no node budget left") && err.contains("max_nodes"), "{err}");
+    assert!(
+        err.contains("no node budget left") && err.contains("max_nodes"),
+        "{err}"
+    );
     assert_eq!(actions(&root).len(), 1, "nothing recorded");
     fsck_clean(&root);
 }

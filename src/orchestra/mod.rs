@@ -764,7 +764,10 @@ fn study_budget_left(study: &Study) -> Result<()> {
     if idx.node_count()? >= b.max_nodes {
         return Err(Error::new(
             ErrorKind::Rejected,
-            format!("the study has no node budget left: budgets.max_nodes = {} reached", b.max_nodes),
+            format!(
+                "the study has no node budget left: budgets.max_nodes = {} reached",
+                b.max_nodes
+            ),
         ));
     }
     Ok(())
