@@ -460,6 +460,20 @@ pub fn strategies(
             o.experiments = experiments;
             o.steps = steps;
             o.seed = seed;
+            if let Some(saved) = crate::orchestra::saved_options(&d)?
+                && (saved.strategy, saved.experiments, saved.steps, saved.seed)
+                    != (o.strategy, o.experiments, o.steps, o.seed)
+            {
+                return Err(Error::invalid(format!(
+                    "{}: a campaign with other settings is under way there ({:?}, {} experiments × {} \
+                     steps, seed {}); use another --dir",
+                    d.display(),
+                    saved.strategy,
+                    saved.experiments,
+                    saved.steps,
+                    saved.seed
+                )));
+            }
             let summary = run(&d, o, true)?;
             eprintln!(
                 "{s:?} seed {seed}: best dev {:?} test {:?}, lock-in share {:.2} depth {}, {} experiments, {:.0} s",
