@@ -645,6 +645,7 @@ impl ServerHandler for Server {
         ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<ListToolsResult, McpError> {
         let role = self.caller_of(&ctx.extensions)?.role;
+        #[allow(unused_mut)]
         let mut tools: Vec<Tool> = self
             .shared
             .tools
