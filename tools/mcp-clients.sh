@@ -214,7 +214,7 @@ if wants inspector; then
         --tool-name get_node --tool-args-json '{"node":"n0","bogus":true}' "${cmd[@]}"
       inspect "$n tools/call of an unknown tool (exit 5)" 5 '' "${pre[@]}" --method tools/call \
         --tool-name no_such_tool --tool-args-json '{}' "${cmd[@]}"
-      inspect "$n resources/read rsim://dag" 0 '"nodes"' "${pre[@]}" --method resources/read --uri rsim://dag "${cmd[@]}"
+      inspect "$n resources/read rsim://dag" 0 'nodes' "${pre[@]}" --method resources/read --uri rsim://dag "${cmd[@]}"
       inspect "$n prompts/get worker" 0 '"messages"' "${pre[@]}" --method prompts/get --prompt-name worker "${cmd[@]}"
     done
   done
@@ -237,7 +237,7 @@ if wants python; then
   client python-legacy-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
     --mode legacy --tag py-legacy --roles
   client python-2026-07-28-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
-    --mode 2026-07-28 --tag py-modern --roles
+    --mode auto --expect-version 2026-07-28 --tag py-modern --roles
 fi
 if wants ts; then
   client ts-http "$node" "$dir/client.mjs" --url "$http_url" --rsim "$rsim" --study "$study" --tag ts-http

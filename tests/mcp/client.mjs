@@ -36,13 +36,15 @@ const short = (v, n = 300) => {
   const s = typeof v === "string" ? v : JSON.stringify(v);
   return s && s.length > n ? s.slice(0, n) + "…" : s;
 };
+const t0 = Date.now();
+const at = () => `${((Date.now() - t0) / 1000).toFixed(1)}s`;
 function ok(name) {
   passed++;
-  console.log(`ok   [${label}] ${name}`);
+  console.log(`ok   [${label}] ${name} (${at()})`);
 }
 function fail(name, why) {
   failed++;
-  console.log(`FAIL [${label}] ${name}: ${why}`);
+  console.log(`FAIL [${label}] ${name} (${at()}): ${why}`);
 }
 function check(name, cond, why = "assertion failed") {
   cond ? ok(name) : fail(name, why);
@@ -111,17 +113,20 @@ async function bad(client, name, tool, toolArgs, ...needles) {
 // run_sft / evaluate: the final recorded result (through wait_job when still running) and the
 // number of progress notifications.
 async function longJob(client, name, tool, toolArgs) {
-  const progress = [];
-  const opts = { onprogress: (p) => progress.push(p.progress), resetTimeoutOnProgress: true };
-  let sc = await good(client, name, tool, toolArgs, opts);
+  // Progress per request (the tool, then wait_job): MCP requires the value to increase.
+  const progress = [[], []];
+  const opts = (i) => ({ onprogress: (p) => progress[i].push(p.progress), resetTimeoutOnProgress: true });
+  const count = () => progress[0].length + progress[1].length;
+  let sc = await good(client, name, tool, toolArgs, opts(0));
   if (sc && sc.status === "running" && sc.job) {
-    sc = await good(client, name, "wait_job", { job: sc.job, timeout_s: 120 }, opts);
+    sc = await good(client, name, "wait_job", { job: sc.job, timeout_s: 300 }, opts(1));
   }
-  if (sc && progress.some((p, i) => i > 0 && p < progress[i - 1])) {
-    fail(name, `progress values are not increasing: ${progress}`);
-    return [null, progress.length];
+  const bad = progress.find((v) => v.some((p, i) => i > 0 && p <= v[i - 1]));
+  if (sc && bad) {
+    fail(name, `progress values of one request do not increase: ${bad}`);
+    return [null, count()];
   }
-  return [sc, progress.length];
+  return [sc, count()];
 }
 
 async function flow(client) {
@@ -140,14 +145,15 @@ async function flow(client) {
   const node = b.node;
   const reg = await good(client, "register_dataset (inline rows)", "register_dataset", {
     node,
-    name: "inline",
-    source: { kind: "inline", rows: Array.from({ length: 50 }, (_, i) => ({ prompt: `${i + 10}+${i + 21}=`, answer: `${2 * i + 31}` })) },
+    name: `${t}-inline`,
+    // Three-digit sums: the study's protected test split is two-digit addition, so no row is contaminated.
+    source: { kind: "inline", rows: Array.from({ length: 50 }, (_, i) => ({ prompt: `${i + 110}+${i + 221}=`, answer: `${2 * i + 331}` })) },
   });
   if (reg) check("register_dataset keeps or decontaminates every inline row", reg.rows + (reg.decontaminated ?? 0) === 50, short(reg));
   const [sft, nProgress] = await longJob(client, "run_sft (with wait_job if still running)", "run_sft", {
     node,
     base: "base",
-    datasets: ["inline"],
+    datasets: [`${t}-inline`],
     learning_rate: 0.001,
     steps: Number(args.steps),
     batch_size: 16,
@@ -180,9 +186,9 @@ async function flow(client) {
   if (conc) check("conclude marks the node concluded", conc.status === "concluded", short(conc));
   await bad(client, "acting on a concluded node is refused", "register_dataset", {
     node,
-    name: "late",
+    name: `${t}-late`,
     source: { kind: "arith", op: "add", digits: 2, format: "plain", n: 10, seed: 3 },
-  }, node);
+  }, "node-concluded");
 
   if (b2) await cancelByRequest(client, b2.node);
 
@@ -225,7 +231,7 @@ async function flow(client) {
 async function cancelByRequest(client, node) {
   const reg = await good(client, "register_dataset for the cancelled run", "register_dataset", {
     node,
-    name: "pad",
+    name: `${args.tag}-pad`,
     source: { kind: "arith", op: "add", digits: 2, format: "scratchpad", n: 200, seed: 4 },
   });
   if (!reg) return;
@@ -233,7 +239,7 @@ async function cancelByRequest(client, node) {
   const timer = setTimeout(() => ac.abort("test cancels the request"), 1000);
   try {
     const r = await client.callTool(
-      { name: "run_sft", arguments: { node, base: "base", datasets: ["pad"], learning_rate: 0.001, steps: 10_000_000, batch_size: 16 } },
+      { name: "run_sft", arguments: { node, base: "base", datasets: [`${args.tag}-pad`], learning_rate: 0.001, steps: 10_000_000, batch_size: 16 } },
       undefined,
       { signal: ac.signal },
     );

@@ -33,14 +33,18 @@ class Checks:
         self.label = label
         self.passed = 0
         self.failed = 0
+        self.t0 = time.monotonic()
+
+    def at(self) -> str:
+        return f"{time.monotonic() - self.t0:.1f}s"
 
     def ok(self, name: str) -> None:
         self.passed += 1
-        print(f"ok   [{self.label}] {name}", flush=True)
+        print(f"ok   [{self.label}] {name} ({self.at()})", flush=True)
 
     def fail(self, name: str, why: str) -> None:
         self.failed += 1
-        print(f"FAIL [{self.label}] {name}: {why}", flush=True)
+        print(f"FAIL [{self.label}] {name} ({self.at()}): {why}", flush=True)
 
     def check(self, name: str, cond: bool, why: str = "") -> bool:
         if cond:
@@ -113,24 +117,31 @@ class Session:
     async def long_job(self, check: str, name: str, arguments: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
         """run_sft/evaluate: return the final recorded result (through wait_job when the tool answers
         with a running-job handle) and the number of progress notifications received."""
-        progress: list[tuple[float, float | None, str | None]] = []
+        # Progress per request (run_sft, then wait_job): MCP requires the value to increase.
+        progress: list[list[float]] = [[], []]
 
-        async def on_progress(p: float, total: float | None, message: str | None) -> None:
-            progress.append((p, total, message))
+        def collector(i: int) -> Any:
+            async def on_progress(p: float, total: float | None, message: str | None) -> None:
+                progress[i].append(p)
 
-        sc = await self.good(check, name, arguments, progress_callback=on_progress)
+            return on_progress
+
+        def count() -> int:
+            return len(progress[0]) + len(progress[1])
+
+        sc = await self.good(check, name, arguments, progress_callback=collector(0))
         if sc is None:
-            return None, len(progress)
+            return None, count()
         if sc.get("status") == "running" and "job" in sc:
             job = sc["job"]
-            sc = await self.good(check, "wait_job", {"job": job, "timeout_s": 120}, progress_callback=on_progress)
+            sc = await self.good(check, "wait_job", {"job": job, "timeout_s": 300}, progress_callback=collector(1))
             if sc is None:
-                return None, len(progress)
-        values = [p for p, _, _ in progress]
-        if values != sorted(values):
-            self.c.fail(check, f"progress values are not increasing: {values}")
-            return None, len(progress)
-        return sc, len(progress)
+                return None, count()
+        for values in progress:
+            if any(b <= a for a, b in zip(values, values[1:])):
+                self.c.fail(check, f"progress values of one request do not increase: {values}")
+                return None, count()
+        return sc, count()
 
     async def run(self) -> None:
         c = self.c
@@ -175,20 +186,21 @@ class Session:
             c.fail("the rest of the flow", "no node to work on")
             return
         reg = await self.good("register_dataset (arith generator)", "register_dataset",
-                              {"node": node, "name": "plain",
+                              {"node": node, "name": f"{t}-plain",
                                "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain",
                                           "n": 400, "seed": 1}})
         if reg:
             c.check("register_dataset counts every generated row (kept + decontaminated)",
-                    reg.get("rows", 0) + reg.get("decontaminated", 0) == 400 and reg.get("dataset") == "plain",
+                    reg.get("rows", 0) + reg.get("decontaminated", 0) == 400 and reg.get("dataset") == f"{t}-plain",
                     short(reg))
         sft, n_progress = await self.long_job("run_sft a few thousand steps (with wait_job if it is still running)",
                                               "run_sft",
-                                              {"node": node, "base": "base", "datasets": ["plain"],
+                                              {"node": node, "base": "base", "datasets": [f"{t}-plain"],
                                                "learning_rate": 0.001, "steps": self.args.steps, "batch_size": 16})
         ck = None
         if sft:
             ck = sft.get("checkpoint")
+            await self.read_job_log(sft.get("job", {}).get("id"))
             c.check("run_sft records a succeeded job and a checkpoint",
                     sft.get("job", {}).get("state") == "succeeded" and isinstance(ck, str) and len(ck) == 64,
                     short(sft))
@@ -206,7 +218,6 @@ class Session:
                 if gj:
                     c.check("get_job gives the recorded job",
                             gj.get("node") == node and gj.get("job", {}).get("state") == "succeeded", short(gj))
-                await self.read_job_log(job_id)
         if sib:
             cmp = await self.good("compare the two siblings", "compare",
                                   {"node": "n0", "nodes": [node, sib], "task": "add2"})
@@ -278,20 +289,20 @@ class Session:
         try:
             r = await self.client.read_resource(f"rsim://job/{job_id}/log")
             text = "".join(getattr(x, "text", "") for x in r.contents)
-            self.c.check("read resource rsim://job/{id}/log", len(text) > 0, "empty log")
+            self.c.check("read resource rsim://job/{id}/log gives the training log", "step" in text, short(text))
         except Exception as e:  # noqa: BLE001
             self.c.fail("read resource rsim://job/{id}/log", f"{type(e).__name__}: {e}")
 
     async def cancel_flow(self, node: str) -> None:
         c = self.c
         reg = await self.good("register_dataset for the cancelled run", "register_dataset",
-                              {"node": node, "name": "rev",
+                              {"node": node, "name": f"{self.tag}-rev",
                                "source": {"kind": "arith", "op": "add", "digits": 2, "format": "reversed",
                                           "n": 200, "seed": 2}})
         if not reg:
             return
         sc = await self.good("run_sft of a very long job returns a running-job handle", "run_sft",
-                             {"node": node, "base": "base", "datasets": ["rev"], "learning_rate": 0.001,
+                             {"node": node, "base": "base", "datasets": [f"{self.tag}-rev"], "learning_rate": 0.001,
                               "steps": 10_000_000, "batch_size": 16})
         if not sc:
             return
@@ -406,10 +417,9 @@ async def main_async(args: argparse.Namespace) -> Checks:
     try:
         async with Client(server, mode=args.mode, read_timeout_seconds=120) as client:
             c.check("connect and negotiate", bool(client.protocol_version), "no protocol version")
-            if args.mode != "auto":
-                want_modern = args.mode != "legacy"
-                c.check(f"protocol version fits mode {args.mode} (got {client.protocol_version})",
-                        (client.protocol_version >= "2026") == want_modern, client.protocol_version)
+            want = args.expect_version or ("2025-11-25" if args.mode == "legacy" else args.mode)
+            c.check(f"negotiates protocol {want} (mode {args.mode})", client.protocol_version == want,
+                    f"got {client.protocol_version}")
             caps = client.server_capabilities
             c.check("server declares tools, resources and prompts",
                     bool(caps.tools and caps.resources and caps.prompts), short(caps.model_dump(exclude_none=True)))
@@ -426,7 +436,9 @@ def main() -> int:
     ap.add_argument("--url", help="streamable HTTP endpoint, e.g. http://127.0.0.1:PORT/mcp")
     ap.add_argument("--rsim", required=True, help="rsim binary (stdio connections)")
     ap.add_argument("--study", required=True, help="study directory")
-    ap.add_argument("--mode", default="legacy", help="legacy, auto or a modern protocol version (2026-07-28)")
+    ap.add_argument("--mode", default="legacy",
+                    help="legacy (initialize), auto (server/discover, else initialize) or a modern protocol version")
+    ap.add_argument("--expect-version", help="protocol version the connection must end up with")
     ap.add_argument("--tag", default="py", help="prefix for node titles (tells runs apart in the record)")
     ap.add_argument("--steps", type=int, default=8000, help="run_sft steps (long enough to report progress)")
     ap.add_argument("--roles", action="store_true", help="also run the reviewer and observer connections")
