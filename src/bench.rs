@@ -233,7 +233,7 @@ pub fn run(
 }
 
 /// A study sized for the benchmark (the example's node budget is far smaller).
-fn bench_study(dir: &Path, max_nodes: usize) -> Result<()> {
+pub fn bench_study(dir: &Path, max_nodes: usize) -> Result<()> {
     std::fs::create_dir_all(dir.join("models/base"))?;
     std::fs::create_dir_all(dir.join("eval"))?;
     crate::trainer::write_base_model(&dir.join("models/base"))?;
