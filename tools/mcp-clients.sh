@@ -109,43 +109,36 @@ pass() { passed=$((passed + 1)); echo "ok   $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 
 # ---- conformance suite -----------------------------------------------------------------------------
-# conformance NAME ENTRY BASELINE ARGS...: runs the suite, prints its per-scenario lines and the score.
-# Each scenario is a check; scenarios in BASELINE (the expected-failures file) are counted apart, and
-# the suite itself fails the run when one of them starts passing.
+# conformance LABEL ENTRY BASELINE ARGS...: runs the suite into a results directory, and scores it with
+# conformance_score.py: each scenario is a check; scenarios in BASELINE (the expected-failures file)
+# are counted apart, and one of them passing fails the run (as the suite's own baseline check does).
 conformance() {
-  local name=$1 entry=$2 baseline=$3 out rc=0
+  local label=$1 entry=$2 baseline=$3 rc=0 res
   shift 3
-  out=$tmp/conformance-$name.out
-  "$node" "$dir/node_modules/$entry" server --url "$conf_url" --expected-failures "$baseline" "$@" \
-    >"$out" 2>"$out.err" || rc=$?
-  local ok_n bad_n xf_n stale
-  ok_n=$(grep -c '^✓ ' "$out" || true)
-  bad_n=$(grep -c '^✗ ' "$out" || true)
-  xf_n=$(sed -n '/Expected failures (in baseline)/,/^$/p' "$out" | grep -c '^  ~ ' || true)
-  stale=$(sed -n '/Stale baseline entries/,/^$/p' "$out" | grep '^  ✓ ' || true)
-  grep -E '^(✓|✗) ' "$out" | sed "s/^/  [$name] /" >&2
-  if [ $((ok_n + bad_n)) = 0 ]; then
-    cat "$out" "$out.err" >&2
-    fail "conformance $name: no scenario results (exit $rc)"
+  res=$(mktemp -d "$tmp/conformance-$label.XXXX")
+  "$node" "$dir/node_modules/$entry" server --url "$conf_url" -o "$res" "$@" >"$res.out" 2>&1 || rc=$?
+  "$python" "$dir/conformance_score.py" "$res" "$baseline" "$label" >"$res.score"
+  grep -v '^SCORE ' "$res.score" | grep -v '^ok ' || true
+  local p t u x s
+  read -r p t u x s < <(sed -n 's/^SCORE passed=\([0-9]*\) total=\([0-9]*\) unexpected=\([0-9]*\) expected=\([0-9]*\) stale=\([0-9]*\) skipped=[0-9]*$/\1 \2 \3 \4 \5/p' "$res.score")
+  if [ -z "${t:-}" ] || { [ "$t" = 0 ] && ! grep -q '^skip ' "$res.score"; }; then
+    tail -20 "$res.out" >&2
+    fail "conformance $label: no scenario ran (exit $rc)"
     return
   fi
-  log "conformance $name score: Passed: $ok_n/$((ok_n + bad_n)) scenarios ($xf_n expected failures listed in $(basename "$baseline"))"
-  passed=$((passed + ok_n))
-  expected_failures=$((expected_failures + xf_n))
-  local unexpected=$((bad_n - xf_n))
-  if [ "$unexpected" -gt 0 ]; then
-    failed=$((failed + unexpected))
-    sed -n '/Unexpected failures/,/^$/p' "$out" | grep '^  ✗ ' | sed "s/^  ✗ /FAIL conformance $name: /"
-    grep -B1 -A3 'FAILURE' "$out" | head -60 >&2 || true
-  fi
-  if [ -n "$stale" ]; then
-    fail "conformance $name: expected failures now pass, remove them from $(basename "$baseline"):$(echo "$stale" | tr -d '✓' | tr '\n' ' ')"
-  fi
-  if [ "$rc" != 0 ] && [ "$unexpected" -le 0 ] && [ -z "$stale" ]; then
-    fail "conformance $name: the suite exited $rc"
-    tail -20 "$out" "$out.err" >&2
+  conf_pass[$label]=$((${conf_pass[$label]:-0} + p))
+  conf_total[$label]=$((${conf_total[$label]:-0} + t))
+  passed=$((passed + p))
+  failed=$((failed + u + s))
+  expected_failures=$((expected_failures + x))
+  # The suite exits non-zero on any failed check (no baseline is passed to it): if every scenario
+  # passed by our count, a non-zero exit means the suite itself broke.
+  if [ "$rc" != 0 ] && [ "$p" = "$t" ]; then
+    tail -20 "$res.out" >&2
+    fail "conformance $label: the suite exited $rc although every scenario passed"
   fi
 }
+declare -A conf_pass conf_total
 
 if wants conformance; then
   "$conf_rsim" init "$tmp/conf-study" --example tiny-arith-ngram >/dev/null 2>>"$tmp/init.log" || die "rsim init failed"
@@ -155,10 +148,13 @@ if wants conformance; then
   conformance stable @modelcontextprotocol/conformance/dist/index.js "$dir/conformance-expected-failures.yml"
   conformance 2026-07-28 conformance-next/dist/index.js "$dir/conformance-next-expected-failures.yml" \
     --spec-version 2026-07-28
-  # The tasks extension's scenarios are not part of any dated suite: name them.
-  tasks_scenarios=$("$node" "$dir/node_modules/conformance-next/dist/index.js" list --server | sed -n 's/^  - \(tasks-[a-z-]*\) .*/\1/p')
-  for s in $tasks_scenarios; do
-    conformance "tasks" conformance-next/dist/index.js "$dir/conformance-next-expected-failures.yml" --scenario "$s"
+  # The tasks extension's scenarios belong to no dated suite: run them one by one.
+  for scenario in $("$node" "$dir/node_modules/conformance-next/dist/index.js" list --server \
+    | sed -n 's/^  - \(tasks-[a-z-]*\) .*/\1/p'); do
+    conformance tasks conformance-next/dist/index.js "$dir/conformance-next-expected-failures.yml" --scenario "$scenario"
+  done
+  for label in stable 2026-07-28 tasks; do
+    [ -z "${conf_total[$label]:-}" ] || log "conformance $label score: Passed: ${conf_pass[$label]}/${conf_total[$label]} scenarios"
   done
   log "conformance: $((SECONDS - t0)) s"
 fi
