@@ -339,6 +339,9 @@ fn tools_resources_prompts_roles_and_long_jobs() {
             .expect("prompt");
         assert!(!g.messages.is_empty());
 
+        // A policy rejection of a long tool names the rule (no job ever starts).
+        let e = err_text(&call(&w, "evaluate", json!({"node": "n1", "checkpoint": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "task": "add2", "split": "dev"})).await);
+        assert!(e.contains("checkpoint-provenance"), "{e}");
         // Roles: a worker calling review is refused by the rule `role` (and the attempt recorded).
         let e = err_text(&call(&w, "review", json!({"node": "n1", "summary": "x"})).await);
         assert!(e.contains("role"), "{e}");

@@ -1,1 +1,435 @@
-//! Fixture tools, resources and prompts of the official MCP conformance suite (feature `conformance`).
+//! Fixture tools, resources and prompts of the official MCP conformance suite
+//! (`@modelcontextprotocol/conformance`, server scenarios), compiled in only with the cargo feature
+//! `conformance`, so the suite's scenarios exercise this server for real (as the SDKs' own CI does).
+//! Names and contents are the ones the scenarios ask for.
+#![allow(deprecated)] // logging and sampling are deprecated for 2026-07-28 but tested for 2025-xx
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::*;
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde_json::{Value, json};
+
+/// A 1×1 red PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+/// An empty 8 kHz mono WAV.
+const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn no_args() -> Arc<JsonObject> {
+    schema(json!({"type": "object", "properties": {}}))
+}
+
+fn tool(name: &'static str, description: &'static str, input: Arc<JsonObject>) -> Tool {
+    Tool::new_with_raw(name, Some(description.into()), input)
+}
+
+pub fn tools() -> Vec<Tool> {
+    let string_arg = |arg: &str, d: &str| {
+        schema(
+            json!({"type": "object", "properties": {arg: {"type": "string", "description": d}}, "required": [arg]}),
+        )
+    };
+    vec![
+        tool("test_simple_text", "Returns simple text", no_args()),
+        tool("test_image_content", "Returns an image", no_args()),
+        tool("test_audio_content", "Returns audio", no_args()),
+        tool(
+            "test_embedded_resource",
+            "Returns an embedded resource",
+            no_args(),
+        ),
+        tool(
+            "test_multiple_content_types",
+            "Returns text, image and resource",
+            no_args(),
+        ),
+        tool(
+            "test_tool_with_logging",
+            "Sends three log messages",
+            no_args(),
+        ),
+        tool(
+            "test_tool_with_progress",
+            "Reports progress 0, 50, 100 of 100",
+            no_args(),
+        ),
+        tool("test_error_handling", "Always fails", no_args()),
+        tool(
+            "test_sampling",
+            "Asks the client's LLM",
+            string_arg("prompt", "The prompt to send to the LLM"),
+        ),
+        tool(
+            "test_elicitation",
+            "Asks the user",
+            string_arg("message", "The message to show the user"),
+        ),
+        tool(
+            "test_elicitation_sep1034_defaults",
+            "Elicitation with defaults for every primitive type",
+            no_args(),
+        ),
+        tool(
+            "test_elicitation_sep1330_enums",
+            "Elicitation with every enum variant",
+            no_args(),
+        ),
+        tool(
+            "json_schema_2020_12_tool",
+            "Tool with JSON Schema 2020-12 features",
+            schema(json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+                "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+                "additionalProperties": false
+            })),
+        ),
+    ]
+}
+
+fn text(s: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(s)])
+}
+
+async fn elicit(
+    ctx: &RequestContext<RoleServer>,
+    params: Value,
+) -> Result<CallToolResult, McpError> {
+    let p: ElicitRequestParams = serde_json::from_value(params)
+        .map_err(|e| McpError::internal_error(format!("elicitation request: {e}"), None))?;
+    match ctx.peer.create_elicitation(p).await {
+        Ok(r) => {
+            let v = serde_json::to_value(&r).unwrap_or(Value::Null);
+            Ok(text(format!(
+                "Elicitation completed: action={}, content={}",
+                v["action"].as_str().unwrap_or("?"),
+                v.get("content").cloned().unwrap_or(Value::Null)
+            )))
+        }
+        Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+            "elicitation failed: {e}"
+        ))])),
+    }
+}
+
+/// The fixture tool `name`, or None if it is not one.
+pub async fn call(
+    name: &str,
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+) -> Option<Result<CallToolResult, McpError>> {
+    let arg = |k: &str| {
+        request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let r = match name {
+        "test_simple_text" => text("This is a simple text response for testing."),
+        "test_image_content" => {
+            CallToolResult::success(vec![ContentBlock::image(PNG, "image/png")])
+        }
+        "test_audio_content" => {
+            CallToolResult::success(vec![ContentBlock::audio(WAV, "audio/wav")])
+        }
+        "test_embedded_resource" => CallToolResult::success(vec![ContentBlock::resource(
+            ResourceContents::text(
+                "This is an embedded resource content.",
+                "test://embedded-resource",
+            )
+            .with_mime_type("text/plain"),
+        )]),
+        "test_multiple_content_types" => CallToolResult::success(vec![
+            ContentBlock::text("Multiple content types test:"),
+            ContentBlock::image(PNG, "image/png"),
+            ContentBlock::resource(
+                ResourceContents::text(
+                    r#"{"test":"data","value":123}"#,
+                    "test://mixed-content-resource",
+                )
+                .with_mime_type("application/json"),
+            ),
+        ]),
+        "test_tool_with_logging" => {
+            for (i, m) in [
+                "Tool execution started",
+                "Tool processing data",
+                "Tool execution completed",
+            ]
+            .iter()
+            .enumerate()
+            {
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                let _ = ctx
+                    .peer
+                    .notify_logging_message(LoggingMessageNotificationParam::new(
+                        LoggingLevel::Info,
+                        json!(m),
+                    ))
+                    .await;
+            }
+            text("Tool with logging executed successfully")
+        }
+        "test_tool_with_progress" => {
+            let token = ctx.meta.get_progress_token();
+            for (i, p) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                if let Some(t) = &token {
+                    let _ = ctx
+                        .peer
+                        .notify_progress(
+                            ProgressNotificationParam::new(t.clone(), p).with_total(100.0),
+                        )
+                        .await;
+                }
+            }
+            text("Tool with progress executed successfully")
+        }
+        "test_error_handling" => CallToolResult::error(vec![ContentBlock::text(
+            "This tool intentionally returns an error for testing",
+        )]),
+        "test_sampling" => {
+            let p: Result<CreateMessageRequestParams, _> = serde_json::from_value(json!({
+                "messages": [{"role": "user", "content": {"type": "text", "text": arg("prompt")}}],
+                "maxTokens": 100
+            }));
+            match p {
+                Err(e) => {
+                    return Some(Err(McpError::internal_error(
+                        format!("sampling request: {e}"),
+                        None,
+                    )));
+                }
+                Ok(p) => match ctx.peer.create_message(p).await {
+                    Ok(r) => {
+                        let v = serde_json::to_value(&r).unwrap_or(Value::Null);
+                        let t = v["content"]["text"]
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| v["content"].to_string());
+                        text(format!("LLM response: {t}"))
+                    }
+                    Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+                        "sampling failed: {e}"
+                    ))]),
+                },
+            }
+        }
+        "test_elicitation" => {
+            return Some(
+                elicit(
+                    ctx,
+                    json!({"message": arg("message"), "requestedSchema": {"type": "object", "properties": {
+                        "username": {"type": "string", "description": "User's response"},
+                        "email": {"type": "string", "description": "User's email address"}
+                    }, "required": ["username", "email"]}}),
+                )
+                .await,
+            );
+        }
+        "test_elicitation_sep1034_defaults" => {
+            return Some(
+                elicit(
+                    ctx,
+                    json!({"message": "Please review and update the form fields with defaults", "requestedSchema": {"type": "object", "properties": {
+                        "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                        "age": {"type": "integer", "description": "User age", "default": 30},
+                        "score": {"type": "number", "description": "User score", "default": 95.5},
+                        "status": {"type": "string", "description": "User status", "enum": ["active", "inactive", "pending"], "default": "active"},
+                        "verified": {"type": "boolean", "description": "Verification status", "default": true}
+                    }, "required": []}}),
+                )
+                .await,
+            );
+        }
+        "test_elicitation_sep1330_enums" => {
+            return Some(
+                elicit(
+                    ctx,
+                    json!({"message": "Please select options from the enum fields", "requestedSchema": {"type": "object", "properties": {
+                        "untitledSingle": {"type": "string", "description": "Select one option", "enum": ["option1", "option2", "option3"]},
+                        "titledSingle": {"type": "string", "description": "Select one option with titles", "oneOf": [
+                            {"const": "value1", "title": "First Option"}, {"const": "value2", "title": "Second Option"}, {"const": "value3", "title": "Third Option"}]},
+                        "legacyEnum": {"type": "string", "description": "Select one option (legacy)", "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"]},
+                        "untitledMulti": {"type": "array", "description": "Select multiple options", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                        "titledMulti": {"type": "array", "description": "Select multiple options with titles", "items": {"anyOf": [
+                            {"const": "value1", "title": "First Choice"}, {"const": "value2", "title": "Second Choice"}, {"const": "value3", "title": "Third Choice"}]}}
+                    }, "required": []}}),
+                )
+                .await,
+            );
+        }
+        "json_schema_2020_12_tool" => text(format!(
+            "received {}",
+            Value::Object(request.arguments.clone().unwrap_or_default())
+        )),
+        _ => return None,
+    };
+    Some(Ok(r))
+}
+
+pub fn resources() -> Vec<Resource> {
+    vec![
+        Resource::new("test://static-text", "static-text")
+            .with_description("A static text resource")
+            .with_mime_type("text/plain"),
+        Resource::new("test://static-binary", "static-binary")
+            .with_description("A static binary resource (PNG)")
+            .with_mime_type("image/png"),
+        Resource::new("test://watched-resource", "watched-resource")
+            .with_description("A resource clients may subscribe to")
+            .with_mime_type("text/plain"),
+    ]
+}
+
+pub fn resource_templates() -> Vec<ResourceTemplate> {
+    vec![
+        ResourceTemplate::new("test://template/{id}/data", "template-data")
+            .with_description("Data for an id")
+            .with_mime_type("application/json"),
+    ]
+}
+
+/// The fixture resource `uri`, or None if it is not one.
+pub fn read(uri: &str) -> Option<Result<ReadResourceResult, McpError>> {
+    let c = match uri {
+        "test://static-text" => {
+            ResourceContents::text("This is the content of the static text resource.", uri)
+                .with_mime_type("text/plain")
+        }
+        "test://static-binary" => ResourceContents::blob(PNG, uri).with_mime_type("image/png"),
+        "test://watched-resource" => {
+            ResourceContents::text("Watched resource content.", uri).with_mime_type("text/plain")
+        }
+        _ => {
+            let id = uri
+                .strip_prefix("test://template/")?
+                .strip_suffix("/data")?;
+            ResourceContents::text(
+                json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")})
+                    .to_string(),
+                uri,
+            )
+            .with_mime_type("application/json")
+        }
+    };
+    Some(Ok(ReadResourceResult::new(vec![c])))
+}
+
+pub fn prompts() -> Vec<Prompt> {
+    let arg = |n: &str, d: &str| {
+        let mut a = PromptArgument::new(n);
+        a.description = Some(d.to_string());
+        a.required = Some(true);
+        a
+    };
+    vec![
+        Prompt::new(
+            "test_simple_prompt",
+            Some("A simple prompt without arguments"),
+            None,
+        ),
+        Prompt::new(
+            "test_prompt_with_arguments",
+            Some("A prompt with arguments"),
+            Some(vec![
+                arg("arg1", "First test argument"),
+                arg("arg2", "Second test argument"),
+            ]),
+        ),
+        Prompt::new(
+            "test_prompt_with_embedded_resource",
+            Some("A prompt with an embedded resource"),
+            Some(vec![arg("resourceUri", "URI of the resource to embed")]),
+        ),
+        Prompt::new(
+            "test_prompt_with_image",
+            Some("A prompt with an image"),
+            None::<Vec<PromptArgument>>,
+        ),
+    ]
+}
+
+/// The fixture prompt, or None if it is not one.
+pub fn prompt(request: &GetPromptRequestParams) -> Option<Result<GetPromptResult, McpError>> {
+    let arg = |k: &str| {
+        request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let user = || rmcp::model::Role::User;
+    let messages = match request.name.as_str() {
+        "test_simple_prompt" => vec![PromptMessage::new_text(
+            user(),
+            "This is a simple prompt for testing.",
+        )],
+        "test_prompt_with_arguments" => vec![PromptMessage::new_text(
+            user(),
+            format!(
+                "Prompt with arguments: arg1='{}', arg2='{}'",
+                arg("arg1"),
+                arg("arg2")
+            ),
+        )],
+        "test_prompt_with_embedded_resource" => vec![
+            PromptMessage::new(
+                user(),
+                ContentBlock::resource(
+                    ResourceContents::text(
+                        "Embedded resource content for testing.",
+                        arg("resourceUri"),
+                    )
+                    .with_mime_type("text/plain"),
+                ),
+            ),
+            PromptMessage::new_text(user(), "Please process the embedded resource above."),
+        ],
+        "test_prompt_with_image" => vec![
+            PromptMessage::new(user(), ContentBlock::image(PNG, "image/png")),
+            PromptMessage::new_text(user(), "Please analyze the image above."),
+        ],
+        _ => return None,
+    };
+    Some(Ok(GetPromptResult::new(messages)))
+}
+
+/// `completion/complete` for the fixture prompt's arguments.
+pub fn complete(request: &CompleteRequestParams) -> CompleteResult {
+    let v = &request.argument.value;
+    let values: Vec<String> = ["paris", "park", "party"]
+        .iter()
+        .filter(|c| c.starts_with(v.as_str()))
+        .map(|c| c.to_string())
+        .collect();
+    CompleteResult::new(CompletionInfo::new(values).unwrap_or_default())
+}
+
+/// Capabilities the fixtures need on top of the server's own.
+pub fn capabilities(caps: &mut ServerCapabilities) {
+    caps.logging = Some(JsonObject::new());
+    caps.completions = Some(JsonObject::new());
+    if let Some(r) = caps.resources.as_mut() {
+        r.subscribe = Some(true);
+    }
+}

@@ -345,8 +345,16 @@ impl Server {
                 self.after_cancel(ctx.id.clone(), None, started);
                 return CallToolResult::error(vec![ContentBlock::text("cancelled")]);
             }
-            return match &*started.done.borrow() {
-                Some(o) => outcome_result(o),
+            // The action ended without starting a job (a policy rejection, a bad node, ...): its
+            // outcome is on its way; the job channel may close just before it is set.
+            let outcome = started
+                .done
+                .wait_for(|o| o.is_some())
+                .await
+                .ok()
+                .and_then(|g| g.clone());
+            return match outcome {
+                Some(o) => outcome_result(&o),
                 None => tool_error(&Error::internal("the action ended without a result")),
             };
         };
@@ -622,14 +630,16 @@ fn read_uri(study: &crate::api::Study, uri: &str) -> Result<(&'static str, Strin
 
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_resources()
-                .enable_prompts()
-                .enable_tasks()
-                .build(),
-        )
+        #[allow(unused_mut)]
+        let mut caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_prompts()
+            .enable_tasks()
+            .build();
+        #[cfg(feature = "conformance")]
+        conformance::capabilities(&mut caps);
+        ServerConfig::new(caps)
         .with_server_info(
             Implementation::new("rsim", env!("CARGO_PKG_VERSION"))
                 .with_title("RSI-Master Experiment OS"),
@@ -861,6 +871,45 @@ impl ServerHandler for Server {
                 .with_description(desc)
                 .into(),
         )
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<CompleteResult, McpError> {
+        Ok(conformance::complete(&request))
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        Ok(())
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        _request: SubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        Ok(())
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        _request: UnsubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        Ok(())
     }
 
     async fn get_task(
