@@ -125,7 +125,7 @@ fn main() {
             tasks.push(tokio::spawn(async move {
                 let mut k = 0u64;
                 while Instant::now() < until {
-                    let r = if k % 2 == 0 {
+                    let r = if k.is_multiple_of(2) {
                         call(&s, "get_node", json!({"node": "n0"})).await
                     } else {
                         call(&s, "list_nodes", json!({"limit": 10})).await
@@ -163,10 +163,10 @@ fn main() {
                 let s = connect(&url, &format!("bench-w{a}")).await;
                 for k in 0..writes {
                     let r = call(&s, "branch", json!({"parents": ["n0"], "title": format!("w{a}-{k}")})).await;
-                    if let Err(e) = r {
-                        if werrs.fetch_add(1, Ordering::Relaxed) < 3 {
-                            eprintln!("agent {a}: {e}");
-                        }
+                    if let Err(e) = r
+                        && werrs.fetch_add(1, Ordering::Relaxed) < 3
+                    {
+                        eprintln!("agent {a}: {e}");
                     }
                 }
                 let _ = s.cancel().await;
