@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Real MCP clients against rsim's MCP face (tools/test.sh runs this after `cargo test`):
-#   - the official conformance suite in server mode over HTTP: 0.1.x (protocol <= 2025-11-25) and
-#     0.2.0-alpha (2026-07-28 and the tasks extension), against a binary built with
-#     `--features conformance` (the suite's fixture tools);
+#   - the official conformance suite in server mode over HTTP: 0.1.x (its active suite, protocol
+#     <= 2025-11-25) and 0.2.0-alpha (`--requirements 2026-07-28`: what protocol 2026-07-28 requires,
+#     tasks extension included), against a binary built with `--features conformance` (the suite's
+#     fixture tools);
 #   - the MCP Inspector CLI (--strict) over stdio and HTTP, both protocol eras;
 #   - the Python `mcp` SDK client (tests/mcp/client.py) and the TypeScript SDK client
 #     (tests/mcp/client.mjs), each doing a whole worker flow plus reviewer/observer connections.
@@ -108,6 +109,33 @@ expected_failures=0
 pass() { passed=$((passed + 1)); echo "ok   $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 
+# ---- main server (the study the clients share) -------------------------------------------------------
+serve "$rsim" "$study" server
+http_url=$url
+
+# ---- Python and TypeScript SDK clients --------------------------------------------------------------
+# Started first and run side by side (several agents on one study, as in real use) while the
+# conformance suite and the Inspector run; collected at the end. Each prints `RESULT passed=N failed=M` last.
+client_pids=()
+client_logs=()
+client() {
+  local name=$1
+  shift
+  "$@" >"$tmp/client-$name.out" 2>"$tmp/client-$name.err" &
+  client_pids+=($!)
+  client_logs+=("$name")
+}
+clients_t0=$SECONDS
+if wants python; then
+  client python-legacy-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
+    --mode legacy --tag py-legacy --roles
+  client python-2026-07-28-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
+    --mode auto --expect-version 2026-07-28 --tag py-modern --roles
+fi
+if wants ts; then
+  client ts-http "$node" "$dir/client.mjs" --url "$http_url" --rsim "$rsim" --study "$study" --tag ts-http
+  client ts-stdio "$node" "$dir/client.mjs" --rsim "$rsim" --study "$study" --tag ts-stdio
+fi
 # ---- conformance suite -----------------------------------------------------------------------------
 # conformance LABEL ENTRY BASELINE ARGS...: runs the suite into a results directory, and scores it with
 # conformance_score.py: each scenario is a check; scenarios in BASELINE (the expected-failures file)
@@ -146,22 +174,14 @@ if wants conformance; then
   conf_url=$url
   t0=$SECONDS
   conformance stable @modelcontextprotocol/conformance/dist/index.js "$dir/conformance-expected-failures.yml"
+  # Exactly the scenarios protocol 2026-07-28 requires, frozen at its release (tasks extension included).
   conformance 2026-07-28 conformance-next/dist/index.js "$dir/conformance-next-expected-failures.yml" \
-    --spec-version 2026-07-28
-  # The tasks extension's scenarios belong to no dated suite: run them one by one.
-  for scenario in $("$node" "$dir/node_modules/conformance-next/dist/index.js" list --server \
-    | sed -n 's/^  - \(tasks-[a-z-]*\) .*/\1/p'); do
-    conformance tasks conformance-next/dist/index.js "$dir/conformance-next-expected-failures.yml" --scenario "$scenario"
-  done
-  for label in stable 2026-07-28 tasks; do
+    --requirements 2026-07-28
+  for label in stable 2026-07-28; do
     [ -z "${conf_total[$label]:-}" ] || log "conformance $label score: Passed: ${conf_pass[$label]}/${conf_total[$label]} scenarios"
   done
   log "conformance: $((SECONDS - t0)) s"
 fi
-
-# ---- main server (the study the clients share) -------------------------------------------------------
-serve "$rsim" "$study" server
-http_url=$url
 
 # ---- MCP Inspector CLI --------------------------------------------------------------------------------
 # inspect NAME WANT_EXIT TARGET-ARGS -- INSPECTOR-ARGS...: one Inspector CLI run, checked by exit code
@@ -217,28 +237,7 @@ if wants inspector; then
   log "inspector: $((SECONDS - t0)) s"
 fi
 
-# ---- Python and TypeScript SDK clients (side by side: several agents on one study) ------------------
-# Each prints `RESULT passed=N failed=M` last.
-client_pids=()
-client_logs=()
-client() {
-  local name=$1
-  shift
-  "$@" >"$tmp/client-$name.out" 2>"$tmp/client-$name.err" &
-  client_pids+=($!)
-  client_logs+=("$name")
-}
-t0=$SECONDS
-if wants python; then
-  client python-legacy-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
-    --mode legacy --tag py-legacy --roles
-  client python-2026-07-28-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
-    --mode auto --expect-version 2026-07-28 --tag py-modern --roles
-fi
-if wants ts; then
-  client ts-http "$node" "$dir/client.mjs" --url "$http_url" --rsim "$rsim" --study "$study" --tag ts-http
-  client ts-stdio "$node" "$dir/client.mjs" --rsim "$rsim" --study "$study" --tag ts-stdio
-fi
+# ---- collect the SDK clients ----------------------------------------------------------------------
 for i in "${!client_pids[@]}"; do
   name=${client_logs[$i]}
   rc=0
@@ -260,7 +259,7 @@ for i in "${!client_pids[@]}"; do
     [ "$f" != 0 ] || fail "client $name: exited $rc"
   fi
 done
-[ "${#client_pids[@]}" = 0 ] || log "SDK clients: $((SECONDS - t0)) s"
+[ "${#client_pids[@]}" = 0 ] || log "SDK clients: $((SECONDS - clients_t0)) s (side by side with the rest)"
 
 # A server that died under the clients is a failure even if every client call happened to pass.
 for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "an rsim serve process exited during the run"; done

@@ -17,7 +17,7 @@ const { values: args } = parseArgs({
     rsim: { type: "string" },
     study: { type: "string" },
     tag: { type: "string", default: "ts" },
-    steps: { type: "string", default: "8000" },
+    steps: { type: "string", default: "4000" },
   },
 });
 if (!args.rsim || !args.study) {
@@ -27,7 +27,8 @@ if (!args.rsim || !args.study) {
 
 const WRITERS = ["branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "cancel_job"];
 const QUERIES = ["get_node", "list_nodes", "dag", "log", "get_job", "wait_job"];
-const EXPECTED = new Set([...WRITERS, ...QUERIES]);
+// A worker lists every tool but `review` (tests/MCP_CONTRACT.md, "Roles").
+const EXPECTED = new Set([...WRITERS, ...QUERIES].filter((n) => n !== "review"));
 const label = `ts ${args.url ? "http" : "stdio"}`;
 let passed = 0;
 let failed = 0;
@@ -107,6 +108,7 @@ async function bad(client, name, tool, toolArgs, ...needles) {
   const missing = needles.filter((n) => !msg.toLowerCase().includes(n.toLowerCase()));
   if (!r.isError) fail(name, `expected isError, got success: ${short(msg)}`);
   else if (missing.length) fail(name, `error message does not name ${missing}: ${short(msg)}`);
+  else if (r.structuredContent !== undefined) fail(name, `an error result carries structuredContent`);
   else ok(name);
 }
 
@@ -135,7 +137,7 @@ async function flow(client) {
   const names = new Set(tools.map((x) => x.name));
   const missing = [...EXPECTED].filter((n) => !names.has(n));
   const extra = [...names].filter((n) => !EXPECTED.has(n));
-  check("tools/list gives exactly the contract's tools", !missing.length && !extra.length, `missing ${missing}, unexpected ${extra}`);
+  check("tools/list gives a worker exactly its tools", !missing.length && !extra.length, `missing ${missing}, unexpected ${extra}`);
   const noSchema = tools.filter((x) => x.inputSchema?.type !== "object" || !x.outputSchema).map((x) => x.name);
   check("every tool has an object input schema and an output schema", !noSchema.length, `${noSchema}`);
 
@@ -200,9 +202,9 @@ async function flow(client) {
   await bad(client, "worker calling review is refused by rule `role`", "review", { node: "n0", summary: "no" }, "role");
   try {
     const r = await client.callTool({ name: "no_such_tool", arguments: {} });
-    check("unknown tool is an error naming it", r.isError && textOf(r).includes("no_such_tool"), short(r));
+    fail("unknown tool is JSON-RPC error -32602 naming it", `a tool result instead: ${short(r)}`);
   } catch (e) {
-    check("unknown tool is an error naming it", e?.code === -32602 || String(e?.message).includes("no_such_tool"), `${e?.code} ${e?.message}`);
+    check("unknown tool is JSON-RPC error -32602 naming it", e?.code === -32602 && String(e?.message).includes('unknown tool "no_such_tool"'), `${e?.code} ${e?.message}`);
   }
 
   // Resources and prompts.

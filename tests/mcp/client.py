@@ -24,7 +24,17 @@ from mcp import Client, MCPError, StdioServerParameters
 
 WRITERS = {"branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "cancel_job"}
 QUERIES = {"get_node", "list_nodes", "dag", "log", "get_job", "wait_job"}
-EXPECTED_TOOLS = WRITERS | QUERIES
+# What each role lists (tests/MCP_CONTRACT.md, "Roles").
+ROLE_TOOLS = {
+    "worker": (WRITERS | QUERIES) - {"review"},
+    "reviewer": {"branch", "compare", "review", "conclude"} | QUERIES,
+    "observer": QUERIES,
+}
+# (readOnlyHint, destructiveHint, idempotentHint) per tool; openWorldHint is false everywhere.
+ANNOTATIONS = {name: (True, False, True) for name in QUERIES}
+ANNOTATIONS.update({name: (False, False, False) for name in WRITERS})
+ANNOTATIONS["conclude"] = (False, True, False)
+ANNOTATIONS["cancel_job"] = (False, True, True)
 SHA = "0123456789abcdef" * 4
 
 
@@ -71,6 +81,7 @@ class Session:
         self.c = c
         self.args = args
         self.tag = args.tag
+        self.progress_messages: list[tuple[float | None, str | None]] = []
 
     async def call(self, name: str, arguments: dict[str, Any], **kw: Any) -> Any:
         return await self.client.call_tool(name, arguments, **kw)
@@ -111,6 +122,8 @@ class Session:
             self.c.fail(check, f"expected isError, got success: {short(msg)}")
         elif missing:
             self.c.fail(check, f"error message does not name {missing}: {short(msg)}")
+        elif r.structured_content is not None:
+            self.c.fail(check, f"an error result carries structuredContent: {short(r.structured_content)}")
         else:
             self.c.ok(check)
 
@@ -119,10 +132,12 @@ class Session:
         with a running-job handle) and the number of progress notifications received."""
         # Progress per request (run_sft, then wait_job): MCP requires the value to increase.
         progress: list[list[float]] = [[], []]
+        self.progress_messages: list[tuple[float | None, str | None]] = []
 
         def collector(i: int) -> Any:
             async def on_progress(p: float, total: float | None, message: str | None) -> None:
                 progress[i].append(p)
+                self.progress_messages.append((total, message))
 
             return on_progress
 
@@ -150,8 +165,9 @@ class Session:
         # -- tool listing ------------------------------------------------------------------------
         tools = (await self.client.list_tools()).tools
         names = {tool.name for tool in tools}
-        c.check("tools/list gives exactly the contract's tools", names == EXPECTED_TOOLS,
-                f"missing {sorted(EXPECTED_TOOLS - names)}, unexpected {sorted(names - EXPECTED_TOOLS)}")
+        want = ROLE_TOOLS["worker"]
+        c.check("tools/list gives a worker exactly its tools", names == want,
+                f"missing {sorted(want - names)}, unexpected {sorted(names - want)}")
         no_schema = [tool.name for tool in tools
                      if not (isinstance(tool.input_schema, dict) and tool.input_schema.get("type") == "object"
                              and isinstance(tool.output_schema, dict) and tool.output_schema)]
@@ -160,17 +176,14 @@ class Session:
         c.check("every tool has a description", not no_desc, f"{no_desc}")
         strict = [tool.name for tool in tools if tool.input_schema.get("additionalProperties") is not False]
         c.check("input schemas reject unknown fields (additionalProperties: false)", not strict, f"{strict}")
-        by = {tool.name: tool for tool in tools}
         wrong_ann = []
-        for name in names & EXPECTED_TOOLS:
-            a = by[name].annotations
-            ro = bool(a and a.read_only_hint)
-            if (name in QUERIES) != ro:
-                wrong_ann.append(f"{name}: readOnlyHint={a.read_only_hint if a else None}")
-            destructive = bool(a and a.destructive_hint)
-            if name in WRITERS and destructive != (name == "conclude"):
-                wrong_ann.append(f"{name}: destructiveHint={a.destructive_hint if a else None}")
-        c.check("tool annotations (readOnlyHint, destructiveHint) follow the contract", not wrong_ann, f"{wrong_ann}")
+        for tool in tools:
+            a = tool.annotations
+            got = (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint) if a else None
+            if tool.name in ANNOTATIONS and got != (*ANNOTATIONS[tool.name], False):
+                wrong_ann.append(f"{tool.name}: (readOnly, destructive, idempotent, openWorld)={got}")
+        c.check("tool annotations (read-only, destructive, idempotent, open-world) follow the contract",
+                not wrong_ann, f"{wrong_ann}")
 
         # -- good arguments, in the order an agent works --------------------------------------------
         b = await self.good("branch a node from the root", "branch",
@@ -206,6 +219,9 @@ class Session:
                     short(sft))
         c.check("progress notifications arrive for run_sft/wait_job with a progressToken", n_progress > 0,
                 "no notifications/progress received")
+        steps = [(t, m) for t, m in self.progress_messages if m and m.startswith("step ")]
+        c.check("progress carries the training step lines with the total steps",
+                bool(steps) and all(t == self.args.steps for t, _ in steps), short(self.progress_messages[-5:]))
         if ck:
             ev, _ = await self.long_job("evaluate on dev", "evaluate",
                                         {"node": node, "checkpoint": ck, "task": "add2", "split": "dev"})
@@ -270,14 +286,12 @@ class Session:
                        {"node": "n0", "summary": "not allowed"}, "role")
         try:
             r = await self.call("no_such_tool", {})
-            msg = text_of(r)
-            c.check("unknown tool is an error naming it", r.is_error and "no_such_tool" in msg,
-                    f"isError={r.is_error}: {short(msg)}")
+            c.fail("unknown tool is JSON-RPC error -32602 naming it", f"a tool result instead: {short(text_of(r))}")
         except MCPError as e:
-            c.check("unknown tool is an error naming it", "no_such_tool" in e.message or e.code == -32602,
-                    f"{e.code} {e.message}")
+            c.check("unknown tool is JSON-RPC error -32602 naming it",
+                    e.code == -32602 and e.message.startswith('unknown tool "no_such_tool"'), f"{e.code} {e.message}")
         except Exception as e:  # noqa: BLE001
-            c.fail("unknown tool is an error naming it", f"{type(e).__name__}: {e}")
+            c.fail("unknown tool is JSON-RPC error -32602 naming it", f"{type(e).__name__}: {e}")
 
         # -- resources and prompts ----------------------------------------------------------------
         await self.resources(node)
@@ -379,7 +393,9 @@ async def role_checks(args: argparse.Namespace, c: Checks) -> None:
         async with Client(stdio_params(args, "reviewer"), mode=args.mode, read_timeout_seconds=60) as rev:
             s = Session(rev, c, args)
             names = {t.name for t in (await rev.list_tools()).tools}
-            c.check("reviewer sees the review tool", "review" in names, short(sorted(names)))
+            want = ROLE_TOOLS["reviewer"]
+            c.check("tools/list gives a reviewer exactly its tools", names == want,
+                    f"missing {sorted(want - names)}, unexpected {sorted(names - want)}")
             nodes = (await s.good("reviewer lists nodes", "list_nodes", {"limit": 500})) or {}
             ids = [n["id"] for n in nodes.get("nodes", []) if n.get("id") != "n0"][:2]
             sc = await s.good("review by a reviewer", "review",
@@ -394,6 +410,9 @@ async def role_checks(args: argparse.Namespace, c: Checks) -> None:
                 c.check("the review is recorded with the reviewer's identity and role",
                         len(mine) == 1 and mine[0].get("role") == "reviewer"
                         and mine[0].get("agent") == f"{args.tag}-reviewer", short(mine))
+            await s.bad("reviewer calling run_sft (not its tool) is refused by rule `role`", "run_sft",
+                        {"node": "n0", "base": "base", "datasets": ["x"], "learning_rate": 0.001, "steps": 1,
+                         "batch_size": 1}, "role")
             p = await rev.get_prompt("reviewer")
             c.check("prompts/get reviewer gives the reviewer instructions",
                     len(" ".join(getattr(m.content, "text", "") for m in p.messages)) > 200, "short prompt")
@@ -402,10 +421,16 @@ async def role_checks(args: argparse.Namespace, c: Checks) -> None:
     try:
         async with Client(stdio_params(args, "observer"), mode=args.mode, read_timeout_seconds=60) as obs:
             s = Session(obs, c, args)
-            names = {t.name for t in (await obs.list_tools()).tools}
-            c.check("observer is offered only read-only tools", names and names <= QUERIES, short(sorted(names)))
+            tools = (await obs.list_tools()).tools
+            names = {t.name for t in tools}
+            c.check("tools/list gives an observer exactly the read-only tools",
+                    names == ROLE_TOOLS["observer"] and all(t.annotations and t.annotations.read_only_hint
+                                                           for t in tools), short(sorted(names)))
             await s.bad("observer calling a writer is refused by rule `role`", "branch",
                         {"parents": ["n0"], "title": "observer"}, "role")
+            await s.bad("observer calling cancel_job is refused by rule `role`", "cancel_job",
+                        {"job": "j-0123456789abcdef"}, "role")
+            await s.good("observer can query", "get_node", {"node": "n0"})
     except Exception as e:  # noqa: BLE001
         c.fail("observer connection over stdio", f"{type(e).__name__}: {e}")
 
@@ -440,7 +465,7 @@ def main() -> int:
                     help="legacy (initialize), auto (server/discover, else initialize) or a modern protocol version")
     ap.add_argument("--expect-version", help="protocol version the connection must end up with")
     ap.add_argument("--tag", default="py", help="prefix for node titles (tells runs apart in the record)")
-    ap.add_argument("--steps", type=int, default=8000, help="run_sft steps (long enough to report progress)")
+    ap.add_argument("--steps", type=int, default=4000, help="run_sft steps (long enough to report progress)")
     ap.add_argument("--roles", action="store_true", help="also run the reviewer and observer connections")
     args = ap.parse_args()
     c = anyio.run(main_async, args)
