@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rmcp::model::*;
 use rmcp::service::RequestContext;
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::{Value, json};
 
@@ -84,6 +85,34 @@ pub fn tools() -> Vec<Tool> {
             no_args(),
         ),
         tool(
+            "greet",
+            "Says hello (synchronous)",
+            string_arg("name", "Who to greet"),
+        ),
+        tool(
+            "slow_compute",
+            "Sleeps `seconds` then answers; a task for clients with the tasks extension",
+            schema(
+                json!({"type": "object", "properties": {"seconds": {"type": "number"}, "label": {"type": "string"}}}),
+            ),
+        ),
+        tool("failing_job", "A task that ends in a tool error", no_args()),
+        tool(
+            "protocol_error_job",
+            "A task that ends in a protocol error",
+            no_args(),
+        ),
+        tool(
+            "confirm_delete",
+            "A task that asks the user to confirm (elicitation input request)",
+            schema(json!({"type": "object", "properties": {"filename": {"type": "string"}}})),
+        ),
+        tool(
+            "multi_input",
+            "A task that asks two questions at once",
+            no_args(),
+        ),
+        tool(
             "json_schema_2020_12_tool",
             "Tool with JSON Schema 2020-12 features",
             schema(json!({
@@ -120,6 +149,145 @@ async fn elicit(
             "elicitation failed: {e}"
         ))])),
     }
+}
+
+fn confirm_request(message: &str) -> Result<InputRequest, TaskExit> {
+    serde_json::from_value(json!({
+        "method": "elicitation/create",
+        "params": {"message": message, "requestedSchema": {"type": "object", "properties": {
+            "confirm": {"type": "boolean", "description": "Confirm"}}, "required": ["confirm"]}}
+    }))
+    .map_err(|e| {
+        TaskExit::Error(McpError::internal_error(
+            format!("input request: {e}"),
+            None,
+        ))
+    })
+}
+
+/// The first string under a key `name` anywhere in `v`.
+fn find_name(v: &Value) -> Option<String> {
+    match v {
+        Value::Object(m) => m
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| m.values().find_map(find_name)),
+        Value::Array(a) => a.iter().find_map(find_name),
+        _ => None,
+    }
+}
+
+/// The tasks-extension fixtures: tasks for clients that declared the extension, -32021 for others.
+pub fn call_task(
+    name: &str,
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+    tasks: &TaskManager,
+) -> Option<Result<CallToolResponse, McpError>> {
+    let args = request.arguments.clone().unwrap_or_default();
+    if name == "greet" {
+        let who = args.get("name").and_then(Value::as_str).unwrap_or("World");
+        return Some(Ok(text(format!("Hello, {who}!")).into()));
+    }
+    if name == "test_tool_with_task" {
+        let answered = request
+            .input_responses
+            .as_ref()
+            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+            .filter(|v| v.as_object().is_some_and(|m| !m.is_empty()));
+        let Some(answer) = answered else {
+            let r: Result<InputRequiredResult, _> = serde_json::from_value(json!({
+                "resultType": "input_required",
+                "inputRequests": {"user_name": {"method": "elicitation/create", "params": {
+                    "message": "What is your name?",
+                    "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+                }}}
+            }));
+            return Some(
+                r.map(CallToolResponse::InputRequired)
+                    .map_err(|e| McpError::internal_error(format!("input request: {e}"), None)),
+            );
+        };
+        if !ctx
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+        {
+            return Some(Err(McpError::missing_required_client_capability(
+                ClientCapabilities::builder().enable_tasks().build(),
+            )));
+        }
+        let who = find_name(&answer).unwrap_or_else(|| answer.to_string());
+        let task = tasks.spawn(TaskOptions::new().with_poll_interval_ms(100), move |_| {
+            Box::pin(async move { Ok(text(format!("Hello, {who}! (gathered before the task)"))) })
+        });
+        return Some(Ok(CallToolResponse::Task(CreateTaskResult::new(task))));
+    }
+    if ![
+        "slow_compute",
+        "failing_job",
+        "protocol_error_job",
+        "confirm_delete",
+        "multi_input",
+    ]
+    .contains(&name)
+    {
+        return None;
+    }
+    let seconds = args
+        .get("seconds")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0)
+        .clamp(0.0, 600.0);
+    let label = args
+        .get("label")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if name == "slow_compute" && seconds == 0.0 {
+        return Some(Ok(text(format!("computed {label} immediately")).into()));
+    }
+    if !ctx
+        .client_capabilities()
+        .is_some_and(|c| c.supports_tasks())
+    {
+        return Some(Err(McpError::missing_required_client_capability(
+            ClientCapabilities::builder().enable_tasks().build(),
+        )));
+    }
+    let name = name.to_string();
+    let filename = args
+        .get("filename")
+        .and_then(Value::as_str)
+        .unwrap_or("file")
+        .to_string();
+    let task = tasks.spawn(TaskOptions::new().with_poll_interval_ms(100), move |tctx| {
+        Box::pin(async move {
+            match name.as_str() {
+                "slow_compute" => tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs_f64(seconds)) => Ok(text(format!("computed {label} after {seconds} s"))),
+                    _ = tctx.cancelled() => Err(TaskExit::Cancelled),
+                },
+                "failing_job" => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    Ok(CallToolResult::error(vec![ContentBlock::text("the job failed (as designed)")]))
+                }
+                "protocol_error_job" => Err(TaskExit::Error(McpError::internal_error("protocol error (as designed)", None))),
+                "confirm_delete" => {
+                    let r = tctx.request_input("confirm", confirm_request(&format!("Delete {filename}?"))?).await?;
+                    Ok(text(format!("confirm_delete {filename}: {r}")))
+                }
+                _ => {
+                    let (a, b) = tokio::join!(
+                        tctx.request_input("first", confirm_request("First question")?),
+                        tctx.request_input("second", confirm_request("Second question")?),
+                    );
+                    Ok(text(format!("multi_input: {} {}", a?, b?)))
+                }
+            }
+        })
+    });
+    Some(Ok(CallToolResponse::Task(CreateTaskResult::new(task))))
 }
 
 /// The fixture tool `name`, or None if it is not one.

@@ -687,6 +687,10 @@ impl ServerHandler for Server {
         if let Some(r) = conformance::call(&name, &request, &ctx).await {
             return r.map(CallToolResponse::from);
         }
+        #[cfg(feature = "conformance")]
+        if let Some(r) = conformance::call_task(&name, &request, &ctx, &self.shared.tasks) {
+            return r;
+        }
         let Some((_, kind)) = self.shared.tools.iter().find(|(t, _)| t.name == name) else {
             return Err(McpError::invalid_params(
                 format!(
