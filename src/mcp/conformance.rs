@@ -118,8 +118,18 @@ pub fn tools() -> Vec<Tool> {
             schema(json!({
                 "$schema": "https://json-schema.org/draft/2020-12/schema",
                 "type": "object",
-                "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
-                "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+                "$defs": {"address": {"$anchor": "addressDef", "type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+                "properties": {
+                    "name": {"type": "string"},
+                    "address": {"$ref": "#/$defs/address"},
+                    "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                    "phone": {"type": "string"},
+                    "email": {"type": "string"}
+                },
+                "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+                "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+                "then": {"required": ["phone"]},
+                "else": {"required": ["email"]},
                 "additionalProperties": false
             })),
         ),
@@ -178,13 +188,16 @@ fn find_name(v: &Value) -> Option<String> {
     }
 }
 
-/// The tasks-extension fixtures: tasks for clients that declared the extension, -32021 for others.
+/// The tasks-extension and input-required fixtures: tasks for clients that declared the extension, -32021 for others.
 pub fn call_task(
     name: &str,
     request: &CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
     tasks: &TaskManager,
 ) -> Option<Result<CallToolResponse, McpError>> {
+    if let Some(r) = mrtr_call(name, request, ctx) {
+        return Some(r);
+    }
     let args = request.arguments.clone().unwrap_or_default();
     if name == "greet" {
         let who = args.get("name").and_then(Value::as_str).unwrap_or("World");
@@ -600,4 +613,240 @@ pub fn capabilities(caps: &mut ServerCapabilities) {
     if let Some(r) = caps.resources.as_mut() {
         r.subscribe = Some(true);
     }
+}
+
+// ---------------------------------------------------------------- input-required results (SEP-2322)
+
+/// The MRTR fixture tools.
+pub fn mrtr_tools() -> Vec<Tool> {
+    [
+        "test_input_required_result_elicitation",
+        "test_input_required_result_sampling",
+        "test_input_required_result_list_roots",
+        "test_input_required_result_multiple_inputs",
+        "test_input_required_result_request_state",
+        "test_input_required_result_tampered_state",
+        "test_input_required_result_multi_round",
+        "test_input_required_result_capabilities",
+    ]
+    .into_iter()
+    .map(|n| {
+        tool(
+            n,
+            "Asks the client for input (InputRequiredResult), then completes",
+            no_args(),
+        )
+    })
+    .collect()
+}
+
+fn elicit_req(message: &str, field: &str, ty: &str) -> Value {
+    json!({"method": "elicitation/create", "params": {"message": message, "requestedSchema": {
+        "type": "object", "properties": {field: {"type": ty}}, "required": [field]}}})
+}
+
+fn sampling_req(text: &str, max: u32) -> Value {
+    json!({"method": "sampling/createMessage", "params": {
+        "messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": max}})
+}
+
+fn roots_req() -> Value {
+    json!({"method": "roots/list", "params": {}})
+}
+
+/// A process-wide secret for signing request state.
+fn state_key() -> &'static [u8; 32] {
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    KEY.get_or_init(rand::random)
+}
+
+/// Integrity-protected request state: `payload.sha256(key ‖ payload)`.
+fn sign(payload: &str) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(state_key());
+    h.update(payload.as_bytes());
+    format!("{payload}.{}", hex::encode(h.finalize()))
+}
+
+/// The payload of a signed state, or an error naming the tampering.
+fn verify(state: Option<&str>) -> Result<Option<String>, McpError> {
+    let Some(s) = state else { return Ok(None) };
+    let (payload, _) = s
+        .rsplit_once('.')
+        .ok_or_else(|| McpError::invalid_params("requestState: integrity check failed", None))?;
+    if sign(payload) != s {
+        return Err(McpError::invalid_params(
+            "requestState: integrity check failed (tampered)",
+            None,
+        ));
+    }
+    Ok(Some(payload.to_string()))
+}
+
+fn input_required(requests: Value, state: Option<&str>) -> Result<InputRequiredResult, McpError> {
+    let mut v = json!({"resultType": "input_required", "inputRequests": requests});
+    if let Some(s) = state {
+        v["requestState"] = json!(sign(s));
+    }
+    serde_json::from_value(v)
+        .map_err(|e| McpError::internal_error(format!("input request: {e}"), None))
+}
+
+fn responses_of(r: Option<&InputResponses>) -> serde_json::Map<String, Value> {
+    match r.map(serde_json::to_value) {
+        Some(Ok(Value::Object(m))) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+fn sampled_text(v: &Value) -> String {
+    v.pointer("/content/text")
+        .or_else(|| v.pointer("/result/content/text"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| v.to_string())
+}
+
+/// An MRTR fixture tool: Some(response) if `name` is one.
+pub fn mrtr_call(
+    name: &str,
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+) -> Option<Result<CallToolResponse, McpError>> {
+    let got = responses_of(request.input_responses.as_ref());
+    let state = request.request_state.as_deref();
+    let done = |t: String| Ok(CallToolResponse::Complete(text(t)));
+    let ask = |reqs: Value, st: Option<&str>| {
+        input_required(reqs, st).map(CallToolResponse::InputRequired)
+    };
+    let r = match name {
+        "test_input_required_result_elicitation" => match got.get("user_name") {
+            Some(v) => done(format!(
+                "Hello, {}!",
+                find_name(v).unwrap_or_else(|| v.to_string())
+            )),
+            None => ask(
+                json!({"user_name": elicit_req("What is your name?", "name", "string")}),
+                None,
+            ),
+        },
+        "test_input_required_result_sampling" => match got.get("capital_question") {
+            Some(v) => done(format!("The model said: {}", sampled_text(v))),
+            None => ask(
+                json!({"capital_question": sampling_req("What is the capital of France?", 100)}),
+                None,
+            ),
+        },
+        "test_input_required_result_list_roots" => match got.get("client_roots") {
+            Some(v) => done(format!("Client roots: {}", v.get("roots").unwrap_or(v))),
+            None => ask(json!({"client_roots": roots_req()}), None),
+        },
+        "test_input_required_result_multiple_inputs" => {
+            let all = ["user_name", "greeting", "client_roots"]
+                .iter()
+                .all(|k| got.contains_key(*k));
+            match verify(state) {
+                Err(e) => Err(e),
+                Ok(Some(p)) if all && p == "multiple_inputs" => {
+                    done("All inputs received: user_name, greeting, client_roots".into())
+                }
+                _ => ask(
+                    json!({"user_name": elicit_req("What is your name?", "name", "string"),
+                           "greeting": sampling_req("Generate a greeting", 50),
+                           "client_roots": roots_req()}),
+                    Some("multiple_inputs"),
+                ),
+            }
+        }
+        "test_input_required_result_request_state"
+        | "test_input_required_result_tampered_state" => match verify(state) {
+            Err(e) => Err(e),
+            Ok(Some(p)) if got.contains_key("confirm") && p == name => {
+                done("Confirmed: state-ok".into())
+            }
+            _ => ask(
+                json!({"confirm": elicit_req("Please confirm", "ok", "boolean")}),
+                Some(name),
+            ),
+        },
+        "test_input_required_result_multi_round" => match verify(state) {
+            Err(e) => Err(e),
+            Ok(Some(p)) if p == "round-2" && got.contains_key("step2") => {
+                done("Multi-round complete".into())
+            }
+            Ok(Some(p)) if p == "round-1" && got.contains_key("step1") => ask(
+                json!({"step2": elicit_req("Step 2: What is your favorite color?", "color", "string")}),
+                Some("round-2"),
+            ),
+            _ => ask(
+                json!({"step1": elicit_req("Step 1: What is your name?", "name", "string")}),
+                Some("round-1"),
+            ),
+        },
+        "test_input_required_result_capabilities" => {
+            if !got.is_empty() {
+                done(format!(
+                    "Received inputs: {}",
+                    got.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            } else {
+                let caps = ctx
+                    .meta
+                    .client_capabilities()
+                    .or_else(|| ctx.client_capabilities())
+                    .and_then(|c| serde_json::to_value(c).ok())
+                    .unwrap_or(Value::Null);
+                let mut reqs = serde_json::Map::new();
+                if caps.get("sampling").is_some() {
+                    reqs.insert("sample".into(), sampling_req("Say hello", 20));
+                }
+                if caps.get("elicitation").is_some() {
+                    reqs.insert(
+                        "ask".into(),
+                        elicit_req("What is your name?", "name", "string"),
+                    );
+                }
+                if caps.get("roots").is_some() {
+                    reqs.insert("roots".into(), roots_req());
+                }
+                if reqs.is_empty() {
+                    done("The client declared no capability to ask with".into())
+                } else {
+                    ask(Value::Object(reqs), None)
+                }
+            }
+        }
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// The MRTR fixture prompt.
+pub fn mrtr_prompt_def() -> Prompt {
+    Prompt::new(
+        "test_input_required_result_prompt",
+        Some("A prompt that asks the client for context first"),
+        None::<Vec<PromptArgument>>,
+    )
+}
+
+pub fn mrtr_prompt(
+    request: &GetPromptRequestParams,
+) -> Option<Result<GetPromptResponse, McpError>> {
+    if request.name != "test_input_required_result_prompt" {
+        return None;
+    }
+    let got = responses_of(request.input_responses.as_ref());
+    Some(match got.get("user_context") {
+        Some(v) => Ok(GetPromptResponse::Complete(GetPromptResult::new(vec![PromptMessage::new_text(
+            rmcp::model::Role::User,
+            format!("Use this context: {}", v),
+        )]))),
+        None => input_required(
+            json!({"user_context": elicit_req("What context should the prompt use?", "context", "string")}),
+            None,
+        )
+        .map(GetPromptResponse::InputRequired),
+    })
 }

@@ -664,7 +664,10 @@ impl ServerHandler for Server {
             .map(|(t, _)| t.clone())
             .collect();
         #[cfg(feature = "conformance")]
-        tools.extend(conformance::tools());
+        {
+            tools.extend(conformance::tools());
+            tools.extend(conformance::mrtr_tools());
+        }
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -847,7 +850,10 @@ impl ServerHandler for Server {
             .with_title("Reviewer role"),
         ];
         #[cfg(feature = "conformance")]
-        prompts.extend(conformance::prompts());
+        {
+            prompts.extend(conformance::prompts());
+            prompts.push(conformance::mrtr_prompt_def());
+        }
         Ok(ListPromptsResult::with_all_items(prompts))
     }
 
@@ -859,6 +865,10 @@ impl ServerHandler for Server {
         #[cfg(feature = "conformance")]
         if let Some(r) = conformance::prompt(&request) {
             return r.map(GetPromptResponse::from);
+        }
+        #[cfg(feature = "conformance")]
+        if let Some(r) = conformance::mrtr_prompt(&request) {
+            return r;
         }
         let (text, desc) = match request.name.as_str() {
             "worker" => (WORKER_PROMPT, "The Worker role"),
