@@ -130,7 +130,7 @@ if wants python; then
   client python-legacy-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
     --mode legacy --tag py-legacy --roles
   client python-2026-07-28-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
-    --mode auto --expect-version 2026-07-28 --tag py-modern --roles
+    --mode auto --expect-version 2026-07-28 --tag py-modern --roles --tasks
 fi
 if wants ts; then
   client ts-http "$node" "$dir/client.mjs" --url "$http_url" --rsim "$rsim" --study "$study" --tag ts-http

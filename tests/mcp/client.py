@@ -17,10 +17,14 @@ import json
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import anyio
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.types import CallToolResult, GetTaskRequest, GetTaskRequestParams
+from mcp_types import Result
+from pydantic import ConfigDict, TypeAdapter
 
 WRITERS = {"branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "cancel_job"}
 QUERIES = {"get_node", "list_nodes", "dag", "log", "get_job", "wait_job"}
@@ -36,6 +40,52 @@ ANNOTATIONS.update({name: (False, False, False) for name in WRITERS})
 ANNOTATIONS["conclude"] = (False, True, False)
 ANNOTATIONS["cancel_job"] = (False, True, True)
 SHA = "0123456789abcdef" * 4
+
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+class CreatedTask(Result):
+    """A tools/call answered as a task (SEP-2663): flat `{resultType: "task", taskId, status, …}`."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+
+
+class GetTask(GetTaskRequest):
+    # 2026-07-28 routes tasks/get by its task id: the `Mcp-Name` header carries `taskId`.
+    name_param: ClassVar[str | None] = "taskId"
+
+
+class Tasks(ClientExtension):
+    """The MCP tasks extension, client side (the SDK has no built-in one): declares the extension and
+    resolves a task result by polling `tasks/get` until the task is terminal. Records what it saw."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(self) -> None:
+        self.created: list[CreatedTask] = []
+        self.statuses: list[str] = []
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=self.resolve)]
+
+    async def resolve(self, task: CreatedTask, ctx: ClaimContext) -> CallToolResult:
+        self.created.append(task)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            got = await ctx.session.send_request(
+                GetTask(params=GetTaskRequestParams(task_id=task.task_id)), TypeAdapter(dict[str, Any]))
+            status = got.get("status")
+            self.statuses.append(str(status))
+            if status == "completed" and isinstance(got.get("result"), dict):
+                return CallToolResult.model_validate(got["result"])
+            if status in ("failed", "cancelled"):
+                raise RuntimeError(f"task {task.task_id} ended {status}: {short(got)}")
+            await anyio.sleep(min(max(got.get("pollIntervalMs", 500), 100), 2000) / 1000)
+        raise TimeoutError(f"task {task.task_id} not done after 300 s")
 
 
 class Checks:
@@ -435,6 +485,40 @@ async def role_checks(args: argparse.Namespace, c: Checks) -> None:
         c.fail("observer connection over stdio", f"{type(e).__name__}: {e}")
 
 
+async def task_checks(args: argparse.Namespace, c: Checks) -> None:
+    """Protocol 2026-07-28 with the tasks extension declared: run_sft becomes an MCP task that the
+    client polls with tasks/get; the task's result is the recorded run_sft result."""
+    tasks = Tasks()
+    server: Any = args.url if args.url else stdio_params(args, "worker")
+    try:
+        async with Client(server, mode=args.mode, extensions=[tasks], read_timeout_seconds=120) as client:
+            s = Session(client, c, args)
+            b = await s.good("branch for the task run", "branch", {"parents": ["n0"], "title": f"{args.tag} as a task"})
+            if not b:
+                return
+            node = b["node"]
+            name = f"{args.tag}-task"
+            if not await s.good("register_dataset for the task run", "register_dataset",
+                                {"node": node, "name": name,
+                                 "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain",
+                                            "n": 200, "seed": 5}}):
+                return
+            sc = await s.good("run_sft as an MCP task (tasks extension, polled with tasks/get)", "run_sft",
+                              {"node": node, "base": "base", "datasets": [name], "learning_rate": 0.001,
+                               "steps": 500, "batch_size": 8})
+            c.check("the server answered run_sft with a task", len(tasks.created) == 1,
+                    f"tasks created: {len(tasks.created)}")
+            if sc:
+                c.check("the task's result is the recorded run_sft result",
+                        sc.get("job", {}).get("state") == "succeeded" and len(sc.get("checkpoint") or "") == 64
+                        and tasks.statuses[-1:] == ["completed"], f"{short(sc)} statuses={tasks.statuses}")
+            gq = await s.good("a query tool stays synchronous with tasks declared", "get_node", {"node": node})
+            if gq:
+                c.check("a query returns its result directly", gq.get("id") == node, short(gq))
+    except Exception as e:  # noqa: BLE001
+        c.fail("tasks-extension connection", f"{type(e).__name__}: {e}")
+
+
 async def main_async(args: argparse.Namespace) -> Checks:
     label = f"python {args.mode} {'http' if args.url else 'stdio'}"
     c = Checks(label)
@@ -453,6 +537,8 @@ async def main_async(args: argparse.Namespace) -> Checks:
         c.fail("session", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
     if args.roles:
         await role_checks(args, c)
+    if args.tasks:
+        await task_checks(args, c)
     return c
 
 
@@ -467,6 +553,7 @@ def main() -> int:
     ap.add_argument("--tag", default="py", help="prefix for node titles (tells runs apart in the record)")
     ap.add_argument("--steps", type=int, default=4000, help="run_sft steps (long enough to report progress)")
     ap.add_argument("--roles", action="store_true", help="also run the reviewer and observer connections")
+    ap.add_argument("--tasks", action="store_true", help="also run run_sft as an MCP task (2026-07-28)")
     args = ap.parse_args()
     c = anyio.run(main_async, args)
     print(f"RESULT passed={c.passed} failed={c.failed}", flush=True)
