@@ -628,6 +628,9 @@ pub fn mrtr_tools() -> Vec<Tool> {
         "test_input_required_result_tampered_state",
         "test_input_required_result_multi_round",
         "test_input_required_result_capabilities",
+        "test_missing_capability",
+        "test_streaming_elicitation",
+        "test_logging_tool",
     ]
     .into_iter()
     .map(|n| {
@@ -721,16 +724,18 @@ pub fn mrtr_call(
         input_required(reqs, st).map(CallToolResponse::InputRequired)
     };
     let r = match name {
-        "test_input_required_result_elicitation" => match got.get("user_name") {
-            Some(v) => done(format!(
-                "Hello, {}!",
-                find_name(v).unwrap_or_else(|| v.to_string())
-            )),
-            None => ask(
-                json!({"user_name": elicit_req("What is your name?", "name", "string")}),
-                None,
-            ),
-        },
+        "test_input_required_result_elicitation" => {
+            match got.get("user_name").filter(|v| v.is_object()) {
+                Some(v) => done(format!(
+                    "Hello, {}!",
+                    find_name(v).unwrap_or_else(|| v.to_string())
+                )),
+                None => ask(
+                    json!({"user_name": elicit_req("What is your name?", "name", "string")}),
+                    None,
+                ),
+            }
+        }
         "test_input_required_result_sampling" => match got.get("capital_question") {
             Some(v) => done(format!("The model said: {}", sampled_text(v))),
             None => ask(
@@ -784,6 +789,32 @@ pub fn mrtr_call(
                 Some("round-1"),
             ),
         },
+        // SEP-2575 diagnostics.
+        "test_missing_capability" => {
+            let has_sampling = ctx
+                .meta
+                .client_capabilities()
+                .or_else(|| ctx.client_capabilities())
+                .and_then(|c| serde_json::to_value(c).ok())
+                .is_some_and(|c| c.get("sampling").is_some());
+            if has_sampling {
+                done("the client declared sampling".into())
+            } else {
+                match serde_json::from_value::<ClientCapabilities>(json!({"sampling": {}})) {
+                    Ok(caps) => Err(McpError::missing_required_client_capability(caps)),
+                    Err(e) => Err(McpError::internal_error(format!("capabilities: {e}"), None)),
+                }
+            }
+        }
+        "test_streaming_elicitation" => match got.get("answer") {
+            Some(v) => done(format!("answered: {v}")),
+            None => ask(
+                json!({"answer": elicit_req("Anything to add?", "text", "string")}),
+                None,
+            ),
+        },
+        // Logs only when the request asked for them (it never does here).
+        "test_logging_tool" => done("ran without logging (no logLevel in the request)".into()),
         "test_input_required_result_capabilities" => {
             if !got.is_empty() {
                 done(format!(

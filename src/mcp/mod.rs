@@ -888,6 +888,14 @@ impl ServerHandler for Server {
     }
 
     #[cfg(feature = "conformance")]
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    #[cfg(feature = "conformance")]
     async fn complete(
         &self,
         request: CompleteRequestParams,
