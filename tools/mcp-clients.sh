@@ -4,7 +4,8 @@
 #     <= 2025-11-25) and 0.2.0-alpha (`--requirements 2026-07-28`: what protocol 2026-07-28 requires,
 #     tasks extension included), against a binary built with `--features conformance` (the suite's
 #     fixture tools);
-#   - the MCP Inspector CLI (--strict) over stdio and HTTP, both protocol eras;
+#   - the MCP Inspector CLI (--strict) over stdio and HTTP, both protocol eras, and against a server
+#     with bearer tokens (401s, roles and agent names from tokens);
 #   - the Python `mcp` SDK client (tests/mcp/client.py) and the TypeScript SDK client
 #     (tests/mcp/client.mjs), each doing a whole worker flow plus reviewer/observer connections.
 # Installs its clients from the package registries (npm, pip) into tests/mcp/ (idempotent: quick when
@@ -88,10 +89,11 @@ unset RSIM_STUDY
   || { cat "$tmp/init.log" >&2; die "rsim init failed"; }
 study=$tmp/study
 
-# serve BIN STUDY NAME: starts `rsim serve` on a free loopback port; sets $url.
+# serve BIN STUDY NAME [ARGS...]: starts `rsim serve` on a free loopback port; sets $url.
 serve() {
   local bin=$1 st=$2 name=$3 i
-  "$bin" serve --http 127.0.0.1:0 --study "$st" 2>"$tmp/$name.log" &
+  shift 3
+  "$bin" serve --http 127.0.0.1:0 --study "$st" "$@" 2>"$tmp/$name.log" &
   pids+=($!)
   for i in $(seq 1 300); do
     url=$(sed -n 's|.*rsim: listening on \(http://[^ ]*/mcp\).*|\1|p' "$tmp/$name.log" | head -1)
@@ -234,6 +236,25 @@ if wants inspector; then
       inspect "$n prompts/get worker" 0 '"messages"' "${pre[@]}" --method prompts/get --prompt-name worker "${cmd[@]}"
     done
   done
+  # Bearer tokens map to agents and roles (a server started with --tokens; no interactive OAuth).
+  printf '%s\n' '[[agent]]' 'name = "alice"' 'role = "worker"' 'token = "alice-token-for-the-harness"' \
+    '[[agent]]' 'name = "rita"' 'role = "reviewer"' 'token = "rita-token-for-the-harness"' >"$tmp/tokens.toml"
+  "$rsim" init "$tmp/token-study" --example tiny-arith-ngram >/dev/null 2>>"$tmp/init.log" || die "rsim init failed"
+  serve "$rsim" "$tmp/token-study" token-server --tokens "$tmp/tokens.toml"
+  tok=(--transport http --server-url "$url" --stored-auth-only)
+  inspect "tokens: no token is refused (401, exit 3)" 3 '' "${tok[@]}" --method tools/list
+  grep -q 'missing bearer token' "$tmp/inspector.out.err" || fail "inspector tokens: the 401 for a missing token says so"
+  inspect "tokens: a wrong token is refused (401, exit 3)" 3 '' "${tok[@]}" \
+    --header "Authorization: Bearer not-a-token-of-this-server" --method tools/list
+  grep -q 'invalid bearer token' "$tmp/inspector.out.err" || fail "inspector tokens: the 401 for a wrong token says so"
+  inspect "tokens: a reviewer's token lists review" 0 '"name": "review"' "${tok[@]}" \
+    --header "Authorization: Bearer rita-token-for-the-harness" --method tools/list
+  inspect "tokens: a worker's token can branch" 0 'node' "${tok[@]}" \
+    --header "Authorization: Bearer alice-token-for-the-harness" --method tools/call --tool-name branch \
+    --tool-args-json '{"parents":["n0"],"title":"by alice"}'
+  inspect "tokens: the commit names the token's agent" 0 'agent.\{1,6\}alice' "${tok[@]}" \
+    --header "Authorization: Bearer rita-token-for-the-harness" --method tools/call --tool-name log \
+    --tool-args-json '{"limit":1}'
   log "inspector: $((SECONDS - t0)) s"
 fi
 
