@@ -73,9 +73,19 @@ log "clients ready ($((SECONDS - started)) s)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rsim-mcp.XXXXXX")
 pids=()
 cleanup() {
-  local p
+  local p f
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # Jobs the servers started outlive them by design; stop any still running in our studies (a pid
+  # file's process counts only if its command line names our temporary directory).
+  for f in "$tmp"/*/.rsim/jobs/*/pid; do
+    [ -f "$f" ] || continue
+    p=$(cat "$f" 2>/dev/null) || continue
+    if [[ $p =~ ^[0-9]+$ ]] && [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline" | grep -qF "$tmp"; then
+      log "stopping leftover job process $p"
+      kill "$p" 2>/dev/null || true
+    fi
+  done
   if [ "${MCP_KEEP_TMP:-}" = 1 ]; then log "kept $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
@@ -123,7 +133,7 @@ client_logs=()
 client() {
   local name=$1
   shift
-  "$@" >"$tmp/client-$name.out" 2>"$tmp/client-$name.err" &
+  timeout 600 "$@" >"$tmp/client-$name.out" 2>"$tmp/client-$name.err" &
   client_pids+=($!)
   client_logs+=("$name")
 }
@@ -146,7 +156,7 @@ conformance() {
   local label=$1 entry=$2 baseline=$3 rc=0 res
   shift 3
   res=$(mktemp -d "$tmp/conformance-$label.XXXX")
-  "$node" "$dir/node_modules/$entry" server --url "$conf_url" -o "$res" "$@" >"$res.out" 2>&1 || rc=$?
+  timeout 600 "$node" "$dir/node_modules/$entry" server --url "$conf_url" -o "$res" "$@" >"$res.out" 2>&1 || rc=$?
   "$python" "$dir/conformance_score.py" "$res" "$baseline" "$label" >"$res.score"
   grep -v '^SCORE ' "$res.score" | grep -v '^ok ' || true
   local p t u x s
@@ -192,7 +202,7 @@ inspect() {
   local name=$1 want=$2 expect=$3 rc=0 out
   shift 3
   out=$tmp/inspector.out
-  "$node" "$dir/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js" --cli "$@" \
+  timeout 120 "$node" "$dir/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js" --cli "$@" \
     >"$out" 2>"$out.err" </dev/null || rc=$?
   if [ "$rc" != "$want" ]; then
     fail "inspector $name: exit $rc, expected $want"
