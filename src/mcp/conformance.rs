@@ -113,6 +113,13 @@ pub fn tools() -> Vec<Tool> {
             no_args(),
         ),
         tool(
+            "test_custom_header",
+            "Echoes a parameter that is mirrored into the Mcp-Param-Region header (SEP-2243)",
+            schema(
+                json!({"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}, "required": ["region"]}),
+            ),
+        ),
+        tool(
             "json_schema_2020_12_tool",
             "Tool with JSON Schema 2020-12 features",
             schema(json!({
@@ -457,6 +464,7 @@ pub async fn call(
                 .await,
             );
         }
+        "test_custom_header" => text(format!("region: {}", arg("region"))),
         "json_schema_2020_12_tool" => text(format!(
             "received {}",
             Value::Object(request.arguments.clone().unwrap_or_default())

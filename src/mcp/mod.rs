@@ -672,6 +672,14 @@ impl ServerHandler for Server {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
+        #[cfg(feature = "conformance")]
+        if let Some(t) = conformance::tools()
+            .into_iter()
+            .chain(conformance::mrtr_tools())
+            .find(|t| t.name == name)
+        {
+            return Some(t);
+        }
         self.shared
             .tools
             .iter()
