@@ -375,7 +375,7 @@ pub fn run_jobs(
 }
 
 /// A study sized for the benchmark (the example's node budget is far smaller).
-fn bench_study(dir: &Path, max_nodes: usize) -> Result<()> {
+pub fn bench_study(dir: &Path, max_nodes: usize) -> Result<()> {
     write_study(dir, max_nodes, "kind = \"local\"\n")
 }
 

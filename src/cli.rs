@@ -23,12 +23,12 @@ pub struct Cli {
     /// The study directory (default: $RSIM_STUDY, else the current directory).
     #[arg(long, short = 'C', global = true, value_name = "DIR")]
     pub study: Option<PathBuf>,
-    /// Agent identity recorded in commits.
-    #[arg(long, global = true, default_value = "owner")]
-    pub agent: String,
-    /// Role of the agent: owner, worker, reviewer or observer.
-    #[arg(long, global = true, default_value = "owner")]
-    pub role: String,
+    /// Agent identity recorded in commits (default: owner; for `mcp`, mcp-<pid>).
+    #[arg(long, global = true)]
+    pub agent: Option<String>,
+    /// Role of the agent: owner, worker, reviewer or observer (default: owner; for `mcp` and `serve`, worker).
+    #[arg(long, global = true)]
+    pub role: Option<String>,
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     pub json: bool,
@@ -260,12 +260,43 @@ pub enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Serve the study to one MCP client over stdio (what Claude Code, Codex and other clients spawn).
+    Mcp {
+        /// Seconds run_sft/evaluate wait for their job before answering {job, status: "running"}.
+        #[arg(long, default_value_t = 5.0)]
+        job_wait: f64,
+    },
+    /// Serve the study to many MCP clients over streamable HTTP at /mcp.
+    Serve {
+        /// Address to listen on, e.g. 127.0.0.1:8765 (port 0 picks a free one; the address is printed on stderr).
+        #[arg(long, value_name = "ADDR")]
+        http: String,
+        /// TOML file of [[agent]] name, role, token: required for non-loopback addresses.
+        #[arg(long, value_name = "FILE")]
+        tokens: Option<PathBuf>,
+        /// Seconds run_sft/evaluate wait for their job before answering {job, status: "running"}.
+        #[arg(long, default_value_t = 5.0)]
+        job_wait: f64,
+    },
+    /// Print the MCP client configuration that connects a coding agent to this study.
+    McpConfig {
+        #[arg(long, value_enum)]
+        client: McpClient,
+    },
     /// Job programs run by the job runner (not for agents).
     #[command(hide = true)]
     Job {
         #[command(subcommand)]
         kind: JobCommand,
     },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum McpClient {
+    /// Claude Code (.mcp.json)
+    Claude,
+    /// Codex CLI (config.toml)
+    Codex,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -331,13 +362,31 @@ fn study_dir(cli: &Cli) -> PathBuf {
 }
 
 fn caller(cli: &Cli) -> Result<Caller> {
-    let role = Role::parse(&cli.role).ok_or_else(|| {
+    let r = cli.role.as_deref().unwrap_or("owner");
+    let role = Role::parse(r).ok_or_else(|| {
         Error::invalid(format!(
-            "--role: {:?} is not a role (owner, worker, reviewer, observer)",
-            cli.role
+            "--role: {r:?} is not a role (owner, worker, reviewer, observer)"
         ))
     })?;
-    Ok(Caller::new(cli.agent.clone(), role))
+    Ok(Caller::new(
+        cli.agent.clone().unwrap_or_else(|| "owner".to_string()),
+        role,
+    ))
+}
+
+/// The role of an MCP connection: --role, default worker (the owner works at the terminal).
+fn agent_role(cli: &Cli) -> Result<Role> {
+    crate::mcp::http::agent_role(cli.role.as_deref().unwrap_or("worker"))
+        .map_err(|e| e.context("--role"))
+}
+
+fn mcp_options(job_wait: f64) -> Result<crate::mcp::Options> {
+    if !(0.0..=3600.0).contains(&job_wait) {
+        return Err(Error::invalid("--job-wait: 0 to 3600 seconds"));
+    }
+    Ok(crate::mcp::Options {
+        job_wait: std::time::Duration::from_secs_f64(job_wait),
+    })
 }
 
 fn print_json(v: &Value) -> Result<()> {
@@ -376,6 +425,39 @@ pub fn run(cli: Cli) -> Result<()> {
             }
         },
         Command::Schemas { out, check } => schemas(out, *check),
+        Command::Mcp { job_wait } => {
+            let who = Caller::new(
+                cli.agent
+                    .clone()
+                    .unwrap_or_else(|| format!("mcp-{}", std::process::id())),
+                agent_role(&cli)?,
+            );
+            crate::mcp::serve_stdio(&dir, who, mcp_options(*job_wait)?)
+        }
+        Command::Serve {
+            http,
+            tokens,
+            job_wait,
+        } => crate::mcp::http::serve(
+            &dir,
+            crate::mcp::http::HttpOptions {
+                addr: http.clone(),
+                tokens: tokens.clone(),
+                role: agent_role(&cli)?,
+            },
+            mcp_options(*job_wait)?,
+        ),
+        Command::McpConfig { client } => {
+            let c = match client {
+                McpClient::Claude => crate::mcp::config::Client::Claude,
+                McpClient::Codex => crate::mcp::config::Client::Codex,
+            };
+            print!(
+                "{}",
+                crate::mcp::config::snippet(c, &dir, agent_role(&cli)?.as_str())?
+            );
+            Ok(())
+        }
         Command::Bench {
             nodes,
             actions,
@@ -631,6 +713,9 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         | Command::Run { .. }
         | Command::Report { .. }
         | Command::BenchStrategies { .. }
+        | Command::Mcp { .. }
+        | Command::Serve { .. }
+        | Command::McpConfig { .. }
         | Command::Bench { .. } => {
             return Err(Error::internal("handled before opening the study"));
         }

@@ -15,6 +15,7 @@ pub mod gpt;
 pub mod index;
 pub mod init;
 pub mod jobs;
+pub mod mcp;
 pub mod model;
 pub mod orchestra;
 pub mod policy;

@@ -743,7 +743,9 @@ fn the_transformer_example_trains_and_evaluates_through_the_actions() {
         .call(&owner(), "run_sft", json!({"node": n, "base": ck, "datasets": ["pad"], "learning_rate": 0.003, "steps": 5, "batch_size": 4, "adapter": {"kind": "lora", "rank": 4, "alpha": 8.0}}))
         .expect("recorded");
     assert_eq!(lora["job"]["state"], "succeeded", "{lora}");
-    let trainable = lora["train_metrics"]["trainable_params"].as_f64().expect("trainable");
+    let trainable = lora["train_metrics"]["trainable_params"]
+        .as_f64()
+        .expect("trainable");
     assert!(trainable > 0.0 && trainable < 30_000.0, "{trainable}");
     let lck = lora["checkpoint"].as_str().expect("checkpoint");
     assert_ne!(lck, ck);

@@ -22,3 +22,7 @@ export RSIM_REQUIRE_SLURM=1
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
+# Real MCP clients (conformance suite, Inspector CLI, Python and TypeScript SDKs) against the binary;
+# the conformance suite's fixture tools are behind the `conformance` feature, in a second binary.
+cargo build --locked --features conformance && cp target/debug/rsim target/rsim-conformance && cargo build --locked
+RSIM_BIN=target/debug/rsim RSIM_CONFORMANCE_BIN=target/rsim-conformance tools/mcp-clients.sh

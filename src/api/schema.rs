@@ -144,6 +144,18 @@ pub fn validate(action: &str, args: &Value) -> Result<()> {
             names()
         ))
     })?;
+    validate_with(action, v, args)
+}
+
+/// Compile the JSON Schema of a request type that is not an action (e.g. a face's own tool).
+pub fn validator_for<T: JsonSchema>() -> Result<jsonschema::Validator> {
+    jsonschema::validator_for(&schema::<T>().to_value())
+        .map_err(|e| Error::internal(format!("schema does not compile: {e}")))
+}
+
+/// Validate `args` of request `what` against a compiled schema, with the same readable errors as actions.
+pub fn validate_with(what: &str, v: &jsonschema::Validator, args: &Value) -> Result<()> {
+    let action = what;
     let mut problems: Vec<String> = Vec::new();
     for e in v.iter_errors(args) {
         let path = e.instance_path().to_string();

@@ -1,0 +1,484 @@
+//! The MCP face with rmcp's own client: many agents writing at once over streamable HTTP and over
+//! separate stdio processes (nothing lost, nothing duplicated, `rsim fsck` clean), long jobs with
+//! progress and wait_job, roles, resources, prompts, and bad input (each a clear error; the server
+//! keeps serving).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rmcp::model::*;
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+fn rsim() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rsim"));
+    c.env_remove("RSIM_STUDY");
+    c
+}
+
+fn example_study() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    let out = rsim()
+        .args(["init"])
+        .arg(&root)
+        .args(["--example", "tiny-arith-ngram"])
+        .output()
+        .expect("init");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (d, root)
+}
+
+/// A running `rsim serve`, killed on drop.
+struct ServerProc {
+    child: Child,
+    url: String,
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(study: &Path, extra: &[&str]) -> ServerProc {
+    let mut child = rsim()
+        .arg("-C")
+        .arg(study)
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rsim serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("rsim serve exited before listening")
+            .expect("read stderr");
+        if let Some(u) = line.strip_prefix("rsim: listening on ") {
+            break u.trim().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    ServerProc { child, url }
+}
+
+/// Counts progress notifications.
+#[derive(Clone, Default)]
+struct Client {
+    progress: Arc<AtomicUsize>,
+}
+
+impl ClientHandler for Client {
+    async fn on_progress(
+        &self,
+        _params: ProgressNotificationParam,
+        _ctx: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.progress.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+type Session = RunningService<RoleClient, Client>;
+
+async fn connect(url: &str, headers: &[(&'static str, String)], auth: Option<&str>) -> Session {
+    let mut h = HashMap::new();
+    for (k, v) in headers {
+        h.insert(
+            reqwest::header::HeaderName::from_static(k),
+            reqwest::header::HeaderValue::from_str(v).expect("header"),
+        );
+    }
+    let mut cfg = StreamableHttpClientTransportConfig::with_uri(url.to_string()).custom_headers(h);
+    if let Some(t) = auth {
+        cfg = cfg.auth_header(t.to_string());
+    }
+    let transport = StreamableHttpClientTransport::from_config(cfg);
+    Client::default().serve(transport).await.expect("connect")
+}
+
+async fn agent(url: &str, name: &str) -> Session {
+    connect(url, &[("x-rsim-agent", name.to_string())], None).await
+}
+
+async fn call(s: &Session, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(m) = args else {
+        panic!("arguments must be an object")
+    };
+    s.call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(m))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+fn ok(r: &CallToolResult) -> &Value {
+    assert_ne!(r.is_error, Some(true), "tool error: {:?}", r.content);
+    r.structured_content.as_ref().expect("structured content")
+}
+
+fn err_text(r: &CallToolResult) -> String {
+    assert_eq!(r.is_error, Some(true), "expected an error, got {r:?}");
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn assert_fsck_clean(study: &Path) {
+    let out = rsim()
+        .arg("-C")
+        .arg(study)
+        .arg("fsck")
+        .output()
+        .expect("fsck");
+    assert!(
+        out.status.success(),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn many_agents_write_at_once_over_http_and_stdio_without_losing_or_duplicating_a_record() {
+    const AGENTS: usize = 16;
+    const EACH: usize = 4;
+    const STDIO: usize = 2;
+    let (_d, study) = example_study();
+    let server = serve(&study, &[]);
+    rt().block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..AGENTS {
+            let url = server.url.clone();
+            tasks.push(tokio::spawn(async move {
+                let s = agent(&url, &format!("agent-{i}")).await;
+                for k in 0..EACH {
+                    let r = call(
+                        &s,
+                        "branch",
+                        json!({"parents": ["n0"], "title": format!("a{i}-{k}")}),
+                    )
+                    .await;
+                    ok(&r);
+                }
+                s.cancel().await.expect("close");
+            }));
+        }
+        // Separate stdio processes write to the same study at the same time.
+        for p in 0..STDIO {
+            let study = study.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rsim"));
+                cmd.arg("-C")
+                    .arg(&study)
+                    .args(["mcp", "--agent", &format!("stdio-{p}")]);
+                let transport = TokioChildProcess::new(cmd).expect("spawn rsim mcp");
+                let s = Client::default()
+                    .serve(transport)
+                    .await
+                    .expect("stdio connect");
+                for k in 0..EACH {
+                    let r = call(
+                        &s,
+                        "branch",
+                        json!({"parents": ["n0"], "title": format!("s{p}-{k}")}),
+                    )
+                    .await;
+                    ok(&r);
+                }
+                s.cancel().await.expect("close");
+            }));
+        }
+        for t in tasks {
+            t.await.expect("agent task");
+        }
+        let s = agent(&server.url, "checker").await;
+        let list = call(&s, "list_nodes", json!({"limit": 1000})).await;
+        let list = ok(&list);
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        for n in list["nodes"].as_array().expect("nodes") {
+            *seen
+                .entry(n["title"].as_str().expect("title").to_string())
+                .or_default() += 1;
+        }
+        for i in 0..AGENTS {
+            for k in 0..EACH {
+                assert_eq!(seen.get(&format!("a{i}-{k}")), Some(&1), "a{i}-{k}");
+            }
+        }
+        for p in 0..STDIO {
+            for k in 0..EACH {
+                assert_eq!(seen.get(&format!("s{p}-{k}")), Some(&1), "s{p}-{k}");
+            }
+        }
+        assert_eq!(
+            list["total"].as_u64(),
+            Some((1 + (AGENTS + STDIO) * EACH) as u64),
+            "every action exactly once"
+        );
+        // Identity and role reach the record.
+        let n1 = call(&s, "log", json!({"limit": 200})).await;
+        let agents: Vec<String> = ok(&n1)["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .filter_map(|a| a["agent"].as_str().map(str::to_string))
+            .collect();
+        assert!(agents.iter().any(|a| a == "agent-7"), "{agents:?}");
+        assert!(agents.iter().any(|a| a == "stdio-1"), "{agents:?}");
+        s.cancel().await.expect("close");
+    });
+    drop(server);
+    assert_fsck_clean(&study);
+}
+
+#[test]
+fn tools_resources_prompts_roles_and_long_jobs() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &["--job-wait", "0"]);
+    rt().block_on(async {
+        let w = agent(&server.url, "w1").await;
+        let tools = w.list_all_tools().await.expect("tools");
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        for n in ["branch", "register_dataset", "run_sft", "evaluate", "compare", "conclude", "get_node", "list_nodes", "dag", "log", "get_job", "wait_job", "cancel_job"] {
+            assert!(names.contains(&n), "{n} missing from {names:?}");
+        }
+        assert!(!names.contains(&"review"), "a worker is not offered review");
+        let dag = tools.iter().find(|t| t.name == "dag").expect("dag");
+        let ann = dag.annotations.as_ref().expect("annotations");
+        assert_eq!(ann.read_only_hint, Some(true));
+        let conclude = tools.iter().find(|t| t.name == "conclude").expect("conclude");
+        assert_eq!(conclude.annotations.as_ref().and_then(|a| a.destructive_hint), Some(true));
+        assert!(conclude.output_schema.is_some());
+
+        // A long job: run_sft answers "running" at once (job wait 0), progress while wait_job follows it.
+        ok(&call(&w, "branch", json!({"parents": ["n0"], "title": "sft"})).await);
+        ok(&call(&w, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 300, "seed": 1}})).await);
+        let r = call(&w, "run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 200, "batch_size": 8})).await;
+        let v = ok(&r).clone();
+        assert_eq!(v["status"], "running", "--job-wait 0 answers at once: {v}");
+        let job = v["job"]
+            .as_str()
+            .map(str::to_string)
+            .or_else(|| v["job"]["id"].as_str().map(str::to_string))
+            .expect("job id");
+        let mut result = v.clone();
+        for _ in 0..60 {
+            if result["status"] != "running" {
+                break;
+            }
+            let mut req = CallToolRequestParams::new("wait_job");
+            req = req.with_arguments(json!({"job": job, "timeout_s": 10}).as_object().cloned().expect("obj"));
+            let h = w
+                .send_cancellable_request(
+                    ClientRequest::CallToolRequest(Request::new(req)),
+                    rmcp::service::PeerRequestOptions::no_options(),
+                )
+                .await
+                .expect("send");
+            let resp = h.await_response().await.expect("wait_job");
+            let ServerResult::CallToolResult(r) = resp else {
+                panic!("unexpected {resp:?}")
+            };
+            result = ok(&r).clone();
+        }
+        assert_eq!(result["job"]["state"], "succeeded", "{result}");
+        assert!(result["checkpoint"].is_string(), "{result}");
+        assert!(result["commit"].is_string(), "{result}");
+        let info = ok(&call(&w, "get_job", json!({"job": job})).await).clone();
+        assert_eq!(info["node"], "n1");
+
+        // Resources.
+        let res = w.list_resources(None).await.expect("resources");
+        assert!(res.resources.iter().any(|r| r.uri == "rsim://dag"));
+        let tpl = w.list_resource_templates(None).await.expect("templates");
+        assert_eq!(tpl.resource_templates.len(), 3);
+        for uri in ["rsim://dag", "rsim://node/n1", "rsim://node/n1/actions/1", &format!("rsim://job/{job}/log")] {
+            let r = w
+                .read_resource(ReadResourceRequestParams::new(uri.to_string()))
+                .await
+                .unwrap_or_else(|e| panic!("{uri}: {e}"));
+            assert!(!r.contents.is_empty(), "{uri}");
+        }
+        assert!(
+            w.read_resource(ReadResourceRequestParams::new("rsim://node/n99".to_string()))
+                .await
+                .is_err()
+        );
+        // Prompts.
+        let p = w.list_prompts(None).await.expect("prompts");
+        let pn: Vec<&str> = p.prompts.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(pn, ["worker", "reviewer"]);
+        let g = w
+            .get_prompt(GetPromptRequestParams::new("reviewer"))
+            .await
+            .expect("prompt");
+        assert!(!g.messages.is_empty());
+
+        // A policy rejection of a long tool names the rule (no job ever starts).
+        let e = err_text(&call(&w, "evaluate", json!({"node": "n1", "checkpoint": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "task": "add2", "split": "dev"})).await);
+        assert!(e.contains("checkpoint-provenance"), "{e}");
+        // Roles: a worker calling review is refused by the rule `role` (and the attempt recorded).
+        let e = err_text(&call(&w, "review", json!({"node": "n1", "summary": "x"})).await);
+        assert!(e.contains("role"), "{e}");
+        w.cancel().await.expect("close");
+    });
+    drop(server);
+
+    // An observer server: only read-only tools; writers refused.
+    let server = serve(&study, &["--role", "observer"]);
+    rt().block_on(async {
+        let o = agent(&server.url, "obs").await;
+        let tools = o.list_all_tools().await.expect("tools");
+        for t in &tools {
+            assert_eq!(
+                t.annotations.as_ref().and_then(|a| a.read_only_hint),
+                Some(true),
+                "observer offered {}",
+                t.name
+            );
+        }
+        let e = err_text(&call(&o, "branch", json!({"parents": ["n0"], "title": "x"})).await);
+        assert!(e.contains("role"), "{e}");
+        ok(&call(&o, "dag", json!({"view": "frontier"})).await);
+        o.cancel().await.expect("close");
+    });
+    drop(server);
+    assert_fsck_clean(&study);
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
+    let (d, study) = example_study();
+    let tokens = d.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        "[[agent]]\nname = \"alice\"\nrole = \"worker\"\ntoken = \"alice-secret-token-0001\"\n\n[[agent]]\nname = \"rita\"\nrole = \"reviewer\"\ntoken = \"rita-secret-token-00002\"\n",
+    )
+    .expect("tokens");
+    let server = serve(&study, &["--tokens", tokens.to_str().expect("utf8")]);
+    rt().block_on(async {
+        let http = reqwest::Client::new();
+        let post = |body: Vec<u8>, token: Option<&str>| {
+            let mut r = http
+                .post(&server.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(body);
+            if let Some(t) = token {
+                r = r.header("authorization", format!("Bearer {t}"));
+            }
+            r.send()
+        };
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).to_string();
+        // No token, bad token: 401 with a message.
+        let r = post(init.clone().into_bytes(), None).await.expect("post");
+        assert_eq!(r.status(), 401);
+        assert!(r.text().await.expect("body").contains("bearer token"));
+        let r = post(init.clone().into_bytes(), Some("wrong-token-wrong-token")).await.expect("post");
+        assert_eq!(r.status(), 401);
+        assert!(r.text().await.expect("body").contains("invalid bearer token"));
+        // Malformed JSON-RPC.
+        let r = post(b"{this is not json".to_vec(), Some("alice-secret-token-0001")).await.expect("post");
+        let status = r.status();
+        let body = r.text().await.expect("body");
+        assert!(status.is_client_error() || body.contains("-32700"), "{status} {body}");
+        // Oversized body: 413.
+        let big = vec![b' '; 17 << 20];
+        let r = post(big, Some("alice-secret-token-0001")).await.expect("post");
+        assert_eq!(r.status(), 413);
+
+        // Tool-level errors through a real client.
+        let alice = connect(&server.url, &[], Some("alice-secret-token-0001")).await;
+        let e = alice
+            .call_tool(CallToolRequestParams::new("nope"))
+            .await
+            .expect_err("unknown tool is a protocol error");
+        assert!(e.to_string().contains("unknown tool"), "{e}");
+        let e = err_text(&call(&alice, "branch", json!({"parents": "n0", "title": 5})).await);
+        assert!(e.contains("parents") && e.contains("title"), "{e}");
+        let e = err_text(&call(&alice, "branch", json!({"parents": ["n0"], "title": "t", "sneaky": 1})).await);
+        assert!(e.contains("sneaky"), "{e}");
+        let e = err_text(&call(&alice, "get_node", json!({"node": "n42"})).await);
+        assert!(e.contains("n42"), "{e}");
+        let e = err_text(&call(&alice, "review", json!({"node": "n0", "summary": "mine"})).await);
+        assert!(e.contains("role"), "{e}");
+        let e = err_text(&call(&alice, "wait_job", json!({"job": "j-0000000000000000", "timeout_s": 1})).await);
+        assert!(e.contains("no job"), "{e}");
+        // Identity comes from the token.
+        let b = ok(&call(&alice, "branch", json!({"parents": ["n0"], "title": "by alice"})).await).clone();
+        let node = b["node"].as_str().expect("node").to_string();
+        let n = ok(&call(&alice, "get_node", json!({"node": node})).await).clone();
+        assert_eq!(n["created_by"], "alice", "{n}");
+        // A reviewer may review.
+        let rita = connect(&server.url, &[], Some("rita-secret-token-00002")).await;
+        ok(&call(&rita, "review", json!({"node": "n0", "summary": "fine"})).await);
+        rita.cancel().await.expect("close");
+        // Still serving.
+        ok(&call(&alice, "list_nodes", json!({})).await);
+        alice.cancel().await.expect("close");
+    });
+    drop(server);
+    assert_fsck_clean(&study);
+    // A non-loopback address refuses to start without tokens.
+    let out = rsim()
+        .arg("-C")
+        .arg(&study)
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .output()
+        .expect("serve");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tokens"));
+}
+
+#[test]
+fn mcp_config_prints_working_client_configs() {
+    let (_d, study) = example_study();
+    let out = rsim()
+        .arg("-C")
+        .arg(&study)
+        .args(["mcp-config", "--client", "claude"])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let args = v["mcpServers"]["rsim"]["args"].as_array().expect("args");
+    assert_eq!(args[0], "mcp");
+    let out = rsim()
+        .arg("-C")
+        .arg(&study)
+        .args(["mcp-config", "--client", "codex"])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let t: toml::Value = toml::from_str(&String::from_utf8_lossy(&out.stdout)).expect("toml");
+    assert!(t["mcp_servers"]["rsim"]["command"].is_str());
+}
