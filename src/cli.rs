@@ -227,6 +227,9 @@ pub enum Command {
         /// Lock-in guard: longest chain of refinements without a sibling.
         #[arg(long, default_value_t = 3)]
         max_depth: u32,
+        /// Wall-clock limit of one agent turn (a worker's node, a review), seconds.
+        #[arg(long, default_value_t = 1800)]
+        agent_timeout: u64,
         /// Also write the HTML report here.
         #[arg(long)]
         html: Option<PathBuf>,
@@ -1013,6 +1016,7 @@ fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
         reviewer,
         max_share,
         max_depth,
+        agent_timeout,
         html,
         quiet,
     } = &cli.command
@@ -1081,7 +1085,11 @@ fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
     o.reviewer = crate::orchestra::AgentSpec::parse(reviewer)?;
     o.lock_in.max_share = *max_share;
     o.lock_in.max_depth = *max_depth;
+    o.agent_timeout_s = (*agent_timeout).max(1);
     let summary = crate::orchestra::run(&root, o, *quiet)?;
+    if let Some(why) = &summary.stopped {
+        eprintln!("warning: {why}");
+    }
     let study = Study::open(&root)?;
     let rep = crate::report::build(&study, None)?;
     if let Some(h) = html {

@@ -609,3 +609,161 @@ fn a_study_with_no_budget_left_is_a_clear_refusal() {
     assert_eq!(actions(&root).len(), 1, "nothing recorded");
     fsck_clean(&root);
 }
+
+// ------------------------------------------------------------------ external command agents
+
+/// The Python MCP SDK the client harness installs (tools/mcp-clients.sh); `tools/test.sh` installs
+/// it before the tests and sets RSIM_REQUIRE_MCP_CLIENTS so these tests cannot skip there.
+fn mcp_python() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/.venv/bin/python");
+    if p.is_file() {
+        return Some(p);
+    }
+    assert!(
+        std::env::var_os("RSIM_REQUIRE_MCP_CLIENTS").is_none(),
+        "RSIM_REQUIRE_MCP_CLIENTS is set but {} is missing",
+        p.display()
+    );
+    eprintln!(
+        "skipping: no Python MCP client at {} (run tools/mcp-clients.sh)",
+        p.display()
+    );
+    None
+}
+
+fn standin(python: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/standin_agent.py");
+    format!("cmd:{} {}", python.display(), script.display())
+}
+
+#[test]
+fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
+    let Some(py) = mcp_python() else { return };
+    let (_d, root) = study();
+    let out = rsim()
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "--json",
+            "run",
+            "--experiments",
+            "1",
+            "--seeds-per-node",
+            "1",
+            "--workers",
+            "1",
+        ])
+        .args(["--worker", &standin(&py), "--quiet"])
+        .env("STANDIN_MODE", "forbidden")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let acts = actions(&root);
+    let by = |action: &str| {
+        acts.iter()
+            .filter(|a| a["agent"] == "worker-1" && a["action"] == action)
+            .collect::<Vec<_>>()
+    };
+    // Everything the external agent did went through MCP under its own token's identity.
+    assert_eq!(by("register_dataset").len(), 1, "{acts:?}");
+    assert_eq!(by("run_sft").len(), 1);
+    assert_eq!(by("evaluate").len(), 1);
+    assert_eq!(by("conclude").len(), 1);
+    let refused = by("review");
+    assert_eq!(
+        refused.len(),
+        1,
+        "the worker's review attempt is recorded as rejected"
+    );
+    assert_eq!(refused[0]["decision"], "rejected");
+    let n1 = node(&root, "n1");
+    assert!(
+        n1["notes"]
+            .as_str()
+            .unwrap_or("")
+            .contains("stand-in agent"),
+        "{n1}"
+    );
+
+    // An agent that starts more training runs than its task allows is stopped.
+    let (_d2, root2) = study();
+    let out = rsim()
+        .arg("-C")
+        .arg(&root2)
+        .args([
+            "run",
+            "--experiments",
+            "2",
+            "--seeds-per-node",
+            "1",
+            "--workers",
+            "1",
+        ])
+        .args(["--worker", &standin(&py), "--quiet"])
+        .env("STANDIN_MODE", "greedy")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n1 = node(&root2, "n1");
+    assert_eq!(n1["status"], "concluded");
+    let notes = n1["notes"].as_str().unwrap_or("");
+    assert!(
+        notes.contains("was stopped") && notes.contains("allows 1"),
+        "{notes}"
+    );
+    fsck_clean(&root2);
+
+    // An agent that hangs is stopped after its turn; the record stays consistent.
+    let (_d3, root3) = study();
+    let out = run(
+        &root3,
+        &[
+            "run",
+            "--experiments",
+            "1",
+            "--seeds-per-node",
+            "1",
+            "--workers",
+            "1",
+            "--worker",
+            "cmd:sleep 600",
+            "--agent-timeout",
+            "2",
+            "--quiet",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let notes = node(&root3, "n1")["notes"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(notes.contains("ran past its 2 s turn"), "{notes}");
+    fsck_clean(&root3);
+
+    // An agent that is not installed is refused before anything is recorded.
+    let (_d4, root4) = study();
+    let out = run(
+        &root4,
+        &[
+            "run",
+            "--worker",
+            "cmd:rsim-no-such-agent --flag",
+            "--quiet",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not installed"));
+    assert_eq!(actions(&root4).len(), 1);
+}

@@ -302,6 +302,8 @@ pub struct RunSummary {
     pub base_test: Option<f64>,
     pub lock_in: LockIn,
     pub seconds: f64,
+    /// Why the campaign stopped before its budget was spent, if it did.
+    pub stopped: Option<String>,
 }
 
 /// Messages from agent threads.
@@ -415,12 +417,26 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
     let (tx, rx) = mpsc::channel::<Done>();
     let mut running: BTreeMap<String, (String, Instant)> = BTreeMap::new();
     let mut agent_failures: BTreeMap<String, u32> = BTreeMap::new();
+    // Worker turns that failed in a row: past three, the campaign stops scheduling (an agent that
+    // cannot work — a broken command, a dead endpoint — must not burn through the DAG).
+    let mut failed_in_a_row = 0u32;
+    let mut stopped: Option<String> = None;
     let mut next_slot = 0usize;
     let mut forced_rounds = 0;
     // Nodes a reviewer was asked about and did not judge: not asked about again.
     let mut skipped: BTreeSet<String> = BTreeSet::new();
     loop {
         st = CampaignState::load(&study, &opts.task)?;
+        if let Some(why) = &stopped {
+            if running.is_empty() {
+                progress.say(why);
+                break;
+            }
+            if let Ok(Done::Worker { node, .. }) = rx.recv_timeout(Duration::from_millis(500)) {
+                running.remove(&node);
+            }
+            continue;
+        }
         let left = budget.left();
         progress.bar.set_position(budget.used());
         progress.bar.set_message(status_line(&st, &running, left));
@@ -627,6 +643,14 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
             Ok(Done::Worker { node, result }) => {
                 running.remove(&node);
                 if let Err(e) = result {
+                    failed_in_a_row += 1;
+                    if failed_in_a_row >= 3 {
+                        stopped = Some(format!(
+                            "stopping the campaign: worker turns failed {failed_in_a_row} times in a \
+                             row (last, on {node}: {})",
+                            e.message
+                        ));
+                    }
                     let n = agent_failures.entry(node.clone()).or_default();
                     *n += 1;
                     progress.say(&format!("worker on {node} failed: {}", e.message));
@@ -645,6 +669,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                 } else if let Ok(s) = CampaignState::load(&study, &opts.task)
                     && let Some(n) = s.nodes.get(&node)
                 {
+                    failed_in_a_row = 0;
                     {
                         progress.say(&format!(
                             "{node} concluded: dev {}",
@@ -674,6 +699,20 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
 
     // Final review of what nobody reviewed yet, then the test split for the promoted node only.
     st = CampaignState::load(&study, &opts.task)?;
+    if let Some(why) = &stopped {
+        for n in st.campaign_nodes().filter(|n| n.status == NodeStatus::Open) {
+            study.conclude(
+                &owner,
+                ConcludeRequest {
+                    node: n.id.clone(),
+                    outcome: Outcome::Inconclusive,
+                    findings: format!("Not run: {why}."),
+                    best_checkpoint: n.best_checkpoint().map(|(c, _)| c.to_string()),
+                },
+            )?;
+        }
+        st = CampaignState::load(&study, &opts.task)?;
+    }
     if opts.strategy == Strategy::Orchestra && !st.unreviewed().is_empty() {
         let targets: Vec<String> = st.unreviewed().iter().map(|n| n.id.clone()).collect();
         let t = ReviewTask {
@@ -733,6 +772,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
         base_test,
         lock_in: st.lock_in(),
         seconds: started.elapsed().as_secs_f64(),
+        stopped,
     })
 }
 
