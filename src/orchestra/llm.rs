@@ -339,6 +339,7 @@ impl ReviewerAgent for LlmAgent {
             )
         };
         let mut reviewed = false;
+        let mut last_error = String::new();
         self.converse(
             study,
             &t.caller,
@@ -353,12 +354,22 @@ impl ReviewerAgent for LlmAgent {
                 }
                 Ok(())
             },
-            |name, r| reviewed |= name == "review" && r.is_ok(),
+            |name, r| {
+                reviewed |= name == "review" && r.is_ok();
+                if let Err(e) = r {
+                    last_error = format!("{name}: {}", e.message);
+                }
+            },
         )?;
         if !reviewed {
-            return Err(Error::invalid(
-                "the LLM reviewer finished without writing a review",
-            ));
+            return Err(Error::invalid(format!(
+                "the LLM reviewer finished without writing a review{}",
+                if last_error.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (last tool error: {last_error})")
+                }
+            )));
         }
         Ok(())
     }
