@@ -6,9 +6,8 @@
 
 use super::{ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
 use crate::api::Study;
-use crate::api::types::ConcludeRequest;
 use crate::error::{Error, Result};
-use crate::model::{ActionName, Caller, NodeStatus, Outcome};
+use crate::model::{ActionName, Caller};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -281,19 +280,7 @@ impl WorkerAgent for CommandAgent {
         })?;
         let before = run_sft_count(study, &t.node);
         let allowed = t.opts.seeds_per_node as usize;
-        let task = format!(
-            "Your node is {} — \"{}\".\nHypothesis:\n{}\n\nTask: {} (metric {}). Start at most \
-             {allowed} training run(s) (`run_sft`, {} steps, batch size {}), evaluate each \
-             checkpoint on the dev split, then `conclude` node {} with your findings.",
-            node.id,
-            node.title,
-            node.hypothesis,
-            t.opts.task,
-            t.opts.metric,
-            t.opts.steps,
-            t.opts.batch_size,
-            node.id
-        );
+        let task = t.brief(&node);
         let node_id = t.node.clone();
         let result = self.run_turn(
             study,
@@ -314,25 +301,7 @@ impl WorkerAgent for CommandAgent {
                 break;
             }
         }
-        let still_open = study
-            .index()
-            .node(&t.node)?
-            .is_some_and(|n| n.status == NodeStatus::Open);
-        if still_open {
-            let why = match &result {
-                Ok(()) => "the agent command exited without concluding".to_string(),
-                Err(e) => e.message.clone(),
-            };
-            study.conclude(
-                &t.caller,
-                ConcludeRequest {
-                    node: t.node.clone(),
-                    outcome: Outcome::Inconclusive,
-                    findings: why,
-                    best_checkpoint: None,
-                },
-            )?;
-        }
+        t.close_if_open(study, &result, "agent command")?;
         result
     }
 }
@@ -343,35 +312,7 @@ impl ReviewerAgent for CommandAgent {
     }
 
     fn review(&self, study: &Study, t: &ReviewTask) -> Result<()> {
-        let task = if t.opening {
-            format!(
-                "The campaign starts: only the root {} exists. Write one `review` on {} proposing \
-                 up to {} first directions (parent {}). Do not branch yourself: the orchestrator \
-                 branches your proposals.",
-                crate::api::ROOT_NODE,
-                crate::api::ROOT_NODE,
-                t.budget_left
-                    .div_ceil(t.opts.seeds_per_node.max(1) as u64)
-                    .clamp(1, 16),
-                crate::api::ROOT_NODE
-            )
-        } else {
-            format!(
-                "Review these concluded nodes: {}. Compare them with their relatives on the dev \
-                 split, then write one `review` on {} with a verdict for each and proposals. \
-                 Budget left: {} experiments. Lock-in: {:.0}% of experiments under {}.{}",
-                t.targets.join(", "),
-                t.anchor,
-                t.budget_left,
-                100.0 * t.lock_in.top_share,
-                t.lock_in.top_direction.as_deref().unwrap_or("-"),
-                if t.guard_active {
-                    " The lock-in guard is active: propose a different top-level direction first."
-                } else {
-                    ""
-                }
-            )
-        };
+        let task = t.brief();
         self.run_turn(
             study,
             &t.caller,

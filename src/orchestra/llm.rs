@@ -5,9 +5,8 @@
 use super::{AgentSpec, ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
 use crate::api::Study;
 use crate::api::schema::ACTIONS;
-use crate::api::types::ConcludeRequest;
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::{ActionName, Caller, NodeStatus, Outcome};
+use crate::model::{ActionName, Caller};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -235,18 +234,7 @@ impl WorkerAgent for LlmAgent {
             node: t.node.clone(),
         })?;
         let runs = t.opts.seeds_per_node;
-        let user = format!(
-            "Your node is {} — \"{}\".\nHypothesis:\n{}\n\nTask: {} (metric {}). You may start \
-             at most {runs} training run(s) (`run_sft`, {} steps, batch size {}), evaluate each \
-             checkpoint on the dev split, then `conclude` the node with your findings.",
-            node.id,
-            node.title,
-            node.hypothesis,
-            t.opts.task,
-            t.opts.metric,
-            t.opts.steps,
-            t.opts.batch_size
-        );
+        let user = t.brief(&node);
         let budget = t.budget.clone();
         let mut started = 0u32;
         let result = self.converse(
@@ -276,26 +264,7 @@ impl WorkerAgent for LlmAgent {
                 }
             },
         );
-        // An agent that stops without concluding leaves its node to the orchestrator.
-        let still_open = study
-            .index()
-            .node(&t.node)?
-            .is_some_and(|n| n.status == NodeStatus::Open);
-        if still_open {
-            let why = match &result {
-                Ok(()) => "the LLM worker stopped without concluding".to_string(),
-                Err(e) => format!("the LLM worker failed: {}", e.message),
-            };
-            study.conclude(
-                &t.caller,
-                ConcludeRequest {
-                    node: t.node.clone(),
-                    outcome: Outcome::Inconclusive,
-                    findings: why,
-                    best_checkpoint: None,
-                },
-            )?;
-        }
+        t.close_if_open(study, &result, "LLM worker")?;
         result
     }
 }
@@ -306,38 +275,7 @@ impl ReviewerAgent for LlmAgent {
     }
 
     fn review(&self, study: &Study, t: &ReviewTask) -> Result<()> {
-        let user = if t.opening {
-            format!(
-                "The campaign starts: only the root {} exists (the base model scores {} on {} dev). \
-                 Write a `review` on {} proposing up to {} first directions (parent {}).",
-                crate::api::ROOT_NODE,
-                t.base_dev.map_or("n/a".into(), |v| format!("{v:.3}")),
-                t.opts.task,
-                crate::api::ROOT_NODE,
-                t.budget_left
-                    .div_ceil(t.opts.seeds_per_node.max(1) as u64)
-                    .clamp(1, 16),
-                crate::api::ROOT_NODE
-            )
-        } else {
-            format!(
-                "Review these concluded nodes: {}. Record your review on {}. Budget left: {} \
-                 experiments ({} per new node). Lock-in index: {:.0}% of experiments under {} and \
-                 the longest refinement chain without a sibling is {}.{}",
-                t.targets.join(", "),
-                t.anchor,
-                t.budget_left,
-                t.opts.seeds_per_node,
-                100.0 * t.lock_in.top_share,
-                t.lock_in.top_direction.as_deref().unwrap_or("-"),
-                t.lock_in.max_lonely_depth,
-                if t.guard_active {
-                    " The lock-in guard is active: propose a different top-level direction (parent n0) first."
-                } else {
-                    ""
-                }
-            )
-        };
+        let user = t.brief();
         let mut reviewed = false;
         let mut last_error = String::new();
         self.converse(

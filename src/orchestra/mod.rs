@@ -221,6 +221,87 @@ pub struct ReviewTask {
     pub base_dev: Option<f64>,
 }
 
+impl WorkerTask {
+    /// The task in words, for agents that read (LLM and command agents).
+    pub fn brief(&self, node: &crate::api::types::NodeInfo) -> String {
+        format!(
+            "Your node is {} — \"{}\".\nHypothesis:\n{}\n\nTask: {} (metric {}). Start at most {} \
+             training run(s) (`run_sft`, {} steps, batch size {}), evaluate each checkpoint on the \
+             dev split, then `conclude` node {} with your findings.",
+            node.id,
+            node.title,
+            node.hypothesis,
+            self.opts.task,
+            self.opts.metric,
+            self.opts.seeds_per_node,
+            self.opts.steps,
+            self.opts.batch_size,
+            node.id
+        )
+    }
+
+    /// Close the node if the agent's turn ended without concluding it (well or not).
+    pub fn close_if_open(&self, study: &Study, result: &Result<()>, who: &str) -> Result<()> {
+        let open = study
+            .index()
+            .node(&self.node)?
+            .is_some_and(|n| n.status == NodeStatus::Open);
+        if open {
+            let findings = match result {
+                Ok(()) => format!("The {who} stopped without concluding."),
+                Err(e) => format!("The {who} failed: {}", e.message),
+            };
+            study.conclude(
+                &self.caller,
+                ConcludeRequest {
+                    node: self.node.clone(),
+                    outcome: Outcome::Inconclusive,
+                    findings,
+                    best_checkpoint: None,
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl ReviewTask {
+    /// The task in words, for agents that read (LLM and command agents).
+    pub fn brief(&self) -> String {
+        let root = crate::api::ROOT_NODE;
+        if self.opening {
+            return format!(
+                "The campaign starts: only the root {root} exists (the base model scores {} on {} \
+                 dev). Write one `review` on {root} proposing up to {} first directions (parent \
+                 {root}). Do not branch yourself: the orchestrator branches your proposals.",
+                self.base_dev.map_or("n/a".into(), |v| format!("{v:.3}")),
+                self.opts.task,
+                self.budget_left
+                    .div_ceil(self.opts.seeds_per_node.max(1) as u64)
+                    .clamp(1, 16),
+            );
+        }
+        format!(
+            "Review these concluded nodes: {}. Compare them with their relatives on the dev split, \
+             then write one `review` on {} with a verdict for each and your proposals. Budget left: \
+             {} experiments ({} per new node). Lock-in index: {:.0}% of experiments under {} and the \
+             longest refinement chain without a sibling is {}.{}",
+            self.targets.join(", "),
+            self.anchor,
+            self.budget_left,
+            self.opts.seeds_per_node,
+            100.0 * self.lock_in.top_share,
+            self.lock_in.top_direction.as_deref().unwrap_or("-"),
+            self.lock_in.max_lonely_depth,
+            if self.guard_active {
+                " The lock-in guard is active: propose a different top-level direction (parent n0) first."
+            } else {
+                ""
+            }
+        )
+    }
+}
+
 /// A Worker: acts on one node through the actions.
 pub trait WorkerAgent: Send + Sync {
     fn name(&self) -> &str;
