@@ -1,54 +1,13 @@
 //! The CLI face, the schema files, and crash safety (kill -9 of real writer processes).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-fn rsim() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rsim"));
-    c.env_remove("RSIM_STUDY");
-    c
-}
-
-fn run(study: &Path, args: &[&str]) -> Output {
-    rsim()
-        .arg("-C")
-        .arg(study)
-        .args(args)
-        .output()
-        .expect("spawn rsim")
-}
-
-fn ok_json(study: &Path, args: &[&str]) -> Value {
-    let mut full = vec!["--json"];
-    full.extend_from_slice(args);
-    let out = run(study, &full);
-    assert!(
-        out.status.success(),
-        "rsim {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json output")
-}
-
-fn example_study() -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().expect("tempdir");
-    let root = d.path().join("study");
-    let out = rsim()
-        .args(["init"])
-        .arg(&root)
-        .args(["--example", "tiny-arith-ngram"])
-        .output()
-        .expect("init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (d, root)
-}
+mod common;
+use common::{example_study, ok_json, rsim, run};
 
 #[test]
 fn schemas_directory_is_current() {

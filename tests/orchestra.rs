@@ -5,55 +5,14 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-fn rsim() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rsim"));
-    c.env_remove("RSIM_STUDY");
-    c
-}
-
-fn run(study: &Path, args: &[&str]) -> Output {
-    rsim()
-        .arg("-C")
-        .arg(study)
-        .args(args)
-        .output()
-        .expect("spawn rsim")
-}
-
-fn ok_json(study: &Path, args: &[&str]) -> Value {
-    let mut full = vec!["--json"];
-    full.extend_from_slice(args);
-    let out = run(study, &full);
-    assert!(
-        out.status.success(),
-        "rsim {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json output")
-}
-
-fn study() -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().expect("tempdir");
-    let root = d.path().join("study");
-    let out = rsim()
-        .args(["init"])
-        .arg(&root)
-        .args(["--example", "tiny-arith-ngram"])
-        .output()
-        .expect("init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (d, root)
-}
+mod common;
+use common::{commit_config, example_study, ok_json, rsim, run};
 
 /// Every accepted action of the study, from the log query.
 fn actions(root: &Path) -> Vec<Value> {
@@ -79,7 +38,7 @@ fn fsck_clean(root: &Path) {
 
 #[test]
 fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node() {
-    let (_d, root) = study();
+    let (_d, root) = example_study();
     let html = root.join("report.html");
     // A tight lock-in limit so the guard fires within a short campaign.
     let v = ok_json(
@@ -188,7 +147,7 @@ fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node(
 
 #[test]
 fn baselines_greedy_refines_its_best_and_random_starts_from_the_root() {
-    let (_d, root) = study();
+    let (_d, root) = example_study();
     let v = ok_json(
         &root,
         &[
@@ -211,7 +170,7 @@ fn baselines_greedy_refines_its_best_and_random_starts_from_the_root() {
     assert_eq!(v["summary"]["lock_in"]["top_share"], 1.0);
     assert!(actions(&root).iter().all(|a| a["action"] != "review"));
 
-    let (_d2, root2) = study();
+    let (_d2, root2) = example_study();
     let v = ok_json(
         &root2,
         &[
@@ -231,7 +190,7 @@ fn baselines_greedy_refines_its_best_and_random_starts_from_the_root() {
 
 #[test]
 fn a_killed_run_resumes_without_repeating_finished_work() {
-    let (_d, root) = study();
+    let (_d, root) = example_study();
     let mut child = rsim()
         .arg("-C")
         .arg(&root)
@@ -454,7 +413,7 @@ fn mock_llm() -> MockLlm {
 
 #[test]
 fn llm_agents_act_through_the_same_tools_and_rules() {
-    let (_d, root) = study();
+    let (_d, root) = example_study();
     let mock = mock_llm();
     let spec = format!("llm:scripted@http://{}/v1", mock.addr);
     let v = ok_json(
@@ -539,7 +498,7 @@ fn llm_agents_act_through_the_same_tools_and_rules() {
 
 #[test]
 fn unreachable_llm_endpoint_and_bad_agents_are_clear_errors() {
-    let (_d, root) = study();
+    let (_d, root) = example_study();
     // A port nothing listens on.
     let port = TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -569,36 +528,18 @@ fn unreachable_llm_endpoint_and_bad_agents_are_clear_errors() {
 
 #[test]
 fn a_study_with_no_budget_left_is_a_clear_refusal() {
-    let (_d, root) = study();
+    let (_d, root) = example_study();
     let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
     let line = text
         .lines()
         .find(|l| l.starts_with("max_nodes"))
         .expect("max_nodes line")
         .to_string();
-    std::fs::write(root.join("rsim.toml"), text.replace(&line, "max_nodes = 1")).expect("write");
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(&root)
-            .args([
-                "-c",
-                "user.name=owner",
-                "-c",
-                "user.email=owner@example.invalid",
-            ])
-            .args(args)
-            .output()
-            .expect("git");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    git(&["read-tree", "HEAD"]);
-    git(&["add", "rsim.toml"]);
-    git(&["commit", "-qm", "owner: no room for new nodes"]);
+    commit_config(
+        &root,
+        &text.replace(&line, "max_nodes = 1"),
+        "owner: no room for new nodes",
+    );
     let out = run(&root, &["run", "--quiet"]);
     assert_eq!(
         out.status.code(),
@@ -644,7 +585,7 @@ fn standin(python: &Path) -> String {
 #[test]
 fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
     let Some(py) = mcp_python() else { return };
-    let (_d, root) = study();
+    let (_d, root) = example_study();
     let out = rsim()
         .arg("-C")
         .arg(&root)
@@ -695,7 +636,7 @@ fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
     );
 
     // An agent that starts more training runs than its task allows is stopped.
-    let (_d2, root2) = study();
+    let (_d2, root2) = example_study();
     let out = rsim()
         .arg("-C")
         .arg(&root2)
@@ -727,7 +668,7 @@ fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
     fsck_clean(&root2);
 
     // An agent that hangs is stopped after its turn; the record stays consistent.
-    let (_d3, root3) = study();
+    let (_d3, root3) = example_study();
     let out = run(
         &root3,
         &[
@@ -758,7 +699,7 @@ fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
     fsck_clean(&root3);
 
     // An agent that is not installed is refused before anything is recorded.
-    let (_d4, root4) = study();
+    let (_d4, root4) = example_study();
     let out = run(
         &root4,
         &[

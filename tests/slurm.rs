@@ -4,10 +4,13 @@
 //! with a message when `sbatch` is not on PATH.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+mod common;
+use common::{commit_config, example_study, ok_json, rsim, run};
 
 fn slurm_here() -> bool {
     let found = Command::new("sbatch")
@@ -26,49 +29,10 @@ fn slurm_here() -> bool {
     found
 }
 
-fn rsim() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rsim"));
-    c.env_remove("RSIM_STUDY");
-    c
-}
-
-fn run(study: &Path, args: &[&str]) -> Output {
-    rsim()
-        .arg("-C")
-        .arg(study)
-        .args(args)
-        .output()
-        .expect("spawn rsim")
-}
-
-fn ok_json(study: &Path, args: &[&str]) -> Value {
-    let mut full = vec!["--json"];
-    full.extend_from_slice(args);
-    let out = run(study, &full);
-    assert!(
-        out.status.success(),
-        "rsim {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json output")
-}
-
 /// The tiny-arith-ngram example with `[backend]` replaced by `backend` (and, if given, the
 /// trainer command replaced), committed on main by the study owner.
 fn slurm_study(backend: &str, sft: Option<&str>) -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().expect("tempdir");
-    let root = d.path().join("study");
-    let out = rsim()
-        .args(["init"])
-        .arg(&root)
-        .args(["--example", "tiny-arith-ngram"])
-        .output()
-        .expect("init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (d, root) = example_study();
     set_config(&root, backend, sft);
     ok_json(
         &root,
@@ -98,27 +62,7 @@ fn set_config(root: &Path, backend: &str, sft: Option<&str>) {
             .to_string();
         text = text.replace(&line, &format!("sft = {cmd}"));
     }
-    std::fs::write(root.join("rsim.toml"), &text).expect("write config");
-    let repo = git2::Repository::open(root).expect("repo");
-    let head = repo.head().expect("head").peel_to_commit().expect("commit");
-    let mut index = repo.index().expect("index");
-    index
-        .read_tree(&head.tree().expect("tree"))
-        .expect("read tree");
-    index.add_path(Path::new("rsim.toml")).expect("add");
-    let tree = repo
-        .find_tree(index.write_tree().expect("write tree"))
-        .expect("tree");
-    let sig = git2::Signature::now("owner", "owner@example.invalid").expect("sig");
-    repo.commit(
-        Some("HEAD"),
-        &sig,
-        &sig,
-        "owner: slurm backend",
-        &tree,
-        &[&head],
-    )
-    .expect("commit");
+    commit_config(root, &text, "owner: slurm backend");
 }
 
 const SLURM: &str = "kind = \"slurm\"\npartition = \"debug\"\ntimeout_s = 300";

@@ -1,0 +1,73 @@
+//! Helpers shared by the integration tests that drive the real `rsim` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The rsim binary under test, without a study from the environment.
+pub fn rsim() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rsim"));
+    c.env_remove("RSIM_STUDY");
+    c
+}
+
+/// `rsim -C study ARGS...`
+pub fn run(study: &Path, args: &[&str]) -> Output {
+    rsim()
+        .arg("-C")
+        .arg(study)
+        .args(args)
+        .output()
+        .expect("spawn rsim")
+}
+
+/// `rsim -C study --json ARGS...`, which must succeed; its JSON output.
+pub fn ok_json(study: &Path, args: &[&str]) -> Value {
+    let mut full = vec!["--json"];
+    full.extend_from_slice(args);
+    let out = run(study, &full);
+    assert!(
+        out.status.success(),
+        "rsim {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json output")
+}
+
+/// A fresh study of the fast tiny-arith-ngram example in a temporary directory.
+pub fn example_study() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    let out = rsim()
+        .args(["init"])
+        .arg(&root)
+        .args(["--example", "tiny-arith-ngram"])
+        .output()
+        .expect("init");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (d, root)
+}
+
+/// Write `text` as the study's rsim.toml and commit it on main, as the study owner would.
+pub fn commit_config(root: &Path, text: &str, message: &str) {
+    std::fs::write(root.join("rsim.toml"), text).expect("write config");
+    let repo = git2::Repository::open(root).expect("repo");
+    let head = repo.head().expect("head").peel_to_commit().expect("commit");
+    let mut index = repo.index().expect("index");
+    index
+        .read_tree(&head.tree().expect("tree"))
+        .expect("read tree");
+    index.add_path(Path::new("rsim.toml")).expect("add");
+    let tree = repo
+        .find_tree(index.write_tree().expect("write tree"))
+        .expect("tree");
+    let sig = git2::Signature::now("owner", "owner@example.invalid").expect("sig");
+    repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&head])
+        .expect("commit");
+}
