@@ -240,23 +240,24 @@ impl WorkerTask {
         )
     }
 
-    /// Close the node if the agent's turn ended without concluding it (well or not).
+    /// Close the node if the agent finished its turn without concluding it. A turn that failed
+    /// (crashed, hung, over its budget) leaves the node open: the orchestrator returns it to the
+    /// frontier once and closes it after a second failure.
     pub fn close_if_open(&self, study: &Study, result: &Result<()>, who: &str) -> Result<()> {
+        if result.is_err() {
+            return Ok(());
+        }
         let open = study
             .index()
             .node(&self.node)?
             .is_some_and(|n| n.status == NodeStatus::Open);
         if open {
-            let findings = match result {
-                Ok(()) => format!("The {who} stopped without concluding."),
-                Err(e) => format!("The {who} failed: {}", e.message),
-            };
             study.conclude(
                 &self.caller,
                 ConcludeRequest {
                     node: self.node.clone(),
                     outcome: Outcome::Inconclusive,
-                    findings,
+                    findings: format!("The {who} finished its turn without concluding."),
                     best_checkpoint: None,
                 },
             )?;
@@ -734,9 +735,14 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     }
                     let n = agent_failures.entry(node.clone()).or_default();
                     *n += 1;
-                    progress.say(&format!("worker on {node} failed: {}", e.message));
+                    progress.say(&format!(
+                        "worker on {node} failed: {}{}",
+                        e.message,
+                        if *n < 2 { " (back to the frontier)" } else { "" }
+                    ));
                     if *n >= 2 || e.kind == ErrorKind::Invalid {
                         // Returned to the frontier once; a second failure closes it.
+                        progress.say(&format!("{node} failed twice: closing it"));
                         let _ = study.conclude(
                             &owner,
                             ConcludeRequest {

@@ -40,7 +40,7 @@ async def main() -> int:
             if r.is_error:
                 if ok:
                     raise SystemExit(f"standin: {name} failed: {text}")
-                log(f"{name} refused as expected: {text}")
+                log(f"{name} refused: {text}")
                 return {"error": text}
             sc = r.structured_content or {}
             if sc.get("status") == "running":
@@ -55,10 +55,13 @@ async def main() -> int:
         info = await call("get_node", {"node": node})
         log(f"working on {info['id']}: {info['title']}")
         name = f"standin-{node}"
-        await call("register_dataset", {
+        # A node returned to the frontier may already have its dataset: reuse it.
+        reg = await call("register_dataset", {
             "node": node, "name": name,
             "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 1},
-        })
+        }, ok=False)
+        if "error" in reg and "dataset-name-taken" not in reg["error"]:
+            raise SystemExit(f"standin: register_dataset failed: {reg['error']}")
         runs = 3 if mode == "greedy" else 1
         best = None
         for seed in range(runs):
