@@ -592,14 +592,16 @@ pub fn greedy_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, Strin
                 format!("Greedy refinement of the best node {}: {}.", best.id, c.1),
             )
         }
-        _ => {
-            let mut first = StdRng::seed_from_u64(seed);
-            (
-                vec![st.root.clone()],
-                Recipe::random(&mut first),
-                "Greedy agent's first idea.".into(),
-            )
-        }
+        // Its first idea comes from the same prior the Reviewer's opening uses (default settings,
+        // one answer format) — the seed picks the format — so the comparison is between search
+        // policies, not between starting points.
+        _ => (
+            vec![st.root.clone()],
+            Recipe::default().with_format(
+                super::recipe::FORMATS[(seed % super::recipe::FORMATS.len() as u64) as usize],
+            ),
+            "Greedy agent's first idea: an answer format at default settings.".into(),
+        ),
     }
 }
 
