@@ -482,3 +482,63 @@ fn mcp_config_prints_working_client_configs() {
     let t: toml::Value = toml::from_str(&String::from_utf8_lossy(&out.stdout)).expect("toml");
     assert!(t["mcp_servers"]["rsim"]["command"].is_str());
 }
+
+#[test]
+fn a_cancelled_request_stops_its_job_and_the_job_is_recorded_cancelled() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &["--job-wait", "600"]);
+    rt().block_on(async {
+        let progress = Arc::new(AtomicUsize::new(0));
+        let client = Client {
+            progress: progress.clone(),
+        };
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(server.url.clone()),
+        );
+        let w = client.serve(transport).await.expect("connect");
+        ok(&call(&w, "branch", json!({"parents": ["n0"], "title": "long"})).await);
+        ok(&call(&w, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 300, "seed": 1}})).await);
+        let req = CallToolRequestParams::new("run_sft").with_arguments(
+            json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 5_000_000, "batch_size": 64})
+                .as_object()
+                .cloned()
+                .expect("obj"),
+        );
+        let h = w
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(Request::new(req)),
+                rmcp::service::PeerRequestOptions::no_options(),
+            )
+            .await
+            .expect("send");
+        // Progress arrives while the job runs (at least the elapsed-seconds heartbeat).
+        let t0 = std::time::Instant::now();
+        while progress.load(Ordering::SeqCst) == 0 && t0.elapsed().as_secs() < 120 {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        assert!(progress.load(Ordering::SeqCst) > 0, "no progress notification");
+        let cancel: CancelledNotificationParam =
+            serde_json::from_value(json!({"requestId": h.id, "reason": "changed my mind"}))
+                .expect("cancel params");
+        w.notify_cancelled(cancel).await.expect("cancel");
+        // The job stops and its action is recorded with the job cancelled.
+        let mut job = None;
+        for _ in 0..600 {
+            let log = ok(&call(&w, "log", json!({"node": "n1"})).await).clone();
+            job = log["actions"]
+                .as_array()
+                .and_then(|a| a.iter().find(|a| a["action"] == "run_sft"))
+                .and_then(|a| a["job"].as_str().map(str::to_string));
+            if job.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let job = job.expect("run_sft recorded after the cancel");
+        let info = ok(&call(&w, "get_job", json!({"job": job})).await).clone();
+        assert_eq!(info["job"]["state"], "cancelled", "{info}");
+        w.cancel().await.expect("close");
+    });
+    drop(server);
+    assert_fsck_clean(&study);
+}
