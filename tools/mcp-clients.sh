@@ -95,6 +95,13 @@ mkdir -p "$HOME"
 # The jobs rsim starts must not inherit a study from the caller's environment.
 unset RSIM_STUDY
 
+# Private copies of the binaries: a rebuild during the run (cargo replaces target/debug/rsim) must not
+# pull the program from under the servers and the jobs they start.
+mkdir -p "$tmp/bin"
+cp "$rsim" "$tmp/bin/rsim"
+if [ "$conf_rsim" = "$rsim" ]; then conf_rsim=$tmp/bin/rsim; else cp "$conf_rsim" "$tmp/bin/rsim-conformance" && conf_rsim=$tmp/bin/rsim-conformance; fi
+rsim=$tmp/bin/rsim
+
 "$rsim" init "$tmp/study" --example tiny-arith-ngram >/dev/null 2>"$tmp/init.log" \
   || { cat "$tmp/init.log" >&2; die "rsim init failed"; }
 study=$tmp/study
