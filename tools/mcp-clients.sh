@@ -299,6 +299,16 @@ for i in "${!client_pids[@]}"; do
 done
 [ "${#client_pids[@]}" = 0 ] || log "SDK clients: $((SECONDS - clients_t0)) s (side by side with the rest)"
 
+# The study every agent wrote to at once must hold a consistent record (git, action files, artifacts,
+# index), and nothing any agent did may have got past the policy.
+if [ "${#client_pids[@]}" != 0 ]; then
+  if "$rsim" -C "$study" fsck >"$tmp/fsck.out" 2>&1; then pass "fsck of the study all agents shared: $(tail -1 "$tmp/fsck.out")"
+  else fail "fsck of the study all agents shared"; cat "$tmp/fsck.out" >&2; fi
+  if "$rsim" -C "$study" audit >"$tmp/audit.out" 2>&1 && grep -q '^got through: 0$' "$tmp/audit.out"; then
+    pass "audit of the shared study: nothing got through the policy"
+  else fail "audit of the shared study"; tail -20 "$tmp/audit.out" >&2; fi
+fi
+
 # A server that died under the clients is a failure even if every client call happened to pass.
 for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "an rsim serve process exited during the run"; done
 
