@@ -72,8 +72,12 @@ log "clients ready ($((SECONDS - started)) s)"
 # ---- a fresh study and servers --------------------------------------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rsim-mcp.XXXXXX")
 pids=()
+client_pids=()
+clients_collected=
 cleanup() {
   local p f
+  # Clients still running (an early exit) are stopped; collected ones are not signalled again.
+  [ -n "$clients_collected" ] || for p in "${client_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   # Jobs the servers started outlive them by design; stop any still running in our studies (a pid
@@ -98,8 +102,13 @@ unset RSIM_STUDY
 # Private copies of the binaries: a rebuild during the run (cargo replaces target/debug/rsim) must not
 # pull the program from under the servers and the jobs they start.
 mkdir -p "$tmp/bin"
-cp "$rsim" "$tmp/bin/rsim"
-if [ "$conf_rsim" = "$rsim" ]; then conf_rsim=$tmp/bin/rsim; else cp "$conf_rsim" "$tmp/bin/rsim-conformance" && conf_rsim=$tmp/bin/rsim-conformance; fi
+cp "$rsim" "$tmp/bin/rsim" || die "cannot copy $rsim into $tmp"
+if [ "$conf_rsim" = "$rsim" ]; then
+  conf_rsim=$tmp/bin/rsim
+else
+  cp "$conf_rsim" "$tmp/bin/rsim-conformance" || die "cannot copy $conf_rsim into $tmp"
+  conf_rsim=$tmp/bin/rsim-conformance
+fi
 rsim=$tmp/bin/rsim
 
 "$rsim" init "$tmp/study" --example tiny-arith-ngram >/dev/null 2>"$tmp/init.log" \
@@ -135,7 +144,6 @@ http_url=$url
 # ---- Python and TypeScript SDK clients --------------------------------------------------------------
 # Started first and run side by side (several agents on one study, as in real use) while the
 # conformance suite and the Inspector run; collected at the end. Each prints `RESULT passed=N failed=M` last.
-client_pids=()
 client_logs=()
 client() {
   local name=$1
@@ -297,6 +305,7 @@ for i in "${!client_pids[@]}"; do
     [ "$f" != 0 ] || fail "client $name: exited $rc"
   fi
 done
+clients_collected=1
 [ "${#client_pids[@]}" = 0 ] || log "SDK clients: $((SECONDS - clients_t0)) s (side by side with the rest)"
 
 # The study every agent wrote to at once must hold a consistent record (git, action files, artifacts,
