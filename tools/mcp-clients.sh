@@ -163,6 +163,7 @@ if wants ts; then
   client ts-http "$node" "$dir/client.mjs" --url "$http_url" --rsim "$rsim" --study "$study" --tag ts-http
   client ts-stdio "$node" "$dir/client.mjs" --rsim "$rsim" --study "$study" --tag ts-stdio
 fi
+
 # ---- conformance suite -----------------------------------------------------------------------------
 # conformance LABEL ENTRY BASELINE ARGS...: runs the suite into a results directory, and scores it with
 # conformance_score.py: each scenario is a check; scenarios in BASELINE (the expected-failures file)
