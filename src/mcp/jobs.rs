@@ -43,6 +43,9 @@ impl JobRunner for NotifyingRunner {
 pub struct Pool {
     root: PathBuf,
     idle: Mutex<Vec<(Study, Option<git2::Oid>)>>,
+    /// Serialises this process's quick writes: its sessions then never race each other for a
+    /// node id or a branch tip (the compare-and-swap still guards against other processes).
+    writes: Mutex<()>,
 }
 
 impl Pool {
@@ -50,6 +53,7 @@ impl Pool {
         let pool = Pool {
             root: root.to_path_buf(),
             idle: Mutex::new(Vec::new()),
+            writes: Mutex::new(()),
         };
         // Open one now so a bad study fails at startup, not on the first call.
         let s = pool.open_one()?;
@@ -82,6 +86,32 @@ impl Pool {
         let r = f(&s.0);
         self.put(s);
         r
+    }
+}
+
+/// Times a write that lost every compare-and-swap to other processes is tried again. A conflict
+/// means nothing was written, so trying again cannot duplicate a record.
+const CONFLICT_RETRIES: usize = 8;
+
+impl Pool {
+    /// Run a quick writing action (no job): one at a time in this process, and again on a conflict.
+    pub fn write(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
+        self.with(|s| {
+            let _one_at_a_time = self.writes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut tries = 0;
+            loop {
+                match s.call(caller, action, args.clone()) {
+                    Err(e)
+                        if e.kind == crate::error::ErrorKind::Conflict
+                            && tries < CONFLICT_RETRIES =>
+                    {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(5 + rand::random::<u64>() % 45));
+                    }
+                    other => return other,
+                }
+            }
+        })
     }
 }
 
