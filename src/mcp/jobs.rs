@@ -301,6 +301,12 @@ pub fn recorded_result(study: &Study, job: &str) -> Result<Option<Value>> {
             "job {job}: action {seq} of node {node} is indexed but not in git"
         )));
     };
+    let state = a
+        .record
+        .job
+        .as_ref()
+        .map(|j| j.state.as_str())
+        .unwrap_or("unknown");
     let mut v = a.record.result.unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.insert("commit".into(), Value::String(a.commit.to_string()));
@@ -311,6 +317,34 @@ pub fn recorded_result(study: &Study, job: &str) -> Result<Option<Value>> {
         if m.get("checkpoint").is_some_and(Value::is_null) {
             m.remove("checkpoint");
         }
+    }
+    // A job that ended without a result (lost with its process, ...) has no result of the action's
+    // type: say so instead of answering content that fits no declared schema.
+    let fits = match a.record.action {
+        crate::model::ActionName::RunSft => {
+            serde_json::from_value::<crate::api::types::RunSftResult>(v.clone()).is_ok()
+        }
+        crate::model::ActionName::Evaluate => {
+            serde_json::from_value::<crate::api::types::EvaluateResult>(v.clone()).is_ok()
+        }
+        _ => true,
+    };
+    if !fits {
+        let why = a
+            .record
+            .job
+            .as_ref()
+            .and_then(|j| j.error.clone())
+            .unwrap_or_default();
+        return Err(Error::not_found(format!(
+            "result: job {job} ended {state} without a {} result{}; its record: get_job {{\"job\": \"{job}\"}} or rsim://node/{node}/actions/{seq}",
+            a.record.action,
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            }
+        )));
     }
     Ok(Some(v))
 }
