@@ -528,10 +528,13 @@ async def disconnect_checks(args: argparse.Namespace, c: Checks) -> None:
                                 {"job": job, "timeout_s": 45})
             if done:
                 recorded = await other.call_tool("get_job", {"job": job})
-                state = (recorded.structured_content or {}).get("job", {}).get("state") if not recorded.is_error \
-                    else text_of(recorded)
+                state = text_of(recorded)
+                if not recorded.is_error and isinstance(recorded.structured_content, dict):
+                    state = recorded.structured_content.get("job", {}).get("state")
+                # wait_job answers the recorded result, or {job: "<id>", status: "running"} after timeout_s.
+                record = done.get("job") if isinstance(done.get("job"), dict) else {}
                 c.check("the job outlived its agent's disconnect and was recorded as succeeded",
-                        done.get("job", {}).get("state") == "succeeded" and bool(done.get("checkpoint")),
+                        record.get("state") == "succeeded" and bool(done.get("checkpoint")),
                         f"wait_job after {time.monotonic() - t_left:.0f} s: {short(done)}; get_job: {short(state)}")
     except Exception as e:  # noqa: BLE001
         c.fail("abandoned-job connections", f"{describe(e)}")
