@@ -140,6 +140,9 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # ---- main server (the study the clients share) -------------------------------------------------------
 serve "$rsim" "$study" server
 http_url=$url
+# The same study, answering run_sft at once: a job its HTTP agent abandons (client.py).
+serve "$rsim" "$study" server-nowait --job-wait 0
+nowait_url=$url
 
 # ---- Python and TypeScript SDK clients --------------------------------------------------------------
 # Started first and run side by side (several agents on one study, as in real use) while the
@@ -154,9 +157,9 @@ client() {
 }
 clients_t0=$SECONDS
 if wants python; then
-  client python-legacy-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
+  client python-legacy-http "$python" "$dir/client.py" --url "$http_url" --url-nowait "$nowait_url" --rsim "$rsim" --study "$study" \
     --mode legacy --tag py-legacy --roles
-  client python-2026-07-28-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
+  client python-2026-07-28-http "$python" "$dir/client.py" --url "$http_url" --url-nowait "$nowait_url" --rsim "$rsim" --study "$study" \
     --mode auto --expect-version 2026-07-28 --tag py-modern --roles --tasks
 fi
 if wants ts; then

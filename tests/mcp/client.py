@@ -492,52 +492,57 @@ async def role_checks(args: argparse.Namespace, c: Checks) -> None:
         c.fail("observer connection over stdio", f"{describe(e)}")
 
 
+async def abandon_job(args: argparse.Namespace, c: Checks, server: Any, how: str) -> str | None:
+    """Start a run_sft that answers at once (--job-wait 0) and disconnect the way the SDK does it
+    (HTTP: end the session; stdio: close stdin, SIGTERM after 2 s, SIGKILL). Returns the job id."""
+    async with Client(server, mode=args.mode, read_timeout_seconds=60) as a:
+        s = Session(a, c, args)
+        b = await s.good(f"branch for the job abandoned over {how}", "branch",
+                         {"parents": ["n0"], "title": f"{args.tag} job abandoned over {how}"})
+        if not b:
+            return None
+        name = f"{args.tag}-left-{how}"
+        if not await s.good(f"register_dataset for the job abandoned over {how}", "register_dataset",
+                            {"node": b["node"], "name": name,
+                             "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain",
+                                        "n": 200, "seed": 6}}):
+            return None
+        sc = await s.good(f"run_sft over {how} with --job-wait 0", "run_sft",
+                          {"node": b["node"], "base": "base", "datasets": [name], "learning_rate": 0.001,
+                           "steps": args.steps * 5, "batch_size": 16})
+        if not sc or not c.check(f"run_sft over {how} with --job-wait 0 answers status running at once",
+                                 sc.get("status") == "running", short(sc)):
+            return None
+        return str(sc["job"])
+
+
 async def disconnect_checks(args: argparse.Namespace, c: Checks) -> None:
-    """A job outlives its agent: an `rsim mcp` client starts run_sft (answered at once with
-    --job-wait 0) and disconnects the way the SDK does it (close stdin, SIGTERM after 2 s, SIGKILL);
-    another connection then waits for the job and gets the recorded, succeeded result."""
-    leaver = StdioServerParameters(command=args.rsim, args=["mcp", "--study", args.study, "--role", "worker",
-                                                            "--agent", f"{args.tag}-leaver", "--job-wait", "0"])
-    job = None
+    """What a job survives (tests/MCP_CONTRACT.md, "Long jobs"): over HTTP it runs to the end and is
+    recorded after its agent disconnects; over stdio, SDK clients kill their `rsim mcp` 2-4 s after
+    closing stdin, so the job is stopped and recorded `lost`, and wait_job says so."""
     try:
-        async with Client(leaver, mode=args.mode, read_timeout_seconds=60) as a:
-            s = Session(a, c, args)
-            b = await s.good("branch for the abandoned job", "branch",
-                             {"parents": ["n0"], "title": f"{args.tag} abandoned job"})
-            if not b:
-                return
-            name = f"{args.tag}-left"
-            if not await s.good("register_dataset for the abandoned job", "register_dataset",
-                                {"node": b["node"], "name": name,
-                                 "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain",
-                                            "n": 200, "seed": 6}}):
-                return
-            sc = await s.good("run_sft with --job-wait 0 answers with the running job", "run_sft",
-                              {"node": b["node"], "base": "base", "datasets": [name], "learning_rate": 0.001,
-                               "steps": args.steps * 5, "batch_size": 16})
-            if not sc or not c.check("run_sft with --job-wait 0 answers status running at once",
-                                     sc.get("status") == "running", short(sc)):
-                return
-            job = sc["job"]
-        t_left = time.monotonic()
+        over_http = await abandon_job(args, c, args.url_nowait, "http") if args.url_nowait else None
+        leaver = StdioServerParameters(command=args.rsim, args=["mcp", "--study", args.study, "--role", "worker",
+                                                                "--agent", f"{args.tag}-leaver", "--job-wait", "0"])
+        over_stdio = await abandon_job(args, c, leaver, "stdio")
         server: Any = args.url if args.url else stdio_params(args, "worker")
         async with Client(server, mode=args.mode, read_timeout_seconds=120) as other:
             s = Session(other, c, args)
-            # The job needs a few seconds; 45 s is ample even on a loaded machine.
-            done = await s.good("another agent waits for the abandoned job", "wait_job",
-                                {"job": job, "timeout_s": 45})
-            if done:
-                recorded = await other.call_tool("get_job", {"job": job})
-                state = text_of(recorded)
-                if not recorded.is_error and isinstance(recorded.structured_content, dict):
-                    state = recorded.structured_content.get("job", {}).get("state")
-                # wait_job answers the recorded result, or {job: "<id>", status: "running"} after timeout_s.
-                record = done.get("job") if isinstance(done.get("job"), dict) else {}
-                c.check("the job outlived its agent's disconnect and was recorded as succeeded",
-                        record.get("state") == "succeeded" and bool(done.get("checkpoint")),
-                        f"wait_job after {time.monotonic() - t_left:.0f} s: {short(done)}; get_job: {short(state)}")
+            if over_http:
+                # The job needs a few seconds; 45 s is ample even on a loaded machine.
+                done = await s.good("another agent waits for the job abandoned over HTTP", "wait_job",
+                                    {"job": over_http, "timeout_s": 45})
+                if done:
+                    record = done.get("job") if isinstance(done.get("job"), dict) else {}
+                    c.check("a job outlives its HTTP agent's disconnect and is recorded as succeeded",
+                            record.get("state") == "succeeded" and bool(done.get("checkpoint")), short(done))
+        if over_stdio:
+            # "Stopped and recorded lost by the next process that opens the study": open it anew.
+            async with Client(stdio_params(args, "observer"), mode=args.mode, read_timeout_seconds=120) as nxt:
+                await Session(nxt, c, args).bad("wait_job on the job abandoned over stdio says it was lost",
+                                                "wait_job", {"job": over_stdio, "timeout_s": 45}, "lost")
     except Exception as e:  # noqa: BLE001
-        c.fail("abandoned-job connections", f"{describe(e)}")
+        c.fail("abandoned-job connections", describe(e))
 
 
 async def task_checks(args: argparse.Namespace, c: Checks) -> None:
@@ -601,6 +606,7 @@ async def main_async(args: argparse.Namespace) -> Checks:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="streamable HTTP endpoint, e.g. http://127.0.0.1:PORT/mcp")
+    ap.add_argument("--url-nowait", help="the same study served with --job-wait 0 (a job abandoned over HTTP)")
     ap.add_argument("--rsim", required=True, help="rsim binary (stdio connections)")
     ap.add_argument("--study", required=True, help="study directory")
     ap.add_argument("--mode", default="legacy",
