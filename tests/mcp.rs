@@ -542,3 +542,40 @@ fn a_cancelled_request_stops_its_job_and_the_job_is_recorded_cancelled() {
     drop(server);
     assert_fsck_clean(&study);
 }
+
+#[test]
+fn wait_job_on_a_job_lost_with_its_stdio_server_names_the_state() {
+    let (_d, study) = example_study();
+    rt().block_on(async {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rsim"));
+        cmd.arg("-C")
+            .arg(&study)
+            .args(["mcp", "--agent", "doomed", "--job-wait", "0"]);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn rsim mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let s = Client::default()
+            .serve((stdout, stdin))
+            .await
+            .expect("stdio connect");
+        ok(&call(&s, "branch", json!({"parents": ["n0"], "title": "lost"})).await);
+        ok(&call(&s, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 300, "seed": 1}})).await);
+        let r = ok(&call(&s, "run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 5_000_000, "batch_size": 64})).await).clone();
+        let job = r["job"].as_str().expect("running job id").to_string();
+        // The server dies (as clients kill theirs); the job is stopped and recorded lost by the next opener.
+        child.kill().await.expect("kill rsim mcp");
+        drop(s);
+        let server = serve(&study, &[]);
+        let w = agent(&server.url, "survivor").await;
+        let e = err_text(&call(&w, "wait_job", json!({"job": job, "timeout_s": 60})).await);
+        assert!(e.contains("lost"), "{e}");
+        let info = ok(&call(&w, "get_job", json!({"job": job})).await).clone();
+        assert_eq!(info["job"]["state"], "lost", "{info}");
+        w.cancel().await.expect("close");
+        drop(server);
+    });
+    assert_fsck_clean(&study);
+}
