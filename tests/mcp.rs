@@ -482,3 +482,100 @@ fn mcp_config_prints_working_client_configs() {
     let t: toml::Value = toml::from_str(&String::from_utf8_lossy(&out.stdout)).expect("toml");
     assert!(t["mcp_servers"]["rsim"]["command"].is_str());
 }
+
+#[test]
+fn a_cancelled_request_stops_its_job_and_the_job_is_recorded_cancelled() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &["--job-wait", "600"]);
+    rt().block_on(async {
+        let progress = Arc::new(AtomicUsize::new(0));
+        let client = Client {
+            progress: progress.clone(),
+        };
+        let transport = StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(server.url.clone()),
+        );
+        let w = client.serve(transport).await.expect("connect");
+        ok(&call(&w, "branch", json!({"parents": ["n0"], "title": "long"})).await);
+        ok(&call(&w, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 300, "seed": 1}})).await);
+        let req = CallToolRequestParams::new("run_sft").with_arguments(
+            json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 5_000_000, "batch_size": 64})
+                .as_object()
+                .cloned()
+                .expect("obj"),
+        );
+        let h = w
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(Request::new(req)),
+                rmcp::service::PeerRequestOptions::no_options(),
+            )
+            .await
+            .expect("send");
+        // Progress arrives while the job runs (at least the elapsed-seconds heartbeat).
+        let t0 = std::time::Instant::now();
+        while progress.load(Ordering::SeqCst) == 0 && t0.elapsed().as_secs() < 120 {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        assert!(progress.load(Ordering::SeqCst) > 0, "no progress notification");
+        let cancel: CancelledNotificationParam =
+            serde_json::from_value(json!({"requestId": h.id, "reason": "changed my mind"}))
+                .expect("cancel params");
+        w.notify_cancelled(cancel).await.expect("cancel");
+        // The job stops and its action is recorded with the job cancelled.
+        let mut job = None;
+        for _ in 0..600 {
+            let log = ok(&call(&w, "log", json!({"node": "n1"})).await).clone();
+            job = log["actions"]
+                .as_array()
+                .and_then(|a| a.iter().find(|a| a["action"] == "run_sft"))
+                .and_then(|a| a["job"].as_str().map(str::to_string));
+            if job.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let job = job.expect("run_sft recorded after the cancel");
+        let info = ok(&call(&w, "get_job", json!({"job": job})).await).clone();
+        assert_eq!(info["job"]["state"], "cancelled", "{info}");
+        w.cancel().await.expect("close");
+    });
+    drop(server);
+    assert_fsck_clean(&study);
+}
+
+#[test]
+fn wait_job_on_a_job_lost_with_its_stdio_server_names_the_state() {
+    let (_d, study) = example_study();
+    rt().block_on(async {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_rsim"));
+        cmd.arg("-C")
+            .arg(&study)
+            .args(["mcp", "--agent", "doomed", "--job-wait", "0"]);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn rsim mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let s = Client::default()
+            .serve((stdout, stdin))
+            .await
+            .expect("stdio connect");
+        ok(&call(&s, "branch", json!({"parents": ["n0"], "title": "lost"})).await);
+        ok(&call(&s, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 300, "seed": 1}})).await);
+        let r = ok(&call(&s, "run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 5_000_000, "batch_size": 64})).await).clone();
+        let job = r["job"].as_str().expect("running job id").to_string();
+        // The server dies (as clients kill theirs); the job is stopped and recorded lost by the next opener.
+        child.kill().await.expect("kill rsim mcp");
+        drop(s);
+        let server = serve(&study, &[]);
+        let w = agent(&server.url, "survivor").await;
+        let e = err_text(&call(&w, "wait_job", json!({"job": job, "timeout_s": 60})).await);
+        assert!(e.contains("lost"), "{e}");
+        let info = ok(&call(&w, "get_job", json!({"job": job})).await).clone();
+        assert_eq!(info["job"]["state"], "lost", "{info}");
+        w.cancel().await.expect("close");
+        drop(server);
+    });
+    assert_fsck_clean(&study);
+}

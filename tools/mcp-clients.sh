@@ -72,8 +72,12 @@ log "clients ready ($((SECONDS - started)) s)"
 # ---- a fresh study and servers --------------------------------------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rsim-mcp.XXXXXX")
 pids=()
+client_pids=()
+clients_collected=
 cleanup() {
   local p f
+  # Clients still running (an early exit) are stopped; collected ones are not signalled again.
+  [ -n "$clients_collected" ] || for p in "${client_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   # Jobs the servers started outlive them by design; stop any still running in our studies (a pid
@@ -94,6 +98,18 @@ export HOME=$tmp/home MCP_CATALOG_PATH=$tmp/home/inspector-catalog.json MCP_CLIE
 mkdir -p "$HOME"
 # The jobs rsim starts must not inherit a study from the caller's environment.
 unset RSIM_STUDY
+
+# Private copies of the binaries: a rebuild during the run (cargo replaces target/debug/rsim) must not
+# pull the program from under the servers and the jobs they start.
+mkdir -p "$tmp/bin"
+cp "$rsim" "$tmp/bin/rsim" || die "cannot copy $rsim into $tmp"
+if [ "$conf_rsim" = "$rsim" ]; then
+  conf_rsim=$tmp/bin/rsim
+else
+  cp "$conf_rsim" "$tmp/bin/rsim-conformance" || die "cannot copy $conf_rsim into $tmp"
+  conf_rsim=$tmp/bin/rsim-conformance
+fi
+rsim=$tmp/bin/rsim
 
 "$rsim" init "$tmp/study" --example tiny-arith-ngram >/dev/null 2>"$tmp/init.log" \
   || { cat "$tmp/init.log" >&2; die "rsim init failed"; }
@@ -124,11 +140,13 @@ fail() { failed=$((failed + 1)); echo "FAIL $*"; }
 # ---- main server (the study the clients share) -------------------------------------------------------
 serve "$rsim" "$study" server
 http_url=$url
+# The same study, answering run_sft at once: a job its HTTP agent abandons (client.py).
+serve "$rsim" "$study" server-nowait --job-wait 0
+nowait_url=$url
 
 # ---- Python and TypeScript SDK clients --------------------------------------------------------------
 # Started first and run side by side (several agents on one study, as in real use) while the
 # conformance suite and the Inspector run; collected at the end. Each prints `RESULT passed=N failed=M` last.
-client_pids=()
 client_logs=()
 client() {
   local name=$1
@@ -139,15 +157,16 @@ client() {
 }
 clients_t0=$SECONDS
 if wants python; then
-  client python-legacy-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
+  client python-legacy-http "$python" "$dir/client.py" --url "$http_url" --url-nowait "$nowait_url" --rsim "$rsim" --study "$study" \
     --mode legacy --tag py-legacy --roles
-  client python-2026-07-28-http "$python" "$dir/client.py" --url "$http_url" --rsim "$rsim" --study "$study" \
+  client python-2026-07-28-http "$python" "$dir/client.py" --url "$http_url" --url-nowait "$nowait_url" --rsim "$rsim" --study "$study" \
     --mode auto --expect-version 2026-07-28 --tag py-modern --roles --tasks
 fi
 if wants ts; then
   client ts-http "$node" "$dir/client.mjs" --url "$http_url" --rsim "$rsim" --study "$study" --tag ts-http
   client ts-stdio "$node" "$dir/client.mjs" --rsim "$rsim" --study "$study" --tag ts-stdio
 fi
+
 # ---- conformance suite -----------------------------------------------------------------------------
 # conformance LABEL ENTRY BASELINE ARGS...: runs the suite into a results directory, and scores it with
 # conformance_score.py: each scenario is a check; scenarios in BASELINE (the expected-failures file)
@@ -290,7 +309,18 @@ for i in "${!client_pids[@]}"; do
     [ "$f" != 0 ] || fail "client $name: exited $rc"
   fi
 done
+clients_collected=1
 [ "${#client_pids[@]}" = 0 ] || log "SDK clients: $((SECONDS - clients_t0)) s (side by side with the rest)"
+
+# The study every agent wrote to at once must hold a consistent record (git, action files, artifacts,
+# index), and nothing any agent did may have got past the policy.
+if [ "${#client_pids[@]}" != 0 ]; then
+  if "$rsim" -C "$study" fsck >"$tmp/fsck.out" 2>&1; then pass "fsck of the study all agents shared: $(tail -1 "$tmp/fsck.out")"
+  else fail "fsck of the study all agents shared"; cat "$tmp/fsck.out" >&2; fi
+  if "$rsim" -C "$study" audit >"$tmp/audit.out" 2>&1 && grep -q '^got through: 0$' "$tmp/audit.out"; then
+    pass "audit of the shared study: nothing got through the policy"
+  else fail "audit of the shared study"; tail -20 "$tmp/audit.out" >&2; fi
+fi
 
 # A server that died under the clients is a failure even if every client call happened to pass.
 for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "an rsim serve process exited during the run"; done

@@ -43,6 +43,9 @@ impl JobRunner for NotifyingRunner {
 pub struct Pool {
     root: PathBuf,
     idle: Mutex<Vec<(Study, Option<git2::Oid>)>>,
+    /// Serialises this process's quick writes: its sessions then never race each other for a
+    /// node id or a branch tip (the compare-and-swap still guards against other processes).
+    writes: Mutex<()>,
 }
 
 impl Pool {
@@ -50,6 +53,7 @@ impl Pool {
         let pool = Pool {
             root: root.to_path_buf(),
             idle: Mutex::new(Vec::new()),
+            writes: Mutex::new(()),
         };
         // Open one now so a bad study fails at startup, not on the first call.
         let s = pool.open_one()?;
@@ -82,6 +86,32 @@ impl Pool {
         let r = f(&s.0);
         self.put(s);
         r
+    }
+}
+
+/// Times a write that lost every compare-and-swap to other processes is tried again. A conflict
+/// means nothing was written, so trying again cannot duplicate a record.
+const CONFLICT_RETRIES: usize = 8;
+
+impl Pool {
+    /// Run a quick writing action (no job): one at a time in this process, and again on a conflict.
+    pub fn write(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
+        self.with(|s| {
+            let _one_at_a_time = self.writes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut tries = 0;
+            loop {
+                match s.call(caller, action, args.clone()) {
+                    Err(e)
+                        if e.kind == crate::error::ErrorKind::Conflict
+                            && tries < CONFLICT_RETRIES =>
+                    {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(5 + rand::random::<u64>() % 45));
+                    }
+                    other => return other,
+                }
+            }
+        })
     }
 }
 
@@ -271,6 +301,12 @@ pub fn recorded_result(study: &Study, job: &str) -> Result<Option<Value>> {
             "job {job}: action {seq} of node {node} is indexed but not in git"
         )));
     };
+    let state = a
+        .record
+        .job
+        .as_ref()
+        .map(|j| j.state.as_str())
+        .unwrap_or("unknown");
     let mut v = a.record.result.unwrap_or(Value::Null);
     if let Value::Object(m) = &mut v {
         m.insert("commit".into(), Value::String(a.commit.to_string()));
@@ -281,6 +317,34 @@ pub fn recorded_result(study: &Study, job: &str) -> Result<Option<Value>> {
         if m.get("checkpoint").is_some_and(Value::is_null) {
             m.remove("checkpoint");
         }
+    }
+    // A job that ended without a result (lost with its process, ...) has no result of the action's
+    // type: say so instead of answering content that fits no declared schema.
+    let fits = match a.record.action {
+        crate::model::ActionName::RunSft => {
+            serde_json::from_value::<crate::api::types::RunSftResult>(v.clone()).is_ok()
+        }
+        crate::model::ActionName::Evaluate => {
+            serde_json::from_value::<crate::api::types::EvaluateResult>(v.clone()).is_ok()
+        }
+        _ => true,
+    };
+    if !fits {
+        let why = a
+            .record
+            .job
+            .as_ref()
+            .and_then(|j| j.error.clone())
+            .unwrap_or_default();
+        return Err(Error::not_found(format!(
+            "result: job {job} ended {state} without a {} result{}; its record: get_job {{\"job\": \"{job}\"}} or rsim://node/{node}/actions/{seq}",
+            a.record.action,
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            }
+        )));
     }
     Ok(Some(v))
 }

@@ -306,9 +306,23 @@ impl Server {
             .map_err(|e| Error::internal(format!("worker thread failed: {e}")))?
     }
 
-    async fn call_action(&self, caller: Caller, name: &str, args: Value) -> CallToolResult {
+    async fn call_action(
+        &self,
+        caller: Caller,
+        name: &str,
+        args: Value,
+        kind: ToolKind,
+    ) -> CallToolResult {
         let name = name.to_string();
-        match self.blocking(move |s| s.call(&caller, &name, args)).await {
+        let r = if let ToolKind::Action(_) = kind {
+            let pool = self.shared.pool.clone();
+            tokio::task::spawn_blocking(move || pool.write(&caller, &name, args))
+                .await
+                .unwrap_or_else(|e| Err(Error::internal(format!("worker thread failed: {e}"))))
+        } else {
+            self.blocking(move |s| s.call(&caller, &name, args)).await
+        };
+        match r {
             Ok(v) => tool_ok(v),
             Err(e) => tool_error(&e),
         }
@@ -757,7 +771,7 @@ impl ServerHandler for Server {
                 }
                 self.call_long(caller, n, args, &ctx).await
             }
-            (n, _) => self.call_action(caller, n, args).await,
+            (n, kind) => self.call_action(caller, n, args, *kind).await,
         };
         Ok(CallToolResponse::Complete(result))
     }

@@ -237,24 +237,44 @@ async function cancelByRequest(client, node) {
     source: { kind: "arith", op: "add", digits: 2, format: "scratchpad", n: 200, seed: 4 },
   });
   if (!reg) return;
+  // A connection of its own whose run_sft keeps the request open (--job-wait 120), so the abort, not
+  // the short wait, ends the call; aborted once the job is training (a progress line `step …`).
+  const canceller = new Client({ name: `rsim-test-${args.tag}-canceller`, version: "1.0.0" });
+  await canceller.connect(
+    new StdioClientTransport({
+      command: args.rsim,
+      args: ["mcp", "--study", args.study, "--agent", `${args.tag}-canceller`, "--job-wait", "120"],
+      stderr: "inherit",
+    }),
+  );
   const ac = new AbortController();
-  const timer = setTimeout(() => ac.abort("test cancels the request"), 1000);
+  const timer = setTimeout(() => ac.abort("test cancels the request (no step progress within 60 s)"), 60_000);
+  const onprogress = (p) => {
+    if (String(p.message ?? "").startsWith("step ")) ac.abort("test cancels the request");
+  };
   try {
-    const r = await client.callTool(
+    const r = await canceller.callTool(
       { name: "run_sft", arguments: { node, base: "base", datasets: [`${args.tag}-pad`], learning_rate: 0.001, steps: 10_000_000, batch_size: 16 } },
       undefined,
-      { signal: ac.signal },
+      { signal: ac.signal, onprogress, timeout: 120_000 },
     );
-    // The server may answer with the running handle before the abort; cancel through the handle then.
-    if (r.structuredContent?.status === "running") {
-      fail("aborting a running run_sft request sends notifications/cancelled", `answered before the abort: ${short(r.structuredContent)}`);
-    } else fail("aborting a running run_sft request sends notifications/cancelled", `unexpected answer ${short(r)}`);
+    fail("aborting a running run_sft request rejects the call", `answered before the abort: ${short(r.structuredContent ?? r)}`);
+    await canceller.close().catch(() => {});
     return;
   } catch (e) {
     check("aborting a running run_sft request rejects the call", ac.signal.aborted, `${e?.name}: ${e?.message}`);
   } finally {
     clearTimeout(timer);
   }
+  // The canceller stays connected until the cancellation is recorded (closing a stdio server kills it).
+  try {
+    await recordedCancelled(client, node);
+  } finally {
+    await canceller.close().catch(() => {});
+  }
+}
+
+async function recordedCancelled(client, node) {
   const deadline = Date.now() + 30_000;
   let last = null;
   while (Date.now() < deadline) {

@@ -114,6 +114,13 @@ class Checks:
         return cond
 
 
+def describe(e: BaseException) -> str:
+    """An exception in one line; exception groups (anyio task groups) are flattened to their leaves."""
+    if isinstance(e, BaseExceptionGroup):
+        return "; ".join(describe(x) for x in e.exceptions)
+    return f"{type(e).__name__}: {str(e)[:400]}"
+
+
 def text_of(result: Any) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content)
 
@@ -141,7 +148,7 @@ class Session:
         try:
             r = await self.call(name, arguments, **kw)
         except Exception as e:  # noqa: BLE001 - any client-side failure is a failed check
-            self.c.fail(check, f"{name} raised {type(e).__name__}: {e}")
+            self.c.fail(check, f"{name} raised {describe(e)}")
             return None
         if r.is_error:
             self.c.fail(check, f"{name} returned isError: {short(text_of(r))}")
@@ -164,7 +171,7 @@ class Session:
         try:
             r = await self.call(name, arguments)
         except Exception as e:  # noqa: BLE001
-            self.c.fail(check, f"expected an isError result, got {type(e).__name__}: {e}")
+            self.c.fail(check, f"expected an isError result, got {describe(e)}")
             return
         msg = text_of(r)
         missing = [n for n in needles if n.lower() not in msg.lower()]
@@ -341,7 +348,7 @@ class Session:
             c.check("unknown tool is JSON-RPC error -32602 naming it",
                     e.code == -32602 and e.message.startswith('unknown tool "no_such_tool"'), f"{e.code} {e.message}")
         except Exception as e:  # noqa: BLE001
-            c.fail("unknown tool is JSON-RPC error -32602 naming it", f"{type(e).__name__}: {e}")
+            c.fail("unknown tool is JSON-RPC error -32602 naming it", f"{describe(e)}")
 
         # -- resources and prompts ----------------------------------------------------------------
         await self.resources(node)
@@ -355,7 +362,7 @@ class Session:
             text = "".join(getattr(x, "text", "") for x in r.contents)
             self.c.check("read resource rsim://job/{id}/log gives the training log", "step" in text, short(text))
         except Exception as e:  # noqa: BLE001
-            self.c.fail("read resource rsim://job/{id}/log", f"{type(e).__name__}: {e}")
+            self.c.fail("read resource rsim://job/{id}/log", f"{describe(e)}")
 
     async def cancel_flow(self, node: str) -> None:
         c = self.c
@@ -409,7 +416,7 @@ class Session:
                 c.check("read rsim://node/{id}/actions/{seq} gives an action record",
                         isinstance(body, dict) and bool(body), short(body))
         except Exception as e:  # noqa: BLE001
-            c.fail("resources", f"{type(e).__name__}: {e}")
+            c.fail("resources", f"{describe(e)}")
         try:
             await self.client.read_resource("rsim://node/n999999")
             c.fail("reading an unknown node resource is an error", "no error")
@@ -417,7 +424,7 @@ class Session:
             c.check("reading an unknown node resource is an error", "n999999" in e.message or e.code != 0,
                     e.message)
         except Exception as e:  # noqa: BLE001
-            c.fail("reading an unknown node resource is an error", f"{type(e).__name__}: {e}")
+            c.fail("reading an unknown node resource is an error", f"{describe(e)}")
 
     async def prompts(self) -> None:
         c = self.c
@@ -428,7 +435,7 @@ class Session:
             text = " ".join(getattr(m.content, "text", "") for m in p.messages)
             c.check("prompts/get worker gives the role instructions", len(text) > 200, short(text))
         except Exception as e:  # noqa: BLE001
-            c.fail("prompts", f"{type(e).__name__}: {e}")
+            c.fail("prompts", f"{describe(e)}")
 
 
 def stdio_params(args: argparse.Namespace, role: str) -> StdioServerParameters:
@@ -467,7 +474,7 @@ async def role_checks(args: argparse.Namespace, c: Checks) -> None:
             c.check("prompts/get reviewer gives the reviewer instructions",
                     len(" ".join(getattr(m.content, "text", "") for m in p.messages)) > 200, "short prompt")
     except Exception as e:  # noqa: BLE001
-        c.fail("reviewer connection over stdio", f"{type(e).__name__}: {e}")
+        c.fail("reviewer connection over stdio", f"{describe(e)}")
     try:
         async with Client(stdio_params(args, "observer"), mode=args.mode, read_timeout_seconds=60) as obs:
             s = Session(obs, c, args)
@@ -482,7 +489,60 @@ async def role_checks(args: argparse.Namespace, c: Checks) -> None:
                         {"job": "j-0123456789abcdef"}, "role")
             await s.good("observer can query", "get_node", {"node": "n0"})
     except Exception as e:  # noqa: BLE001
-        c.fail("observer connection over stdio", f"{type(e).__name__}: {e}")
+        c.fail("observer connection over stdio", f"{describe(e)}")
+
+
+async def abandon_job(args: argparse.Namespace, c: Checks, server: Any, how: str) -> str | None:
+    """Start a run_sft that answers at once (--job-wait 0) and disconnect the way the SDK does it
+    (HTTP: end the session; stdio: close stdin, SIGTERM after 2 s, SIGKILL). Returns the job id."""
+    async with Client(server, mode=args.mode, read_timeout_seconds=60) as a:
+        s = Session(a, c, args)
+        b = await s.good(f"branch for the job abandoned over {how}", "branch",
+                         {"parents": ["n0"], "title": f"{args.tag} job abandoned over {how}"})
+        if not b:
+            return None
+        name = f"{args.tag}-left-{how}"
+        if not await s.good(f"register_dataset for the job abandoned over {how}", "register_dataset",
+                            {"node": b["node"], "name": name,
+                             "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain",
+                                        "n": 200, "seed": 6}}):
+            return None
+        sc = await s.good(f"run_sft over {how} with --job-wait 0", "run_sft",
+                          {"node": b["node"], "base": "base", "datasets": [name], "learning_rate": 0.001,
+                           "steps": args.steps * 5, "batch_size": 16})
+        if not sc or not c.check(f"run_sft over {how} with --job-wait 0 answers status running at once",
+                                 sc.get("status") == "running", short(sc)):
+            return None
+        return str(sc["job"])
+
+
+async def disconnect_checks(args: argparse.Namespace, c: Checks) -> None:
+    """What a job survives (tests/MCP_CONTRACT.md, "Long jobs"): over HTTP it runs to the end and is
+    recorded after its agent disconnects; over stdio, SDK clients kill their `rsim mcp` 2-4 s after
+    closing stdin, so the job is stopped and recorded `lost`, and wait_job says so."""
+    try:
+        over_http = await abandon_job(args, c, args.url_nowait, "http") if args.url_nowait else None
+        leaver = StdioServerParameters(command=args.rsim, args=["mcp", "--study", args.study, "--role", "worker",
+                                                                "--agent", f"{args.tag}-leaver", "--job-wait", "0"])
+        over_stdio = await abandon_job(args, c, leaver, "stdio")
+        server: Any = args.url if args.url else stdio_params(args, "worker")
+        async with Client(server, mode=args.mode, read_timeout_seconds=120) as other:
+            s = Session(other, c, args)
+            if over_http:
+                # The job needs a few seconds; 45 s is ample even on a loaded machine.
+                done = await s.good("another agent waits for the job abandoned over HTTP", "wait_job",
+                                    {"job": over_http, "timeout_s": 45})
+                if done:
+                    record = done.get("job") if isinstance(done.get("job"), dict) else {}
+                    c.check("a job outlives its HTTP agent's disconnect and is recorded as succeeded",
+                            record.get("state") == "succeeded" and bool(done.get("checkpoint")), short(done))
+        if over_stdio:
+            # "Stopped and recorded lost by the next process that opens the study": open it anew.
+            async with Client(stdio_params(args, "observer"), mode=args.mode, read_timeout_seconds=120) as nxt:
+                await Session(nxt, c, args).bad("wait_job on the job abandoned over stdio says it was lost",
+                                                "wait_job", {"job": over_stdio, "timeout_s": 45}, "lost")
+    except Exception as e:  # noqa: BLE001
+        c.fail("abandoned-job connections", describe(e))
 
 
 async def task_checks(args: argparse.Namespace, c: Checks) -> None:
@@ -516,7 +576,7 @@ async def task_checks(args: argparse.Namespace, c: Checks) -> None:
             if gq:
                 c.check("a query returns its result directly", gq.get("id") == node, short(gq))
     except Exception as e:  # noqa: BLE001
-        c.fail("tasks-extension connection", f"{type(e).__name__}: {e}")
+        c.fail("tasks-extension connection", f"{describe(e)}")
 
 
 async def main_async(args: argparse.Namespace) -> Checks:
@@ -534,9 +594,10 @@ async def main_async(args: argparse.Namespace) -> Checks:
                     bool(caps.tools and caps.resources and caps.prompts), short(caps.model_dump(exclude_none=True)))
             await Session(client, c, args).run()
     except Exception as e:  # noqa: BLE001
-        c.fail("session", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        c.fail("session", f"{describe(e)}\n{traceback.format_exc()}")
     if args.roles:
         await role_checks(args, c)
+        await disconnect_checks(args, c)
     if args.tasks:
         await task_checks(args, c)
     return c
@@ -545,6 +606,7 @@ async def main_async(args: argparse.Namespace) -> Checks:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="streamable HTTP endpoint, e.g. http://127.0.0.1:PORT/mcp")
+    ap.add_argument("--url-nowait", help="the same study served with --job-wait 0 (a job abandoned over HTTP)")
     ap.add_argument("--rsim", required=True, help="rsim binary (stdio connections)")
     ap.add_argument("--study", required=True, help="study directory")
     ap.add_argument("--mode", default="legacy",
