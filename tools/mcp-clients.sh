@@ -13,7 +13,9 @@
 #
 #   RSIM_BIN              rsim binary to test (default target/debug/rsim)
 #   RSIM_CONFORMANCE_BIN  rsim built with `--features conformance` (default: RSIM_BIN)
-#   MCP_ONLY              run only these parts, comma-separated: conformance,inspector,python,ts
+#   MCP_ONLY              run only these parts, comma-separated: conformance,inspector,python,ts;
+#                         `install` only installs the clients (tools/test.sh does that before
+#                         `cargo test`, whose command-agent test uses the Python client)
 #
 # Logs go to stderr; the last line on stdout is `N passed, N failed`. Exits 1 on any failure.
 set -euo pipefail
@@ -26,10 +28,14 @@ die() { log "error: $*"; exit 1; }
 need() { command -v "$1" >/dev/null 2>&1; }
 abspath() { case $1 in /*) echo "$1" ;; *) echo "$root/$1" ;; esac; }
 
+install_only=
+[ "${MCP_ONLY:-}" = install ] && install_only=1
 rsim=$(abspath "${RSIM_BIN:-target/debug/rsim}")
 conf_rsim=$(abspath "${RSIM_CONFORMANCE_BIN:-$rsim}")
-[ -x "$rsim" ] || die "no rsim binary at $rsim (build it with \`cargo build\`, or set RSIM_BIN)"
-[ -x "$conf_rsim" ] || die "no rsim binary at $conf_rsim (build it with \`cargo build --features conformance\`, or set RSIM_CONFORMANCE_BIN)"
+if [ -z "$install_only" ]; then
+  [ -x "$rsim" ] || die "no rsim binary at $rsim (build it with \`cargo build\`, or set RSIM_BIN)"
+  [ -x "$conf_rsim" ] || die "no rsim binary at $conf_rsim (build it with \`cargo build --features conformance\`, or set RSIM_CONFORMANCE_BIN)"
+fi
 only=",${MCP_ONLY:-conformance,inspector,python,ts},"
 wants() { [[ $only == *",$1,"* ]]; }
 started=$SECONDS
@@ -68,6 +74,7 @@ if [ "$(cat "$venv/.rsim-stamp" 2>/dev/null)" != "$stamp" ]; then
 fi
 python=$root/$venv/bin/python
 log "clients ready ($((SECONDS - started)) s)"
+[ -z "$install_only" ] || exit 0
 
 # ---- a fresh study and servers --------------------------------------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rsim-mcp.XXXXXX")

@@ -18,6 +18,11 @@ tools/setup-nix.sh
 tools/setup-slurm.sh
 export RSIM_REQUIRE_SLURM=1
 
+# The MCP clients (npm, pip; idempotent): the command-agent test drives rsim through the Python
+# client, and may not skip here.
+MCP_ONLY=install tools/mcp-clients.sh
+export RSIM_REQUIRE_MCP_CLIENTS=1
+
 # One profile (debug) for everything: building release too would compile every crate twice.
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
