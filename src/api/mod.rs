@@ -100,6 +100,20 @@ impl Study {
         Self::open_inner(root, Some(runner))
     }
 
+    /// Open with the runner the committed config chooses (local or Slurm), wrapped by `wrap`
+    /// (e.g. a face that wants to know when a job starts).
+    pub fn open_wrapping_runner(
+        root: &Path,
+        wrap: impl FnOnce(Box<dyn JobRunner>) -> Box<dyn JobRunner>,
+    ) -> Result<Study> {
+        let canonical = root
+            .canonicalize()
+            .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
+        let record = Record::open(&canonical)?;
+        let config = load_committed_config(&record, &canonical)?;
+        Self::open_inner(root, Some(wrap(runner_for(&config.backend))))
+    }
+
     fn open_inner(root: &Path, runner: Option<Box<dyn JobRunner>>) -> Result<Study> {
         let root = root
             .canonicalize()

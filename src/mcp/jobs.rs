@@ -18,7 +18,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::api::{STATE_DIR, Study};
 use crate::error::{Error, Result};
-use crate::jobs::{JobRunner, JobSpec, LocalRunner};
+use crate::jobs::{JobRunner, JobSpec};
 use crate::model::{Caller, JobRecord};
 
 thread_local! {
@@ -26,8 +26,9 @@ thread_local! {
     static JOB_STARTED: RefCell<Option<oneshot::Sender<String>>> = const { RefCell::new(None) };
 }
 
-/// The local runner, telling the face which job the current action started.
-pub struct NotifyingRunner(pub LocalRunner);
+/// The study's configured runner (local or Slurm), telling the face which job the current action
+/// started.
+pub struct NotifyingRunner(pub Box<dyn JobRunner>);
 
 impl JobRunner for NotifyingRunner {
     fn run(&self, spec: &JobSpec) -> Result<JobRecord> {
@@ -66,7 +67,7 @@ impl Pool {
     }
 
     fn open_one(&self) -> Result<(Study, Option<git2::Oid>)> {
-        let s = Study::open_with_runner(&self.root, Box::new(NotifyingRunner(LocalRunner)))?;
+        let s = Study::open_wrapping_runner(&self.root, |inner| Box::new(NotifyingRunner(inner)))?;
         let tip = s.record().main_tip().ok();
         Ok((s, tip))
     }

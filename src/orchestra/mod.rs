@@ -738,7 +738,11 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     progress.say(&format!(
                         "worker on {node} failed: {}{}",
                         e.message,
-                        if *n < 2 { " (back to the frontier)" } else { "" }
+                        if *n < 2 {
+                            " (back to the frontier)"
+                        } else {
+                            ""
+                        }
                     ));
                     if *n >= 2 || e.kind == ErrorKind::Invalid {
                         // Returned to the frontier once; a second failure closes it.
