@@ -1905,14 +1905,30 @@ pub fn evaluator_fingerprint(root: &Path, command: &[String]) -> Result<String> 
 }
 
 /// Expand `@rsim` (this binary, or `bin`) in a command.
+/// This rsim binary. When it was replaced on disk while running (a rebuild under a long-running
+/// server or campaign), Linux names it `… (deleted)`: jobs then run the binary now at that path.
+pub fn current_rsim() -> Result<PathBuf> {
+    let exe =
+        std::env::current_exe().map_err(|e| Error::internal(format!("cannot locate rsim: {e}")))?;
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    let text = exe.to_string_lossy();
+    match text.strip_suffix(" (deleted)").map(PathBuf::from) {
+        Some(p) if p.is_file() => Ok(p),
+        _ => Err(Error::internal(format!(
+            "the running rsim binary {text} is gone from disk; restart rsim"
+        ))),
+    }
+}
+
 pub fn expand_command(cmd: &[String], bin: Option<&Path>) -> Result<Vec<String>> {
     cmd.iter()
         .map(|a| {
             if a == "@rsim" {
                 let exe = match bin {
                     Some(b) => b.to_path_buf(),
-                    None => std::env::current_exe()
-                        .map_err(|e| Error::internal(format!("cannot locate rsim: {e}")))?,
+                    None => current_rsim()?,
                 };
                 Ok(exe.to_string_lossy().into_owned())
             } else {

@@ -102,8 +102,7 @@ impl CommandAgent {
             ));
         }
         write_private(&tokens_path, &toml)?;
-        let exe = std::env::current_exe()
-            .map_err(|e| Error::internal(format!("cannot find the rsim binary: {e}")))?;
+        let exe = crate::api::current_rsim()?;
         let mut child = Command::new(exe)
             .arg("serve")
             .args(["--http", "127.0.0.1:0", "--study"])
