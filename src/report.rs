@@ -103,8 +103,10 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
         });
     let mut nodes_by_status = BTreeMap::new();
     let mut verdicts = BTreeMap::new();
-    let nodes: Vec<NodeRow> = st
-        .campaign_nodes()
+    let mut ordered: Vec<_> = st.campaign_nodes().collect();
+    ordered.sort_by_key(|n| crate::index::node_num(&n.id));
+    let nodes: Vec<NodeRow> = ordered
+        .into_iter()
         .map(|n| {
             *nodes_by_status
                 .entry(format!("{:?}", n.status).to_lowercase())

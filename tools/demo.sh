@@ -16,4 +16,4 @@ mkdir -p "$(dirname "$dir")"
 "$rsim" run examples/tiny-arith --into "$dir" --html "$dir.report.html"
 echo
 echo "The record is plain git (git -C $dir log --graph --all --oneline):"
-git -C "$dir" log --graph --all --oneline | head -40
+git -C "$dir" log --graph --all --oneline --max-count=40
