@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -17,28 +17,8 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-fn rsim() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_rsim"));
-    c.env_remove("RSIM_STUDY");
-    c
-}
-
-fn example_study() -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().expect("tempdir");
-    let root = d.path().join("study");
-    let out = rsim()
-        .args(["init"])
-        .arg(&root)
-        .args(["--example", "tiny-arith-ngram"])
-        .output()
-        .expect("init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (d, root)
-}
+mod common;
+use common::{example_study, fsck_clean, rsim};
 
 /// A running `rsim serve`, killed on drop.
 struct ServerProc {
@@ -148,21 +128,6 @@ fn rt() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-fn assert_fsck_clean(study: &Path) {
-    let out = rsim()
-        .arg("-C")
-        .arg(study)
-        .arg("fsck")
-        .output()
-        .expect("fsck");
-    assert!(
-        out.status.success(),
-        "fsck: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn many_agents_write_at_once_over_http_and_stdio_without_losing_or_duplicating_a_record() {
     const AGENTS: usize = 16;
@@ -253,7 +218,7 @@ fn many_agents_write_at_once_over_http_and_stdio_without_losing_or_duplicating_a
         s.cancel().await.expect("close");
     });
     drop(server);
-    assert_fsck_clean(&study);
+    fsck_clean(&study);
 }
 
 #[test]
@@ -368,7 +333,7 @@ fn tools_resources_prompts_roles_and_long_jobs() {
         o.cancel().await.expect("close");
     });
     drop(server);
-    assert_fsck_clean(&study);
+    fsck_clean(&study);
 }
 
 #[test]
@@ -443,7 +408,7 @@ fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
         alice.cancel().await.expect("close");
     });
     drop(server);
-    assert_fsck_clean(&study);
+    fsck_clean(&study);
     // A non-loopback address refuses to start without tokens.
     let out = rsim()
         .arg("-C")
@@ -540,7 +505,7 @@ fn a_cancelled_request_stops_its_job_and_the_job_is_recorded_cancelled() {
         w.cancel().await.expect("close");
     });
     drop(server);
-    assert_fsck_clean(&study);
+    fsck_clean(&study);
 }
 
 #[test]
@@ -577,5 +542,5 @@ fn wait_job_on_a_job_lost_with_its_stdio_server_names_the_state() {
         w.cancel().await.expect("close");
         drop(server);
     });
-    assert_fsck_clean(&study);
+    fsck_clean(&study);
 }

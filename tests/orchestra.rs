@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 mod common;
-use common::{commit_config, example_study, ok_json, rsim, run};
+use common::{commit_config, example_study, fsck_clean, ok_json, rsim, run};
 
 /// Every accepted action of the study, from the log query.
 fn actions(root: &Path) -> Vec<Value> {
@@ -24,16 +24,6 @@ fn actions(root: &Path) -> Vec<Value> {
 
 fn node(root: &Path, id: &str) -> Value {
     ok_json(root, &["show", id])
-}
-
-fn fsck_clean(root: &Path) {
-    let out = run(root, &["fsck"]);
-    assert!(
-        out.status.success(),
-        "fsck: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

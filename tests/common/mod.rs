@@ -71,3 +71,14 @@ pub fn commit_config(root: &Path, text: &str, message: &str) {
     repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&head])
         .expect("commit");
 }
+
+/// `rsim fsck` must pass.
+pub fn fsck_clean(study: &Path) {
+    let out = run(study, &["fsck"]);
+    assert!(
+        out.status.success(),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
