@@ -336,7 +336,7 @@ fn a_job_that_can_never_start_is_cancelled_with_slurms_reason() {
     }
     // A dependency on a failed job can never be satisfied: Slurm keeps it pending forever.
     let out = Command::new("sbatch")
-        .args(["--parsable", "--wrap", "false"])
+        .args(["--parsable", "--output=/dev/null", "--wrap", "false"])
         .output()
         .expect("sbatch");
     assert!(
