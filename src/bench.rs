@@ -72,14 +72,7 @@ pub fn run(
     reuse: bool,
     json_out: bool,
 ) -> Result<()> {
-    let tmp;
-    let base = match dir {
-        Some(d) => d.to_path_buf(),
-        None => {
-            tmp = tempdir()?;
-            tmp.clone()
-        }
-    };
+    let base = bench_dir(dir)?;
     let owner = Caller::owner();
 
     // 1. Action cost on a fresh example study.
@@ -265,14 +258,7 @@ pub fn run_jobs(
 ) -> Result<()> {
     const STEPS: u64 = 200;
     let jobs = jobs.max(1);
-    let tmp;
-    let base = match dir {
-        Some(d) => d.to_path_buf(),
-        None => {
-            tmp = tempdir()?;
-            tmp.clone()
-        }
-    };
+    let base = bench_dir(dir)?;
     let owner = Caller::owner();
     let slurm = match partition {
         Some(p) => format!("kind = \"slurm\"\npartition = \"{p}\"\n"),
@@ -400,6 +386,14 @@ fn write_study(dir: &Path, max_nodes: usize, backend: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where a benchmark builds its studies: `--dir`, else a fresh temporary directory (removed after).
+fn bench_dir(dir: Option<&Path>) -> Result<std::path::PathBuf> {
+    match dir {
+        Some(d) => Ok(d.to_path_buf()),
+        None => tempdir(),
+    }
+}
+
 fn tempdir() -> Result<std::path::PathBuf> {
     let d = std::env::temp_dir().join(format!("rsim-bench-{:016x}", rand::random::<u64>()));
     std::fs::create_dir_all(&d)?;
@@ -427,14 +421,7 @@ pub fn strategies(
     json_out: bool,
 ) -> Result<()> {
     use crate::orchestra::{RunOptions, Strategy, run};
-    let tmp;
-    let base = match dir {
-        Some(d) => d.to_path_buf(),
-        None => {
-            tmp = tempfile_dir()?;
-            tmp.clone()
-        }
-    };
+    let base = bench_dir(dir)?;
     let which: Vec<Strategy> = if which.is_empty() {
         vec![Strategy::Orchestra, Strategy::Greedy, Strategy::Random]
     } else {
@@ -558,13 +545,4 @@ pub fn strategies(
         let _ = std::fs::remove_dir_all(&base);
     }
     Ok(())
-}
-
-fn tempfile_dir() -> Result<std::path::PathBuf> {
-    let d = std::env::temp_dir().join(format!(
-        "rsim-bench-strategies-{:016x}",
-        rand::random::<u64>()
-    ));
-    std::fs::create_dir_all(&d).map_err(|e| Error::internal(format!("{}: {e}", d.display())))?;
-    Ok(d)
 }

@@ -1560,6 +1560,43 @@ impl Study {
     }
 
     /// The base model's checkpoint, recorded by the root node's `init`.
+    /// Refuse (kind `rejected`, naming the budget) when the study's own budgets are spent: a
+    /// campaign started then would only record rejections.
+    pub fn require_budget_left(&self) -> Result<()> {
+        let b = &self.config.budgets;
+        let idx = &self.index;
+        let used = idx.compute_seconds_used()?;
+        if used >= b.compute_seconds as f64 {
+            return Err(Error::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the study has no compute budget left: {used:.0} of budgets.compute_seconds = {} s used; raise it in rsim.toml (committed on main) to run more experiments",
+                    b.compute_seconds
+                ),
+            ));
+        }
+        let evals = idx.evaluation_count(None, None)?;
+        if evals >= b.evaluations {
+            return Err(Error::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the study has no evaluation budget left: {evals} of budgets.evaluations = {} used",
+                    b.evaluations
+                ),
+            ));
+        }
+        if idx.node_count()? >= b.max_nodes {
+            return Err(Error::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the study has no node budget left: budgets.max_nodes = {} reached",
+                    b.max_nodes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn base_checkpoint(&self) -> Result<String> {
         self.index
             .base_checkpoint(ROOT_NODE)?

@@ -488,7 +488,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
     let mut st = CampaignState::load(&study, &opts.task)?;
     let budget = Arc::new(Budget::new(opts.experiments, st.experiments_used));
     if budget.left() > 0 {
-        study_budget_left(&study)?;
+        study.require_budget_left()?;
     }
     let progress = Progress::new(opts.experiments, quiet);
     progress.bar.set_position(budget.used());
@@ -865,43 +865,6 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
         seconds: started.elapsed().as_secs_f64(),
         stopped,
     })
-}
-
-/// Refuse to start (or go on with) a campaign on a study whose own budgets are spent: every
-/// experiment would only be recorded as rejected.
-fn study_budget_left(study: &Study) -> Result<()> {
-    let b = &study.config().budgets;
-    let idx = study.index();
-    let used = idx.compute_seconds_used()?;
-    if used >= b.compute_seconds as f64 {
-        return Err(Error::new(
-            ErrorKind::Rejected,
-            format!(
-                "the study has no compute budget left: {used:.0} of budgets.compute_seconds = {} s                  used; raise it in rsim.toml (committed on main) to run more experiments",
-                b.compute_seconds
-            ),
-        ));
-    }
-    let evals = idx.evaluation_count(None, None)?;
-    if evals >= b.evaluations {
-        return Err(Error::new(
-            ErrorKind::Rejected,
-            format!(
-                "the study has no evaluation budget left: {evals} of budgets.evaluations = {} used",
-                b.evaluations
-            ),
-        ));
-    }
-    if idx.node_count()? >= b.max_nodes {
-        return Err(Error::new(
-            ErrorKind::Rejected,
-            format!(
-                "the study has no node budget left: budgets.max_nodes = {} reached",
-                b.max_nodes
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// One reviewer turn. A reviewer that fails (an LLM endpoint down, a model that never writes its
