@@ -10,6 +10,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::{Value, json};
 
 use crate::api::Study;
+use crate::api::types::AnswerFormat;
 use crate::error::{Error, Result};
 use crate::model::{Caller, Role};
 
@@ -263,6 +264,35 @@ pub enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Training benchmark on tiny-arith: per answer format, the smallest training budget (one
+    /// run_sft from the base model) that reaches the target test accuracy, through real actions.
+    BenchTrain {
+        /// Answer formats to train (default: plain, reversed, scratchpad).
+        #[arg(long, value_enum)]
+        format: Vec<FormatArg>,
+        #[arg(long, default_value_t = 3)]
+        seeds: u64,
+        /// Training budgets in steps, tried in increasing order until one reaches the target.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "500,1000,1500,2000,3000,4000"
+        )]
+        budgets: Vec<u64>,
+        /// Exact match to reach.
+        #[arg(long, default_value_t = 0.9)]
+        target: f64,
+        #[arg(long, default_value_t = 0.003)]
+        learning_rate: f64,
+        #[arg(long, default_value_t = 32)]
+        batch_size: u32,
+        /// Training rows generated per format.
+        #[arg(long, default_value_t = 20000)]
+        rows: u64,
+        /// Keep the studies here (default: a temporary directory, removed after).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Serve the study to one MCP client over stdio (what Claude Code, Codex and other clients spawn).
     Mcp {
         /// Seconds run_sft/evaluate wait for their job before answering {job, status: "running"}.
@@ -300,6 +330,24 @@ pub enum McpClient {
     Claude,
     /// Codex CLI (config.toml)
     Codex,
+}
+
+/// Answer formats of the arithmetic generator, as command-line values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    Plain,
+    Reversed,
+    Scratchpad,
+}
+
+impl From<FormatArg> for AnswerFormat {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Plain => AnswerFormat::Plain,
+            FormatArg::Reversed => AnswerFormat::Reversed,
+            FormatArg::Scratchpad => AnswerFormat::Scratchpad,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -490,6 +538,32 @@ pub fn run(cli: Cli) -> Result<()> {
             bdir.as_deref(),
             json,
         ),
+        Command::BenchTrain {
+            format,
+            seeds,
+            budgets,
+            target,
+            learning_rate,
+            batch_size,
+            rows,
+            dir: bdir,
+        } => {
+            let formats = if format.is_empty() {
+                vec![FormatArg::Plain, FormatArg::Reversed, FormatArg::Scratchpad]
+            } else {
+                format.clone()
+            };
+            let o = crate::bench::TrainBenchOptions {
+                formats: formats.into_iter().map(AnswerFormat::from).collect(),
+                seeds: *seeds,
+                budgets: budgets.clone(),
+                target: *target,
+                learning_rate: *learning_rate,
+                batch_size: *batch_size,
+                rows: *rows,
+            };
+            crate::bench::training(&o, bdir.as_deref(), json)
+        }
         Command::Report { html, task } => {
             let study = Study::open(&dir)?;
             let rep = crate::report::build(&study, task.as_deref())?;
@@ -716,6 +790,7 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         | Command::Run { .. }
         | Command::Report { .. }
         | Command::BenchStrategies { .. }
+        | Command::BenchTrain { .. }
         | Command::Mcp { .. }
         | Command::Serve { .. }
         | Command::McpConfig { .. }

@@ -355,25 +355,38 @@ impl Gpt {
 
     /// A training batch: ids, next-token targets, and the loss mask (answer tokens, or all).
     fn batch(&self, rows: &[&Row], answer_only: bool) -> Result<(Tensor, Tensor, Tensor)> {
-        let t = self.config.context;
-        let (mut ids, mut tgt, mut mask) = (Vec::new(), Vec::new(), Vec::new());
+        let context = self.config.context;
+        let mut encoded = Vec::with_capacity(rows.len());
         for r in rows {
             let p = self.encode(&r.prompt)?;
             let mut all = p.clone();
             all.extend(self.encode(&r.answer)?);
             all.push(0);
-            if all.len() > t + 1 {
+            if all.len() > context + 1 {
                 return Err(Error::invalid(format!(
-                    "row {:?} is {} characters with its answer; the model's context is {t}",
+                    "row {:?} is {} characters with its answer; the model's context is {context}",
                     r.prompt,
                     all.len() - 1
                 )));
             }
+            encoded.push((p.len(), all));
+        }
+        // Pad to the longest row of the batch, not the whole context: causal attention keeps
+        // padding from influencing earlier positions, and padded positions carry no loss.
+        let t = encoded
+            .iter()
+            .map(|(_, a)| a.len() - 1)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let (mut ids, mut tgt, mut mask) = (Vec::new(), Vec::new(), Vec::new());
+        for (plen, all) in &encoded {
+            let p = plen;
             for i in 0..t {
                 ids.push(*all.get(i).unwrap_or(&0));
                 tgt.push(*all.get(i + 1).unwrap_or(&0));
                 let in_row = i + 1 < all.len();
-                let learn = in_row && (!answer_only || i + 1 >= p.len());
+                let learn = in_row && (!answer_only || i + 1 >= *p);
                 mask.push(if learn { 1f32 } else { 0.0 });
             }
         }
@@ -506,11 +519,17 @@ pub fn train(
     let mut rng = StdRng::seed_from_u64(seed);
     let start = std::time::Instant::now();
     let mut recent = std::collections::VecDeque::new();
+    // Real tokens (prompt, answer and end marker), not padding.
+    let mut tokens = 0usize;
     for step in 0..steps {
         opt.set_learning_rate(lr_at(schedule, lr, step, steps, warmup));
         let picked: Vec<&Row> = (0..batch)
             .map(|_| &rows[rng.random_range(0..rows.len())])
             .collect();
+        tokens += picked
+            .iter()
+            .map(|r| r.prompt.chars().count() + r.answer.chars().count() + 1)
+            .sum::<usize>();
         let loss = model.loss(&picked, answer_only)?;
         opt.backward_step(&loss).map_err(ce)?;
         let l = loss.to_scalar::<f32>().map_err(ce)? as f64;
@@ -527,7 +546,7 @@ pub fn train(
         final_loss: recent.iter().sum::<f64>() / recent.len().max(1) as f64,
         steps,
         steps_per_s: steps as f64 / secs,
-        tokens_per_s: (steps as usize * batch * model.config.context) as f64 / secs,
+        tokens_per_s: tokens as f64 / secs,
     })
 }
 
@@ -562,6 +581,37 @@ mod tests {
                 .expect("norm");
             assert!(norm > 0.0, "zero gradient for {name}");
         }
+    }
+
+    #[test]
+    fn padding_a_batch_to_its_longest_row_changes_no_row_s_loss() {
+        let m = Gpt::init(GptConfig::small(), 3).expect("init");
+        let short = Row {
+            prompt: "1+2=".into(),
+            answer: "3".into(),
+        };
+        let long = Row {
+            prompt: "123+456=".into(),
+            answer: "6+3+0=9,5+2+0=7,4+1+0=5|579".into(),
+        };
+        let loss = |rows: &[&Row]| -> f64 {
+            m.loss(rows, true)
+                .and_then(|l| l.to_scalar::<f32>().map_err(ce))
+                .expect("loss") as f64
+        };
+        // Answer-only loss: the answer's characters plus the end marker are the targets.
+        let (ns, nl) = (2.0, 28.0);
+        let together = loss(&[&short, &long]) * (ns + nl);
+        let apart = loss(&[&short]) * ns + loss(&[&long]) * nl;
+        assert!(
+            (together - apart).abs() < 1e-4 * apart.abs().max(1.0),
+            "a short row padded beside a long one scored differently: {together} vs {apart}"
+        );
+        assert_eq!(
+            m.batch(&[&short], true).expect("batch").0.dims(),
+            &[1, 5],
+            "a lone short row is padded to its own length, not the context"
+        );
     }
 
     #[test]

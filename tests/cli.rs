@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 mod common;
-use common::{example_study, ok_json, rsim, run};
+use common::{example_study, fsck_clean, ok_json, rsim, run};
 
 #[test]
 fn schemas_directory_is_current() {
@@ -460,4 +460,71 @@ fn a_job_whose_writer_dies_is_stopped_and_recorded_as_lost() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// `rsim bench-train` runs real training ladders through the actions and reports what it measured:
+/// the studies it leaves behind hold the runs and scores it reports, and bad settings are refused.
+#[test]
+fn bench_train_reports_what_the_recorded_runs_measured() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let dir = d.path().join("bench");
+    let out = rsim()
+        .args([
+            "--json",
+            "bench-train",
+            "--format",
+            "plain",
+            "--seeds",
+            "1",
+            "--budgets",
+            "6,3",
+            "--rows",
+            "200",
+            "--target",
+            "0.99",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let ladder = &v["ladders"][0];
+    let runs = ladder["runs"].as_array().expect("runs");
+    // Budgets are tried in increasing order; a 6-step model does not reach 99%, so both ran and
+    // only the last one was scored on test.
+    assert_eq!(runs.len(), 2, "{v}");
+    assert_eq!(runs[0]["steps"], 3);
+    assert_eq!(runs[1]["steps"], 6);
+    assert!(runs[0].get("test").is_none());
+    assert_eq!(ladder["to_target_s"], serde_json::Value::Null);
+    assert_eq!(v["formats"][0]["reached"], 0);
+    assert_eq!(v["job_start_s_runs"].as_array().map(Vec::len), Some(5));
+    for r in runs {
+        assert!(r["steps_per_s"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+        assert!(r["tokens_per_s"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+    }
+    // The figures are the record's: the last run's test score is the one committed on its node.
+    let study = dir.join("plain-0");
+    let node = runs[1]["node"].as_str().expect("node");
+    let shown = ok_json(&study, &["show", node]);
+    let text = shown.to_string();
+    let test = runs[1]["test"].as_f64().expect("test score");
+    assert!(
+        text.contains(&format!("{test}")),
+        "node {node} does not show test {test}: {text}"
+    );
+    fsck_clean(&study);
+
+    let bad = rsim()
+        .args(["bench-train", "--budgets", "0", "--dir"])
+        .arg(d.path().join("bad"))
+        .output()
+        .expect("spawn");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("budget"));
 }
