@@ -744,7 +744,7 @@ fn print_training(o: &TrainBenchOptions, rows: &[serde_json::Value], start: f64,
             f(&r["tokens_per_s_median"], 0),
             r["harness_share_median"]
                 .as_f64()
-                .map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
+                .map_or("-".into(), |x| format!("{:.2}", x * 100.0)),
         );
     }
     println!(
