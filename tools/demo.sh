@@ -13,7 +13,7 @@ dir="${1:-tiny-arith-study}"
 cargo build --release --locked -q
 rsim="$PWD/target/release/rsim"
 mkdir -p "$(dirname "$dir")"
-"$rsim" run examples/tiny-arith --into "$dir" --html "$dir.report.html"
+"$rsim" run examples/tiny-arith --into "$dir" --steps 600 --experiments 16 --html "$dir.report.html"
 echo
 echo "The record is plain git (git -C $dir log --graph --all --oneline):"
 git -C "$dir" log --graph --all --oneline --max-count=40
