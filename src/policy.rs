@@ -299,7 +299,9 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
                 return Decision::reject(
                     "evaluator-pinned",
                     format!(
-                        "the evaluator changed: its fingerprint is {actual}, the study pins {pin}"
+                        "the evaluator changed: its fingerprint is {actual}, the study pins {pin} \
+                         (after a deliberate rsim upgrade, the study owner pins the new fingerprint: \
+                         jobs.evaluator_sha256 in rsim.toml, committed on main)"
                     ),
                 );
             }
