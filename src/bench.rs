@@ -603,6 +603,12 @@ pub fn training(o: &TrainBenchOptions, dir: Option<&Path>, json_out: bool) -> Re
             "bench-train needs at least one format, one seed and one budget of at least 1 step",
         ));
     }
+    if !(o.target > 0.0 && o.target <= 1.0) {
+        return Err(Error::invalid(format!(
+            "--target {} is not an exact-match score in (0, 1]",
+            o.target
+        )));
+    }
     let o = TrainBenchOptions {
         budgets,
         ..o.clone()

@@ -527,4 +527,15 @@ fn bench_train_reports_what_the_recorded_runs_measured() {
         .expect("spawn");
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("budget"));
+    let bad = rsim()
+        .args(["bench-train", "--target", "1.5", "--dir"])
+        .arg(d.path().join("bad"))
+        .output()
+        .expect("spawn");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--target 1.5"));
+    assert!(
+        !d.path().join("bad").exists(),
+        "a refused benchmark created nothing"
+    );
 }
