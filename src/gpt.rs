@@ -354,7 +354,14 @@ impl Gpt {
     }
 
     /// A training batch: ids, next-token targets, and the loss mask (answer tokens, or all).
-    fn batch(&self, rows: &[&Row], answer_only: bool) -> Result<(Tensor, Tensor, Tensor)> {
+    /// Rows are padded to the longest of the batch (or, for `pad_to_context`, to the whole
+    /// context, which gives the same losses at a higher cost).
+    fn batch(
+        &self,
+        rows: &[&Row],
+        answer_only: bool,
+        pad_to_context: bool,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         let context = self.config.context;
         let mut encoded = Vec::with_capacity(rows.len());
         for r in rows {
@@ -401,7 +408,16 @@ impl Gpt {
 
     /// Mean cross-entropy over masked positions.
     pub fn loss(&self, rows: &[&Row], answer_only: bool) -> Result<Tensor> {
-        let (ids, tgt, mask) = self.batch(rows, answer_only)?;
+        self.loss_padded(rows, answer_only, false)
+    }
+
+    fn loss_padded(
+        &self,
+        rows: &[&Row],
+        answer_only: bool,
+        pad_to_context: bool,
+    ) -> Result<Tensor> {
+        let (ids, tgt, mask) = self.batch(rows, answer_only, pad_to_context)?;
         let logits = self.forward(&ids)?;
         let v = self.config.vocab.chars().count();
         let f = || -> candle_core::Result<Tensor> {
@@ -608,10 +624,54 @@ mod tests {
             "a short row padded beside a long one scored differently: {together} vs {apart}"
         );
         assert_eq!(
-            m.batch(&[&short], true).expect("batch").0.dims(),
+            m.batch(&[&short], true, false).expect("batch").0.dims(),
             &[1, 5],
             "a lone short row is padded to its own length, not the context"
         );
+    }
+
+    #[test]
+    fn padding_to_the_longest_row_computes_what_padding_to_the_context_did() {
+        let m = Gpt::init(GptConfig::small(), 5).expect("init");
+        let mut r = rows();
+        r.push(Row {
+            prompt: "905+87=".into(),
+            answer: "5+7+0=2,0+8+1=9,9+0+0=9|992".into(),
+        });
+        let refs: Vec<&Row> = r.iter().collect();
+        for answer_only in [true, false] {
+            let short = m.loss_padded(&refs, answer_only, false).expect("loss");
+            let full = m.loss_padded(&refs, answer_only, true).expect("loss");
+            let (a, b) = (
+                short.to_scalar::<f32>().expect("scalar"),
+                full.to_scalar::<f32>().expect("scalar"),
+            );
+            assert!((a - b).abs() < 1e-5, "loss {a} vs {b}");
+            let (ga, gb) = (
+                short.backward().expect("backward"),
+                full.backward().expect("backward"),
+            );
+            for name in ["tok_emb", "h0.qkv_w", "h1.fc_w", "head_w"] {
+                let v = m.vars[name].as_tensor();
+                let (x, y) = (
+                    ga.get(v)
+                        .expect("grad")
+                        .flatten_all()
+                        .and_then(|t| t.to_vec1::<f32>()),
+                    gb.get(v)
+                        .expect("grad")
+                        .flatten_all()
+                        .and_then(|t| t.to_vec1::<f32>()),
+                );
+                let (x, y) = (x.expect("grad"), y.expect("grad"));
+                let worst = x
+                    .iter()
+                    .zip(&y)
+                    .map(|(p, q)| (p - q).abs())
+                    .fold(0f32, f32::max);
+                assert!(worst < 1e-5, "{name}: gradients differ by {worst}");
+            }
+        }
     }
 
     #[test]
