@@ -380,15 +380,14 @@ impl Gpt {
         }
         // Pad to the longest row of the batch, not the whole context: causal attention keeps
         // padding from influencing earlier positions, and padded positions carry no loss.
-        let t = encoded
-            .iter()
-            .map(|(_, a)| a.len() - 1)
-            .max()
-            .unwrap_or(1)
-            .max(1);
+        let longest = encoded.iter().map(|(_, a)| a.len() - 1).max().unwrap_or(1);
+        let t = if pad_to_context {
+            context
+        } else {
+            longest.max(1)
+        };
         let (mut ids, mut tgt, mut mask) = (Vec::new(), Vec::new(), Vec::new());
-        for (plen, all) in &encoded {
-            let p = plen;
+        for (p, all) in &encoded {
             for i in 0..t {
                 ids.push(*all.get(i).unwrap_or(&0));
                 tgt.push(*all.get(i + 1).unwrap_or(&0));
