@@ -618,10 +618,7 @@ pub fn training(o: &TrainBenchOptions, dir: Option<&Path>, json_out: bool) -> Re
     let mut ladders = Vec::new();
     let mut start_s = Vec::new();
     for format in &o.formats {
-        let fname = serde_json::to_value(format)?
-            .as_str()
-            .unwrap_or("format")
-            .to_string();
+        let fname = format.name();
         for seed in 0..o.seeds {
             let d = base.join(format!("{fname}-{seed}"));
             if d.exists() {
@@ -629,7 +626,7 @@ pub fn training(o: &TrainBenchOptions, dir: Option<&Path>, json_out: bool) -> Re
             }
             crate::init::init(&d, Some("tiny-arith"))?;
             let study = Study::open(&d)?;
-            let ladder = train_ladder(&study, &caller, &o, *format, &fname, seed)?;
+            let ladder = train_ladder(&study, &caller, &o, *format, fname, seed)?;
             eprintln!(
                 "{fname} seed {seed}: {}",
                 match (ladder.to_target_steps, ladder.to_target_s) {
@@ -638,7 +635,7 @@ pub fn training(o: &TrainBenchOptions, dir: Option<&Path>, json_out: bool) -> Re
                 }
             );
             if start_s.is_empty() {
-                start_s = job_start_overhead(&study, &caller, &fname)?;
+                start_s = job_start_overhead(&study, &caller, fname)?;
             }
             ladders.push(ladder);
         }

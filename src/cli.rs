@@ -269,7 +269,7 @@ pub enum Command {
     BenchTrain {
         /// Answer formats to train (default: plain, reversed, scratchpad).
         #[arg(long, value_enum)]
-        format: Vec<FormatArg>,
+        format: Vec<AnswerFormat>,
         #[arg(long, default_value_t = 3)]
         seeds: u64,
         /// Training budgets in steps, tried in increasing order until one reaches the target.
@@ -330,24 +330,6 @@ pub enum McpClient {
     Claude,
     /// Codex CLI (config.toml)
     Codex,
-}
-
-/// Answer formats of the arithmetic generator, as command-line values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum FormatArg {
-    Plain,
-    Reversed,
-    Scratchpad,
-}
-
-impl From<FormatArg> for AnswerFormat {
-    fn from(f: FormatArg) -> Self {
-        match f {
-            FormatArg::Plain => AnswerFormat::Plain,
-            FormatArg::Reversed => AnswerFormat::Reversed,
-            FormatArg::Scratchpad => AnswerFormat::Scratchpad,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -549,12 +531,16 @@ pub fn run(cli: Cli) -> Result<()> {
             dir: bdir,
         } => {
             let formats = if format.is_empty() {
-                vec![FormatArg::Plain, FormatArg::Reversed, FormatArg::Scratchpad]
+                vec![
+                    AnswerFormat::Plain,
+                    AnswerFormat::Reversed,
+                    AnswerFormat::Scratchpad,
+                ]
             } else {
                 format.clone()
             };
             let o = crate::bench::TrainBenchOptions {
-                formats: formats.into_iter().map(AnswerFormat::from).collect(),
+                formats,
                 seeds: *seeds,
                 budgets: budgets.clone(),
                 target: *target,

@@ -572,25 +572,16 @@ fn standin(python: &Path) -> String {
     format!("cmd:{} {}", python.display(), script.display())
 }
 
-#[test]
-fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
-    let Some(py) = mcp_python() else { return };
-    let (_d, root) = example_study();
+/// A campaign of one worker slot, one seed per node, whose worker is the stand-in MCP agent in
+/// `mode`; it must finish.
+fn standin_campaign(root: &Path, py: &Path, experiments: &str, mode: &str) {
     let out = rsim()
         .arg("-C")
-        .arg(&root)
-        .args([
-            "--json",
-            "run",
-            "--experiments",
-            "1",
-            "--seeds-per-node",
-            "1",
-            "--workers",
-            "1",
-        ])
-        .args(["--worker", &standin(&py), "--quiet"])
-        .env("STANDIN_MODE", "forbidden")
+        .arg(root)
+        .args(["run", "--experiments", experiments])
+        .args(["--seeds-per-node", "1", "--workers", "1"])
+        .args(["--worker", &standin(py), "--quiet"])
+        .env("STANDIN_MODE", mode)
         .output()
         .expect("run");
     assert!(
@@ -598,6 +589,13 @@ fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
+    let Some(py) = mcp_python() else { return };
+    let (_d, root) = example_study();
+    standin_campaign(&root, &py, "1", "forbidden");
     let acts = actions(&root);
     let by = |action: &str| {
         acts.iter()
@@ -627,27 +625,7 @@ fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
 
     // An agent that starts more training runs than its task allows is stopped.
     let (_d2, root2) = example_study();
-    let out = rsim()
-        .arg("-C")
-        .arg(&root2)
-        .args([
-            "run",
-            "--experiments",
-            "2",
-            "--seeds-per-node",
-            "1",
-            "--workers",
-            "1",
-        ])
-        .args(["--worker", &standin(&py), "--quiet"])
-        .env("STANDIN_MODE", "greedy")
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    standin_campaign(&root2, &py, "2", "greedy");
     let n1 = node(&root2, "n1");
     assert_eq!(n1["status"], "concluded");
     let notes = n1["notes"].as_str().unwrap_or("");

@@ -129,6 +129,17 @@ fn wait_until_running(id: &str) {
     }
 }
 
+/// The job of an action result ended in `state`, its recorded error naming `needle`.
+fn assert_job_ended(r: &Value, state: &str, needle: &str) {
+    assert_eq!(r["job"]["state"], state, "{r}");
+    assert!(
+        r["job"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(needle)),
+        "{r}"
+    );
+}
+
 #[test]
 fn sft_and_evaluate_run_through_slurm_with_a_real_checkpoint_and_score() {
     if !slurm_here() {
@@ -285,13 +296,7 @@ fn a_job_past_its_time_limit_is_stopped_and_recorded_timed_out() {
     let t = Instant::now();
     let r = sft(&root, "1");
     assert!(t.elapsed() < Duration::from_secs(40), "{:?}", t.elapsed());
-    assert_eq!(r["job"]["state"], "timed_out", "{r}");
-    assert!(
-        r["job"]["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("wall-clock limit of 3 s")),
-        "{r}"
-    );
+    assert_job_ended(&r, "timed_out", "wall-clock limit of 3 s");
     let d = r["job"]["duration_s"].as_f64().expect("duration");
     assert!((3.0..20.0).contains(&d), "{d}");
     let id = r["job"]["slurm"]["job_id"].as_str().expect("id");
@@ -320,13 +325,7 @@ fn an_impossible_gpu_request_is_rejected_at_submit_with_a_clear_error() {
         None,
     );
     let r = sft(&root, "1");
-    assert_eq!(r["job"]["state"], "failed", "{r}");
-    assert!(
-        r["job"]["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("rejected the job at submission")),
-        "{r}"
-    );
+    assert_job_ended(&r, "failed", "rejected the job at submission");
 }
 
 #[test]
@@ -357,13 +356,7 @@ fn a_job_that_can_never_start_is_cancelled_with_slurms_reason() {
     let t = Instant::now();
     let r = sft(&root, "1");
     assert!(t.elapsed() < Duration::from_secs(40), "{:?}", t.elapsed());
-    assert_eq!(r["job"]["state"], "failed", "{r}");
-    assert!(
-        r["job"]["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("DependencyNeverSatisfied")),
-        "{r}"
-    );
+    assert_job_ended(&r, "failed", "DependencyNeverSatisfied");
 }
 
 #[test]

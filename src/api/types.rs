@@ -84,7 +84,9 @@ pub enum ArithOp {
     Mixed,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum AnswerFormat {
     /// `123+456=579`
@@ -93,6 +95,17 @@ pub enum AnswerFormat {
     Reversed,
     /// Per-digit work with carries, then the answer.
     Scratchpad,
+}
+
+impl AnswerFormat {
+    /// The name used in requests, recipes and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerFormat::Plain => "plain",
+            AnswerFormat::Reversed => "reversed",
+            AnswerFormat::Scratchpad => "scratchpad",
+        }
+    }
 }
 
 /// Parameters of the built-in arithmetic generator.

@@ -40,14 +40,6 @@ pub const FORMATS: [AnswerFormat; 3] = [
     AnswerFormat::Scratchpad,
 ];
 
-fn format_name(f: AnswerFormat) -> &'static str {
-    match f {
-        AnswerFormat::Plain => "plain",
-        AnswerFormat::Reversed => "reversed",
-        AnswerFormat::Scratchpad => "scratchpad",
-    }
-}
-
 fn schedule_name(s: Schedule) -> &'static str {
     match s {
         Schedule::Constant => "constant",
@@ -61,7 +53,7 @@ impl fmt::Display for Recipe {
         write!(
             f,
             "recipe: format={} lr={} schedule={} rows={} curriculum={} init={}",
-            format_name(self.format),
+            self.format.name(),
             self.lr,
             schedule_name(self.schedule),
             self.rows,
@@ -94,12 +86,7 @@ impl Recipe {
                 .ok_or_else(|| Error::invalid(format!("recipe: {kv:?} is not key=value")))?;
             let bad = || Error::invalid(format!("recipe: bad value {v:?} for {k}"));
             match k {
-                "format" => {
-                    r.format = *FORMATS
-                        .iter()
-                        .find(|f| format_name(**f) == v)
-                        .ok_or_else(bad)?
-                }
+                "format" => r.format = *FORMATS.iter().find(|f| f.name() == v).ok_or_else(bad)?,
                 "lr" => {
                     r.lr = v.parse().map_err(|_| bad())?;
                     if !(r.lr > 0.0 && r.lr <= 1.0) {
@@ -220,7 +207,7 @@ impl Recipe {
     pub fn title(&self) -> String {
         format!(
             "{} format, lr {}, {}{}{}",
-            format_name(self.format),
+            self.format.name(),
             self.lr,
             schedule_name(self.schedule),
             if self.curriculum { ", curriculum" } else { "" },
@@ -234,7 +221,7 @@ impl Recipe {
 
     /// Names of the datasets this recipe trains on, with the request that registers each.
     pub fn datasets(&self, task: &TaskFamily, node: &str) -> Vec<(String, RegisterDatasetRequest)> {
-        let fmt = format_name(self.format);
+        let fmt = self.format.name();
         let main = format!("{}-{fmt}-{}", task.name, self.rows);
         let mut out = vec![(
             main.clone(),
