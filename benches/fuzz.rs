@@ -25,7 +25,7 @@ fn main() {
     while done < cases {
         let n = round.min(cases - done);
         let root = d.join(format!("study-{r}"));
-        rsi_master::init::init(&root, Some("tiny-arith-ngram")).expect("init");
+        rsi_master::faces::init::init(&root, Some("tiny-arith-ngram")).expect("init");
         let mut study = rsi_master::Study::open(&root).expect("open");
         if let Ok(exe) = std::env::current_exe()
             && let Some(dir) = exe.parent().and_then(|p| p.parent())
@@ -51,7 +51,7 @@ fn main() {
                 Ok(())
             })
             .expect("no panics");
-        problems += rsi_master::fsck::fsck(&study).expect("fsck").problems.len();
+        problems += rsi_master::os::fsck::fsck(&study).expect("fsck").problems.len();
         drop(study);
         let _ = std::fs::remove_dir_all(&root);
         done += n;

@@ -71,7 +71,7 @@ fn main() {
 
     let base = std::env::temp_dir().join(format!("rsim-bench-mcp-{}", std::process::id()));
     let study = base.join("study");
-    rsi_master::bench::bench_study(&study, agents * writes + 100).expect("bench study");
+    rsi_master::faces::bench::bench_study(&study, agents * writes + 100).expect("bench study");
     let mut child = Command::new(env!("CARGO_BIN_EXE_rsim"))
         .arg("-C")
         .arg(&study)
@@ -210,7 +210,7 @@ fn main() {
             }
         }
     }
-    let fsck = rsi_master::fsck::fsck(&st).expect("fsck");
+    let fsck = rsi_master::os::fsck::fsck(&st).expect("fsck");
     let total = (agents * writes) as f64;
     println!(
         "{agents} agents x {writes} writing actions in {:.1} s ({:.0} actions/s): {lost} lost, {dup} duplicated, {} write errors; fsck: {} problems",

@@ -7,7 +7,8 @@ use std::path::{Component, Path};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::util::hash::is_sha256;
+use crate::util::error::{Error, Result};
 
 pub const CONFIG_FILE: &str = "rsim.toml";
 
@@ -305,20 +306,20 @@ impl Backend {
     }
 
     /// Resource limits for each job.
-    pub fn limits(&self) -> crate::jobs::JobLimits {
+    pub fn limits(&self) -> JobLimits {
         match self {
             Backend::Local {
                 max_parallel_jobs,
                 max_file_mb,
                 max_memory_mb,
                 ..
-            } => crate::jobs::JobLimits {
+            } => JobLimits {
                 max_parallel: *max_parallel_jobs,
                 max_file_bytes: max_file_mb.saturating_mul(1 << 20),
                 max_memory_bytes: max_memory_mb.map(|m| m.saturating_mul(1 << 20)),
             },
             // The cluster schedules Slurm jobs; memory is a Slurm request (`--mem`), not an rlimit.
-            Backend::Slurm(s) => crate::jobs::JobLimits {
+            Backend::Slurm(s) => JobLimits {
                 max_parallel: u32::MAX,
                 max_file_bytes: s.max_file_mb.saturating_mul(1 << 20),
                 max_memory_bytes: None,
@@ -658,10 +659,22 @@ fn check_sbatch_option(line: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-pub fn is_sha256(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+/// Resource limits of a job.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct JobLimits {
+    pub max_parallel: u32,
+    pub max_file_bytes: u64,
+    pub max_memory_bytes: Option<u64>,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        JobLimits {
+            max_parallel: 2,
+            max_file_bytes: 4 << 30,
+            max_memory_bytes: None,
+        }
+    }
 }
 
 #[cfg(test)]

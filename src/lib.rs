@@ -1,30 +1,22 @@
 //! rsi-master: the Experiment OS in which LLM agents post-train a base model through a fixed set
 //! of schema-validated, policy-checked, recorded actions. See ARCHITECTURE.md for the map.
+//!
+//! The modules are layers; each imports only the layers above it in this list (checked by
+//! `tests/layering.rs`):
+//! `util` → `model` → `api` → `config` → `policy` → `record` → `jobs` → `train` → `os` →
+//! `campaign` → `faces`.
 
-pub mod api;
-pub mod audit;
-pub mod bench;
-pub mod cli;
-pub mod config;
-pub mod contamination;
-pub mod dag;
-pub mod datasets;
-pub mod error;
-pub mod fsck;
-pub mod gpt;
-pub mod index;
-pub mod init;
-pub mod jobs;
-pub mod mcp;
+pub mod util;
 pub mod model;
-pub mod orchestra;
+pub mod api;
+pub mod config;
 pub mod policy;
 pub mod record;
-pub mod report;
-pub mod slurm;
-pub mod stats;
-pub mod store;
-pub mod trainer;
+pub mod jobs;
+pub mod train;
+pub mod os;
+pub mod campaign;
+pub mod faces;
 
-pub use api::Study;
-pub use error::{Error, ErrorKind, Result};
+pub use os::Study;
+pub use util::error::{Error, ErrorKind, Result};

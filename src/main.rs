@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(rsi_master::cli::main());
+    std::process::exit(rsi_master::faces::cli::main());
 }

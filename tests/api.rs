@@ -6,7 +6,7 @@ use rsi_master::Study;
 use rsi_master::api::types::*;
 use rsi_master::model::{Caller, Role, Split};
 use rsi_master::record::Trailers;
-use rsi_master::{ErrorKind, init};
+use rsi_master::{ErrorKind, faces::init};
 use serde_json::{Value, json};
 
 fn new_study() -> (tempfile::TempDir, PathBuf) {
@@ -544,7 +544,7 @@ fn deleting_the_index_and_reindexing_gives_the_same_answers() {
     for (a, b) in answers.iter().zip(&again) {
         assert_eq!(a, b);
     }
-    let rep = rsi_master::fsck::fsck(&s).expect("fsck");
+    let rep = rsi_master::os::fsck::fsck(&s).expect("fsck");
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
 
@@ -601,7 +601,7 @@ fn concurrent_writers_never_lose_a_commit() {
         Some(16),
         "4 writers × 4 branches each, unique ids: {node}"
     );
-    let rep = rsi_master::fsck::fsck(&s).expect("fsck");
+    let rep = rsi_master::os::fsck::fsck(&s).expect("fsck");
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
 

@@ -11,7 +11,7 @@ use rsi_master::model::Caller;
 fn random_requests_never_panic_and_errors_are_clear() {
     let d = tempfile::tempdir().expect("tempdir");
     let root = d.path().join("study");
-    rsi_master::init::init(&root, Some("tiny-arith-ngram")).expect("init");
+    rsi_master::faces::init::init(&root, Some("tiny-arith-ngram")).expect("init");
     let mut study = rsi_master::Study::open(&root).expect("open");
     study.set_rsim_bin(std::path::PathBuf::from(env!("CARGO_BIN_EXE_rsim")));
     let cases: u32 = std::env::var("RSIM_FUZZ_CASES")
@@ -45,7 +45,7 @@ fn random_requests_never_panic_and_errors_are_clear() {
         ok > 0 && err > 0,
         "the generator must reach both outcomes ({ok} ok, {err} errors)"
     );
-    let rep = rsi_master::fsck::fsck(&study).expect("fsck");
+    let rep = rsi_master::os::fsck::fsck(&study).expect("fsck");
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     let _ = fuzz_support::empty_object();
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rsi_master::{Study, datasets, init};
+use rsi_master::{Study, train::datasets, faces::init};
 use serde_json::json;
 
 const FLAKE: &str = r#"{
@@ -42,7 +42,7 @@ fn study(flake_text: &str) -> (tempfile::TempDir, PathBuf) {
     std::fs::create_dir_all(root.join("jobs")).expect("mkdir");
     std::fs::create_dir_all(root.join("eval")).expect("mkdir");
     std::fs::write(root.join("env/flake.nix"), flake_text).expect("flake");
-    rsi_master::trainer::write_base_model(&root.join("models/base")).expect("base");
+    rsi_master::train::write_base_model(&root.join("models/base")).expect("base");
     let rows = datasets::to_jsonl(&[rsi_master::api::types::Row {
         prompt: "1+1=".into(),
         answer: "2".into(),

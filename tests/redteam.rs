@@ -11,7 +11,7 @@ use std::process::Command;
 
 use rsi_master::api::types::{AnswerFormat, Row};
 use rsi_master::model::{Caller, Role};
-use rsi_master::{ErrorKind, Study, datasets, init};
+use rsi_master::{ErrorKind, Study, train::datasets, faces::init};
 use serde_json::{Value, json};
 
 const CODE_ITEMS: &[(&str, &str)] = &[
@@ -34,7 +34,7 @@ fn adversarial_study() -> (tempfile::TempDir, PathBuf, Vec<Row>) {
     let prot = root.join(".rsim/protected");
     std::fs::create_dir_all(prot.join("add2")).expect("mkdir");
     std::fs::create_dir_all(prot.join("code")).expect("mkdir");
-    rsi_master::trainer::write_base_model(&root.join("models/base")).expect("base");
+    rsi_master::train::write_base_model(&root.join("models/base")).expect("base");
     let arith = |n, seed| {
         datasets::generate_arith(&rsi_master::api::types::ArithParams {
             op: rsi_master::api::types::ArithOp::Add,
@@ -83,8 +83,8 @@ fn adversarial_study() -> (tempfile::TempDir, PathBuf, Vec<Row>) {
     let mut tainted = arith(200, 6);
     tainted.insert(77, test[3].clone());
     write(root.join("data/web-crawl.jsonl"), &tainted);
-    let sh = |p: &Path| rsi_master::store::sha256_file(p).expect("hash");
-    let evaluator = rsi_master::api::evaluator_fingerprint(
+    let sh = |p: &Path| rsi_master::util::hash::sha256_file(p).expect("hash");
+    let evaluator = rsi_master::os::evaluator_fingerprint(
         &root,
         &["sh".into(), ".rsim/protected/eval.sh".into()],
     )
@@ -344,7 +344,7 @@ fn every_hack_class_is_stopped_recorded_and_audited() {
     );
     // weights smuggled into the object store directly are still unknown to the record
     let smuggled_dir = root.join(".rsim/smuggled");
-    rsi_master::trainer::write_base_model(&smuggled_dir).expect("weights");
+    rsi_master::train::write_base_model(&smuggled_dir).expect("weights");
     std::fs::write(smuggled_dir.join("ngram.json"), br#"{"counts":{}}"#).expect("write");
     let smuggled = s.store().put_dir(&smuggled_dir).expect("put");
     rejected(
@@ -559,7 +559,7 @@ fn every_hack_class_is_stopped_recorded_and_audited() {
     );
 
     // --- the audit: every try counted, nothing got through
-    let rep = rsi_master::audit::audit(&s).expect("audit");
+    let rep = rsi_master::os::audit::audit(&s).expect("audit");
     assert_eq!(rep.got_through, 0, "{:#?}", rep.checks);
     for rule in [
         "contamination",
@@ -652,7 +652,7 @@ fn the_audit_notices_what_bypassed_the_api() {
         .expect("ref");
     let mut s = open(&root);
     s.reindex().expect("reindex");
-    let rep = rsi_master::audit::audit(&s).expect("audit");
+    let rep = rsi_master::os::audit::audit(&s).expect("audit");
     let names: Vec<&str> = rep
         .checks
         .iter()

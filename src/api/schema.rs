@@ -8,7 +8,7 @@ use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use super::types::*;
-use crate::error::{Error, Result};
+use crate::util::error::{Error, Result};
 use crate::model::ActionRecord;
 
 /// One entry of the registry.

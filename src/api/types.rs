@@ -66,62 +66,13 @@ pub struct BranchResult {
 
 // ---------------------------------------------------------------- register_dataset
 
-/// One training example.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Row {
-    #[schemars(length(min = 1, max = 20000))]
-    pub prompt: String,
-    #[schemars(length(max = 20000))]
-    pub answer: String,
-}
+// Data types jobs read too live in `model::data`; they are part of this contract.
+pub use crate::model::data::{Adapter, AnswerFormat, ArithOp, ArithParams, EvalItem, Row, Schedule};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ArithOp {
-    Add,
-    Sub,
-    Mixed,
-}
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum AnswerFormat {
-    /// `123+456=579`
-    Plain,
-    /// Answer digits least-significant first: `123+456=975`
-    Reversed,
-    /// Per-digit work with carries, then the answer.
-    Scratchpad,
-}
 
-impl AnswerFormat {
-    /// The name used in requests, recipes and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            AnswerFormat::Plain => "plain",
-            AnswerFormat::Reversed => "reversed",
-            AnswerFormat::Scratchpad => "scratchpad",
-        }
-    }
-}
 
-/// Parameters of the built-in arithmetic generator.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ArithParams {
-    pub op: ArithOp,
-    /// Digits per operand.
-    #[schemars(range(min = 1, max = 6))]
-    pub digits: u32,
-    pub format: AnswerFormat,
-    /// Number of rows.
-    #[schemars(range(min = 1, max = 1000000))]
-    pub n: u64,
-    pub seed: u64,
-}
+
 
 /// Where a dataset's rows come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -204,30 +155,7 @@ pub struct RegisterDatasetResult {
 
 // ---------------------------------------------------------------- run_sft
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Schedule {
-    Constant,
-    Linear,
-    #[default]
-    Cosine,
-}
 
-/// Which weights train.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Adapter {
-    /// Every weight trains.
-    #[default]
-    Full,
-    /// Low-rank adapters.
-    Lora {
-        #[schemars(range(min = 1, max = 256))]
-        rank: u32,
-        #[schemars(range(min = 0.0, max = 1024.0))]
-        alpha: f64,
-    },
-}
 
 /// Supervised fine-tuning of a checkpoint on registered datasets, run as a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -292,15 +220,6 @@ pub struct EvaluateRequest {
     pub split: Split,
 }
 
-/// One evaluated item (dev split only).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EvalItem {
-    pub prompt: String,
-    pub expected: String,
-    pub output: String,
-    pub correct: bool,
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -651,6 +570,23 @@ pub struct ActionSummary {
 #[serde(deny_unknown_fields)]
 pub struct LogResult {
     pub actions: Vec<ActionSummary>,
+}
+
+/// Stop a running or queued job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelJobRequest {
+    #[schemars(pattern(JOB_ID_PATTERN))]
+    pub job: String,
+}
+
+/// `cancel_job` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelJobResult {
+    pub job: String,
+    /// Always true: the job was asked to stop; its action is recorded with the job cancelled.
+    pub cancel_requested: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,0 +1,616 @@
+//! Built-in agents (no LLM): deterministic, seeded search policies. The Worker runs a node's
+//! recipe with a few seeds and concludes; the Reviewer compares related evidence, gives verdicts
+//! and proposes new directions. Both act only through the Experiment OS actions. Neither ever
+//! reads a test-split score: they see dev scores only (`CampaignState` keeps test results apart,
+//! and nothing here touches them).
+
+use super::recipe::{Init, Recipe, TaskFamily};
+use super::state::{CampaignState, NodeState};
+use super::{ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
+use crate::os::Study;
+use crate::api::types::{
+    CompareRequest, ConcludeRequest, EvaluateRequest, NodeVerdict, Proposal, ReviewRequest,
+    ReviewVerdict, RunSftRequest,
+};
+use crate::util::error::{Error, ErrorKind, Result};
+use crate::model::{JobState, Outcome, Split};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::collections::BTreeSet;
+
+pub struct BuiltinWorker;
+
+/// The seed of the k-th experiment on a node: a function of the campaign seed, the node and k,
+/// so a resumed campaign repeats nothing and a rerun with the same seed repeats everything.
+pub fn experiment_seed(campaign_seed: u64, node: &str, k: usize) -> u64 {
+    let n = crate::record::index::node_num(node).max(0) as u64;
+    campaign_seed
+        .wrapping_mul(1_000_003)
+        .wrapping_add(n * 101)
+        .wrapping_add(k as u64)
+}
+
+impl WorkerAgent for BuiltinWorker {
+    fn name(&self) -> &str {
+        "builtin"
+    }
+
+    fn work(&self, study: &Study, t: &WorkerTask) -> Result<()> {
+        let task = &t.opts.task;
+        let family = TaskFamily::from_task(task)?;
+        let st = CampaignState::load(study, task)?;
+        let node = st
+            .nodes
+            .get(&t.node)
+            .ok_or_else(|| Error::not_found(format!("node {}", t.node)))?;
+        let Some(recipe) = node.recipe.clone() else {
+            study.conclude(
+                &t.caller,
+                ConcludeRequest {
+                    node: t.node.clone(),
+                    outcome: Outcome::Inconclusive,
+                    findings: "No `recipe:` line in the hypothesis: the built-in worker only runs \
+                               recipes."
+                        .into(),
+                    best_checkpoint: None,
+                },
+            )?;
+            return Ok(());
+        };
+        for (name, req) in recipe.datasets(&family, &t.node) {
+            if study.index().dataset(&name)?.is_none() {
+                match study.register_dataset(&t.caller, req) {
+                    Ok(_) => {}
+                    // Another worker registered it meanwhile.
+                    Err(e)
+                        if e.kind == ErrorKind::Rejected
+                            && study.index().dataset(&name)?.is_some() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let datasets: Vec<String> = recipe
+            .datasets(&family, &t.node)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        let base = match recipe.init {
+            Init::Base => "base".to_string(),
+            Init::Parent => node
+                .parents
+                .iter()
+                .filter_map(|p| st.nodes.get(p)?.best_checkpoint())
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map_or("base".to_string(), |(c, _)| c.to_string()),
+        };
+        // Resume: score any checkpoint trained but not yet evaluated.
+        let mut scored: Vec<(String, f64)> = Vec::new();
+        for e in &node.experiments {
+            match (&e.checkpoint, e.dev) {
+                (Some(c), Some(v)) => scored.push((c.clone(), v)),
+                (Some(c), None) => scored.push((c.clone(), evaluate_dev(study, t, c)?)),
+                _ => {}
+            }
+        }
+        let mut failures = node
+            .experiments
+            .iter()
+            .filter(|e| e.job_state != JobState::Succeeded)
+            .count();
+        let mut k = node.experiments.len();
+        let mut errors = Vec::new();
+        while scored.len() < t.opts.seeds_per_node as usize && failures < 2 {
+            if !t.budget.claim() {
+                break;
+            }
+            let res = study.run_sft(
+                &t.caller,
+                RunSftRequest {
+                    node: t.node.clone(),
+                    base: base.clone(),
+                    datasets: datasets.clone(),
+                    learning_rate: recipe.lr,
+                    steps: t.opts.steps,
+                    batch_size: t.opts.batch_size,
+                    warmup_steps: (t.opts.steps / 10).min(50),
+                    schedule: recipe.schedule,
+                    adapter: Default::default(),
+                    answer_only_loss: true,
+                    seed: experiment_seed(t.opts.seed, &t.node, k),
+                },
+            );
+            k += 1;
+            match res {
+                Ok(r) => match r.checkpoint {
+                    Some(c) => {
+                        let v = evaluate_dev(study, t, &c)?;
+                        scored.push((c, v));
+                    }
+                    None => {
+                        failures += 1;
+                        errors.push(format!(
+                            "job {} {}: {}",
+                            r.job.id,
+                            r.job.state.as_str(),
+                            r.job.error.unwrap_or_default()
+                        ));
+                    }
+                },
+                Err(e) if e.kind == ErrorKind::Rejected => {
+                    t.budget.release();
+                    errors.push(e.message);
+                    break;
+                }
+                Err(e) => {
+                    t.budget.release();
+                    return Err(e);
+                }
+            }
+        }
+        let parent_mean = node
+            .parents
+            .iter()
+            .filter_map(|p| st.nodes.get(p)?.mean_dev())
+            .fold(None, |a: Option<f64>, v| Some(a.map_or(v, |a| a.max(v))))
+            .or(t.base_dev);
+        let scores: Vec<f64> = scored.iter().map(|s| s.1).collect();
+        let best = scored
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(c, _)| c.clone());
+        let (outcome, findings) = findings(&recipe, &scores, parent_mean, &errors, t.opts.steps);
+        study.conclude(
+            &t.caller,
+            ConcludeRequest {
+                node: t.node.clone(),
+                outcome,
+                findings,
+                best_checkpoint: best,
+            },
+        )?;
+        Ok(())
+    }
+}
+
+fn evaluate_dev(study: &Study, t: &WorkerTask, checkpoint: &str) -> Result<f64> {
+    let r = study.evaluate(
+        &t.caller,
+        EvaluateRequest {
+            node: t.node.clone(),
+            checkpoint: checkpoint.to_string(),
+            task: t.opts.task.clone(),
+            split: Split::Dev,
+        },
+    )?;
+    r.metrics.get(&t.opts.metric).copied().ok_or_else(|| {
+        Error::internal(format!(
+            "the evaluation of {checkpoint} reported no {} (job {}: {})",
+            t.opts.metric,
+            r.job.id,
+            r.job.state.as_str()
+        ))
+    })
+}
+
+fn findings(
+    recipe: &Recipe,
+    scores: &[f64],
+    parent: Option<f64>,
+    errors: &[String],
+    steps: u64,
+) -> (Outcome, String) {
+    let mut s = format!("Ran `{recipe}` for {steps} steps per seed.\n\n");
+    if scores.is_empty() {
+        s.push_str("No run produced a scored checkpoint.");
+        for e in errors {
+            s.push_str(&format!("\n- {e}"));
+        }
+        return (Outcome::Inconclusive, s);
+    }
+    let mean = scores.iter().sum::<f64>() / scores.len() as f64;
+    let list: Vec<String> = scores.iter().map(|v| format!("{v:.3}")).collect();
+    s.push_str(&format!(
+        "Dev exact match over {} seed(s): mean {mean:.3} ({}).",
+        scores.len(),
+        list.join(", ")
+    ));
+    let outcome = match parent {
+        Some(p) => {
+            s.push_str(&format!(" The parent (or base model) scored {p:.3}."));
+            if mean > p + 0.005 {
+                Outcome::Positive
+            } else if mean + 0.005 < p {
+                Outcome::Negative
+            } else {
+                Outcome::Inconclusive
+            }
+        }
+        None => Outcome::Inconclusive,
+    };
+    for e in errors {
+        s.push_str(&format!("\n- failed run: {e}"));
+    }
+    (outcome, s)
+}
+
+/// The built-in Reviewer: compares the nodes under review with their siblings, parent and
+/// cousins (mean ± 95% interval over seeds), gives each a verdict, and proposes refinements of the
+/// promising ones, merges of two promising findings, replications of uncertain ones — and a new
+/// top-level direction whenever the lock-in guard says exploration has narrowed too far.
+pub struct BuiltinReviewer;
+
+impl ReviewerAgent for BuiltinReviewer {
+    fn name(&self) -> &str {
+        "builtin"
+    }
+
+    fn review(&self, study: &Study, t: &ReviewTask) -> Result<()> {
+        let st = CampaignState::load(study, &t.opts.task)?;
+        let mut rng = StdRng::seed_from_u64(
+            t.opts
+                .seed
+                .wrapping_mul(7919)
+                .wrapping_add(st.reviews.len() as u64),
+        );
+        if t.opening {
+            return opening_review(study, t, &st);
+        }
+        // Evidence: the targets, their siblings and the anchor's other children (cousins of deeper
+        // nodes), all with dev scores.
+        let mut related: BTreeSet<String> = t.targets.iter().cloned().collect();
+        for id in &t.targets {
+            if let Some(n) = st.nodes.get(id) {
+                for p in &n.parents {
+                    if st.nodes.get(p).is_some_and(|pn| pn.mean_dev().is_some()) {
+                        related.insert(p.clone());
+                    }
+                    for s in st.campaign_nodes().filter(|s| s.parents.contains(p)) {
+                        if s.mean_dev().is_some() {
+                            related.insert(s.id.clone());
+                        }
+                    }
+                }
+            }
+        }
+        // Also the best node elsewhere, so verdicts are relative to the whole campaign.
+        if let Some(b) = st.best_by_dev(false) {
+            related.insert(b.id.clone());
+        }
+        let compared: Vec<String> = related.into_iter().take(64).collect();
+        let rows = if compared.len() >= 2 {
+            study
+                .compare(
+                    &t.caller,
+                    CompareRequest {
+                        node: t.anchor.clone(),
+                        nodes: compared.clone(),
+                        task: t.opts.task.clone(),
+                        split: Split::Dev,
+                        metric: t.opts.metric.clone(),
+                    },
+                )?
+                .rows
+        } else {
+            Vec::new()
+        };
+        let mean_of = |id: &str| -> Option<(f64, u64, Option<[f64; 2]>)> {
+            rows.iter()
+                .find(|r| r.node == id)
+                .and_then(|r| Some((r.mean?, r.n, r.ci95)))
+                .or_else(|| {
+                    let n = st.nodes.get(id)?;
+                    Some((n.mean_dev()?, n.dev_scores().len() as u64, None))
+                })
+        };
+        let best_mean = compared
+            .iter()
+            .filter_map(|id| mean_of(id).map(|m| m.0))
+            .fold(0.0f64, f64::max);
+
+        let mut verdicts = Vec::new();
+        let mut promising: Vec<(&NodeState, f64)> = Vec::new();
+        let mut replicate: Vec<&NodeState> = Vec::new();
+        for id in &t.targets {
+            let Some(n) = st.nodes.get(id) else { continue };
+            let (verdict, reason) = match mean_of(id) {
+                None => (
+                    ReviewVerdict::DeadEnd,
+                    "no successful, scored experiment".to_string(),
+                ),
+                Some((m, k, ci)) => {
+                    let ci_txt =
+                        ci.map_or(String::new(), |c| format!(" [{:.3}, {:.3}]", c[0], c[1]));
+                    if best_mean <= 0.0 {
+                        (
+                            ReviewVerdict::NeedsMoreSeeds,
+                            format!(
+                                "mean {m:.3}{ci_txt} over {k}: nothing has learned the task yet"
+                            ),
+                        )
+                    } else if m >= 0.8 * best_mean {
+                        (
+                            ReviewVerdict::Promising,
+                            format!(
+                                "mean {m:.3}{ci_txt} over {k}, within 20% of the best {best_mean:.3}"
+                            ),
+                        )
+                    } else if k < 2 && m >= 0.5 * best_mean {
+                        (
+                            ReviewVerdict::NeedsMoreSeeds,
+                            format!(
+                                "mean {m:.3} from a single run, {:.0}% of the best {best_mean:.3}",
+                                100.0 * m / best_mean
+                            ),
+                        )
+                    } else {
+                        (
+                            ReviewVerdict::DeadEnd,
+                            format!(
+                                "mean {m:.3}{ci_txt} over {k}, far below the best {best_mean:.3}"
+                            ),
+                        )
+                    }
+                }
+            };
+            match verdict {
+                ReviewVerdict::Promising => promising.push((n, mean_of(id).map_or(0.0, |m| m.0))),
+                ReviewVerdict::NeedsMoreSeeds => replicate.push(n),
+                ReviewVerdict::DeadEnd => {}
+            }
+            verdicts.push(NodeVerdict {
+                node: id.clone(),
+                verdict,
+                reason,
+            });
+        }
+        promising.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+
+        // Proposals, within the budget that is left.
+        let slots = t.budget_left.div_ceil(t.opts.seeds_per_node.max(1) as u64) as usize;
+        let mut proposals = Vec::new();
+        let mut tried: BTreeSet<String> = st
+            .campaign_nodes()
+            .filter_map(|n| n.recipe.as_ref().map(|r| r.to_string()))
+            .collect();
+        let lock = st.lock_in();
+        if t.guard_active {
+            // Open a different direction first: a format no top-level direction has used, or the
+            // least-used one, with the best optimiser settings seen so far.
+            let template = promising
+                .first()
+                .and_then(|(n, _)| n.recipe.clone())
+                .unwrap_or_default();
+            let used: Vec<_> = st
+                .campaign_nodes()
+                .filter(|n| n.parents.iter().any(|p| p == &st.root))
+                .filter_map(|n| n.recipe.as_ref().map(|r| r.format))
+                .collect();
+            let dominant = lock
+                .top_direction
+                .as_ref()
+                .and_then(|d| st.nodes.get(d))
+                .and_then(|n| n.recipe.as_ref())
+                .map(|r| r.format);
+            let mut formats = super::recipe::FORMATS.to_vec();
+            formats.sort_by_key(|f| {
+                (
+                    used.iter().filter(|u| *u == f).count(),
+                    Some(*f) == dominant,
+                )
+            });
+            for f in formats {
+                let mut r = template.with_format(f);
+                r.init = Init::Base;
+                if Some(f) == dominant {
+                    continue;
+                }
+                for _ in 0..4 {
+                    if !tried.contains(&r.to_string()) {
+                        break;
+                    }
+                    r = r.mutate(&mut rng).0;
+                    r.init = Init::Base;
+                }
+                if tried.insert(r.to_string()) {
+                    proposals.push(proposal(
+                        vec![st.root.clone()],
+                        &r,
+                        &format!(
+                            "Lock-in guard: {:.0}% of experiments sit under {} and refinements run \
+                             {} deep without a sibling; opening a different direction.",
+                            100.0 * lock.top_share,
+                            lock.top_direction.as_deref().unwrap_or("one direction"),
+                            lock.max_lonely_depth
+                        ),
+                    ));
+                    break;
+                }
+            }
+        }
+        // Keep every worker slot busy: when this group has too few promising nodes, refine the
+        // campaign's best earlier promising ones too (dev evidence only, never dead ends).
+        let mut to_refine = promising.clone();
+        if to_refine.len() < t.opts.workers {
+            let mut earlier: Vec<(&NodeState, f64)> = st
+                .campaign_nodes()
+                .filter(|n| n.verdict == Some(ReviewVerdict::Promising))
+                .filter(|n| !to_refine.iter().any(|(p, _)| p.id == n.id))
+                .filter_map(|n| Some((n, n.mean_dev()?)))
+                .collect();
+            earlier.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+            let need = t.opts.workers - to_refine.len();
+            to_refine.extend(earlier.into_iter().take(need));
+        }
+        for (i, (n, m)) in to_refine.iter().enumerate() {
+            let Some(r) = &n.recipe else { continue };
+            let count = if i == 0 { 2 } else { 1 };
+            for _ in 0..count {
+                for _attempt in 0..6 {
+                    let (c, what) = r.mutate(&mut rng);
+                    if tried.insert(c.to_string()) {
+                        proposals.push(proposal(
+                            vec![n.id.clone()],
+                            &c,
+                            &format!("Refine {} (dev {m:.3}): {what}.", n.id),
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        // Combine the two best promising findings from different directions.
+        if let [(a, ma), (b, mb), ..] = promising.as_slice()
+            && a.top != b.top
+            && let (Some(ra), Some(rb)) = (&a.recipe, &b.recipe)
+        {
+            let c = Recipe::merge(ra, rb);
+            if tried.insert(c.to_string()) {
+                proposals.push(proposal(
+                    vec![a.id.clone(), b.id.clone()],
+                    &c,
+                    &format!(
+                        "Combine {} (dev {ma:.3}: its format and data) with {} (dev {mb:.3}: its optimiser settings).",
+                        a.id, b.id
+                    ),
+                ));
+            }
+        }
+        for n in replicate {
+            if let Some(r) = &n.recipe {
+                let mut c = r.clone();
+                c.init = Init::Base;
+                // A replicate is the same recipe under a new node: more seeds of the same idea.
+                proposals.push(Proposal {
+                    parents: vec![n.id.clone()],
+                    title: format!("Replicate: {}", r.title()),
+                    hypothesis: format!(
+                        "More seeds of {}'s recipe: its single result is uncertain.\n{c}",
+                        n.id
+                    ),
+                });
+            }
+        }
+        proposals.truncate(slots.min(16));
+        let summary = format!(
+            "Reviewed {} node(s) against {} related node(s) on {} dev {}. Best mean so far \
+             {best_mean:.3}. {} promising, {} proposal(s). Lock-in index: {:.0}% of experiments \
+             under the largest top-level direction ({}), longest refinement chain without a \
+             sibling {}, {} direction(s) open{}.",
+            t.targets.len(),
+            compared.len(),
+            t.opts.task,
+            t.opts.metric,
+            promising.len(),
+            proposals.len(),
+            100.0 * lock.top_share,
+            lock.top_direction.as_deref().unwrap_or("-"),
+            lock.max_lonely_depth,
+            lock.directions,
+            if t.guard_active {
+                "; the guard is active, so a new direction comes first"
+            } else {
+                ""
+            }
+        );
+        study.review(
+            &t.caller,
+            ReviewRequest {
+                node: t.anchor.clone(),
+                summary,
+                verdicts,
+                proposals,
+            },
+        )?;
+        Ok(())
+    }
+}
+
+fn proposal(parents: Vec<String>, r: &Recipe, why: &str) -> Proposal {
+    Proposal {
+        parents,
+        title: r.title(),
+        hypothesis: format!("{why}\n{r}"),
+    }
+}
+
+/// The first review of a campaign: one direction per answer format, default optimiser settings.
+fn opening_review(study: &Study, t: &ReviewTask, st: &CampaignState) -> Result<()> {
+    let base = Recipe::default();
+    let mut proposals: Vec<Proposal> = super::recipe::FORMATS
+        .iter()
+        .map(|f| {
+            proposal(
+                vec![st.root.clone()],
+                &base.with_format(*f),
+                "Opening direction: how well does this answer format learn at default settings?",
+            )
+        })
+        .collect();
+    let slots = t
+        .budget_left
+        .div_ceil(t.opts.seeds_per_node.max(1) as u64)
+        .max(1) as usize;
+    proposals.truncate(slots);
+    study.review(
+        &t.caller,
+        ReviewRequest {
+            node: st.root.clone(),
+            summary: format!(
+                "Opening review: the base model scores {} on {} dev. Start one direction per \
+                 answer format so the first comparison is across formats, not within one idea.",
+                t.base_dev.map_or("n/a".into(), |v| format!("{v:.3}")),
+                t.opts.task
+            ),
+            verdicts: Vec::new(),
+            proposals,
+        },
+    )?;
+    Ok(())
+}
+
+/// Baseline (b): a single greedy agent that always refines its best node (AIDE-style), starting
+/// from one first idea. It never reviews and keeps no lock-in guard.
+pub fn greedy_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, String) {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(st.nodes.len() as u64));
+    let tried: BTreeSet<String> = st
+        .campaign_nodes()
+        .filter_map(|n| n.recipe.as_ref().map(|r| r.to_string()))
+        .collect();
+    match st.best_by_dev(false) {
+        Some(best) if best.recipe.is_some() => {
+            let r = best.recipe.clone().unwrap_or_default();
+            let mut c = r.mutate(&mut rng);
+            for _ in 0..6 {
+                if !tried.contains(&c.0.to_string()) {
+                    break;
+                }
+                c = r.mutate(&mut rng);
+            }
+            (
+                vec![best.id.clone()],
+                c.0,
+                format!("Greedy refinement of the best node {}: {}.", best.id, c.1),
+            )
+        }
+        // Its first idea comes from the same prior the Reviewer's opening uses (default settings,
+        // one answer format) — the seed picks the format — so the comparison is between search
+        // policies, not between starting points.
+        _ => (
+            vec![st.root.clone()],
+            Recipe::default().with_format(
+                super::recipe::FORMATS[(seed % super::recipe::FORMATS.len() as u64) as usize],
+            ),
+            "Greedy agent's first idea: an answer format at default settings.".into(),
+        ),
+    }
+}
+
+/// Baseline (c): random search over the same recipe space, each from the base model.
+pub fn random_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, String) {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(17).wrapping_add(st.nodes.len() as u64));
+    (
+        vec![st.root.clone()],
+        Recipe::random(&mut rng),
+        "Random search: a recipe drawn uniformly.".into(),
+    )
+}

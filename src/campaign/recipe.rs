@@ -1,0 +1,372 @@
+//! A research direction's experiment recipe for the built-in agents: the knobs of one
+//! tiny-arith style SFT experiment, written as one `recipe:` line in the node's hypothesis so the
+//! record itself says what a node tests (and any agent, LLM or human, can read it).
+
+use crate::api::types::{
+    AnswerFormat, ArithOp, ArithParams, DatasetSource, RegisterDatasetRequest, Schedule,
+};
+use crate::util::error::{Error, Result};
+use rand::RngExt;
+use rand::rngs::StdRng;
+use std::fmt;
+
+/// Where an experiment's weights start from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Init {
+    /// The study's base model.
+    Base,
+    /// The best dev checkpoint of the node's parent(s): continued training.
+    Parent,
+}
+
+/// The knobs the built-in agents search over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recipe {
+    pub format: AnswerFormat,
+    pub lr: f64,
+    pub schedule: Schedule,
+    /// Rows of task data.
+    pub rows: u64,
+    /// Mix in easier (one digit fewer) problems: a quarter as many rows.
+    pub curriculum: bool,
+    pub init: Init,
+}
+
+pub const LRS: [f64; 4] = [0.001, 0.003, 0.006, 0.012];
+const ROWS: [u64; 2] = [5000, 20000];
+pub const FORMATS: [AnswerFormat; 3] = [
+    AnswerFormat::Plain,
+    AnswerFormat::Reversed,
+    AnswerFormat::Scratchpad,
+];
+
+fn schedule_name(s: Schedule) -> &'static str {
+    match s {
+        Schedule::Constant => "constant",
+        Schedule::Linear => "linear",
+        Schedule::Cosine => "cosine",
+    }
+}
+
+impl fmt::Display for Recipe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "recipe: format={} lr={} schedule={} rows={} curriculum={} init={}",
+            self.format.name(),
+            self.lr,
+            schedule_name(self.schedule),
+            self.rows,
+            if self.curriculum { "yes" } else { "no" },
+            match self.init {
+                Init::Base => "base",
+                Init::Parent => "parent",
+            }
+        )
+    }
+}
+
+impl Recipe {
+    /// The recipe line of a hypothesis, if it has one.
+    pub fn find(hypothesis: &str) -> Option<Result<Recipe>> {
+        hypothesis
+            .lines()
+            .find(|l| l.trim_start().starts_with("recipe:"))
+            .map(Recipe::parse)
+    }
+
+    pub fn parse(line: &str) -> Result<Recipe> {
+        let body = line.trim().strip_prefix("recipe:").ok_or_else(|| {
+            Error::invalid(format!("recipe: expected `recipe: k=v ...`, got {line:?}"))
+        })?;
+        let mut r = Recipe::default();
+        for kv in body.split_whitespace() {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| Error::invalid(format!("recipe: {kv:?} is not key=value")))?;
+            let bad = || Error::invalid(format!("recipe: bad value {v:?} for {k}"));
+            match k {
+                "format" => r.format = *FORMATS.iter().find(|f| f.name() == v).ok_or_else(bad)?,
+                "lr" => {
+                    r.lr = v.parse().map_err(|_| bad())?;
+                    if !(r.lr > 0.0 && r.lr <= 1.0) {
+                        return Err(bad());
+                    }
+                }
+                "schedule" => {
+                    r.schedule = match v {
+                        "constant" => Schedule::Constant,
+                        "linear" => Schedule::Linear,
+                        "cosine" => Schedule::Cosine,
+                        _ => return Err(bad()),
+                    }
+                }
+                "rows" => {
+                    r.rows = v.parse().map_err(|_| bad())?;
+                    if !(1..=1_000_000).contains(&r.rows) {
+                        return Err(bad());
+                    }
+                }
+                "curriculum" => r.curriculum = v == "yes",
+                "init" => {
+                    r.init = match v {
+                        "base" => Init::Base,
+                        "parent" => Init::Parent,
+                        _ => return Err(bad()),
+                    }
+                }
+                _ => return Err(Error::invalid(format!("recipe: unknown key {k:?}"))),
+            }
+        }
+        Ok(r)
+    }
+
+    /// A uniformly random recipe (always from the base model).
+    pub fn random(rng: &mut StdRng) -> Recipe {
+        Recipe {
+            format: FORMATS[rng.random_range(0..FORMATS.len())],
+            lr: LRS[rng.random_range(0..LRS.len())],
+            schedule: if rng.random_bool(0.5) {
+                Schedule::Cosine
+            } else {
+                Schedule::Constant
+            },
+            rows: ROWS[rng.random_range(0..ROWS.len())],
+            curriculum: rng.random_bool(0.5),
+            init: Init::Base,
+        }
+    }
+
+    /// The same recipe with a different answer format.
+    pub fn with_format(&self, format: AnswerFormat) -> Recipe {
+        Recipe {
+            format,
+            ..self.clone()
+        }
+    }
+
+    /// One refinement: change one knob (never the format: a refinement stays in its direction),
+    /// or continue training from the parent's best checkpoint (a recipe that already continues
+    /// keeps doing so). Returns the change in words.
+    pub fn mutate(&self, rng: &mut StdRng) -> (Recipe, String) {
+        // A refinement builds on its parent: a parent that continued training is continued again.
+        let mut r = self.clone();
+        let what = match rng.random_range(0..5) {
+            0 | 1 => {
+                let i = LRS.iter().position(|x| *x == self.lr).unwrap_or(1);
+                let j = if i == 0 {
+                    1
+                } else if i + 1 == LRS.len() || rng.random_bool(0.5) {
+                    i - 1
+                } else {
+                    i + 1
+                };
+                r.lr = LRS[j];
+                format!("learning rate {} -> {}", self.lr, r.lr)
+            }
+            2 => {
+                r.schedule = match self.schedule {
+                    Schedule::Cosine => Schedule::Constant,
+                    _ => Schedule::Cosine,
+                };
+                format!("schedule -> {}", schedule_name(r.schedule))
+            }
+            3 => {
+                r.curriculum = !self.curriculum;
+                format!("curriculum {}", if r.curriculum { "on" } else { "off" })
+            }
+            _ if self.init == Init::Base => {
+                r.init = Init::Parent;
+                "continue training from the parent's best checkpoint".to_string()
+            }
+            _ => {
+                r.rows = if self.rows == ROWS[0] {
+                    ROWS[1]
+                } else {
+                    ROWS[0]
+                };
+                format!("rows {} -> {}", self.rows, r.rows)
+            }
+        };
+        (r, what)
+    }
+
+    /// Combine two findings: `a`'s format and data with `b`'s optimiser settings, continuing
+    /// from the better parent's checkpoint.
+    pub fn merge(a: &Recipe, b: &Recipe) -> Recipe {
+        Recipe {
+            format: a.format,
+            lr: b.lr,
+            schedule: b.schedule,
+            rows: a.rows.max(b.rows),
+            curriculum: a.curriculum || b.curriculum,
+            init: Init::Parent,
+        }
+    }
+
+    pub fn title(&self) -> String {
+        format!(
+            "{} format, lr {}, {}{}{}",
+            self.format.name(),
+            self.lr,
+            schedule_name(self.schedule),
+            if self.curriculum { ", curriculum" } else { "" },
+            if self.init == Init::Parent {
+                ", continued"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// Names of the datasets this recipe trains on, with the request that registers each.
+    pub fn datasets(&self, task: &TaskFamily, node: &str) -> Vec<(String, RegisterDatasetRequest)> {
+        let fmt = self.format.name();
+        let main = format!("{}-{fmt}-{}", task.name, self.rows);
+        let mut out = vec![(
+            main.clone(),
+            RegisterDatasetRequest {
+                node: node.to_string(),
+                name: main,
+                source: DatasetSource::Arith(ArithParams {
+                    op: task.op,
+                    digits: task.digits,
+                    format: self.format,
+                    n: self.rows,
+                    seed: 1,
+                }),
+                description: format!(
+                    "{} rows of the {} task in the {fmt} format",
+                    self.rows, task.name
+                ),
+            },
+        )];
+        if self.curriculum && task.digits > 1 {
+            let name = format!("{}-easy-{fmt}-{}", task.name, self.rows / 4);
+            out.push((
+                name.clone(),
+                RegisterDatasetRequest {
+                    node: node.to_string(),
+                    name,
+                    source: DatasetSource::Arith(ArithParams {
+                        op: task.op,
+                        digits: task.digits - 1,
+                        format: self.format,
+                        n: (self.rows / 4).max(1),
+                        seed: 2,
+                    }),
+                    description: format!(
+                        "curriculum: {}-digit problems in the {fmt} format",
+                        task.digits - 1
+                    ),
+                },
+            ));
+        }
+        out
+    }
+}
+
+impl Default for Recipe {
+    fn default() -> Self {
+        Recipe {
+            format: AnswerFormat::Plain,
+            lr: 0.003,
+            schedule: Schedule::Cosine,
+            rows: 20000,
+            curriculum: false,
+            init: Init::Base,
+        }
+    }
+}
+
+/// The arithmetic task family the built-in agents know how to make data for.
+#[derive(Debug, Clone)]
+pub struct TaskFamily {
+    pub name: String,
+    pub op: ArithOp,
+    pub digits: u32,
+}
+
+impl TaskFamily {
+    /// `add3` → addition of 3-digit numbers; `sub2`, `mixed4`, ...
+    pub fn from_task(name: &str) -> Result<TaskFamily> {
+        let (op, rest) = if let Some(r) = name.strip_prefix("add") {
+            (ArithOp::Add, r)
+        } else if let Some(r) = name.strip_prefix("sub") {
+            (ArithOp::Sub, r)
+        } else if let Some(r) = name.strip_prefix("mixed") {
+            (ArithOp::Mixed, r)
+        } else {
+            return Err(unknown_task(name));
+        };
+        let digits: u32 = rest.parse().map_err(|_| unknown_task(name))?;
+        if !(1..=6).contains(&digits) {
+            return Err(unknown_task(name));
+        }
+        Ok(TaskFamily {
+            name: name.to_string(),
+            op,
+            digits,
+        })
+    }
+}
+
+fn unknown_task(name: &str) -> Error {
+    Error::invalid(format!(
+        "task {name:?}: the built-in agents make data for arithmetic tasks named addN, subN or \
+         mixedN (N = digits, 1-6); use LLM or command agents for other tasks"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn recipe_round_trips_through_its_line() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for _ in 0..50 {
+            let r = Recipe::random(&mut rng);
+            let (m, _) = r.mutate(&mut rng);
+            for x in [r, m] {
+                let line = x.to_string();
+                assert_eq!(Recipe::parse(&line).unwrap(), x, "{line}");
+                let hyp = format!("Some words.\n{line}\nproposal: n0/3#1");
+                assert_eq!(Recipe::find(&hyp).unwrap().unwrap(), x);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_recipes_name_the_problem() {
+        let e = Recipe::parse("recipe: format=octal")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("format"), "{e}");
+        let e = Recipe::parse("recipe: lr=2").unwrap_err().to_string();
+        assert!(e.contains("lr"), "{e}");
+        let e = Recipe::parse("recipe: depth=3").unwrap_err().to_string();
+        assert!(e.contains("depth"), "{e}");
+        assert!(Recipe::find("no recipe here").is_none());
+    }
+
+    #[test]
+    fn refinements_keep_the_direction() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let r = Recipe::default();
+        for _ in 0..30 {
+            let (m, what) = r.mutate(&mut rng);
+            assert_eq!(m.format, r.format);
+            assert_ne!(m, r, "{what}");
+        }
+    }
+
+    #[test]
+    fn task_families() {
+        let t = TaskFamily::from_task("add3").unwrap();
+        assert_eq!((t.op, t.digits), (ArithOp::Add, 3));
+        assert!(TaskFamily::from_task("gsm8k").is_err());
+        assert!(TaskFamily::from_task("add9").is_err());
+    }
+}

@@ -1,0 +1,403 @@
+//! `rsim report`: what a campaign found — the best node against the base model, the DAG, the
+//! lock-in index, budget used and the audit — as text, JSON, or one self-contained HTML page
+//! (inline SVG: the DAG and the dev scores in the order experiments ran).
+
+use crate::os::Study;
+use crate::api::types::ReviewVerdict;
+use crate::util::error::Result;
+use crate::model::NodeStatus;
+use crate::campaign::state::{CampaignState, LockIn};
+use crate::campaign::{RunOptions, saved_options};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Debug, Serialize)]
+pub struct NodeRow {
+    pub id: String,
+    pub title: String,
+    pub parents: Vec<String>,
+    pub status: NodeStatus,
+    pub verdict: Option<ReviewVerdict>,
+    pub runs: usize,
+    pub dev: Vec<f64>,
+    pub dev_mean: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Best {
+    pub node: String,
+    pub title: String,
+    pub dev_mean: Option<f64>,
+    pub checkpoint: String,
+    pub dev: f64,
+    /// The protected test score, when the node was promoted and evaluated.
+    pub test: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub study: String,
+    pub task: String,
+    pub metric: String,
+    pub campaign: Option<RunOptions>,
+    pub base_dev: Option<f64>,
+    pub base_test: Option<f64>,
+    pub best: Option<Best>,
+    pub nodes: Vec<NodeRow>,
+    pub nodes_by_status: BTreeMap<String, usize>,
+    pub verdicts: BTreeMap<String, usize>,
+    pub reviews: usize,
+    pub experiments_used: u64,
+    pub experiments_budget: Option<u64>,
+    pub compute_seconds: f64,
+    pub lock_in: LockIn,
+    pub audit_attempts: u64,
+    pub audit_rejected: u64,
+    pub rejections_by_rule: BTreeMap<String, u64>,
+    pub hacks_got_through: u64,
+    pub dag_text: String,
+}
+
+pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
+    let campaign = saved_options(study.root())?;
+    let task = task
+        .map(str::to_string)
+        .or_else(|| campaign.as_ref().map(|c| c.task.clone()))
+        .or_else(|| study.config().tasks.keys().next().cloned())
+        .unwrap_or_default();
+    let metric = campaign
+        .as_ref()
+        .map_or("exact_match".to_string(), |c| c.metric.clone());
+    let st = CampaignState::load(study, &task)?;
+    let base = study.base_checkpoint()?;
+    let root_metrics = study.index().node_metrics(crate::os::ROOT_NODE)?;
+    let base_score = |split: crate::model::Split| {
+        root_metrics
+            .iter()
+            .find(|(_, m)| {
+                m.checkpoint == base && m.split == split && m.task == task && m.name == metric
+            })
+            .map(|(_, m)| m.value)
+    };
+    let promoted_only = campaign
+        .as_ref()
+        .is_some_and(|c| c.strategy == crate::campaign::Strategy::Orchestra);
+    let best = st
+        .best_by_dev(promoted_only)
+        .or_else(|| st.best_by_dev(false))
+        .and_then(|n| {
+            let (ck, dev) = n.best_checkpoint()?;
+            Some(Best {
+                node: n.id.clone(),
+                title: n.title.clone(),
+                dev_mean: n.mean_dev(),
+                checkpoint: ck.to_string(),
+                dev,
+                test: st
+                    .test_evals
+                    .iter()
+                    .find(|t| t.checkpoint == ck)
+                    .map(|t| t.value),
+            })
+        });
+    let mut nodes_by_status = BTreeMap::new();
+    let mut verdicts = BTreeMap::new();
+    let mut ordered: Vec<_> = st.campaign_nodes().collect();
+    ordered.sort_by_key(|n| crate::record::index::node_num(&n.id));
+    let nodes: Vec<NodeRow> = ordered
+        .into_iter()
+        .map(|n| {
+            *nodes_by_status
+                .entry(format!("{:?}", n.status).to_lowercase())
+                .or_insert(0) += 1;
+            if let Some(v) = n.verdict {
+                *verdicts.entry(verdict_name(v).to_string()).or_insert(0) += 1;
+            }
+            NodeRow {
+                id: n.id.clone(),
+                title: n.title.clone(),
+                parents: n.parents.clone(),
+                status: n.status,
+                verdict: n.verdict,
+                runs: n.experiments.len(),
+                dev: n.dev_scores(),
+                dev_mean: n.mean_dev(),
+            }
+        })
+        .collect();
+    let audit = crate::os::audit::audit(study)?;
+    let (base_dev, base_test) = (
+        base_score(crate::model::Split::Dev),
+        base_score(crate::model::Split::Test),
+    );
+    Ok(Report {
+        study: study.config().study.name.clone(),
+        task,
+        metric,
+        experiments_budget: campaign.as_ref().map(|c| c.experiments),
+        campaign,
+        base_dev,
+        base_test,
+        best,
+        nodes,
+        nodes_by_status,
+        verdicts,
+        reviews: st.reviews.len(),
+        experiments_used: st.experiments_used,
+        compute_seconds: study.index().compute_seconds_used()?,
+        lock_in: st.lock_in(),
+        audit_attempts: audit.attempts,
+        audit_rejected: audit.rejected,
+        rejections_by_rule: audit.rejections_by_rule,
+        hacks_got_through: audit.got_through,
+        dag_text: study.dag_graph()?.to_text(),
+    })
+}
+
+fn verdict_name(v: ReviewVerdict) -> &'static str {
+    match v {
+        ReviewVerdict::Promising => "promising",
+        ReviewVerdict::DeadEnd => "dead_end",
+        ReviewVerdict::NeedsMoreSeeds => "needs_more_seeds",
+    }
+}
+
+fn f3(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{v:.3}"))
+}
+
+pub fn text(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "Study {} — task {} ({})", r.study, r.task, r.metric);
+    if let Some(c) = &r.campaign {
+        let _ = writeln!(
+            s,
+            "Campaign: {:?}, {} experiments × {} steps, {} seed(s) per node, {} worker slot(s), seed {}",
+            c.strategy, c.experiments, c.steps, c.seeds_per_node, c.workers, c.seed
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Base model: dev {}, test {}",
+        f3(r.base_dev),
+        f3(r.base_test)
+    );
+    match &r.best {
+        Some(b) => {
+            let _ = writeln!(
+                s,
+                "Best node: {} \"{}\" — dev mean {}, best run {:.3}, test {} (checkpoint {})",
+                b.node,
+                b.title,
+                f3(b.dev_mean),
+                b.dev,
+                f3(b.test),
+                &b.checkpoint[..12.min(b.checkpoint.len())]
+            );
+            if let (Some(t), Some(bt)) = (b.test, r.base_test) {
+                let _ = writeln!(
+                    s,
+                    "  vs base model on the protected test split: {:+.3}",
+                    t - bt
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(s, "Best node: none scored yet");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "Budget: {} of {} experiments, {:.0} s of job compute",
+        r.experiments_used,
+        r.experiments_budget.map_or("-".into(), |b| b.to_string()),
+        r.compute_seconds
+    );
+    let _ = writeln!(
+        s,
+        "DAG: {} node(s) {:?}, {} review(s), verdicts {:?}",
+        r.nodes.len(),
+        r.nodes_by_status,
+        r.reviews,
+        r.verdicts
+    );
+    let _ = writeln!(
+        s,
+        "Lock-in index: {:.0}% of experiments under the largest top-level direction ({}), longest \
+         refinement chain without a sibling {}, {} top-level direction(s)",
+        100.0 * r.lock_in.top_share,
+        r.lock_in.top_direction.as_deref().unwrap_or("-"),
+        r.lock_in.max_lonely_depth,
+        r.lock_in.directions
+    );
+    let _ = writeln!(
+        s,
+        "Audit: {} attempted actions, {} rejected {:?}, hacks that got through: {}",
+        r.audit_attempts, r.audit_rejected, r.rejections_by_rule, r.hacks_got_through
+    );
+    let _ = writeln!(s, "\nNodes:");
+    for n in &r.nodes {
+        let _ = writeln!(
+            s,
+            "  {:<5} {:<10} {:<17} runs {} dev {:<6} {}  ← {}",
+            n.id,
+            format!("{:?}", n.status).to_lowercase(),
+            n.verdict.map_or("-", verdict_name),
+            n.runs,
+            f3(n.dev_mean),
+            n.title,
+            n.parents.join(" + ")
+        );
+    }
+    let _ = writeln!(s, "\n{}", r.dag_text);
+    s
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// One self-contained HTML page: summary, the DAG as layered SVG, and dev scores per node.
+pub fn html(r: &Report) -> String {
+    // Layers: depth = longest path from the root.
+    let mut depth: BTreeMap<&str, usize> = BTreeMap::new();
+    depth.insert(crate::os::ROOT_NODE, 0);
+    let mut nums: Vec<&NodeRow> = r.nodes.iter().collect();
+    nums.sort_by_key(|n| crate::record::index::node_num(&n.id));
+    for n in &nums {
+        let d = n
+            .parents
+            .iter()
+            .map(|p| depth.get(p.as_str()).copied().unwrap_or(0) + 1)
+            .max()
+            .unwrap_or(1);
+        depth.insert(&n.id, d);
+    }
+    let mut layers: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    for (id, d) in &depth {
+        layers.entry(*d).or_default().push(id);
+    }
+    for l in layers.values_mut() {
+        l.sort_by_key(|id| crate::record::index::node_num(id));
+    }
+    let width = layers.values().map(|l| l.len()).max().unwrap_or(1).max(4) * 120 + 40;
+    let height = layers.len() * 90 + 40;
+    let mut pos: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for (d, l) in &layers {
+        let step = width / (l.len() + 1);
+        for (i, id) in l.iter().enumerate() {
+            pos.insert(id, (step * (i + 1), 40 + d * 90));
+        }
+    }
+    let best = r.best.as_ref().map(|b| b.node.as_str());
+    let mut svg = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-family='sans-serif' font-size='11'>"
+    );
+    for n in &r.nodes {
+        for p in &n.parents {
+            if let (Some(a), Some(b)) = (pos.get(p.as_str()), pos.get(n.id.as_str())) {
+                let _ = write!(
+                    svg,
+                    "<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#999'/>",
+                    a.0, a.1, b.0, b.1
+                );
+            }
+        }
+    }
+    let row_of: BTreeMap<&str, &NodeRow> = r.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+    for (id, (x, y)) in &pos {
+        let n = row_of.get(id);
+        let fill = match n.and_then(|n| n.verdict) {
+            Some(ReviewVerdict::Promising) => "#b7e4c7",
+            Some(ReviewVerdict::DeadEnd) => "#f4c2c2",
+            Some(ReviewVerdict::NeedsMoreSeeds) => "#ffe5a0",
+            None => "#e8e8f0",
+        };
+        let stroke = if Some(*id) == best {
+            "#1a7f37' stroke-width='3"
+        } else {
+            "#555"
+        };
+        let label = n.map_or("base".to_string(), |n| f3(n.dev_mean));
+        let title = n.map_or("the base model".to_string(), |n| esc(&n.title));
+        let _ = write!(
+            svg,
+            "<g><title>{id}: {title}</title><rect x='{}' y='{}' width='90' height='34' rx='6' fill='{fill}' stroke='{stroke}'/>\
+             <text x='{x}' y='{}' text-anchor='middle'>{id}</text><text x='{x}' y='{}' text-anchor='middle'>{label}</text></g>",
+            x - 45,
+            y - 17,
+            y - 3,
+            y + 11
+        );
+    }
+    svg.push_str("</svg>");
+
+    // Dev scores per node, in node order (the order directions were opened).
+    let pw = (nums.len().max(1) * 28 + 60).max(300);
+    let mut plot = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{pw}' height='240' font-family='sans-serif' font-size='10'>\
+         <line x1='40' y1='210' x2='{}' y2='210' stroke='#333'/><line x1='40' y1='10' x2='40' y2='210' stroke='#333'/>\
+         <text x='5' y='14'>1.0</text><text x='5' y='212'>0.0</text>",
+        pw - 10
+    );
+    if let Some(b) = r.base_dev {
+        let y = 210.0 - 200.0 * b;
+        let _ = write!(
+            plot,
+            "<line x1='40' y1='{y:.1}' x2='{}' y2='{y:.1}' stroke='#c00' stroke-dasharray='4'/><text x='{}' y='{:.1}' fill='#c00'>base</text>",
+            pw - 10,
+            pw - 40,
+            y - 3.0
+        );
+    }
+    for (i, n) in nums.iter().enumerate() {
+        let x = 55 + i * 28;
+        for v in &n.dev {
+            let _ = write!(
+                plot,
+                "<circle cx='{x}' cy='{:.1}' r='3' fill='#2463eb'><title>{}: {v:.3}</title></circle>",
+                210.0 - 200.0 * v,
+                n.id
+            );
+        }
+        let _ = write!(
+            plot,
+            "<text x='{x}' y='224' text-anchor='middle'>{}</text>",
+            n.id
+        );
+    }
+    plot.push_str("</svg>");
+
+    let mut rows = String::new();
+    for n in &r.nodes {
+        let _ = write!(
+            rows,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            n.id,
+            esc(&n.title),
+            n.parents.join(" + "),
+            format!("{:?}", n.status).to_lowercase(),
+            n.verdict.map_or("-", verdict_name),
+            n.runs,
+            f3(n.dev_mean)
+        );
+    }
+    let summary = esc(&text(r).lines().take(8).collect::<Vec<_>>().join("\n"));
+    format!(
+        "<!doctype html><html><head><meta charset='utf-8'><title>rsim report — {}</title>\
+         <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}pre{{background:#f6f8fa;padding:1em;overflow:auto}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ddd;padding:3px 8px;font-size:13px}}</style></head><body>\
+         <h1>rsim report — {}</h1><pre>{summary}</pre>\
+         <h2>Research DAG</h2><p>Green: promising, red: dead end, yellow: needs more seeds; the best node has a thick border. Labels: mean dev {}.</p>{svg}\
+         <h2>Dev scores per node</h2><p>Each dot is one experiment (one seed); the dashed line is the base model.</p>{plot}\
+         <h2>Nodes</h2><table><tr><th>node</th><th>title</th><th>parents</th><th>status</th><th>verdict</th><th>runs</th><th>dev mean</th></tr>{rows}</table>\
+         </body></html>\n",
+        esc(&r.study),
+        esc(&r.study),
+        esc(&r.metric)
+    )
+}

@@ -1,0 +1,318 @@
+//! The campaign's state, derived from the record alone (so `rsim run` can be killed at any point
+//! and started again): nodes with their recipes, experiments, dev scores, reviews and verdicts,
+//! budget used, and the lock-in index.
+
+use super::recipe::Recipe;
+use crate::os::Study;
+use crate::api::types::{ListNodesRequest, NodeVerdict, Proposal, ReviewVerdict};
+use crate::util::error::Result;
+use crate::model::{ActionName, JobState, NodeStatus, Split, Verdict};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One SFT run on a node and its dev score.
+#[derive(Debug, Clone, Serialize)]
+pub struct Experiment {
+    pub seed: u64,
+    pub job_state: JobState,
+    pub checkpoint: Option<String>,
+    pub dev: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeState {
+    pub id: String,
+    pub title: String,
+    pub hypothesis: String,
+    pub parents: Vec<String>,
+    pub status: NodeStatus,
+    #[serde(skip)]
+    pub recipe: Option<Recipe>,
+    /// `proposal: <node>/<seq>#<k>` — the review proposal this node was branched from.
+    pub proposal: Option<String>,
+    pub experiments: Vec<Experiment>,
+    /// The latest reviewer verdict on this node.
+    pub verdict: Option<ReviewVerdict>,
+    /// The child of the root this node descends from (first parents): its top-level direction.
+    pub top: String,
+    /// Consecutive refinements without a sibling above this node.
+    pub lonely_depth: u32,
+}
+
+impl NodeState {
+    pub fn dev_scores(&self) -> Vec<f64> {
+        self.experiments.iter().filter_map(|e| e.dev).collect()
+    }
+    pub fn mean_dev(&self) -> Option<f64> {
+        let s = self.dev_scores();
+        (!s.is_empty()).then(|| s.iter().sum::<f64>() / s.len() as f64)
+    }
+    /// The checkpoint with the best dev score.
+    pub fn best_checkpoint(&self) -> Option<(&str, f64)> {
+        self.experiments
+            .iter()
+            .filter_map(|e| Some((e.checkpoint.as_deref()?, e.dev?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+}
+
+/// One recorded review.
+#[derive(Debug, Clone)]
+pub struct ReviewRecord {
+    pub node: String,
+    pub seq: u32,
+    pub verdicts: Vec<NodeVerdict>,
+    pub proposals: Vec<Proposal>,
+}
+
+/// A test-split evaluation recorded during the campaign.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestEval {
+    pub node: String,
+    pub checkpoint: String,
+    pub value: f64,
+}
+
+/// Lock-in index: how concentrated the campaign's compute is.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LockIn {
+    /// Share of experiments under the top-level direction that has the most.
+    pub top_share: f64,
+    pub top_direction: Option<String>,
+    /// Longest chain of consecutive refinements without a sibling.
+    pub max_lonely_depth: u32,
+    /// Top-level directions opened.
+    pub directions: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct CampaignState {
+    pub root: String,
+    pub nodes: BTreeMap<String, NodeState>,
+    pub reviews: Vec<ReviewRecord>,
+    pub test_evals: Vec<TestEval>,
+    /// Accepted run_sft actions under the root (any job outcome: compute was spent).
+    pub experiments_used: u64,
+}
+
+impl CampaignState {
+    pub fn load(study: &Study, task: &str) -> Result<CampaignState> {
+        let listed = study.list_nodes(ListNodesRequest {
+            status: None,
+            limit: 100_000,
+            offset: 0,
+        })?;
+        let mut st = CampaignState {
+            root: crate::os::ROOT_NODE.to_string(),
+            ..Default::default()
+        };
+        let mut raw = Vec::new();
+        for n in &listed.nodes {
+            let Some(tip) = study.record().node_tip(&n.id)? else {
+                continue;
+            };
+            let snap = study.record().snapshot(tip)?;
+            let actions = study.record().actions_since(&n.id, tip, 0)?;
+            raw.push((snap.meta, actions));
+        }
+        for (meta, actions) in raw {
+            let mut experiments: Vec<Experiment> = Vec::new();
+            let mut dev: BTreeMap<String, f64> = BTreeMap::new();
+            for a in &actions {
+                let r = &a.record;
+                if r.decision.decision != Verdict::Accepted {
+                    continue;
+                }
+                match r.action {
+                    ActionName::RunSft => {
+                        let seed = r.request.get("seed").and_then(|v| v.as_u64()).unwrap_or(0);
+                        let checkpoint = r
+                            .result
+                            .as_ref()
+                            .and_then(|v| v.get("checkpoint"))
+                            .and_then(|v| v.as_str())
+                            .map(str::to_string);
+                        experiments.push(Experiment {
+                            seed,
+                            job_state: r.job.as_ref().map_or(JobState::Lost, |j| j.state),
+                            checkpoint,
+                            dev: None,
+                        });
+                    }
+                    ActionName::Evaluate => {
+                        for m in &r.metrics {
+                            if m.task == task && m.split == Split::Dev {
+                                dev.insert(m.checkpoint.clone(), m.value);
+                            } else if m.task == task && m.split == Split::Test {
+                                st.test_evals.push(TestEval {
+                                    node: meta.id.clone(),
+                                    checkpoint: m.checkpoint.clone(),
+                                    value: m.value,
+                                });
+                            }
+                        }
+                    }
+                    ActionName::Review => {
+                        let verdicts = r
+                            .request
+                            .get("verdicts")
+                            .and_then(|v| serde_json::from_value(v.clone()).ok())
+                            .unwrap_or_default();
+                        let proposals = r
+                            .request
+                            .get("proposals")
+                            .and_then(|v| serde_json::from_value(v.clone()).ok())
+                            .unwrap_or_default();
+                        st.reviews.push(ReviewRecord {
+                            node: meta.id.clone(),
+                            seq: r.seq,
+                            verdicts,
+                            proposals,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            for e in &mut experiments {
+                e.dev = e.checkpoint.as_ref().and_then(|c| dev.get(c).copied());
+            }
+            if !meta.parents.is_empty() {
+                st.experiments_used += experiments.len() as u64;
+            }
+            let recipe = Recipe::find(&meta.hypothesis).and_then(|r| r.ok());
+            let proposal = meta.hypothesis.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("proposal:")
+                    .map(|p| p.trim().to_string())
+            });
+            st.nodes.insert(
+                meta.id.clone(),
+                NodeState {
+                    id: meta.id,
+                    title: meta.title,
+                    hypothesis: meta.hypothesis,
+                    parents: meta.parents,
+                    status: meta.status,
+                    recipe,
+                    proposal,
+                    experiments,
+                    verdict: None,
+                    top: String::new(),
+                    lonely_depth: 0,
+                },
+            );
+        }
+        // Reviews in the order they were written (by the time in their node's sequence is not
+        // global, so order by the review's own position: node then seq is stable and later reviews
+        // of the same node win).
+        for rv in &st.reviews {
+            for v in &rv.verdicts {
+                if let Some(n) = st.nodes.get_mut(&v.node) {
+                    n.verdict = Some(v.verdict);
+                }
+            }
+        }
+        st.derive_topology();
+        Ok(st)
+    }
+
+    fn derive_topology(&mut self) {
+        let ids: Vec<String> = self.nodes.keys().cloned().collect();
+        let mut children: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for n in self.nodes.values() {
+            for p in &n.parents {
+                children.entry(p.clone()).or_default().push(n.id.clone());
+            }
+        }
+        for id in ids {
+            // Walk first parents up to the root.
+            let mut chain = vec![id.clone()];
+            let mut cur = id.clone();
+            while let Some(p) = self
+                .nodes
+                .get(&cur)
+                .and_then(|n| n.parents.first())
+                .cloned()
+            {
+                if p == self.root || chain.len() > 10_000 {
+                    break;
+                }
+                chain.push(p.clone());
+                cur = p;
+            }
+            let top = chain.last().cloned().unwrap_or_default();
+            let mut depth = 0;
+            for c in &chain {
+                let Some(p) = self.nodes.get(c).and_then(|n| n.parents.first()) else {
+                    break;
+                };
+                if p == &self.root || children.get(p).map_or(0, |v| v.len()) > 1 {
+                    break;
+                }
+                depth += 1;
+            }
+            if let Some(n) = self.nodes.get_mut(&id) {
+                n.top = top;
+                n.lonely_depth = depth;
+            }
+        }
+    }
+
+    pub fn lock_in(&self) -> LockIn {
+        let mut per_top: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut directions = BTreeSet::new();
+        let mut max_depth = 0;
+        for n in self.nodes.values() {
+            if n.id == self.root {
+                continue;
+            }
+            directions.insert(n.top.as_str());
+            *per_top.entry(n.top.as_str()).or_default() += n.experiments.len() as u64;
+            max_depth = max_depth.max(n.lonely_depth);
+        }
+        let total: u64 = per_top.values().sum();
+        let top = per_top
+            .iter()
+            .max_by_key(|(k, v)| (**v, std::cmp::Reverse(**k)));
+        LockIn {
+            top_share: match (top, total) {
+                (Some((_, v)), t) if t > 0 => *v as f64 / t as f64,
+                _ => 0.0,
+            },
+            top_direction: top.map(|(k, _)| k.to_string()),
+            max_lonely_depth: max_depth,
+            directions: directions.len(),
+        }
+    }
+
+    /// Campaign nodes (everything but the root), in id order.
+    pub fn campaign_nodes(&self) -> impl Iterator<Item = &NodeState> {
+        self.nodes.values().filter(move |n| n.id != self.root)
+    }
+
+    /// Concluded nodes no review has given a verdict on yet.
+    pub fn unreviewed(&self) -> Vec<&NodeState> {
+        self.campaign_nodes()
+            .filter(|n| n.status == NodeStatus::Concluded && n.verdict.is_none())
+            .collect()
+    }
+
+    /// Proposals already branched, by their `node/seq#k` key.
+    pub fn branched_proposals(&self) -> BTreeSet<String> {
+        self.nodes
+            .values()
+            .filter_map(|n| n.proposal.clone())
+            .collect()
+    }
+
+    /// The best node by mean dev score, optionally only among reviewer-promoted ones.
+    pub fn best_by_dev(&self, promoted_only: bool) -> Option<&NodeState> {
+        self.campaign_nodes()
+            .filter(|n| !promoted_only || n.verdict == Some(ReviewVerdict::Promising))
+            .filter(|n| n.best_checkpoint().is_some())
+            .max_by(|a, b| {
+                let (x, y) = (a.mean_dev().unwrap_or(-1.0), b.mean_dev().unwrap_or(-1.0));
+                x.total_cmp(&y).then_with(|| b.id.cmp(&a.id))
+            })
+    }
+}

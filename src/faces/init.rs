@@ -1,0 +1,164 @@
+//! `rsim init`: create a study — a git repository with `rsim.toml` on `main`, the object store,
+//! and the root node `n0` whose `init` action records the base model's checkpoint hash.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::os::STATE_DIR;
+use crate::api::types::{AnswerFormat, ArithOp, ArithParams};
+use crate::config::{CONFIG_FILE, StudyConfig};
+use crate::util::error::{Error, IoContext, Result};
+use crate::record::index::Index;
+use crate::model::*;
+use crate::record::{self, Record, TreeFile};
+use crate::record::store::ObjectStore;
+
+pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-arith-ngram"];
+
+const TEMPLATE: &str = r#"# rsim study config. Fill in the base model and tasks, then run `rsim init` again.
+
+[study]
+name = "my-study"
+description = ""
+
+[base_model]
+name = "base"
+# A file or directory (relative to the study root) holding the base checkpoint.
+path = "models/base"
+
+# [tasks.NAME]
+# metric = "exact_match"
+# dev = { path = "eval/NAME/dev.jsonl" }          # visible split
+# test = { path = "eval/NAME/test.jsonl" }        # protected split (aggregate scores only)
+
+[budgets]
+compute_seconds = 36000
+evaluations = 1000
+test_evaluations_per_node = 2
+max_nodes = 10000
+
+[jobs]
+# Commands; the job spec JSON path is appended as the last argument.
+sft = ["python3", "recipes/sft.py"]
+evaluate = ["python3", "recipes/eval.py"]
+"#;
+
+pub use crate::os::genesis::InitReport;
+
+pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
+    if let Some(ex) = example
+        && !EXAMPLES.contains(&ex)
+    {
+        return Err(Error::invalid(format!(
+            "unknown example {ex:?}; examples: {}",
+            EXAMPLES.join(", ")
+        )));
+    }
+    if let Ok(r) = Record::open(dir)
+        && r.main_tip().is_ok()
+    {
+        return Err(Error::invalid(format!(
+            "{} is already a study (main has commits); nothing was changed",
+            dir.display()
+        )));
+    }
+    let config_path = dir.join(CONFIG_FILE);
+    if example.is_some() && config_path.exists() {
+        return Err(Error::invalid(format!(
+            "{} already exists; an example needs an empty directory",
+            config_path.display()
+        )));
+    }
+    fs::create_dir_all(dir).at("cannot create", dir)?;
+    let root = dir.canonicalize().at("cannot resolve", dir)?;
+    if example.is_none() && !config_path.exists() {
+        fs::write(&config_path, TEMPLATE).at("cannot write", &config_path)?;
+        return Ok(InitReport {
+            root: root.clone(),
+            created: false,
+            base_checkpoint: None,
+            message: format!(
+                "wrote a template {}: fill in the base model and tasks, then run `rsim init {}` again",
+                config_path.display(),
+                dir.display()
+            ),
+        });
+    }
+    match example {
+        Some("tiny-arith") => materialize_tiny_arith(&root)?,
+        Some("tiny-arith-ngram") => materialize_tiny_arith_ngram(&root)?,
+        _ => {}
+    }
+    crate::os::genesis::create_study(&root)
+}
+
+fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 2]> {
+    let prot = root.join(STATE_DIR).join("protected").join(task);
+    fs::create_dir_all(&prot).at("cannot create", &prot)?;
+    let mut pins = [String::new(), String::new()];
+    for (i, (split, n, seed)) in [("dev", 200, 1001), ("test", 500, 2002)]
+        .into_iter()
+        .enumerate()
+    {
+        let rows = crate::train::datasets::generate_arith(&ArithParams {
+            op: ArithOp::Add,
+            digits,
+            format: AnswerFormat::Plain,
+            n,
+            seed,
+        });
+        let bytes = crate::train::datasets::to_jsonl(&rows)?;
+        let p = prot.join(format!("{split}.jsonl"));
+        fs::write(&p, &bytes).at("cannot write", &p)?;
+        pins[i] = crate::util::hash::sha256_hex(&bytes);
+    }
+    Ok(pins)
+}
+
+fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 2]) -> Result<()> {
+    let evaluator =
+        crate::os::evaluator_fingerprint(root, &["@rsim".into(), "job".into(), "eval".into()])?;
+    let toml = toml
+        .replace("@DEV_SHA256@", &pins[0])
+        .replace("@TEST_SHA256@", &pins[1])
+        .replace("@EVALUATOR_SHA256@", &evaluator);
+    fs::write(root.join(CONFIG_FILE), toml).at("cannot write", root)?;
+    fs::write(root.join("README.md"), readme).at("cannot write", root)?;
+    Ok(())
+}
+
+/// The tiny-arith example: a tiny-gpt base model (shipped: `rsim job pretrain --seed 0` made it)
+/// and three-digit addition with a protected test split.
+fn materialize_tiny_arith(root: &Path) -> Result<()> {
+    let pins = write_eval_sets(root, "add3", 3)?;
+    let base = root.join("models").join("base");
+    fs::create_dir_all(&base).at("cannot create", &base)?;
+    fs::write(
+        base.join(crate::train::CONFIG_FILE),
+        include_bytes!("../../examples/tiny-arith/base/config.json"),
+    )
+    .at("cannot write", &base)?;
+    fs::write(
+        base.join(crate::train::gpt::WEIGHTS_FILE),
+        include_bytes!("../../examples/tiny-arith/base/model.safetensors"),
+    )
+    .at("cannot write", &base)?;
+    write_example_config(
+        root,
+        include_str!("../../examples/tiny-arith/rsim.toml"),
+        include_str!("../../examples/tiny-arith/README.md"),
+        &pins,
+    )
+}
+
+/// The tiny-arith-ngram example: the fast placeholder model and two-digit addition.
+fn materialize_tiny_arith_ngram(root: &Path) -> Result<()> {
+    let pins = write_eval_sets(root, "add2", 2)?;
+    crate::train::write_base_model(&root.join("models").join("base"))?;
+    write_example_config(
+        root,
+        include_str!("../../examples/tiny-arith-ngram/rsim.toml"),
+        include_str!("../../examples/tiny-arith-ngram/README.md"),
+        &pins,
+    )
+}

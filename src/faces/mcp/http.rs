@@ -1,0 +1,257 @@
+//! `rsim serve --http ADDR`: the MCP face over streamable HTTP at `/mcp`, many agents at once.
+//!
+//! Identity: on a loopback address every request gets `--role` and the agent name from the
+//! `X-Rsim-Agent` header (or one derived from the MCP session). Any other address needs `--tokens`:
+//! a TOML file of `[[agent]] name, role, token`; each request's bearer token picks its agent and
+//! role, and a missing or unknown token is answered 401. rmcp answers oversized bodies with 413 and
+//! malformed JSON-RPC with an error; the server keeps serving.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde::Deserialize;
+
+use super::{Options, Server, Shared};
+use crate::util::error::{Error, IoContext, Result};
+use crate::model::{Caller, Role};
+
+/// Largest request body accepted (inline datasets are the big ones); larger → 413.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// Header naming the agent on a loopback server without tokens.
+pub const AGENT_HEADER: &str = "x-rsim-agent";
+
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub addr: String,
+    pub tokens: Option<PathBuf>,
+    /// Role of every connection on a loopback server without tokens.
+    pub role: Role,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    #[serde(default)]
+    agent: Vec<TokenEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenEntry {
+    name: String,
+    role: String,
+    token: String,
+}
+
+/// Who may connect.
+enum Auth {
+    /// Loopback without tokens: everyone gets this role.
+    Loopback(Role),
+    /// Bearer token → caller.
+    Tokens(HashMap<String, Caller>),
+}
+
+/// Roles an MCP connection may have (the owner works at the terminal).
+pub fn agent_role(s: &str) -> Result<Role> {
+    match Role::parse(s) {
+        Some(r @ (Role::Worker | Role::Reviewer | Role::Observer)) => Ok(r),
+        _ => Err(Error::invalid(format!(
+            "role: {s:?} is not an agent role (worker, reviewer, observer)"
+        ))),
+    }
+}
+
+fn load_tokens(path: &Path) -> Result<HashMap<String, Caller>> {
+    let text = std::fs::read_to_string(path).at("cannot read tokens file", path)?;
+    let file: TokensFile =
+        toml::from_str(&text).map_err(|e| Error::invalid(format!("{}: {e}", path.display())))?;
+    let mut out = HashMap::new();
+    for (i, a) in file.agent.iter().enumerate() {
+        let at = format!("{}: agent[{i}] ({})", path.display(), a.name);
+        let role = agent_role(&a.role).map_err(|e| e.context(&at))?;
+        if a.token.len() < 16 {
+            return Err(Error::invalid(format!(
+                "{at}: token: use at least 16 characters"
+            )));
+        }
+        if a.name.is_empty()
+            || a.name.len() > 64
+            || a.name.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            return Err(Error::invalid(format!(
+                "{at}: name: 1-64 characters without spaces"
+            )));
+        }
+        if out
+            .insert(a.token.clone(), Caller::new(a.name.clone(), role))
+            .is_some()
+        {
+            return Err(Error::invalid(format!(
+                "{at}: token: the same token is given to two agents"
+            )));
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid(format!(
+            "{}: no [[agent]] entries (name, role, token)",
+            path.display()
+        )));
+    }
+    Ok(out)
+}
+
+impl Auth {
+    fn caller(&self, headers: &HeaderMap) -> std::result::Result<Caller, String> {
+        match self {
+            Auth::Loopback(role) => {
+                let named = headers
+                    .get(AGENT_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty());
+                let agent = match named {
+                    Some(a) => a.to_string(),
+                    None => match headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+                        Some(s) => format!(
+                            "http-{}",
+                            s.chars()
+                                .filter(char::is_ascii_alphanumeric)
+                                .take(12)
+                                .collect::<String>()
+                        ),
+                        None => "http-agent".to_string(),
+                    },
+                };
+                Ok(Caller::new(agent, *role))
+            }
+            Auth::Tokens(map) => {
+                let Some(v) = headers.get(header::AUTHORIZATION) else {
+                    return Err("missing bearer token: send `Authorization: Bearer <token>` (tokens are issued in the server's --tokens file)".into());
+                };
+                let token = v
+                    .to_str()
+                    .ok()
+                    .and_then(|s| {
+                        s.strip_prefix("Bearer ")
+                            .or_else(|| s.strip_prefix("bearer "))
+                    })
+                    .map(str::trim)
+                    .ok_or("malformed Authorization header: expected `Bearer <token>`")?;
+                map.get(token)
+                    .cloned()
+                    .ok_or_else(|| "invalid bearer token".to_string())
+            }
+        }
+    }
+}
+
+async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
+    match auth.caller(req.headers()) {
+        Ok(c) => {
+            req.extensions_mut().insert(c);
+            next.run(req).await
+        }
+        Err(msg) => (
+            StatusCode::UNAUTHORIZED,
+            [
+                (header::WWW_AUTHENTICATE, "Bearer realm=\"rsim\""),
+                (header::CONTENT_TYPE, "application/json"),
+            ],
+            serde_json::json!({
+                "jsonrpc": "2.0", "id": null,
+                "error": { "code": -32001, "message": msg },
+            })
+            .to_string(),
+        )
+            .into_response(),
+    }
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "rsim serves MCP at /mcp (streamable HTTP)\n",
+    )
+        .into_response()
+}
+
+/// Run the HTTP server until interrupted (SIGINT/SIGTERM). Jobs still running then are waited for
+/// and recorded before the process exits.
+pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
+    let rt = super::runtime()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&http.addr)
+            .await
+            .map_err(|e| Error::invalid(format!("--http {}: cannot bind: {e}", http.addr)))?;
+        let local: SocketAddr = listener
+            .local_addr()
+            .map_err(|e| Error::internal(format!("cannot read the bound address: {e}")))?;
+        let loopback = local.ip().is_loopback();
+        let auth = match &http.tokens {
+            Some(p) => Auth::Tokens(load_tokens(p)?),
+            None if loopback => Auth::Loopback(http.role),
+            None => {
+                return Err(Error::invalid(format!(
+                    "--http {}: refusing to serve a non-loopback address without --tokens FILE (bearer tokens per agent)",
+                    http.addr
+                )));
+            }
+        };
+        let shared: Arc<Shared> = Shared::open(study, opts)?;
+        let mut config = StreamableHttpServerConfig::default()
+            .with_max_request_body_bytes(MAX_BODY_BYTES)
+            .with_sse_keep_alive(Some(std::time::Duration::from_secs(15)));
+        if !loopback {
+            // Bearer tokens authenticate every request; Host checks (against DNS rebinding of
+            // local servers) would only refuse legitimate remote names.
+            config = config.disable_allowed_hosts();
+        }
+        let server_ct = config.cancellation_token.clone();
+        let sh = shared.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(Server::new(sh.clone(), None)),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        let app = axum::Router::new()
+            .route_service("/mcp", service)
+            .fallback(not_found)
+            .layer(middleware::from_fn_with_state(Arc::new(auth), authenticate));
+        eprintln!("rsim: listening on http://{local}/mcp");
+        tracing::info!(%local, study = %shared.root().display(), "serving MCP over HTTP");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                shutdown_signal().await;
+                // End the sessions' open streams so the connections can close.
+                server_ct.cancel();
+            })
+            .await
+            .map_err(|e| Error::internal(format!("HTTP server: {e}")))?;
+        eprintln!("rsim: stopped; recording jobs still running before exit");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

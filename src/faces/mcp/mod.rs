@@ -1,0 +1,1014 @@
+//! The MCP face: the Experiment OS as MCP tools, resources and prompts, over stdio (`rsim mcp`) and
+//! streamable HTTP (`rsim serve --http`). A thin layer: every tool call goes through
+//! `Study::call` (validation, policy, execution, recording); this module only maps MCP onto it.
+//!
+//! - Tools: one per action and query in `api::schema::ACTIONS` (input and output schemas from the
+//!   same registry), plus `cancel_job` and `wait_job`. Arguments are checked with the project's JSON
+//!   Schema validator before serde (rmcp itself only runs serde). Errors are tool results with
+//!   `isError: true` and the core's message, which names the field or the policy rule.
+//! - Long jobs (`run_sft`, `evaluate`): see `jobs.rs`.
+//! - Roles: a session lists only the tools its role may use (`policy::role_allows`); a call outside
+//!   the role still reaches the core, whose policy rejects it and records the attempt.
+
+pub mod config;
+pub mod http;
+pub mod jobs;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::*;
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{Map, Value, json};
+
+use crate::api::schema::{self, ACTIONS};
+use crate::api::types::{EvaluateResult, GetJobRequest, RunSftResult};
+use crate::util::error::{Error, ErrorKind, Result};
+use crate::model::{ActionName, Caller, Role};
+use jobs::{CancelJobResult, JobRunning, Pool, Registry, WaitJobRequest};
+
+/// The Worker role prompt (also for the orchestrator).
+pub const WORKER_PROMPT: &str = include_str!("../../../prompts/worker.md");
+/// The Reviewer role prompt (also for the orchestrator).
+pub const REVIEWER_PROMPT: &str = include_str!("../../../prompts/reviewer.md");
+
+/// Tools that start a job and may outlive a request.
+const LONG_TOOLS: &[&str] = &["run_sft", "evaluate"];
+
+/// Settings of one server process.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How long `run_sft`/`evaluate` wait for their job before answering `status: "running"`.
+    pub job_wait: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            job_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What every session of one server process shares (created once, outside rmcp's per-session factory).
+pub struct Shared {
+    pool: Arc<Pool>,
+    registry: Arc<Registry>,
+    tasks: TaskManager,
+    opts: Options,
+    /// Every tool, with the action it stands for (None for the face's own tools).
+    tools: Vec<(Tool, ToolKind)>,
+    wait_validator: jsonschema::Validator,
+    cancel_validator: jsonschema::Validator,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ToolKind {
+    /// A query: every role.
+    Query,
+    /// An action that writes the record.
+    Action(ActionName),
+    /// `cancel_job`: roles that may run jobs.
+    Cancel,
+}
+
+impl Shared {
+    pub fn open(study: &Path, opts: Options) -> Result<Arc<Shared>> {
+        Ok(Arc::new(Shared {
+            pool: Arc::new(Pool::open(study)?),
+            registry: Arc::new(Registry::default()),
+            tasks: TaskManager::new(),
+            opts,
+            tools: all_tools()?,
+            wait_validator: schema::validator_for::<WaitJobRequest>()?,
+            cancel_validator: schema::validator_for::<GetJobRequest>()?,
+        }))
+    }
+
+    pub fn root(&self) -> &Path {
+        self.pool.root()
+    }
+}
+
+fn object(v: Value) -> Result<Arc<JsonObject>> {
+    match v {
+        Value::Object(m) => Ok(Arc::new(m)),
+        other => Err(Error::internal(format!(
+            "a tool schema is not an object: {other}"
+        ))),
+    }
+}
+
+/// `{"type": "object", "anyOf": [a, b, ...]}` from generated schemas, with their `$defs` merged.
+fn any_of(schemas: Vec<Value>) -> Value {
+    let mut defs = Map::new();
+    let mut alts = Vec::new();
+    for mut s in schemas {
+        if let Value::Object(m) = &mut s {
+            if let Some(Value::Object(d)) = m.remove("$defs") {
+                defs.extend(d);
+            }
+            m.remove("$schema");
+        }
+        alts.push(s);
+    }
+    let mut out = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "anyOf": alts,
+    });
+    if !defs.is_empty() {
+        out["$defs"] = Value::Object(defs);
+    }
+    out
+}
+
+fn running_schema() -> Value {
+    schemars::schema_for!(JobRunning).to_value()
+}
+
+fn title_of(name: &str) -> String {
+    let mut t = name.replace('_', " ");
+    if let Some(c) = t.get(0..1) {
+        let up = c.to_uppercase();
+        t.replace_range(0..1, &up);
+    }
+    t
+}
+
+fn all_tools() -> Result<Vec<(Tool, ToolKind)>> {
+    let mut out = Vec::new();
+    for a in ACTIONS {
+        let mut output = (a.output)().to_value();
+        let mut description = a.description.to_string();
+        if LONG_TOOLS.contains(&a.name) {
+            output = any_of(vec![output, running_schema()]);
+            description.push_str(" If the job outlives a short wait, answers {job, status: \"running\"} at once; then call wait_job with the job id (progress notifications report training steps and loss). The job runs to the end and is recorded even if you disconnect; cancel_job stops it.");
+        }
+        let kind = match ActionName::parse(a.name) {
+            Some(n) if !a.read_only => ToolKind::Action(n),
+            _ => ToolKind::Query,
+        };
+        let ann = ToolAnnotations::new()
+            .read_only(a.read_only)
+            .destructive(a.name == "conclude")
+            .idempotent(a.read_only)
+            .open_world(false);
+        let tool = Tool::new_with_raw(
+            a.name,
+            Some(description.into()),
+            object((a.input)().to_value())?,
+        )
+        .with_title(title_of(a.name))
+        .with_raw_output_schema(object(output)?)
+        .annotate(ann);
+        out.push((tool, kind));
+    }
+    let gen_schema = |s: schemars::Schema| object(s.to_value());
+    out.push((
+        Tool::new_with_raw(
+            "wait_job",
+            Some("Wait for a job started by run_sft or evaluate (by any agent or process) until its action is recorded, then return the recorded result (the run_sft or evaluate result). Sends progress notifications while it waits. After timeout_s (default 60) answers {job, status: \"running\"}; call again to keep waiting.".into()),
+            gen_schema(schemars::schema_for!(WaitJobRequest))?,
+        )
+        .with_title("Wait for job")
+        .with_raw_output_schema(object(any_of(vec![
+            schemars::schema_for!(RunSftResult).to_value(),
+            schemars::schema_for!(EvaluateResult).to_value(),
+            running_schema(),
+        ]))?)
+        .annotate(
+            ToolAnnotations::new()
+                .read_only(true)
+                .destructive(false)
+                .idempotent(true)
+                .open_world(false),
+        ),
+        ToolKind::Query,
+    ));
+    out.push((
+        Tool::new_with_raw(
+            "cancel_job",
+            Some("Stop a running or queued job started by run_sft or evaluate. Its action is then recorded with the job cancelled (wait_job returns that result).".into()),
+            gen_schema(schemars::schema_for!(GetJobRequest))?,
+        )
+        .with_title("Cancel job")
+        .with_raw_output_schema(gen_schema(schemars::schema_for!(CancelJobResult))?)
+        .annotate(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(true)
+                .idempotent(true)
+                .open_world(false),
+        ),
+        ToolKind::Cancel,
+    ));
+    Ok(out)
+}
+
+fn role_may(role: Role, kind: ToolKind) -> bool {
+    match kind {
+        ToolKind::Query => true,
+        ToolKind::Action(a) => crate::policy::role_allows(role, a),
+        ToolKind::Cancel => {
+            crate::policy::role_allows(role, ActionName::RunSft)
+                || crate::policy::role_allows(role, ActionName::Evaluate)
+        }
+    }
+}
+
+/// A tool error the agent reads: the core's message (naming the field or rule), the rule and the
+/// commit that recorded a rejection.
+fn tool_error(e: &Error) -> CallToolResult {
+    let mut msg = match e.kind {
+        ErrorKind::Invalid if e.message.starts_with("invalid") => e.message.clone(),
+        ErrorKind::Invalid => format!("invalid request: {}", e.message),
+        ErrorKind::NotFound => format!("not found: {}", e.message),
+        ErrorKind::Rejected if e.message.starts_with("rejected") => e.message.clone(),
+        ErrorKind::Rejected => format!("rejected by policy: {}", e.message),
+        ErrorKind::Forbidden => format!("forbidden: {}", e.message),
+        ErrorKind::Conflict => format!("conflict: {}", e.message),
+        ErrorKind::Internal => format!("internal error: {}", e.message),
+    };
+    if let Some(r) = &e.rule
+        && !msg.contains(r.as_str())
+    {
+        msg.push_str(&format!(" (rule: {r})"));
+    }
+    if let Some(c) = &e.commit {
+        msg.push_str(&format!(" [the rejection is recorded as commit {c}]"));
+    }
+    CallToolResult::error(vec![ContentBlock::text(msg)])
+}
+
+fn tool_ok(v: Value) -> CallToolResult {
+    let text = serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string());
+    let mut r = CallToolResult::structured(v);
+    r.content = vec![ContentBlock::text(text)];
+    r
+}
+
+fn outcome_result(o: &jobs::Outcome) -> CallToolResult {
+    match o {
+        Ok(v) => tool_ok(v.clone()),
+        Err(e) => tool_error(e),
+    }
+}
+
+fn running_result(root: &Path, job: &str, action: Option<&str>) -> CallToolResult {
+    match serde_json::to_value(JobRunning::new(root, job, action)) {
+        Ok(v) => tool_ok(v),
+        Err(e) => tool_error(&Error::from(e)),
+    }
+}
+
+/// One MCP session's handler. Cheap to clone; all state lives in `Shared`.
+#[derive(Clone)]
+pub struct Server {
+    shared: Arc<Shared>,
+    /// The caller of a stdio session; HTTP sessions take theirs from each request (see `http.rs`).
+    caller: Option<Caller>,
+    /// Requests this session's client cancelled with `notifications/cancelled`.
+    cancelled: Arc<Mutex<HashSet<RequestId>>>,
+}
+
+impl Server {
+    pub fn new(shared: Arc<Shared>, caller: Option<Caller>) -> Server {
+        Server {
+            shared,
+            caller,
+            cancelled: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+
+    fn caller_of(&self, ext: &Extensions) -> std::result::Result<Caller, McpError> {
+        if let Some(parts) = ext.get::<axum::http::request::Parts>()
+            && let Some(c) = parts.extensions.get::<Caller>()
+        {
+            return Ok(c.clone());
+        }
+        self.caller
+            .clone()
+            .ok_or_else(|| McpError::internal_error("this request carries no identity", None))
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&crate::os::Study) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let pool = self.shared.pool.clone();
+        tokio::task::spawn_blocking(move || pool.with(f))
+            .await
+            .map_err(|e| Error::internal(format!("worker thread failed: {e}")))?
+    }
+
+    async fn call_action(
+        &self,
+        caller: Caller,
+        name: &str,
+        args: Value,
+        kind: ToolKind,
+    ) -> CallToolResult {
+        let name = name.to_string();
+        let r = if let ToolKind::Action(_) = kind {
+            let pool = self.shared.pool.clone();
+            tokio::task::spawn_blocking(move || pool.write(&caller, &name, args))
+                .await
+                .unwrap_or_else(|e| Err(Error::internal(format!("worker thread failed: {e}"))))
+        } else {
+            self.blocking(move |s| s.call(&caller, &name, args)).await
+        };
+        match r {
+            Ok(v) => tool_ok(v),
+            Err(e) => tool_error(&e),
+        }
+    }
+
+    /// `run_sft` / `evaluate`: answer with the result if the job ends within the short wait, else
+    /// with `{job, status: "running"}`; progress and cancellation while the request is open.
+    async fn call_long(
+        &self,
+        caller: Caller,
+        name: &str,
+        args: Value,
+        ctx: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        // Malformed requests answer at once (the core validates again; this only avoids a thread).
+        if let Err(e) = schema::validate(name, &args) {
+            return tool_error(&e);
+        }
+        let mut started = jobs::start(
+            self.shared.pool.clone(),
+            self.shared.registry.clone(),
+            caller,
+            name.to_string(),
+            args,
+        );
+        let root = self.shared.root().to_path_buf();
+        let job = tokio::select! {
+            j = &mut started.job => j.ok(),
+            _ = started.done.wait_for(|o| o.is_some()) => None,
+            _ = ctx.ct.cancelled() => None,
+        };
+        let Some(job) = job else {
+            if ctx.ct.is_cancelled() {
+                self.after_cancel(ctx.id.clone(), None, started);
+                return CallToolResult::error(vec![ContentBlock::text("cancelled")]);
+            }
+            // The action ended without starting a job (a policy rejection, a bad node, ...): its
+            // outcome is on its way; the job channel may close just before it is set.
+            let outcome = started
+                .done
+                .wait_for(|o| o.is_some())
+                .await
+                .ok()
+                .and_then(|g| g.clone());
+            return match outcome {
+                Some(o) => outcome_result(&o),
+                None => tool_error(&Error::internal("the action ended without a result")),
+            };
+        };
+        let deadline = Instant::now() + self.shared.opts.job_wait;
+        match self.follow(&job, &mut started.done, deadline, ctx).await {
+            Followed::Done(o) => outcome_result(&o),
+            Followed::TimedOut => running_result(&root, &job, Some(name)),
+            Followed::Cancelled => {
+                self.after_cancel(ctx.id.clone(), Some(job), started);
+                CallToolResult::error(vec![ContentBlock::text("cancelled")])
+            }
+        }
+    }
+
+    /// The request was cancelled or its client went away. Only an explicit `notifications/cancelled`
+    /// (seen by `on_cancelled`, which may arrive just after the token fires) stops the job.
+    fn after_cancel(&self, id: RequestId, job: Option<String>, started: jobs::Started) {
+        let cancelled = self.cancelled.clone();
+        let pool = self.shared.pool.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let explicit = cancelled
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            if !explicit {
+                return;
+            }
+            let job = match job {
+                Some(j) => Some(j),
+                None => started.job.await.ok(),
+            };
+            if let Some(j) = job {
+                let r = tokio::task::spawn_blocking(move || pool.with(|s| s.cancel_job(&j))).await;
+                if let Ok(Err(e)) = r {
+                    tracing::warn!(
+                        "could not cancel the job of a cancelled request: {}",
+                        e.message
+                    );
+                }
+            }
+        });
+    }
+
+    /// Wait for a job's outcome until `deadline`, sending progress notifications if the request asked for them.
+    async fn follow(
+        &self,
+        job: &str,
+        done: &mut tokio::sync::watch::Receiver<Option<jobs::Outcome>>,
+        deadline: Instant,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Followed {
+        let token = ctx.meta.get_progress_token();
+        let root = self.shared.root().to_path_buf();
+        let mut last = 0.0_f64;
+        let started = Instant::now();
+        loop {
+            if let Some(o) = done.borrow().clone() {
+                return Followed::Done(o);
+            }
+            if let Some(t) = &token {
+                let (value, total, msg) = match jobs::progress_of(&root, job) {
+                    Some((k, n, line)) => (k as f64, n.map(|n| n as f64), line),
+                    None => (
+                        started.elapsed().as_secs_f64().floor(),
+                        None,
+                        format!("job {job} running"),
+                    ),
+                };
+                if value > last {
+                    last = value;
+                    let mut p = ProgressNotificationParam::new(t.clone(), value).with_message(msg);
+                    if let Some(n) = total {
+                        p = p.with_total(n);
+                    }
+                    let _ = ctx.peer.notify_progress(p).await;
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Followed::TimedOut;
+            }
+            let tick = (deadline - now).min(Duration::from_millis(500));
+            tokio::select! {
+                _ = done.changed() => {}
+                _ = tokio::time::sleep(tick) => {}
+                _ = ctx.ct.cancelled() => return Followed::Cancelled,
+            }
+        }
+    }
+
+    async fn wait_job(
+        &self,
+        req: WaitJobRequest,
+        ctx: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let timeout = Duration::from_secs(req.timeout_s.unwrap_or(60).min(3600));
+        let deadline = Instant::now() + timeout;
+        let root = self.shared.root().to_path_buf();
+        if let Some(mut done) = self.shared.registry.get(&req.job) {
+            return match self.follow(&req.job, &mut done, deadline, ctx).await {
+                Followed::Done(o) => outcome_result(&o),
+                Followed::TimedOut => running_result(&root, &req.job, None),
+                Followed::Cancelled => CallToolResult::error(vec![ContentBlock::text("cancelled")]),
+            };
+        }
+        // A job of another process (or of an earlier session): follow its log until the index has it.
+        let (tx, mut rx) = tokio::sync::watch::channel::<Option<jobs::Outcome>>(None);
+        let poll = {
+            let job = req.job.clone();
+            let pool = self.shared.pool.clone();
+            let root = root.clone();
+            tokio::spawn(async move {
+                loop {
+                    let j = job.clone();
+                    let r = tokio::task::spawn_blocking({
+                        let pool = pool.clone();
+                        move || pool.with(|s| jobs::recorded_result(s, &j))
+                    })
+                    .await;
+                    let r = match r {
+                        Ok(r) => r,
+                        Err(e) => Err(Error::internal(format!("worker thread failed: {e}"))),
+                    };
+                    match r {
+                        Ok(Some(v)) => {
+                            let _ = tx.send(Some(Ok(v)));
+                            return;
+                        }
+                        Ok(None) if !jobs::job_dir(&root, &job).join("spec.json").is_file() => {
+                            let _ = tx.send(Some(Err(Error::not_found(format!(
+                                "job: no job {job} in this study"
+                            )))));
+                            return;
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            let _ = tx.send(Some(Err(e)));
+                            return;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            })
+        };
+        let r = match self.follow(&req.job, &mut rx, deadline, ctx).await {
+            Followed::Done(o) => outcome_result(&o),
+            Followed::TimedOut => running_result(&root, &req.job, None),
+            Followed::Cancelled => CallToolResult::error(vec![ContentBlock::text("cancelled")]),
+        };
+        poll.abort();
+        r
+    }
+
+    /// Serve a long tool as an MCP task (protocol 2026-07-28 clients that declared the extension).
+    fn call_as_task(&self, caller: Caller, name: &str, args: Value) -> CallToolResponse {
+        let shared = self.shared.clone();
+        let name = name.to_string();
+        let task = self.shared.tasks.spawn(
+            TaskOptions::new().with_poll_interval_ms(1000),
+            move |tctx| {
+                Box::pin(async move {
+                    if let Err(e) = schema::validate(&name, &args) {
+                        return Ok(tool_error(&e));
+                    }
+                    let mut started = jobs::start(
+                        shared.pool.clone(),
+                        shared.registry.clone(),
+                        caller,
+                        name,
+                        args,
+                    );
+                    let outcome = tokio::select! {
+                        o = started.done.wait_for(|o| o.is_some()) => o.ok().and_then(|g| g.clone()),
+                        _ = tctx.cancelled() => None,
+                    };
+                    let Some(o) = outcome else {
+                        if let Ok(j) = started.job.await {
+                            let pool = shared.pool.clone();
+                            let _ = tokio::task::spawn_blocking(move || pool.with(|s| s.cancel_job(&j))).await;
+                        }
+                        return Err(TaskExit::Cancelled);
+                    };
+                    let r = outcome_result(&o);
+                    Ok(r)
+                })
+            },
+        );
+        CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+}
+
+enum Followed {
+    Done(jobs::Outcome),
+    TimedOut,
+    Cancelled,
+}
+
+fn is_2026(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+fn resource_error(e: Error, uri: &str) -> McpError {
+    match e.kind {
+        ErrorKind::NotFound => McpError::resource_not_found(
+            format!("{uri}: {}", e.message),
+            Some(json!({ "uri": uri })),
+        ),
+        ErrorKind::Invalid => McpError::invalid_params(format!("{uri}: {}", e.message), None),
+        _ => McpError::internal_error(format!("{uri}: {}", e.message), None),
+    }
+}
+
+/// Read one `rsim://` resource: (mime type, text).
+fn read_uri(study: &crate::os::Study, uri: &str) -> Result<(&'static str, String)> {
+    let bad = || {
+        Error::not_found(format!(
+            "no resource {uri:?}; resources are rsim://dag, rsim://node/{{id}}, rsim://node/{{id}}/actions/{{seq}}, rsim://job/{{id}}/log"
+        ))
+    };
+    let rest = uri.strip_prefix("rsim://").ok_or_else(bad)?;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let json_text = |v: Value| -> Result<(&'static str, String)> {
+        Ok(("application/json", serde_json::to_string_pretty(&v)?))
+    };
+    match parts.as_slice() {
+        ["dag"] => json_text(study.call(&Caller::owner(), "dag", json!({}))?),
+        ["node", id] => {
+            json_text(study.call(&Caller::owner(), "get_node", json!({ "node": id }))?)
+        }
+        ["node", id, "actions", seq] => {
+            let seq: u32 = seq
+                .parse()
+                .map_err(|_| Error::invalid(format!("seq: {seq:?} is not an action number")))?;
+            // Validate the node id with the query's own schema before touching git.
+            study.call(&Caller::owner(), "get_node", json!({ "node": id }))?;
+            let tip = study
+                .record()
+                .node_tip(id)?
+                .ok_or_else(|| Error::not_found(format!("node: no node {id}")))?;
+            let a = study
+                .record()
+                .actions_since(id, tip, seq.saturating_sub(1))?
+                .into_iter()
+                .find(|a| a.record.seq == seq)
+                .ok_or_else(|| {
+                    Error::not_found(format!("action: node {id} has no action {seq}"))
+                })?;
+            let mut v = serde_json::to_value(&a.record)?;
+            v["commit"] = Value::String(a.commit.to_string());
+            json_text(v)
+        }
+        ["job", id, "log"] => {
+            schema::validate("get_job", &json!({ "job": id }))?;
+            let live = jobs::job_dir(study.root(), id).join("job.log");
+            if let Some(t) = jobs::log_tail(&live, 1 << 20) {
+                return Ok(("text/plain", t));
+            }
+            let (_, _, job) = study
+                .index()
+                .job(id)?
+                .ok_or_else(|| Error::not_found(format!("job: no job {id} in this study")))?;
+            let sha = job
+                .log
+                .ok_or_else(|| Error::not_found(format!("job: job {id} has no log")))?;
+            let bytes = study.store().get(&sha)?;
+            Ok(("text/plain", String::from_utf8_lossy(&bytes).into_owned()))
+        }
+        _ => Err(bad()),
+    }
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        #[allow(unused_mut)]
+        let mut caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_prompts()
+            .enable_tasks()
+            .build();
+        #[cfg(feature = "conformance")]
+        conformance::capabilities(&mut caps);
+        ServerConfig::new(caps)
+        .with_server_info(
+            Implementation::new("rsim", env!("CARGO_PKG_VERSION"))
+                .with_title("RSI-Master Experiment OS"),
+        )
+        .with_instructions(
+            "RSI-Master Experiment OS: post-train a base model only through these tools. Every call is validated, policy-checked and recorded in git with your agent name and role. Start with the `worker` or `reviewer` prompt, then `dag` and `get_node`. run_sft/evaluate may answer {job, status: \"running\"}: follow with wait_job.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListToolsResult, McpError> {
+        let role = self.caller_of(&ctx.extensions)?.role;
+        #[allow(unused_mut)]
+        let mut tools: Vec<Tool> = self
+            .shared
+            .tools
+            .iter()
+            .filter(|(_, k)| role_may(role, *k))
+            .map(|(t, _)| t.clone())
+            .collect();
+        #[cfg(feature = "conformance")]
+        {
+            tools.extend(conformance::tools());
+            tools.extend(conformance::mrtr_tools());
+        }
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        #[cfg(feature = "conformance")]
+        if let Some(t) = conformance::tools()
+            .into_iter()
+            .chain(conformance::mrtr_tools())
+            .find(|t| t.name == name)
+        {
+            return Some(t);
+        }
+        self.shared
+            .tools
+            .iter()
+            .find(|(t, _)| t.name == name)
+            .map(|(t, _)| t.clone())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<CallToolResponse, McpError> {
+        let caller = self.caller_of(&ctx.extensions)?;
+        let name = request.name.to_string();
+        #[cfg(feature = "conformance")]
+        if let Some(r) = conformance::call(&name, &request, &ctx).await {
+            return r.map(CallToolResponse::from);
+        }
+        #[cfg(feature = "conformance")]
+        if let Some(r) = conformance::call_task(&name, &request, &ctx, &self.shared.tasks) {
+            return r;
+        }
+        let Some((_, kind)) = self.shared.tools.iter().find(|(t, _)| t.name == name) else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "unknown tool {name:?}; tools are: {}, wait_job, cancel_job",
+                    schema::names()
+                ),
+                None,
+            ));
+        };
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let result = match (name.as_str(), kind) {
+            ("wait_job", _) => {
+                match schema::validate_with("wait_job", &self.shared.wait_validator, &args)
+                    .and_then(|()| {
+                        serde_json::from_value::<WaitJobRequest>(args)
+                            .map_err(|e| Error::invalid(format!("invalid wait_job request: {e}")))
+                    }) {
+                    Ok(req) => self.wait_job(req, &ctx).await,
+                    Err(e) => tool_error(&e),
+                }
+            }
+            ("cancel_job", kind) => {
+                if !role_may(caller.role, *kind) {
+                    tool_error(&Error::forbidden(format!(
+                        "rule `role`: a {} may not cancel jobs (only roles that run jobs may)",
+                        caller.role
+                    )))
+                } else {
+                    match schema::validate_with("cancel_job", &self.shared.cancel_validator, &args)
+                    {
+                        Err(e) => tool_error(&e),
+                        Ok(()) => {
+                            let job = args["job"].as_str().unwrap_or_default().to_string();
+                            let j = job.clone();
+                            match self.blocking(move |s| s.cancel_job(&j)).await {
+                                Ok(()) => tool_ok(json!(CancelJobResult {
+                                    job,
+                                    cancel_requested: true
+                                })),
+                                Err(e) => tool_error(&e),
+                            }
+                        }
+                    }
+                }
+            }
+            (n, _) if LONG_TOOLS.contains(&n) => {
+                let tasks_ok = ctx
+                    .client_capabilities()
+                    .is_some_and(|c| c.supports_tasks())
+                    && is_2026(&ctx);
+                if tasks_ok {
+                    return Ok(self.call_as_task(caller, n, args));
+                }
+                self.call_long(caller, n, args, &ctx).await
+            }
+            (n, kind) => self.call_action(caller, n, args, *kind).await,
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        _ctx: NotificationContext<RoleServer>,
+    ) {
+        if let Some(id) = notification.request_id {
+            self.cancelled
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id);
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListResourcesResult, McpError> {
+        #[allow(unused_mut)]
+        let mut resources = vec![
+            Resource::new("rsim://dag", "dag")
+                .with_title("Research DAG")
+                .with_description("Every node and edge of the study's research DAG (JSON, as the dag tool's full view).")
+                .with_mime_type("application/json"),
+        ];
+        #[cfg(feature = "conformance")]
+        resources.extend(conformance::resources());
+        Ok(ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListResourceTemplatesResult, McpError> {
+        #[allow(unused_mut)]
+        let mut templates = vec![
+            ResourceTemplate::new("rsim://node/{id}", "node")
+                .with_title("Node")
+                .with_description("One node as get_node returns it: actions, metrics, findings (JSON).")
+                .with_mime_type("application/json"),
+            ResourceTemplate::new("rsim://node/{id}/actions/{seq}", "action")
+                .with_title("Action record")
+                .with_description("The full record of action {seq} on node {id}: request, policy decision, result, job, artifacts, metrics, commit (JSON).")
+                .with_mime_type("application/json"),
+            ResourceTemplate::new("rsim://job/{id}/log", "job-log")
+                .with_title("Job log")
+                .with_description("A job's combined stdout/stderr: live while it runs, the recorded log artifact afterwards (text).")
+                .with_mime_type("text/plain"),
+        ];
+        #[cfg(feature = "conformance")]
+        templates.extend(conformance::resource_templates());
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<ReadResourceResponse, McpError> {
+        let uri = request.uri.clone();
+        #[cfg(feature = "conformance")]
+        if let Some(r) = conformance::read(&uri) {
+            return r.map(ReadResourceResponse::from);
+        }
+        let u = uri.clone();
+        match self.blocking(move |s| read_uri(s, &u)).await {
+            Ok((mime, text)) => Ok(ReadResourceResult::new(vec![
+                ResourceContents::text(text, uri).with_mime_type(mime),
+            ])
+            .into()),
+            Err(e) => Err(resource_error(e, &uri)),
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<ListPromptsResult, McpError> {
+        #[allow(unused_mut)]
+        let mut prompts = vec![
+            Prompt::new(
+                "worker",
+                Some("Instructions for a Worker: run experiments on a research direction through the study's tools."),
+                None,
+            )
+            .with_title("Worker role"),
+            Prompt::new(
+                "reviewer",
+                Some("Instructions for a Reviewer: compare evidence across related nodes and decide where the DAG grows."),
+                None,
+            )
+            .with_title("Reviewer role"),
+        ];
+        #[cfg(feature = "conformance")]
+        {
+            prompts.extend(conformance::prompts());
+            prompts.push(conformance::mrtr_prompt_def());
+        }
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<GetPromptResponse, McpError> {
+        #[cfg(feature = "conformance")]
+        if let Some(r) = conformance::prompt(&request) {
+            return r.map(GetPromptResponse::from);
+        }
+        #[cfg(feature = "conformance")]
+        if let Some(r) = conformance::mrtr_prompt(&request) {
+            return r;
+        }
+        let (text, desc) = match request.name.as_str() {
+            "worker" => (WORKER_PROMPT, "The Worker role"),
+            "reviewer" => (REVIEWER_PROMPT, "The Reviewer role"),
+            other => {
+                return Err(McpError::invalid_params(
+                    format!("unknown prompt {other:?}; prompts are: worker, reviewer"),
+                    None,
+                ));
+            }
+        };
+        Ok(
+            GetPromptResult::new(vec![PromptMessage::new_text(rmcp::model::Role::User, text)])
+                .with_description(desc)
+                .into(),
+        )
+    }
+
+    #[cfg(feature = "conformance")]
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<CompleteResult, McpError> {
+        Ok(conformance::complete(&request))
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        Ok(())
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        _request: SubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        Ok(())
+    }
+
+    #[cfg(feature = "conformance")]
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        _request: UnsubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        Ok(())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<GetTaskResult, McpError> {
+        Ok(GetTaskResult::new(
+            self.shared.tasks.get_task(&request.task_id)?,
+        ))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        self.shared
+            .tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> std::result::Result<(), McpError> {
+        self.shared.tasks.cancel_task(&request.task_id)
+    }
+}
+
+#[cfg(feature = "conformance")]
+mod conformance;
+
+/// `rsim mcp`: serve one agent over stdio until the client closes it.
+pub fn serve_stdio(study: &Path, caller: Caller, opts: Options) -> Result<()> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let shared = Shared::open(study, opts)?;
+        tracing::info!(agent = %caller.agent, role = %caller.role, "serving MCP on stdio");
+        let server = Server::new(shared, Some(caller));
+        let running = rmcp::ServiceExt::serve(server, rmcp::transport::stdio())
+            .await
+            .map_err(|e| Error::internal(format!("MCP stdio: {e}")))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| Error::internal(format!("MCP stdio: {e}")))?;
+        Ok(())
+    })
+}
+
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::internal(format!("cannot start the async runtime: {e}")))
+}

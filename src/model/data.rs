@@ -1,0 +1,116 @@
+//! Data types that both the agent API and the job side use: rows, the arithmetic generator's
+//! parameters, training schedules and adapters, evaluated items. Plain data, no behaviour beyond
+//! names.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One training example.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Row {
+    #[schemars(length(min = 1, max = 20000))]
+    pub prompt: String,
+    #[schemars(length(max = 20000))]
+    pub answer: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArithOp {
+    Add,
+    Sub,
+    Mixed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerFormat {
+    /// `123+456=579`
+    Plain,
+    /// Answer digits least-significant first: `123+456=975`
+    Reversed,
+    /// Per-digit work with carries, then the answer.
+    Scratchpad,
+}
+
+impl AnswerFormat {
+    /// The name used in requests, recipes and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerFormat::Plain => "plain",
+            AnswerFormat::Reversed => "reversed",
+            AnswerFormat::Scratchpad => "scratchpad",
+        }
+    }
+}
+
+/// Parameters of the built-in arithmetic generator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArithParams {
+    pub op: ArithOp,
+    /// Digits per operand.
+    #[schemars(range(min = 1, max = 6))]
+    pub digits: u32,
+    pub format: AnswerFormat,
+    /// Number of rows.
+    #[schemars(range(min = 1, max = 1000000))]
+    pub n: u64,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    Constant,
+    Linear,
+    #[default]
+    Cosine,
+}
+
+/// Which weights train.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Adapter {
+    /// Every weight trains.
+    #[default]
+    Full,
+    /// Low-rank adapters.
+    Lora {
+        #[schemars(range(min = 1, max = 256))]
+        rank: u32,
+        #[schemars(range(min = 0.0, max = 1024.0))]
+        alpha: f64,
+    },
+}
+
+/// One evaluated item (dev split only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalItem {
+    pub prompt: String,
+    pub expected: String,
+    pub output: String,
+    pub correct: bool,
+}
+
+impl AnswerFormat {
+    pub const ALL: [AnswerFormat; 3] = [
+        AnswerFormat::Plain,
+        AnswerFormat::Reversed,
+        AnswerFormat::Scratchpad,
+    ];
+}
+
+impl std::str::FromStr for AnswerFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
+            format!(
+                "unknown answer format {s:?}; formats: {}",
+                Self::ALL.map(AnswerFormat::name).join(", ")
+            )
+        })
+    }
+}

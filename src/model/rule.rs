@@ -1,0 +1,80 @@
+//! The policy's rules by name. A rejection names exactly one; the record stores its name
+//! (`Rsim-Rule`), and the audit counts rejections per rule.
+
+use std::fmt;
+
+macro_rules! rules {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal, )*) => {
+        /// One rule of the policy guard.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Rule {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl Rule {
+            pub const ALL: &'static [Rule] = &[$(Rule::$variant,)*];
+
+            /// The rule's name as the record writes it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Rule::$variant => $name, )*
+                }
+            }
+
+            pub fn parse(s: &str) -> Option<Rule> {
+                Self::ALL.iter().copied().find(|r| r.as_str() == s)
+            }
+        }
+    };
+}
+
+rules! {
+    /// The caller's role may not perform the action.
+    Role = "role",
+    /// More experiments on a concluded node.
+    NodeConcluded = "node-concluded",
+    MaxParents = "max-parents",
+    BudgetNodes = "budget-nodes",
+    DatasetNameTaken = "dataset-name-taken",
+    InlineRowsLimit = "inline-rows-limit",
+    /// Data that reproduces protected eval items.
+    Contamination = "contamination",
+    /// Using the contamination gate as an oracle for test membership.
+    ContaminationProbing = "contamination-probing",
+    DatasetUnregistered = "dataset-unregistered",
+    CheckpointProvenance = "checkpoint-provenance",
+    CheckpointIntegrity = "checkpoint-integrity",
+    EvaluatorPinned = "evaluator-pinned",
+    EvalSetPinned = "eval-set-pinned",
+    TestEvaluationLimit = "test-evaluation-limit",
+    BudgetCompute = "budget-compute",
+    BudgetNodeCompute = "budget-node-compute",
+    BudgetAgentCompute = "budget-agent-compute",
+    BudgetEvaluations = "budget-evaluations",
+    BudgetNodeEvaluations = "budget-node-evaluations",
+    BudgetAgentEvaluations = "budget-agent-evaluations",
+    NetworkIsolation = "network-isolation",
+    /// Cancelling a job that another agent started (owners may cancel any job).
+    JobOwner = "job-owner",
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_parse_back() {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in Rule::ALL {
+            assert!(seen.insert(r.as_str()), "duplicate rule name {r}");
+            assert_eq!(Rule::parse(r.as_str()), Some(*r));
+        }
+        assert_eq!(Rule::parse("no-such-rule"), None);
+    }
+}

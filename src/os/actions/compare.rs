@@ -1,0 +1,98 @@
+//! The `compare` action.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::os::*;
+
+impl Study {
+    fn compare_checked(&self, caller: &Caller, req: CompareRequest) -> Result<CompareResult> {
+        check_caller(caller)?;
+        let snap = self.require_node(&req.node)?;
+        let mut rows = Vec::new();
+        for n in &req.nodes {
+            let node = self
+                .index
+                .node(n)?
+                .ok_or_else(|| Error::not_found(format!("nodes: no node {n}")))?;
+            let values: Vec<f64> = self
+                .index
+                .node_metrics(n)?
+                .into_iter()
+                .filter(|(_, m)| m.task == req.task && m.split == req.split && m.name == req.metric)
+                .map(|(_, m)| m.value)
+                .collect();
+            let (mean, ci95) = crate::util::stats::mean_ci95(&values);
+            let best = values
+                .iter()
+                .copied()
+                .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
+            rows.push(CompareRow {
+                node: n.clone(),
+                title: node.title,
+                n: values.len() as u64,
+                mean,
+                ci95,
+                best,
+                values,
+            });
+        }
+        let facts = Facts {
+            node_status: Some(snap.meta.status),
+            ..Facts::default()
+        };
+        let request = serde_json::to_value(&req)?;
+        let decision = policy::check(Request::Compare(&req), caller, &self.config, &facts);
+        if !decision.accepted() {
+            return Err(self.record_rejection(
+                &req.node,
+                caller,
+                ActionName::Compare,
+                request,
+                decision,
+            ));
+        }
+        let stored = serde_json::json!({ "task": req.task, "split": req.split, "metric": req.metric, "rows": rows });
+        let (oid, _) =
+            self.commit_action(&req.node, caller, ActionName::Compare, request, |_| {
+                let mut p = Prepared::accepted(
+                    format!(
+                        "{} on {}/{} across {}",
+                        req.metric,
+                        req.task,
+                        req.split.as_str(),
+                        req.nodes.join(", ")
+                    ),
+                    stored.clone(),
+                );
+                p.body = rows
+                    .iter()
+                    .map(|r| {
+                        let ci = r
+                            .ci95
+                            .map(|[a, b]| format!(" [{a:.4}, {b:.4}]"))
+                            .unwrap_or_default();
+                        let mean = r
+                            .mean
+                            .map(|m| format!("{m:.4}"))
+                            .unwrap_or_else(|| "-".into());
+                        format!("{}: n={} mean={mean}{ci}", r.node, r.n)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                p.refers_to = req.nodes.clone();
+                Ok(p)
+            })?;
+        Ok(CompareResult {
+            task: req.task,
+            split: req.split,
+            metric: req.metric,
+            rows,
+            commit: oid,
+        })
+    }
+}

@@ -1,0 +1,66 @@
+//! The `conclude` action.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::os::*;
+
+impl Study {
+    fn conclude_checked(&self, caller: &Caller, req: ConcludeRequest) -> Result<ConcludeResult> {
+        check_caller(caller)?;
+        let snap = self.require_node(&req.node)?;
+        let known = match &req.best_checkpoint {
+            Some(c) => self.resolve_checkpoint(c)?.is_some(),
+            None => true,
+        };
+        let facts = Facts {
+            node_status: Some(snap.meta.status),
+            checkpoint_known: known,
+            ..Facts::default()
+        };
+        let request = serde_json::to_value(&req)?;
+        let decision = policy::check(Request::Conclude(&req), caller, &self.config, &facts);
+        if !decision.accepted() {
+            return Err(self.record_rejection(
+                &req.node,
+                caller,
+                ActionName::Conclude,
+                request,
+                decision,
+            ));
+        }
+        let outcome = serde_json::to_value(req.outcome)?
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let (oid, _) =
+            self.commit_action(&req.node, caller, ActionName::Conclude, request, |snap| {
+                let mut meta = snap.meta.clone();
+                meta.status = NodeStatus::Concluded;
+                meta.outcome = Some(req.outcome);
+                let mut p = Prepared::accepted(
+                    format!("{outcome}: {}", first_line(&req.findings)),
+                    serde_json::json!({ "node": req.node, "status": "concluded" }),
+                );
+                p.body = req.findings.clone();
+                p.files.push(TreeFile::new(
+                    "notes.md",
+                    format!(
+                        "# {}\n\nOutcome: {outcome}\n\n{}\n",
+                        meta.title, req.findings
+                    ),
+                ));
+                p.meta = Some(meta);
+                Ok(p)
+            })?;
+        Ok(ConcludeResult {
+            node: req.node,
+            status: NodeStatus::Concluded,
+            commit: oid,
+        })
+    }
+}

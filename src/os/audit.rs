@@ -1,0 +1,257 @@
+//! `rsim audit`: how many actions were attempted, which policy rules rejected what, and whether
+//! anything got through — a checkpoint, score or dataset in the record that fails the provenance,
+//! integrity, evaluator, test-secrecy or contamination checks when re-checked from the record alone.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::os::Study;
+use crate::util::error::Result;
+use crate::record::index::AgentRow;
+use crate::model::{ActionName, ArtifactKind, Split};
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    /// Whether a violation means a hack got through (integrity damage found now does not: every
+    /// accepted use of a checkpoint was integrity-checked before its job ran).
+    pub counts: bool,
+    /// What was checked, in words.
+    pub what: &'static str,
+    pub checked: u64,
+    pub violations: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AuditReport {
+    /// Agent actions attempted (the `init` of the root node is not one).
+    pub attempts: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+    pub rejections_by_rule: BTreeMap<String, u64>,
+    pub agents: Vec<AgentRow>,
+    pub checks: Vec<Check>,
+    /// Violations found in the record: hacks that got through. The promise is zero.
+    pub got_through: u64,
+}
+
+pub fn audit(study: &Study) -> Result<AuditReport> {
+    let index = study.index();
+    let actions = index.actions(None, true, u64::MAX >> 2)?;
+    let mut ordered = actions;
+    ordered.sort_by(|a, b| {
+        a.record
+            .at
+            .cmp(&b.record.at)
+            .then(a.node.cmp(&b.node))
+            .then(a.seq.cmp(&b.seq))
+    });
+    let (mut attempts, mut accepted, mut rejected) = (0, 0, 0);
+    for a in &ordered {
+        if a.record.action == ActionName::Init {
+            continue;
+        }
+        attempts += 1;
+        if a.record.decision.accepted() {
+            accepted += 1;
+        } else {
+            rejected += 1;
+        }
+    }
+    let rejections_by_rule = index.rejections_by_rule()?.into_iter().collect();
+
+    let base = study.base_checkpoint()?;
+    let pin = study.config().jobs.evaluator_sha256.clone();
+    let mut known: std::collections::BTreeSet<String> =
+        std::collections::BTreeSet::from([base.clone()]);
+    let mut registered: HashSet<String> = HashSet::new();
+    let mut provenance = Check {
+        name: "provenance",
+        counts: true,
+        what: "every checkpoint trained from or evaluated was the base model or produced earlier by a recorded run_sft",
+        checked: 0,
+        violations: Vec::new(),
+    };
+    let mut integrity = Check {
+        name: "integrity",
+        counts: false,
+        what: "every recorded checkpoint's files still match their hashes (damage is reported, not counted: uses are checked before they run)",
+        checked: 0,
+        violations: Vec::new(),
+    };
+    let mut evaluator = Check {
+        name: "evaluator",
+        counts: true,
+        what: "every score was produced by the pinned evaluator",
+        checked: 0,
+        violations: Vec::new(),
+    };
+    let mut secrecy = Check {
+        name: "test-secrecy",
+        counts: true,
+        what: "no recorded result carries per-item test results, and no node exceeded its test evaluations",
+        checked: 0,
+        violations: Vec::new(),
+    };
+    let mut contamination = Check {
+        name: "contamination",
+        counts: true,
+        what: "no registered dataset overlaps a protected eval set (re-scanned now)",
+        checked: 0,
+        violations: Vec::new(),
+    };
+    let mut data = Check {
+        name: "registered-data",
+        counts: true,
+        what: "every run_sft trained only on datasets registered before it",
+        checked: 0,
+        violations: Vec::new(),
+    };
+    let mut test_evals: HashMap<String, u64> = HashMap::new();
+    let resolve = |c: &str| {
+        if c == "base" {
+            base.clone()
+        } else {
+            c.to_string()
+        }
+    };
+    for a in ordered.iter().filter(|a| a.record.decision.accepted()) {
+        let r = &a.record;
+        let at = format!("{}#{}", a.node, a.seq);
+        match r.action {
+            ActionName::RunSft => {
+                provenance.checked += 1;
+                let b = resolve(r.request["base"].as_str().unwrap_or_default());
+                if !known.contains(&b) {
+                    provenance
+                        .violations
+                        .push(format!("{at}: trained from unknown checkpoint {b}"));
+                }
+                data.checked += 1;
+                for d in r.request["datasets"].as_array().into_iter().flatten() {
+                    let name = d.as_str().unwrap_or_default();
+                    if !registered.contains(name) {
+                        data.violations
+                            .push(format!("{at}: trained on unregistered dataset {name:?}"));
+                    }
+                }
+                for art in r
+                    .artifacts
+                    .iter()
+                    .filter(|x| x.kind == ArtifactKind::Checkpoint)
+                {
+                    if art.parent.as_deref() != Some(b.as_str()) {
+                        provenance.violations.push(format!(
+                            "{at}: checkpoint {} claims parent {:?}",
+                            art.sha256, art.parent
+                        ));
+                    }
+                    known.insert(art.sha256.clone());
+                }
+            }
+            ActionName::Evaluate => {
+                provenance.checked += 1;
+                let c = resolve(r.request["checkpoint"].as_str().unwrap_or_default());
+                if !known.contains(&c) {
+                    provenance
+                        .violations
+                        .push(format!("{at}: scored unknown checkpoint {c}"));
+                }
+                evaluator.checked += 1;
+                let used = r
+                    .result
+                    .as_ref()
+                    .and_then(|v| v["evaluator"].as_str())
+                    .unwrap_or_default()
+                    .to_string();
+                match &pin {
+                    Some(p) if *p != used => evaluator.violations.push(format!(
+                        "{at}: scored by evaluator {used}, the study pins {p}"
+                    )),
+                    None => evaluator.violations.push(format!(
+                        "{at}: the study pins no evaluator (jobs.evaluator_sha256)"
+                    )),
+                    _ => {}
+                }
+                if r.request["split"].as_str() == Some(Split::Test.as_str()) {
+                    secrecy.checked += 1;
+                    let items = r
+                        .result
+                        .as_ref()
+                        .map(|v| !v["items"].is_null())
+                        .unwrap_or(false);
+                    if items {
+                        secrecy.violations.push(format!(
+                            "{at}: a test-split result carries per-item results"
+                        ));
+                    }
+                    let n = test_evals.entry(a.node.clone()).or_default();
+                    *n += 1;
+                    if *n > study.config().budgets.test_evaluations_per_node {
+                        secrecy.violations.push(format!(
+                            "{at}: node {} exceeded its test evaluations",
+                            a.node
+                        ));
+                    }
+                }
+            }
+            ActionName::RegisterDataset => {
+                for art in r
+                    .artifacts
+                    .iter()
+                    .filter(|x| x.kind == ArtifactKind::Dataset)
+                {
+                    registered.insert(art.name.clone());
+                    contamination.checked += 1;
+                    match study.store().get(&art.sha256) {
+                        Ok(bytes) => {
+                            let rows = crate::train::datasets::parse_jsonl(&bytes, &art.name)?;
+                            let hits = study.scan_for_contamination(&rows)?;
+                            if !hits.is_empty() {
+                                contamination.violations.push(format!(
+                                    "{at}: dataset {:?} reproduces {} protected item(s)",
+                                    art.name,
+                                    hits.len()
+                                ));
+                            }
+                        }
+                        Err(e) => contamination
+                            .violations
+                            .push(format!("{at}: dataset {:?}: {}", art.name, e.message)),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for ck in &known {
+        integrity.checked += 1;
+        let damage = study.store().manifest_damage(ck);
+        if let Some(d) = damage {
+            integrity.violations.push(format!("checkpoint {ck}: {d}"));
+        }
+    }
+    let checks = vec![
+        provenance,
+        integrity,
+        evaluator,
+        secrecy,
+        contamination,
+        data,
+    ];
+    let got_through = checks
+        .iter()
+        .filter(|c| c.counts)
+        .map(|c| c.violations.len() as u64)
+        .sum();
+    Ok(AuditReport {
+        attempts,
+        accepted,
+        rejected,
+        rejections_by_rule,
+        agents: index.agents()?,
+        checks,
+        got_through,
+    })
+}

@@ -1,0 +1,135 @@
+//! `rsim fsck`: verify the record's invariants — every node's commits form a contiguous action
+//! sequence, each commit records exactly one action whose file matches its trailers, a node's first
+//! commit has its parents' commits as git parents, every referenced artifact is in the object
+//! store with the right hash, and the index agrees with git.
+
+use std::collections::BTreeSet;
+
+use crate::os::Study;
+use crate::util::error::Result;
+use crate::record::{ACTIONS_DIR, Trailers};
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct FsckReport {
+    pub nodes: usize,
+    pub actions: usize,
+    pub artifacts_checked: usize,
+    pub problems: Vec<String>,
+}
+
+pub fn fsck(study: &Study) -> Result<FsckReport> {
+    let mut rep = FsckReport::default();
+    let record = study.record();
+    let repo = record.repo();
+    let mut artifacts = BTreeSet::new();
+    let tips = record.node_tips()?;
+    rep.nodes = tips.len();
+    for (id, tip) in &tips {
+        let snap = record.snapshot(*tip)?;
+        if snap.meta.id != *id {
+            rep.problems
+                .push(format!("{id}: node.toml names {}", snap.meta.id));
+        }
+        let actions = match record.actions_since(id, *tip, 0) {
+            Ok(a) => a,
+            Err(e) => {
+                rep.problems.push(format!("{id}: {}", e.message));
+                continue;
+            }
+        };
+        rep.actions += actions.len();
+        if actions.len() as u32 != snap.action_count {
+            rep.problems.push(format!(
+                "{id}: {} commits record actions but the tree holds {} action files",
+                actions.len(),
+                snap.action_count
+            ));
+        }
+        for (i, a) in actions.iter().enumerate() {
+            if a.record.seq != i as u32 + 1 {
+                rep.problems.push(format!(
+                    "{id}: action {} is at position {}",
+                    a.record.seq,
+                    i + 1
+                ));
+            }
+            let commit = repo.find_commit(a.commit)?;
+            let t = Trailers::parse(commit.message_raw().unwrap_or(""));
+            if t.decision.as_deref() != Some(a.record.decision.decision.as_str()) {
+                rep.problems.push(format!(
+                    "{id}#{}: Rsim-Decision trailer disagrees with the action file",
+                    a.record.seq
+                ));
+            }
+            // Exactly one new action file per commit.
+            let parent_tree = if i == 0 {
+                None
+            } else {
+                Some(commit.parent(0)?.tree()?)
+            };
+            let tree = commit.tree()?;
+            let count = |t: &git2::Tree<'_>| -> Result<usize> {
+                Ok(match t.get_name(ACTIONS_DIR) {
+                    Some(e) => repo.find_tree(e.id())?.len(),
+                    None => 0,
+                })
+            };
+            let before = match &parent_tree {
+                Some(pt) => count(pt)?,
+                None => 0,
+            };
+            if count(&tree)? != before + 1 {
+                rep.problems.push(format!(
+                    "{id}#{}: commit {} does not add exactly one action",
+                    a.record.seq, a.commit
+                ));
+            }
+            if i == 0 {
+                let want = snap
+                    .meta
+                    .parents
+                    .len()
+                    .max(usize::from(*id == crate::os::ROOT_NODE));
+                if commit.parent_count() != want {
+                    rep.problems.push(format!(
+                        "{id}: first commit has {} git parents, node.toml lists {}",
+                        commit.parent_count(),
+                        snap.meta.parents.len()
+                    ));
+                }
+            }
+            if a.record.decision.accepted() {
+                for art in &a.record.artifacts {
+                    artifacts.insert(art.sha256.clone());
+                }
+            }
+        }
+        match study.index().node(id)? {
+            Some(row) if row.tip == tip.to_string() => {}
+            Some(_) => rep.problems.push(format!(
+                "{id}: the index is behind git (run `rsim reindex`)"
+            )),
+            None => rep
+                .problems
+                .push(format!("{id}: missing from the index (run `rsim reindex`)")),
+        }
+    }
+    if study.index().node_count()? as usize != tips.len() {
+        rep.problems
+            .push("the index lists nodes that git does not have (run `rsim reindex`)".into());
+    }
+    for sha in &artifacts {
+        rep.artifacts_checked += 1;
+        if let Err(e) = study.store().get(sha) {
+            rep.problems.push(format!("artifact {sha}: {}", e.message));
+        } else if let Ok(m) = study.store().manifest(sha) {
+            for (name, f) in &m.files {
+                if let Err(e) = study.store().get(f) {
+                    rep.problems
+                        .push(format!("artifact {sha} file {name}: {}", e.message));
+                }
+            }
+        }
+    }
+    Ok(rep)
+}

@@ -1,0 +1,464 @@
+//! The Experiment OS API: the one code path for every action. Faces (CLI, MCP, LSP,
+//! orchestrator) call `Study::call` with JSON or the typed methods; none writes the record.
+//!
+//! Each action: validate (JSON Schema + semantic checks) → gather facts → policy → execute
+//! (jobs, object store) → record (one git commit, compare-and-swap) → index.
+
+mod actions;
+pub mod audit;
+mod data;
+pub mod fsck;
+pub mod genesis;
+mod jobrun;
+mod queries;
+mod recovery;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::config::{CONFIG_FILE, StudyConfig};
+use crate::record::dag::Dag;
+use crate::train::datasets;
+use crate::util::error::{Error, ErrorKind, IoContext, Result};
+use crate::record::index::Index;
+use crate::jobs::{JobRunner, JobSpec, LocalRunner};
+use crate::model::*;
+use crate::policy::{self, Facts, Request};
+use crate::record::commit::{Prepared, Writer};
+use crate::record::{self, NodeSnapshot, Record, TreeFile};
+use crate::record::store::ObjectStore;
+use crate::api::schema;
+use crate::api::types::{self, *};
+
+pub use crate::model::ROOT_NODE;
+pub use crate::model::paths::STATE_DIR;
+/// An open study: config, record, index, object store and job runner.
+pub struct Study {
+    root: PathBuf,
+    config: StudyConfig,
+    record: Record,
+    index: Index,
+    store: ObjectStore,
+    runner: Box<dyn JobRunner>,
+    /// The binary `@rsim` in job commands stands for (default: this executable).
+    rsim_bin: Option<PathBuf>,
+}
+
+impl Study {
+    /// Open the study at `root` (the directory holding rsim.toml and .git), with the job backend
+    /// its committed config names (`[backend] kind`).
+    pub fn open(root: &Path) -> Result<Study> {
+        Self::open_inner(root, None)
+    }
+
+    pub fn open_with_runner(root: &Path, runner: Box<dyn JobRunner>) -> Result<Study> {
+        Self::open_inner(root, Some(runner))
+    }
+
+    /// Open with the runner the committed config chooses (local or Slurm), wrapped by `wrap`
+    /// (e.g. a face that wants to know when a job starts).
+    pub fn open_wrapping_runner(
+        root: &Path,
+        wrap: impl FnOnce(Box<dyn JobRunner>) -> Box<dyn JobRunner>,
+    ) -> Result<Study> {
+        let canonical = root
+            .canonicalize()
+            .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
+        let record = Record::open(&canonical)?;
+        let config = load_committed_config(&record, &canonical)?;
+        Self::open_inner(root, Some(wrap(runner_for(&config.backend))))
+    }
+
+    fn open_inner(root: &Path, runner: Option<Box<dyn JobRunner>>) -> Result<Study> {
+        let root = root
+            .canonicalize()
+            .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
+        let record = Record::open(&root)?;
+        let config = load_committed_config(&record, &root)?;
+        let runner = runner.unwrap_or_else(|| runner_for(&config.backend));
+        let state = root.join(STATE_DIR);
+        fs::create_dir_all(&state).at("cannot create", &state)?;
+        let mut index = Index::open(&state.join("index.sqlite"))?;
+        if index.needs_rebuild {
+            tracing::warn!("the index was written by another rsim version; rebuilding it from git");
+            index.rebuild(&record)?;
+            index.needs_rebuild = false;
+        }
+        let repaired = index.repair(&record)?;
+        if repaired > 0 {
+            tracing::info!(
+                repaired,
+                "index caught up with git after an interrupted write"
+            );
+        }
+        let store = ObjectStore::new(state.join("objects"));
+        let study = Study {
+            root,
+            config,
+            record,
+            index,
+            store,
+            runner,
+            rsim_bin: None,
+        };
+        // Recovery must never keep a study from opening: a failure is reported and retried next time.
+        match study.recover_orphaned_jobs() {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                n,
+                "recorded jobs whose rsim process died before recording them"
+            ),
+            Err(e) => tracing::warn!("could not record orphaned jobs yet: {}", e.message),
+        }
+        Ok(study)
+    }
+
+    /// Make `@rsim` in job commands run this binary (tests and embedders whose executable is not rsim).
+    pub fn set_rsim_bin(&mut self, bin: PathBuf) {
+        self.rsim_bin = Some(bin);
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn config(&self) -> &StudyConfig {
+        &self.config
+    }
+    pub fn record(&self) -> &Record {
+        &self.record
+    }
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+    pub fn store(&self) -> &ObjectStore {
+        &self.store
+    }
+
+    /// Rebuild the index from git alone.
+    pub fn reindex(&mut self) -> Result<usize> {
+        self.index.rebuild(&self.record)
+    }
+
+    /// The commit protocol over this study's record and index.
+    fn writer(&self) -> Writer<'_> {
+        Writer {
+            record: &self.record,
+            index: &self.index,
+        }
+    }
+
+    /// Record a policy rejection on `node` and return the error the caller sees (kind
+    /// `rejected`, naming the rule).
+    fn record_rejection(
+        &self,
+        node: &str,
+        caller: &Caller,
+        action: ActionName,
+        request: Value,
+        decision: Decision,
+    ) -> Error {
+        let rule = decision.rule.clone().unwrap_or_default();
+        let reason = decision.reason.clone().unwrap_or_default();
+        let res = self.writer().append(node, caller, action, &request, |_| {
+            Ok(Prepared::rejected(decision.clone()))
+        });
+        let mut e = Error::new(
+            ErrorKind::Rejected,
+            format!("rejected by policy rule {rule}: {reason}"),
+        );
+        e.rule = Some(rule);
+        match res {
+            Ok((oid, _)) => e.commit = Some(oid),
+            Err(err) => e.message.push_str(&format!(
+                " (and the rejection could not be recorded: {})",
+                err.message
+            )),
+        }
+        e
+    }
+
+    /// Append one action to `node` through the commit protocol.
+    fn commit_action(
+        &self,
+        node: &str,
+        caller: &Caller,
+        action: ActionName,
+        request: Value,
+        prepare: impl FnMut(&NodeSnapshot) -> Result<Prepared>,
+    ) -> Result<(String, ActionRecord)> {
+        self.writer().append(node, caller, action, &request, prepare)
+    }
+
+    /// Load the DAG from the index.
+    pub fn dag_graph(&self) -> Result<Dag> {
+        Dag::load(&self.index)
+    }
+
+    /// Run any action or query from its JSON arguments (what an MCP client sends) and return its JSON result.
+    pub fn call(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
+        schema::validate(action, &args)?;
+        match action {
+            "branch" => to_value(self.branch_checked(caller, parse(action, args)?)),
+            "register_dataset" => {
+                to_value(self.register_dataset_checked(caller, parse(action, args)?))
+            }
+            "run_sft" => to_value(self.run_sft_checked(caller, parse(action, args)?)),
+            "evaluate" => to_value(self.evaluate_checked(caller, parse(action, args)?)),
+            "compare" => to_value(self.compare_checked(caller, parse(action, args)?)),
+            "review" => to_value(self.review_checked(caller, parse(action, args)?)),
+            "conclude" => to_value(self.conclude_checked(caller, parse(action, args)?)),
+            "get_node" => to_value(self.get_node(parse(action, args)?)),
+            "list_nodes" => to_value(self.list_nodes(parse(action, args)?)),
+            "dag" => to_value(self.dag(parse(action, args)?)),
+            "log" => to_value(self.log(parse(action, args)?)),
+            "get_job" => to_value(self.get_job(parse(action, args)?)),
+            other => Err(Error::invalid(format!(
+                "unknown action {other:?}; actions are: {}",
+                schema::names()
+            ))),
+        }
+    }
+
+    // ------------------------------------------------------------------ typed actions
+
+    pub fn branch(&self, caller: &Caller, req: BranchRequest) -> Result<BranchResult> {
+        revalidate("branch", &req)?;
+        self.branch_checked(caller, req)
+    }
+    pub fn register_dataset(
+        &self,
+        caller: &Caller,
+        req: RegisterDatasetRequest,
+    ) -> Result<RegisterDatasetResult> {
+        revalidate("register_dataset", &req)?;
+        self.register_dataset_checked(caller, req)
+    }
+    pub fn run_sft(&self, caller: &Caller, req: RunSftRequest) -> Result<RunSftResult> {
+        revalidate("run_sft", &req)?;
+        self.run_sft_checked(caller, req)
+    }
+    pub fn evaluate(&self, caller: &Caller, req: EvaluateRequest) -> Result<EvaluateResult> {
+        revalidate("evaluate", &req)?;
+        self.evaluate_checked(caller, req)
+    }
+    pub fn compare(&self, caller: &Caller, req: CompareRequest) -> Result<CompareResult> {
+        revalidate("compare", &req)?;
+        self.compare_checked(caller, req)
+    }
+    pub fn review(&self, caller: &Caller, req: ReviewRequest) -> Result<ReviewResult> {
+        revalidate("review", &req)?;
+        self.review_checked(caller, req)
+    }
+    pub fn conclude(&self, caller: &Caller, req: ConcludeRequest) -> Result<ConcludeResult> {
+        revalidate("conclude", &req)?;
+        self.conclude_checked(caller, req)
+    }
+
+    // ------------------------------------------------------------------ queries
+
+    // ------------------------------------------------------------------ helpers
+
+    fn require_node_tip(&self, id: &str) -> Result<git2::Oid> {
+        self.record
+            .node_tip(id)?
+            .ok_or_else(|| Error::not_found(format!("no node {id} in this study")))
+    }
+
+    fn require_node(&self, id: &str) -> Result<NodeSnapshot> {
+        let tip = self.require_node_tip(id).map_err(|e| e.context("node"))?;
+        self.record.snapshot(tip)
+    }
+
+    /// The base model's checkpoint, recorded by the root node's `init`.
+    /// Refuse (kind `rejected`, naming the budget) when the study's own budgets are spent: a
+    /// campaign started then would only record rejections.
+    pub fn require_budget_left(&self) -> Result<()> {
+        let b = &self.config.budgets;
+        let idx = &self.index;
+        let used = idx.compute_seconds_used()?;
+        if used >= b.compute_seconds as f64 {
+            return Err(Error::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the study has no compute budget left: {used:.0} of budgets.compute_seconds = {} s used; raise it in rsim.toml (committed on main) to run more experiments",
+                    b.compute_seconds
+                ),
+            ));
+        }
+        let evals = idx.evaluation_count(None, None)?;
+        if evals >= b.evaluations {
+            return Err(Error::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the study has no evaluation budget left: {evals} of budgets.evaluations = {} used",
+                    b.evaluations
+                ),
+            ));
+        }
+        if idx.node_count()? >= b.max_nodes {
+            return Err(Error::new(
+                ErrorKind::Rejected,
+                format!(
+                    "the study has no node budget left: budgets.max_nodes = {} reached",
+                    b.max_nodes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A path from rsim.toml, inside the study, with symlink escapes refused.
+    fn study_file(&self, rel: &str) -> Result<PathBuf> {
+        crate::config::check_relative_path(rel).map_err(Error::invalid)?;
+        let p = self.root.join(rel);
+        let canon = p
+            .canonicalize()
+            .map_err(|e| Error::not_found(format!("{rel}: {e}")))?;
+        if !canon.starts_with(&self.root) {
+            return Err(Error::invalid(format!(
+                "{rel} resolves outside the study (symlink escape)"
+            )));
+        }
+        Ok(canon)
+    }
+
+}
+
+/// The job runner a backend config asks for.
+fn runner_for(backend: &crate::config::Backend) -> Box<dyn JobRunner> {
+    match backend {
+        crate::config::Backend::Local { .. } => Box::new(LocalRunner),
+        crate::config::Backend::Slurm(s) => Box::new(crate::jobs::slurm::SlurmRunner::new(s.clone())),
+    }
+}
+
+use crate::model::paths::{INTENT_FILE, RECORDED_FILE};
+
+/// The config as committed on `main` (the record says which config every action ran under).
+fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
+    let main = record.main_tip().map_err(|_| {
+        Error::invalid(format!(
+            "{} is not an initialised study (no main branch): run `rsim init`",
+            root.display()
+        ))
+    })?;
+    let tree = record.repo().find_commit(main)?.tree()?;
+    let entry = tree
+        .get_name(CONFIG_FILE)
+        .ok_or_else(|| Error::invalid(format!("{CONFIG_FILE} is not committed on main")))?;
+    let blob = record.repo().find_blob(entry.id())?;
+    let text = std::str::from_utf8(blob.content())
+        .map_err(|_| Error::invalid(format!("{CONFIG_FILE} is not UTF-8")))?;
+    if let Ok(on_disk) = fs::read_to_string(root.join(CONFIG_FILE))
+        && on_disk != text
+    {
+        tracing::warn!(
+            "{CONFIG_FILE} has uncommitted changes; the committed version applies (commit it to change the study)"
+        );
+    }
+    StudyConfig::parse(text, CONFIG_FILE)
+}
+
+/// Fingerprint of an evaluator command: sha256 over its argv and the content of every file it
+/// names (the program and any study file among its arguments). `@rsim` stands for rsim's embedded
+/// evaluator, identified by the hash of its source, so rebuilding rsim for other reasons does not
+/// change the fingerprint.
+pub fn evaluator_fingerprint(root: &Path, command: &[String]) -> Result<String> {
+    let mut parts = Vec::new();
+    for (i, a) in command.iter().enumerate() {
+        parts.push(a.clone());
+        if a == "@rsim" {
+            parts.push(crate::train::evaluator_source_hash());
+            continue;
+        }
+        let file = if i == 0 {
+            crate::jobs::resolve_program(root, a)
+        } else {
+            Some(root.join(a)).filter(|p| !a.starts_with('-') && p.is_file())
+        };
+        if let Some(f) = file {
+            parts.push(crate::util::hash::sha256_file(&f)?);
+        }
+    }
+    Ok(crate::util::hash::sha256_hex(parts.join("\0").as_bytes()))
+}
+
+/// Expand `@rsim` (this binary, or `bin`) in a command.
+/// This rsim binary. When it was replaced on disk while running (a rebuild under a long-running
+/// server or campaign), Linux names it `… (deleted)`: jobs then run the binary now at that path.
+pub fn current_rsim() -> Result<PathBuf> {
+    let exe =
+        std::env::current_exe().map_err(|e| Error::internal(format!("cannot locate rsim: {e}")))?;
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    let text = exe.to_string_lossy();
+    match text.strip_suffix(" (deleted)").map(PathBuf::from) {
+        Some(p) if p.is_file() => Ok(p),
+        _ => Err(Error::internal(format!(
+            "the running rsim binary {text} is gone from disk; restart rsim"
+        ))),
+    }
+}
+
+pub fn expand_command(cmd: &[String], bin: Option<&Path>) -> Result<Vec<String>> {
+    cmd.iter()
+        .map(|a| {
+            if a == "@rsim" {
+                let exe = match bin {
+                    Some(b) => b.to_path_buf(),
+                    None => current_rsim()?,
+                };
+                Ok(exe.to_string_lossy().into_owned())
+            } else {
+                Ok(a.clone())
+            }
+        })
+        .collect()
+}
+
+fn check_caller(caller: &Caller) -> Result<()> {
+    let a = &caller.agent;
+    if a.is_empty()
+        || a.len() > 64
+        || a.chars().any(|c| c.is_control() || c.is_whitespace())
+        || a.contains("..")
+    {
+        return Err(Error::invalid(format!(
+            "agent: {a:?} is not a valid agent name (1-64 characters, no spaces, control characters or \"..\")"
+        )));
+    }
+    Ok(())
+}
+
+fn revalidate<T: Serialize>(action: &str, req: &T) -> Result<()> {
+    schema::validate(action, &serde_json::to_value(req)?)
+}
+
+fn parse<T: DeserializeOwned>(action: &str, args: Value) -> Result<T> {
+    serde_json::from_value(args)
+        .map_err(|e| Error::invalid(format!("invalid {action} request: {e}")))
+}
+
+fn to_value<T: Serialize>(r: Result<T>) -> Result<Value> {
+    Ok(serde_json::to_value(r?)?)
+}
+
+fn short_ck(c: &str) -> &str {
+    if c.len() > 12 { &c[..12] } else { c }
+}
+
+fn first_line(s: &str) -> String {
+    let l = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    crate::util::text::sanitize_line(l)
+}
+

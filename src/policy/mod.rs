@@ -1,0 +1,555 @@
+//! The policy guard: a pure function of (request, caller, study config, facts from the record).
+//! Each check is one named rule with a reason a person understands. Faces never call this
+//! directly; the Experiment OS does, and records every rejection.
+
+pub mod contamination;
+
+use crate::api::types::{
+    CancelJobRequest,     BranchRequest, CompareRequest, ConcludeRequest, DatasetSource, EvaluateRequest,
+    RegisterDatasetRequest, ReviewRequest, RunSftRequest,
+};
+use crate::config::StudyConfig;
+use crate::model::rule::Rule;
+use crate::model::{ActionName, Caller, Decision, NodeStatus, Role, Split};
+
+/// A request as the policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum Request<'a> {
+    Branch(&'a BranchRequest),
+    RegisterDataset(&'a RegisterDatasetRequest),
+    RunSft(&'a RunSftRequest),
+    Evaluate(&'a EvaluateRequest),
+    Compare(&'a CompareRequest),
+    Review(&'a ReviewRequest),
+    Conclude(&'a ConcludeRequest),
+    CancelJob(&'a CancelJobRequest),
+}
+
+impl Request<'_> {
+    pub fn action(&self) -> ActionName {
+        match self {
+            Request::Branch(_) => ActionName::Branch,
+            Request::RegisterDataset(_) => ActionName::RegisterDataset,
+            Request::RunSft(_) => ActionName::RunSft,
+            Request::Evaluate(_) => ActionName::Evaluate,
+            Request::Compare(_) => ActionName::Compare,
+            Request::Review(_) => ActionName::Review,
+            Request::Conclude(_) => ActionName::Conclude,
+            Request::CancelJob(_) => ActionName::CancelJob,
+        }
+    }
+}
+
+/// What the record says, gathered before the check so the check itself does no IO.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// Status of the node the action is recorded on (for branch: the first parent).
+    pub node_status: Option<NodeStatus>,
+    pub node_count: u64,
+    pub compute_seconds_used: f64,
+    pub evaluations_total: u64,
+    pub test_evaluations_on_node: u64,
+    /// register_dataset: the name is already registered.
+    pub dataset_name_taken: bool,
+    /// run_sft: requested datasets that are not registered.
+    pub unregistered_datasets: Vec<String>,
+    /// run_sft / evaluate / conclude: the checkpoint is the base model or was produced by a recorded run_sft.
+    pub checkpoint_known: bool,
+    /// evaluate: the evaluator's current fingerprint and the pinned one.
+    pub evaluator_actual: Option<String>,
+    pub evaluator_pinned: Option<String>,
+    /// evaluate: the eval set's current hash and the pinned one.
+    pub eval_set_actual: Option<String>,
+    pub eval_set_pinned: Option<String>,
+    /// run_sft / evaluate: why the checkpoint's stored files no longer match their hashes, if they don't.
+    pub checkpoint_corrupt: Option<String>,
+    /// Job seconds already used by the node and by the calling agent.
+    pub node_compute_used: f64,
+    pub agent_compute_used: f64,
+    /// Evaluations already run on the node and by the calling agent.
+    pub node_evaluations: u64,
+    pub agent_evaluations: u64,
+    /// register_dataset: rows that reproduce protected eval items.
+    pub contamination: Vec<crate::policy::contamination::Hit>,
+    /// register_dataset: contamination rejections the calling agent already collected.
+    pub agent_contamination_rejections: u64,
+    /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
+    pub network_isolation_unavailable: bool,
+    /// cancel_job: the agent that started the job (None: no such job in this study).
+    pub job_agent: Option<String>,
+}
+
+/// Which roles may perform an action.
+pub fn role_allows(role: Role, action: ActionName) -> bool {
+    match role {
+        Role::Owner => true,
+        Role::Observer => false,
+        Role::Worker => !matches!(action, ActionName::Review | ActionName::Init),
+        Role::Reviewer => {
+            matches!(
+                action,
+                ActionName::Branch
+                    | ActionName::Compare
+                    | ActionName::Review
+                    | ActionName::Conclude
+            )
+        }
+    }
+}
+
+/// Checks shared by every action that runs a job: isolation, checkpoint integrity, compute budgets.
+fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
+    if cfg.policy.require_network_isolation && facts.network_isolation_unavailable {
+        return Some(Decision::reject(
+            Rule::NetworkIsolation,
+            "the study requires jobs without network access (policy.require_network_isolation), \
+             and this machine cannot give jobs their own network namespace",
+        ));
+    }
+    if let Some(why) = &facts.checkpoint_corrupt {
+        return Some(Decision::reject(
+            Rule::CheckpointIntegrity,
+            format!("the checkpoint's files changed: {why}"),
+        ));
+    }
+    if facts.compute_seconds_used >= cfg.budgets.compute_seconds as f64 {
+        return Some(Decision::reject(
+            Rule::BudgetCompute,
+            format!(
+                "the study has used {:.0} s of its {} s compute budget",
+                facts.compute_seconds_used, cfg.budgets.compute_seconds
+            ),
+        ));
+    }
+    if let Some(max) = cfg.budgets.node_compute_seconds
+        && facts.node_compute_used >= max as f64
+    {
+        return Some(Decision::reject(
+            Rule::BudgetNodeCompute,
+            format!(
+                "this node has used {:.0} s of its {max} s (budgets.node_compute_seconds)",
+                facts.node_compute_used
+            ),
+        ));
+    }
+    if let Some(max) = cfg.budgets.agent_compute_seconds
+        && facts.agent_compute_used >= max as f64
+    {
+        return Some(Decision::reject(
+            Rule::BudgetAgentCompute,
+            format!(
+                "this agent has used {:.0} s of its {max} s (budgets.agent_compute_seconds)",
+                facts.agent_compute_used
+            ),
+        ));
+    }
+    None
+}
+
+/// Decide on a request. Pure: same inputs, same decision.
+pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Decision {
+    let action = req.action();
+    if !role_allows(caller.role, action) {
+        return Decision::reject(
+            Rule::Role,
+            format!(
+                "agent {:?} has role {}, which may not perform {action}",
+                caller.agent, caller.role
+            ),
+        );
+    }
+    let writes_node = matches!(
+        action,
+        ActionName::RegisterDataset
+            | ActionName::RunSft
+            | ActionName::Evaluate
+            | ActionName::Conclude
+    );
+    if writes_node && facts.node_status == Some(NodeStatus::Concluded) {
+        return Decision::reject(
+            Rule::NodeConcluded,
+            "the node is concluded; branch a new node from it to continue this direction",
+        );
+    }
+    match req {
+        Request::Branch(b) => {
+            if b.parents.len() as u64 > u64::from(cfg.policy.max_parents) {
+                return Decision::reject(
+                    Rule::MaxParents,
+                    format!(
+                        "a node may have at most {} parents (policy.max_parents)",
+                        cfg.policy.max_parents
+                    ),
+                );
+            }
+            if facts.node_count >= cfg.budgets.max_nodes {
+                return Decision::reject(
+                    Rule::BudgetNodes,
+                    format!(
+                        "the study already has {} nodes (budgets.max_nodes = {})",
+                        facts.node_count, cfg.budgets.max_nodes
+                    ),
+                );
+            }
+        }
+        Request::RegisterDataset(r) => {
+            if facts.agent_contamination_rejections
+                >= cfg.policy.max_contamination_rejections_per_agent
+            {
+                return Decision::reject(
+                    Rule::ContaminationProbing,
+                    format!(
+                        "agent {:?} already had {} datasets rejected for contamination \
+                         (policy.max_contamination_rejections_per_agent = {}); it may register no more datasets",
+                        caller.agent,
+                        facts.agent_contamination_rejections,
+                        cfg.policy.max_contamination_rejections_per_agent
+                    ),
+                );
+            }
+            if !facts.unregistered_datasets.is_empty() {
+                return Decision::reject(
+                    Rule::DatasetUnregistered,
+                    format!(
+                        "mixtures and filters take registered datasets only; not registered: {}",
+                        facts.unregistered_datasets.join(", ")
+                    ),
+                );
+            }
+            if !facts.contamination.is_empty() {
+                let evidence: Vec<String> = facts
+                    .contamination
+                    .iter()
+                    .take(5)
+                    .map(|h| {
+                        format!(
+                            "row {} (prompt {:?}) reproduces a protected {}/{} item ({:.0}% of its n-grams, {})",
+                            h.row,
+                            crate::util::text::sanitize_line(&h.row_prompt).chars().take(80).collect::<String>(),
+                            h.task,
+                            h.split,
+                            h.overlap * 100.0,
+                            h.how
+                        )
+                    })
+                    .collect();
+                return Decision::reject(
+                    Rule::Contamination,
+                    format!(
+                        "the dataset overlaps protected eval data ({} item(s) matched): {}",
+                        facts.contamination.len(),
+                        evidence.join("; ")
+                    ),
+                );
+            }
+            if facts.dataset_name_taken {
+                return Decision::reject(
+                    Rule::DatasetNameTaken,
+                    format!(
+                        "a dataset named {:?} is already registered; choose another name",
+                        r.name
+                    ),
+                );
+            }
+            if let DatasetSource::Inline { rows } = &r.source
+                && rows.len() as u64 > cfg.policy.max_inline_rows
+            {
+                return Decision::reject(
+                    Rule::InlineRowsLimit,
+                    format!(
+                        "{} inline rows exceed policy.max_inline_rows = {}",
+                        rows.len(),
+                        cfg.policy.max_inline_rows
+                    ),
+                );
+            }
+        }
+        Request::RunSft(r) => {
+            if let Some(d) = job_checks(cfg, facts) {
+                return d;
+            }
+            if !facts.unregistered_datasets.is_empty() {
+                return Decision::reject(
+                    Rule::DatasetUnregistered,
+                    format!(
+                        "only registered datasets can be trained on; not registered: {}",
+                        facts.unregistered_datasets.join(", ")
+                    ),
+                );
+            }
+            if !facts.checkpoint_known {
+                return Decision::reject(
+                    Rule::CheckpointProvenance,
+                    format!(
+                        "checkpoint {} does not lead back to the base model through recorded run_sft actions",
+                        r.base
+                    ),
+                );
+            }
+        }
+        Request::Evaluate(r) => {
+            if let Some(d) = job_checks(cfg, facts) {
+                return d;
+            }
+            if !facts.checkpoint_known {
+                return Decision::reject(
+                    Rule::CheckpointProvenance,
+                    format!(
+                        "checkpoint {} does not lead back to the base model through recorded run_sft actions",
+                        r.checkpoint
+                    ),
+                );
+            }
+            if let (Some(pin), Some(actual)) = (&facts.evaluator_pinned, &facts.evaluator_actual)
+                && pin != actual
+            {
+                return Decision::reject(
+                    Rule::EvaluatorPinned,
+                    format!(
+                        "the evaluator changed: its fingerprint is {actual}, the study pins {pin} \
+                         (after a deliberate rsim upgrade, the study owner pins the new fingerprint: \
+                         jobs.evaluator_sha256 in rsim.toml, committed on main)"
+                    ),
+                );
+            }
+            if let (Some(pin), Some(actual)) = (&facts.eval_set_pinned, &facts.eval_set_actual)
+                && pin != actual
+            {
+                return Decision::reject(
+                    Rule::EvalSetPinned,
+                    format!(
+                        "the {} split of task {} changed: sha256 {actual}, pinned {pin}",
+                        r.split.as_str(),
+                        r.task
+                    ),
+                );
+            }
+            if facts.evaluations_total >= cfg.budgets.evaluations {
+                return Decision::reject(
+                    Rule::BudgetEvaluations,
+                    format!(
+                        "the study has used all {} evaluations (budgets.evaluations)",
+                        cfg.budgets.evaluations
+                    ),
+                );
+            }
+            if let Some(max) = cfg.budgets.node_evaluations
+                && facts.node_evaluations >= max
+            {
+                return Decision::reject(
+                    Rule::BudgetNodeEvaluations,
+                    format!(
+                        "this node has used all {max} of its evaluations (budgets.node_evaluations)"
+                    ),
+                );
+            }
+            if let Some(max) = cfg.budgets.agent_evaluations
+                && facts.agent_evaluations >= max
+            {
+                return Decision::reject(
+                    Rule::BudgetAgentEvaluations,
+                    format!(
+                        "agent {:?} has used all {max} of its evaluations (budgets.agent_evaluations)",
+                        caller.agent
+                    ),
+                );
+            }
+            if r.split == Split::Test
+                && facts.test_evaluations_on_node >= cfg.budgets.test_evaluations_per_node
+            {
+                return Decision::reject(
+                    Rule::TestEvaluationLimit,
+                    format!(
+                        "this node already has {} test-split evaluations (budgets.test_evaluations_per_node = {}); use the dev split",
+                        facts.test_evaluations_on_node, cfg.budgets.test_evaluations_per_node
+                    ),
+                );
+            }
+        }
+        Request::Conclude(c) => {
+            if c.best_checkpoint.is_some() && !facts.checkpoint_known {
+                return Decision::reject(
+                    Rule::CheckpointProvenance,
+                    "best_checkpoint does not lead back to the base model through recorded run_sft actions",
+                );
+            }
+        }
+        Request::CancelJob(c) => {
+            if caller.role != Role::Owner
+                && facts.job_agent.as_deref().is_some_and(|a| a != caller.agent)
+            {
+                return Decision::reject(
+                    Rule::JobOwner,
+                    format!(
+                        "job {} was started by another agent; a {} may cancel only its own jobs",
+                        c.job, caller.role
+                    ),
+                );
+            }
+        }
+        Request::Compare(_) | Request::Review(_) => {}
+    }
+    Decision::accept()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::types::Row;
+
+    fn cfg() -> StudyConfig {
+        StudyConfig::parse(
+            "[study]\nname='t'\n[base_model]\nname='b'\npath='m'\n[jobs]\nsft=['true']\nevaluate=['true']\n[budgets]\nmax_nodes=3\nevaluations=5\n",
+            "rsim.toml",
+        )
+        .expect("config")
+    }
+
+    fn eval_req(split: Split) -> EvaluateRequest {
+        EvaluateRequest {
+            node: "n1".into(),
+            checkpoint: "base".into(),
+            task: "t".into(),
+            split,
+        }
+    }
+
+    #[test]
+    fn observer_may_not_write_and_worker_may_not_review() {
+        let b = BranchRequest {
+            parents: vec!["n0".into()],
+            title: "x".into(),
+            hypothesis: String::new(),
+        };
+        let d = check(
+            Request::Branch(&b),
+            &Caller::new("o", Role::Observer),
+            &cfg(),
+            &Facts::default(),
+        );
+        assert_eq!(d.rule.as_deref(), Some("role"));
+        let r = ReviewRequest {
+            node: "n0".into(),
+            summary: "s".into(),
+            verdicts: vec![],
+            proposals: vec![],
+        };
+        let d = check(
+            Request::Review(&r),
+            &Caller::new("w", Role::Worker),
+            &cfg(),
+            &Facts::default(),
+        );
+        assert_eq!(d.rule.as_deref(), Some("role"));
+        let d = check(
+            Request::Review(&r),
+            &Caller::new("r", Role::Reviewer),
+            &cfg(),
+            &Facts::default(),
+        );
+        assert!(d.accepted());
+    }
+
+    #[test]
+    fn budgets_and_limits() {
+        let b = BranchRequest {
+            parents: vec!["n0".into()],
+            title: "x".into(),
+            hypothesis: String::new(),
+        };
+        let facts = Facts {
+            node_count: 3,
+            ..Facts::default()
+        };
+        assert_eq!(
+            check(Request::Branch(&b), &Caller::owner(), &cfg(), &facts)
+                .rule
+                .as_deref(),
+            Some("budget-nodes")
+        );
+        let facts = Facts {
+            checkpoint_known: true,
+            test_evaluations_on_node: 2,
+            ..Facts::default()
+        };
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Test)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
+        assert_eq!(d.rule.as_deref(), Some("test-evaluation-limit"));
+        assert!(
+            check(
+                Request::Evaluate(&eval_req(Split::Dev)),
+                &Caller::owner(),
+                &cfg(),
+                &facts
+            )
+            .accepted()
+        );
+        let facts = Facts {
+            checkpoint_known: true,
+            evaluations_total: 5,
+            ..Facts::default()
+        };
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Dev)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
+        assert_eq!(d.rule.as_deref(), Some("budget-evaluations"));
+    }
+
+    #[test]
+    fn unknown_checkpoints_and_changed_evaluators_are_rejected() {
+        let facts = Facts::default();
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Dev)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
+        assert_eq!(d.rule.as_deref(), Some("checkpoint-provenance"));
+        let facts = Facts {
+            checkpoint_known: true,
+            evaluator_pinned: Some("a".into()),
+            evaluator_actual: Some("b".into()),
+            ..Facts::default()
+        };
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Dev)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
+        assert_eq!(d.rule.as_deref(), Some("evaluator-pinned"));
+    }
+
+    #[test]
+    fn concluded_nodes_take_no_more_experiments() {
+        let r = RegisterDatasetRequest {
+            node: "n1".into(),
+            name: "d".into(),
+            source: DatasetSource::Inline {
+                rows: vec![Row {
+                    prompt: "1+1=".into(),
+                    answer: "2".into(),
+                }],
+            },
+            description: String::new(),
+        };
+        let facts = Facts {
+            node_status: Some(NodeStatus::Concluded),
+            ..Facts::default()
+        };
+        let d = check(
+            Request::RegisterDataset(&r),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
+        assert_eq!(d.rule.as_deref(), Some("node-concluded"));
+    }
+}

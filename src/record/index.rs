@@ -1,0 +1,777 @@
+//! The SQLite index: a derived, disposable view of the git record for fast queries.
+//! `sync_node` brings one node up to date with its branch (idempotent, order independent);
+//! `rebuild` recreates everything from git alone. Before a writer moves a branch it marks the
+//! node pending here, so a writer killed between the git commit and the index update is
+//! repaired the next time the study is opened.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::util::error::Result;
+use crate::model::{ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict};
+use crate::record::{CommittedAction, Record};
+
+const SCHEMA_VERSION: &str = "3";
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes(
+  id TEXT PRIMARY KEY, num INTEGER NOT NULL, title TEXT NOT NULL, hypothesis TEXT NOT NULL,
+  status TEXT NOT NULL, outcome TEXT, created_at TEXT NOT NULL, created_by TEXT NOT NULL,
+  tip TEXT NOT NULL, action_count INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS nodes_num ON nodes(num);
+CREATE TABLE IF NOT EXISTS node_parents(node TEXT NOT NULL, parent TEXT NOT NULL, ord INTEGER NOT NULL,
+  node_num INTEGER NOT NULL, parent_num INTEGER NOT NULL, PRIMARY KEY(node, ord)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS node_parents_parent ON node_parents(parent);
+CREATE TABLE IF NOT EXISTS actions(
+  node TEXT NOT NULL, seq INTEGER NOT NULL, action TEXT NOT NULL, decision TEXT NOT NULL, rule TEXT,
+  reason TEXT, agent TEXT NOT NULL, role TEXT NOT NULL, at TEXT NOT NULL, summary TEXT NOT NULL,
+  commit_oid TEXT NOT NULL, job TEXT, record TEXT NOT NULL, PRIMARY KEY(node, seq));
+CREATE INDEX IF NOT EXISTS actions_at ON actions(at);
+CREATE TABLE IF NOT EXISTS metrics(
+  node TEXT NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, task TEXT NOT NULL,
+  split TEXT NOT NULL, checkpoint TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS metrics_node ON metrics(node);
+CREATE INDEX IF NOT EXISTS metrics_name ON metrics(task, split, name);
+CREATE TABLE IF NOT EXISTS jobs(
+  id TEXT PRIMARY KEY, node TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, state TEXT NOT NULL,
+  exit_code INTEGER, started_at TEXT NOT NULL, finished_at TEXT NOT NULL, duration_s REAL NOT NULL,
+  env TEXT NOT NULL, log TEXT, error TEXT, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS artifacts(
+  sha256 TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
+  parent TEXT, PRIMARY KEY(sha256, node, seq, kind, name));
+CREATE INDEX IF NOT EXISTS artifacts_sha ON artifacts(sha256);
+CREATE TABLE IF NOT EXISTS datasets(
+  name TEXT PRIMARY KEY, sha256 TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL, rows INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS agents(
+  id TEXT PRIMARY KEY, role TEXT NOT NULL, first_seen TEXT NOT NULL, last_seen TEXT NOT NULL,
+  actions INTEGER NOT NULL, rejected INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS pending(node TEXT NOT NULL, pid INTEGER NOT NULL, writer TEXT NOT NULL,
+  PRIMARY KEY(node, writer));
+"#;
+
+/// A node as the index knows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodeRow {
+    pub id: String,
+    pub num: i64,
+    pub title: String,
+    pub hypothesis: String,
+    pub status: NodeStatus,
+    pub outcome: Option<String>,
+    pub created_at: String,
+    pub created_by: String,
+    pub tip: String,
+    pub action_count: u32,
+    pub parents: Vec<String>,
+}
+
+/// One action row.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ActionRow {
+    pub node: String,
+    pub seq: u32,
+    pub commit: String,
+    pub record: ActionRecord,
+}
+
+/// An agent seen in the record.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AgentRow {
+    pub id: String,
+    /// Role of its latest action.
+    pub role: String,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub actions: u64,
+    pub rejected: u64,
+}
+
+/// A node as the DAG needs it (a light row: no hypothesis, tip or timestamps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DagEntry {
+    pub id: String,
+    pub num: i64,
+    pub title: String,
+    pub status: NodeStatus,
+    pub outcome: Option<String>,
+    /// Filled in when the DAG is built, in parent order.
+    pub parents: Vec<String>,
+}
+
+/// A DAG edge by node number: (parent, child).
+pub type Edge = (i64, i64);
+
+pub struct Index {
+    conn: Connection,
+    /// This handle's identity in pending markers: only it clears its own markers while it lives.
+    writer: String,
+    /// The file held an index of another schema version and was emptied: rebuild it from git.
+    pub needs_rebuild: bool,
+}
+
+/// Numeric part of a node id (`n12` → 12) for ordering.
+pub fn node_num(id: &str) -> i64 {
+    id.strip_prefix('n')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1)
+}
+
+impl Index {
+    pub fn open(path: &Path) -> Result<Index> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(30))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // 64 MiB page cache: a 100k-node DAG fits, so repeated queries in one process stay in memory.
+        conn.pragma_update(None, "cache_size", -65536)?;
+        let version: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .unwrap_or(None);
+        // The index is derived: one written by another version is dropped and rebuilt from git.
+        let rebuild = match version.as_deref() {
+            Some(SCHEMA_VERSION) => false,
+            Some(_) => {
+                let tables: Vec<String> = conn
+                    .prepare("SELECT name FROM sqlite_master WHERE type='table'")?
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                for t in tables {
+                    conn.execute_batch(&format!("DROP TABLE IF EXISTS \"{t}\""))?;
+                }
+                true
+            }
+            None => false,
+        };
+        conn.execute_batch(SCHEMA)?;
+        conn.execute(
+            "INSERT OR REPLACE INTO meta(key,value) VALUES('schema',?1)",
+            [SCHEMA_VERSION],
+        )?;
+        let _ = path;
+        Ok(Index {
+            conn,
+            writer: format!("{}-{:016x}", std::process::id(), rand::random::<u64>()),
+            needs_rebuild: rebuild,
+        })
+    }
+
+    pub fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Mark a node as about to change in git (called before the branch moves). The marker is this
+    /// writer's own: if the writer dies before `sync_node`, the next open repairs the node from git.
+    pub fn mark_pending(&self, node: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO pending(node,pid,writer) VALUES(?1,?2,?3)",
+            params![node, std::process::id(), self.writer],
+        )?;
+        Ok(())
+    }
+
+    /// Pending markers: (node, pid, writer).
+    pub fn pending(&self) -> Result<Vec<(String, u32, String)>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT node,pid,writer FROM pending ORDER BY node")?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Repair the nodes whose writers died between moving a branch and updating the index.
+    /// Markers of writers that are still running are left to them.
+    pub fn repair(&self, record: &Record) -> Result<usize> {
+        let mut repaired = 0;
+        for (node, pid, writer) in self.pending()? {
+            if writer != self.writer && crate::util::proc::process_alive(pid) {
+                continue;
+            }
+            let tx = self.immediate()?;
+            sync_node_tx(&tx, record, &node)?;
+            tx.execute(
+                "DELETE FROM pending WHERE node=?1 AND writer=?2",
+                params![node, writer],
+            )?;
+            tx.commit()?;
+            repaired += 1;
+        }
+        Ok(repaired)
+    }
+
+    /// Make the index's view of node `id` match its branch in git, and clear this writer's marker.
+    /// Idempotent.
+    pub fn sync_node(&self, record: &Record, id: &str) -> Result<()> {
+        let tx = self.immediate()?;
+        sync_node_tx(&tx, record, id)?;
+        tx.execute(
+            "DELETE FROM pending WHERE node=?1 AND writer=?2",
+            params![id, self.writer],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A write transaction that takes the database lock up front (no upgrade deadlocks between writers).
+    fn immediate(&self) -> Result<rusqlite::Transaction<'_>> {
+        Ok(rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )?)
+    }
+
+    /// Rebuild the whole index from git alone.
+    pub fn rebuild(&mut self, record: &Record) -> Result<usize> {
+        let tips = record.node_tips()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        for t in [
+            "nodes",
+            "node_parents",
+            "actions",
+            "metrics",
+            "jobs",
+            "artifacts",
+            "datasets",
+            "agents",
+            "pending",
+        ] {
+            tx.execute(&format!("DELETE FROM {t}"), [])?;
+        }
+        for (id, _) in &tips {
+            sync_node_tx(&tx, record, id)?;
+        }
+        tx.commit()?;
+        Ok(tips.len())
+    }
+
+    // ----- queries -----
+
+    pub fn node(&self, id: &str) -> Result<Option<NodeRow>> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT id,num,title,hypothesis,status,outcome,created_at,created_by,tip,action_count FROM nodes WHERE id=?1",
+                [id],
+                node_from_row,
+            )
+            .optional()?;
+        match row {
+            Some(mut n) => {
+                n.parents = self.parents(id)?;
+                Ok(Some(n))
+            }
+            None => Ok(None),
+        }
+    }
+
+    pub fn parents(&self, id: &str) -> Result<Vec<String>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT parent FROM node_parents WHERE node=?1 ORDER BY ord")?;
+        let rows = st
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(rows)
+    }
+
+    pub fn children(&self, id: &str) -> Result<Vec<String>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT p.node FROM node_parents p JOIN nodes n ON n.id=p.node WHERE p.parent=?1 ORDER BY n.num",
+        )?;
+        let rows = st
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(rows)
+    }
+
+    /// Nodes ordered by number, optionally filtered by status.
+    pub fn nodes(
+        &self,
+        status: Option<NodeStatus>,
+        limit: u64,
+        offset: u64,
+    ) -> Result<Vec<NodeRow>> {
+        let mut st = self.conn.prepare(
+            "SELECT id,num,title,hypothesis,status,outcome,created_at,created_by,tip,action_count FROM nodes
+             WHERE (?1 IS NULL OR status=?1) ORDER BY num LIMIT ?2 OFFSET ?3",
+        )?;
+        let mut rows = st
+            .query_map(
+                params![status.map(|s| s.as_str()), limit as i64, offset as i64],
+                node_from_row,
+            )?
+            .collect::<rusqlite::Result<Vec<NodeRow>>>()?;
+        for n in &mut rows {
+            n.parents = self.parents(&n.id)?;
+        }
+        Ok(rows)
+    }
+
+    /// All nodes and all parent edges, for building the DAG in one pass.
+    /// Every node (light rows, id order) and every parent edge (by node number; each child's
+    /// edges in parent order), for building the DAG in one pass.
+    pub fn dag_rows(&self) -> Result<(Vec<DagEntry>, Vec<Edge>)> {
+        let mut st = self
+            .conn
+            .prepare("SELECT id,num,title,status,outcome FROM nodes")?;
+        let mut nodes = st
+            .query_map([], |r| {
+                let status: String = r.get(3)?;
+                Ok(DagEntry {
+                    id: r.get(0)?,
+                    num: r.get(1)?,
+                    title: r.get(2)?,
+                    status: NodeStatus::parse(&status).unwrap_or(NodeStatus::Open),
+                    outcome: r.get(4)?,
+                    parents: Vec::new(),
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<DagEntry>>>()?;
+        nodes.sort_unstable_by_key(|n| n.num);
+        // node_parents is clustered on (node, ord): a plain scan yields each child's parents in order.
+        let mut st = self
+            .conn
+            .prepare("SELECT parent_num,node_num FROM node_parents")?;
+        let edges = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<Edge>>>()?;
+        Ok((nodes, edges))
+    }
+
+    pub fn node_count(&self) -> Result<u64> {
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    pub fn max_node_num(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT COALESCE(MAX(num), -1) FROM nodes", [], |r| r.get(0))?)
+    }
+
+    /// Actions, newest first. `node` restricts to one node.
+    pub fn actions(
+        &self,
+        node: Option<&str>,
+        include_rejected: bool,
+        limit: u64,
+    ) -> Result<Vec<ActionRow>> {
+        let mut st = self.conn.prepare(
+            "SELECT node,seq,commit_oid,record FROM actions
+             WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
+             ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3",
+        )?;
+        let rows = st
+            .query_map(params![node, include_rejected, limit as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(node, seq, commit, rec)| {
+                let record: ActionRecord = serde_json::from_str(&rec)?;
+                Ok(ActionRow {
+                    node,
+                    seq,
+                    commit,
+                    record,
+                })
+            })
+            .collect()
+    }
+
+    /// All actions of one node, oldest first.
+    pub fn node_actions(&self, node: &str) -> Result<Vec<ActionRow>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT seq,commit_oid,record FROM actions WHERE node=?1 ORDER BY seq",
+        )?;
+        let rows = st
+            .query_map([node], |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(seq, commit, rec)| {
+                Ok(ActionRow {
+                    node: node.to_string(),
+                    seq,
+                    commit,
+                    record: serde_json::from_str(&rec)?,
+                })
+            })
+            .collect()
+    }
+
+    pub fn job(&self, id: &str) -> Result<Option<(String, u32, JobRecord)>> {
+        let row = self
+            .conn
+            .query_row("SELECT node,seq,record FROM jobs WHERE id=?1", [id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .optional()?;
+        match row {
+            Some((node, seq, rec)) => Ok(Some((node, seq, serde_json::from_str(&rec)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Sum of job seconds over the study.
+    pub fn compute_seconds_used(&self) -> Result<f64> {
+        self.compute_seconds_used_by(None, None)
+    }
+
+    /// Job seconds used, optionally only on one node and/or by one agent.
+    pub fn compute_seconds_used_by(&self, node: Option<&str>, agent: Option<&str>) -> Result<f64> {
+        Ok(self.conn.query_row(
+            "SELECT COALESCE(SUM(COALESCE(json_extract(j.record,'$.compute_s'),j.duration_s)),0) FROM jobs j JOIN actions a ON a.node=j.node AND a.seq=j.seq
+             WHERE (?1 IS NULL OR j.node=?1) AND (?2 IS NULL OR a.agent=?2)",
+            params![node, agent],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Accepted evaluations (all, or on one node, split, agent).
+    pub fn evaluation_count(&self, node: Option<&str>, split: Option<&str>) -> Result<u64> {
+        self.evaluation_count_by(node, split, None)
+    }
+
+    pub fn evaluation_count_by(
+        &self,
+        node: Option<&str>,
+        split: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<u64> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM actions a WHERE a.action='evaluate' AND a.decision='accepted'
+               AND (?1 IS NULL OR a.node=?1)
+               AND (?2 IS NULL OR json_extract(a.record,'$.request.split')=?2)
+               AND (?3 IS NULL OR a.agent=?3)",
+            params![node, split, agent],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+
+    /// Rejections of one agent by one rule.
+    pub fn rejection_count(&self, agent: &str, rule: &str) -> Result<u64> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COUNT(*) FROM actions WHERE decision='rejected' AND agent=?1 AND rule=?2",
+            params![agent, rule],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+
+    /// Rejections by rule, most frequent first.
+    pub fn rejections_by_rule(&self) -> Result<Vec<(String, u64)>> {
+        let mut st = self.conn.prepare(
+            "SELECT rule, COUNT(*) c FROM actions WHERE decision='rejected' GROUP BY rule ORDER BY c DESC, rule",
+        )?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                    r.get::<_, i64>(1)? as u64,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// The dataset registered under `name`: (sha256, node, rows).
+    pub fn dataset(&self, name: &str) -> Result<Option<(String, String, u64)>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT sha256,node,rows FROM datasets WHERE name=?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)),
+            )
+            .optional()?)
+    }
+
+    /// The checkpoint recorded by a root node's first action (its `init`).
+    pub fn base_checkpoint(&self, root: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT sha256 FROM artifacts WHERE node=?1 AND seq=1 AND kind='checkpoint'",
+                [root],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Where a checkpoint came from: (node, seq, parent checkpoint) of the accepted run_sft that produced it.
+    pub fn checkpoint_origin(&self, sha: &str) -> Result<Option<(String, u32, Option<String>)>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT node,seq,parent FROM artifacts WHERE sha256=?1 AND kind='checkpoint' ORDER BY node, seq LIMIT 1",
+                [sha],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?)
+    }
+
+    /// Every metric value recorded on a node.
+    pub fn node_metrics(&self, node: &str) -> Result<Vec<(u32, crate::model::MetricRecord)>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT seq,name,value,task,split,checkpoint FROM metrics WHERE node=?1 ORDER BY seq, task, split, name",
+        )?;
+        let rows = st
+            .query_map([node], |r| {
+                let split: String = r.get(4)?;
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    crate::model::MetricRecord {
+                        name: r.get(1)?,
+                        value: r.get(2)?,
+                        task: r.get(3)?,
+                        split: crate::model::Split::parse(&split)
+                            .unwrap_or(crate::model::Split::Dev),
+                        checkpoint: r.get(5)?,
+                    },
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Best value of a metric per node (max), for the nodes that have it.
+    pub fn best_per_node(&self, task: &str, split: &str, name: &str) -> Result<Vec<(String, f64)>> {
+        let mut st = self.conn.prepare(
+            "SELECT node, MAX(value) FROM metrics WHERE task=?1 AND split=?2 AND name=?3 GROUP BY node ORDER BY node",
+        )?;
+        let rows = st
+            .query_map(params![task, split, name], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<(String, f64)>>>()?;
+        Ok(rows)
+    }
+
+    /// Agents seen in the record.
+    pub fn agents(&self) -> Result<Vec<AgentRow>> {
+        let mut st = self.conn.prepare(
+            "SELECT id,role,first_seen,last_seen,actions,rejected FROM agents ORDER BY id",
+        )?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(AgentRow {
+                    id: r.get(0)?,
+                    role: r.get(1)?,
+                    first_seen: r.get(2)?,
+                    last_seen: r.get(3)?,
+                    actions: r.get::<_, i64>(4)? as u64,
+                    rejected: r.get::<_, i64>(5)? as u64,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+}
+
+fn node_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeRow> {
+    let status: String = r.get(4)?;
+    Ok(NodeRow {
+        id: r.get(0)?,
+        num: r.get(1)?,
+        title: r.get(2)?,
+        hypothesis: r.get(3)?,
+        status: NodeStatus::parse(&status).unwrap_or(NodeStatus::Open),
+        outcome: r.get(5)?,
+        created_at: r.get(6)?,
+        created_by: r.get(7)?,
+        tip: r.get(8)?,
+        action_count: r.get(9)?,
+        parents: Vec::new(),
+    })
+}
+
+fn sync_node_tx(tx: &rusqlite::Transaction<'_>, record: &Record, id: &str) -> Result<()> {
+    let indexed: Option<(String, u32)> = tx
+        .query_row(
+            "SELECT tip, action_count FROM nodes WHERE id=?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some(tip) = record.node_tip(id)? else {
+        // The branch is gone (or never got created): the index must not claim it exists.
+        delete_node(tx, id)?;
+        return Ok(());
+    };
+    if let Some((t, _)) = &indexed
+        && *t == tip.to_string()
+    {
+        return Ok(());
+    }
+    let snap = record.snapshot(tip)?;
+    let after = indexed.as_ref().map_or(0, |(_, n)| *n);
+    let mut new_actions = record.actions_since(id, tip, after)?;
+    let contiguous = new_actions
+        .first()
+        .is_none_or(|a| a.record.seq == after + 1)
+        && after + new_actions.len() as u32 == snap.action_count;
+    if !contiguous {
+        // The branch was rewritten behind our back: re-read the node from scratch.
+        delete_node(tx, id)?;
+        new_actions = record.actions_since(id, tip, 0)?;
+    }
+    upsert_node(tx, &snap.meta, &tip.to_string(), snap.action_count)?;
+    for a in &new_actions {
+        insert_action(tx, a)?;
+    }
+    Ok(())
+}
+
+fn delete_node(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<()> {
+    for t in [
+        "nodes WHERE id=?1",
+        "node_parents WHERE node=?1",
+        "actions WHERE node=?1",
+        "metrics WHERE node=?1",
+    ] {
+        tx.execute(&format!("DELETE FROM {t}"), [id])?;
+    }
+    for t in ["jobs", "artifacts", "datasets"] {
+        tx.execute(&format!("DELETE FROM {t} WHERE node=?1"), [id])?;
+    }
+    Ok(())
+}
+
+fn upsert_node(
+    tx: &rusqlite::Transaction<'_>,
+    m: &NodeMeta,
+    tip: &str,
+    action_count: u32,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO nodes(id,num,title,hypothesis,status,outcome,created_at,created_by,tip,action_count)
+         VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)
+         ON CONFLICT(id) DO UPDATE SET title=?3,hypothesis=?4,status=?5,outcome=?6,tip=?9,action_count=?10",
+        params![
+            m.id,
+            node_num(&m.id),
+            m.title,
+            m.hypothesis,
+            m.status.as_str(),
+            m.outcome.map(|o| serde_json::to_value(o).ok().and_then(|v| v.as_str().map(str::to_string))),
+            m.created_at,
+            m.created_by,
+            tip,
+            action_count
+        ],
+    )?;
+    tx.execute("DELETE FROM node_parents WHERE node=?1", [&m.id])?;
+    for (i, p) in m.parents.iter().enumerate() {
+        tx.execute(
+            "INSERT INTO node_parents(node,parent,ord,node_num,parent_num) VALUES(?1,?2,?3,?4,?5)",
+            params![m.id, p, i as i64, node_num(&m.id), node_num(p)],
+        )?;
+    }
+    Ok(())
+}
+
+fn insert_action(tx: &rusqlite::Transaction<'_>, a: &CommittedAction) -> Result<()> {
+    let r = &a.record;
+    let json = serde_json::to_string(r)?;
+    tx.execute(
+        "INSERT OR REPLACE INTO actions(node,seq,action,decision,rule,reason,agent,role,at,summary,commit_oid,job,record)
+         VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+        params![
+            r.node,
+            r.seq,
+            r.action.as_str(),
+            r.decision.decision.as_str(),
+            r.decision.rule,
+            r.decision.reason,
+            r.agent,
+            r.role.as_str(),
+            r.at,
+            r.summary,
+            a.commit.to_string(),
+            r.job.as_ref().map(|j| j.id.clone()),
+            json
+        ],
+    )?;
+    let rejected = i64::from(r.decision.decision == Verdict::Rejected);
+    tx.execute(
+        "INSERT INTO agents(id,role,first_seen,last_seen,actions,rejected) VALUES(?1,?2,?3,?3,1,?4)
+         ON CONFLICT(id) DO UPDATE SET
+           role=CASE WHEN ?3>=last_seen THEN ?2 ELSE role END,
+           first_seen=MIN(first_seen,?3), last_seen=MAX(last_seen,?3),
+           actions=actions+1, rejected=rejected+?4",
+        params![r.agent, r.role.as_str(), r.at, rejected],
+    )?;
+    if r.decision.decision != Verdict::Accepted {
+        return Ok(());
+    }
+    for m in &r.metrics {
+        tx.execute(
+            "INSERT INTO metrics(node,seq,name,value,task,split,checkpoint) VALUES(?1,?2,?3,?4,?5,?6,?7)",
+            params![r.node, r.seq, m.name, m.value, m.task, m.split.as_str(), m.checkpoint],
+        )?;
+    }
+    if let Some(j) = &r.job {
+        tx.execute(
+            "INSERT OR REPLACE INTO jobs(id,node,seq,kind,state,exit_code,started_at,finished_at,duration_s,env,log,error,record)
+             VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+            params![
+                j.id,
+                r.node,
+                r.seq,
+                j.kind.as_str(),
+                j.state.as_str(),
+                j.exit_code,
+                j.started_at,
+                j.finished_at,
+                j.duration_s,
+                j.env,
+                j.log,
+                j.error,
+                serde_json::to_string(j)?
+            ],
+        )?;
+    }
+    for art in &r.artifacts {
+        tx.execute(
+            "INSERT OR IGNORE INTO artifacts(sha256,kind,name,node,seq,parent) VALUES(?1,?2,?3,?4,?5,?6)",
+            params![art.sha256, art.kind.as_str(), art.name, r.node, r.seq, art.parent],
+        )?;
+        if art.kind == ArtifactKind::Dataset {
+            let rows = r
+                .result
+                .as_ref()
+                .and_then(|v| v.get("rows"))
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0);
+            tx.execute(
+                "INSERT OR IGNORE INTO datasets(name,sha256,node,seq,rows) VALUES(?1,?2,?3,?4,?5)",
+                params![art.name, art.sha256, r.node, r.seq, rows as i64],
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,485 @@
+//! The record: a study's git repository. Each research-DAG node is the branch `rsim/n/<id>`;
+//! each action is one commit on it, written straight into the object database (no work tree),
+//! and branch updates are compare-and-swap on the old tip, so concurrent writers never lose a
+//! commit: the loser sees `Stale` and retries on the new tip.
+
+pub mod commit;
+pub mod dag;
+pub mod index;
+pub mod store;
+
+use std::path::Path;
+
+use git2::{
+    ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature,
+    build::TreeUpdateBuilder,
+};
+
+use crate::util::hash::{json_bytes, toml_string};
+use crate::util::text::sanitize_line;
+use crate::util::error::{Error, Result};
+use crate::model::{ActionName, ActionRecord, NodeMeta};
+
+/// Prefix of node branches.
+pub const NODE_REF_PREFIX: &str = "refs/heads/rsim/n/";
+pub const MAIN_REF: &str = "refs/heads/main";
+pub const NODE_FILE: &str = "node.toml";
+pub const ACTIONS_DIR: &str = "actions";
+
+pub fn node_ref(id: &str) -> String {
+    format!("{NODE_REF_PREFIX}{id}")
+}
+
+/// A file to write into a node's tree alongside the action.
+pub struct TreeFile {
+    pub path: String,
+    pub bytes: Vec<u8>,
+}
+
+impl TreeFile {
+    pub fn new(path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
+        TreeFile {
+            path: path.into(),
+            bytes: bytes.into(),
+        }
+    }
+}
+
+/// What a node looks like at one tip (cheap to read: two blobs and a tree).
+#[derive(Debug, Clone)]
+pub struct NodeSnapshot {
+    pub tip: Oid,
+    pub meta: NodeMeta,
+    /// Number of actions recorded on the node (the next action's seq is this + 1).
+    pub action_count: u32,
+}
+
+/// One recorded action with the commit that recorded it.
+#[derive(Debug, Clone)]
+pub struct CommittedAction {
+    pub commit: Oid,
+    pub record: ActionRecord,
+}
+
+/// Outcome of creating a node branch.
+pub enum Create {
+    Created(Oid),
+    /// The id is taken (another writer created it first).
+    Taken,
+    /// Another writer holds the ref's lock right now; retry.
+    Busy,
+}
+
+/// Outcome of a compare-and-swap append.
+pub enum Append {
+    Committed(Oid),
+    /// Another writer moved the branch first; re-read and retry.
+    Stale,
+}
+
+pub struct Record {
+    repo: Repository,
+}
+
+impl Record {
+    /// Create the study repository (branch `main`).
+    pub fn init(root: &Path) -> Result<Record> {
+        let mut opts = RepositoryInitOptions::new();
+        opts.initial_head("main").no_reinit(true).mkdir(true);
+        let repo = Repository::init_opts(root, &opts).map_err(|e| {
+            Error::invalid(format!(
+                "cannot create a git repository at {}: {}",
+                root.display(),
+                e.message()
+            ))
+        })?;
+        Ok(Record { repo })
+    }
+
+    pub fn open(root: &Path) -> Result<Record> {
+        let repo = Repository::open(root).map_err(|e| {
+            Error::invalid(format!(
+                "{} is not a study (no git repository: {})",
+                root.display(),
+                e.message()
+            ))
+        })?;
+        Ok(Record { repo })
+    }
+
+    pub fn repo(&self) -> &Repository {
+        &self.repo
+    }
+
+    fn signature(agent: &str) -> Result<Signature<'static>> {
+        let name = sanitize_line(agent);
+        let email: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Ok(Signature::now(&name, &format!("{email}@rsim.invalid"))?)
+    }
+
+    /// Write the study's first commit on `main` (the files the owner controls: rsim.toml, .gitignore, README).
+    pub fn commit_main(&self, files: &[TreeFile], message: &str) -> Result<Oid> {
+        let tree = self.fresh_tree(files)?;
+        let sig = Self::signature("rsim")?;
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, message, &self.repo.find_tree(tree)?, &[])?;
+        self.repo.reference(MAIN_REF, oid, false, "rsim init")?;
+        Ok(oid)
+    }
+
+    pub fn main_tip(&self) -> Result<Oid> {
+        Ok(self.repo.refname_to_id(MAIN_REF)?)
+    }
+
+    /// Write a tree holding exactly `files` (paths may have directories), writing no other objects.
+    fn fresh_tree(&self, files: &[TreeFile]) -> Result<Oid> {
+        let mut here = self.repo.treebuilder(None)?;
+        let mut dirs: std::collections::BTreeMap<&str, Vec<TreeFile>> =
+            std::collections::BTreeMap::new();
+        for f in files {
+            match f.path.split_once('/') {
+                Some((dir, rest)) => dirs
+                    .entry(dir)
+                    .or_default()
+                    .push(TreeFile::new(rest, f.bytes.clone())),
+                None => {
+                    let blob = self.repo.blob(&f.bytes)?;
+                    here.insert(f.path.as_str(), blob, i32::from(FileMode::Blob))?;
+                }
+            }
+        }
+        for (dir, sub) in dirs {
+            let oid = self.fresh_tree(&sub)?;
+            here.insert(dir, oid, i32::from(FileMode::Tree))?;
+        }
+        Ok(here.write()?)
+    }
+
+    fn build_tree(&self, base: &git2::Tree<'_>, files: &[TreeFile]) -> Result<Oid> {
+        let mut up = TreeUpdateBuilder::new();
+        for f in files {
+            let blob = self.repo.blob(&f.bytes)?;
+            up.upsert(f.path.as_str(), blob, FileMode::Blob);
+        }
+        Ok(up.create_updated(&self.repo, base)?)
+    }
+
+    /// The tip of a node's branch, if the node exists.
+    pub fn node_tip(&self, id: &str) -> Result<Option<Oid>> {
+        match self.repo.refname_to_id(&node_ref(id)) {
+            Ok(oid) => Ok(Some(oid)),
+            Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
+            Err(e) if e.code() == ErrorCode::InvalidSpec => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every node branch with its tip.
+    pub fn node_tips(&self) -> Result<Vec<(String, Oid)>> {
+        let mut out = Vec::new();
+        for r in self.repo.references_glob(&format!("{NODE_REF_PREFIX}*"))? {
+            let r = r?;
+            let (Ok(name), Some(oid)) = (r.name(), r.target()) else {
+                continue;
+            };
+            if let Some(id) = name.strip_prefix(NODE_REF_PREFIX) {
+                out.push((id.to_string(), oid));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Read a node's state at a tip.
+    pub fn snapshot(&self, tip: Oid) -> Result<NodeSnapshot> {
+        let commit = self.repo.find_commit(tip)?;
+        let tree = commit.tree()?;
+        let meta = self.read_meta(&tree)?;
+        let action_count = match tree.get_name(ACTIONS_DIR) {
+            Some(e) => self.repo.find_tree(e.id())?.len() as u32,
+            None => 0,
+        };
+        Ok(NodeSnapshot {
+            tip,
+            meta,
+            action_count,
+        })
+    }
+
+    fn read_meta(&self, tree: &git2::Tree<'_>) -> Result<NodeMeta> {
+        let entry = tree.get_name(NODE_FILE).ok_or_else(|| {
+            Error::internal(format!("commit tree {} has no {NODE_FILE}", tree.id()))
+        })?;
+        let blob = self.repo.find_blob(entry.id())?;
+        let text = std::str::from_utf8(blob.content()).map_err(|_| {
+            Error::internal(format!("{NODE_FILE} in tree {} is not UTF-8", tree.id()))
+        })?;
+        toml::from_str(text)
+            .map_err(|e| Error::internal(format!("{NODE_FILE} in tree {}: {e}", tree.id())))
+    }
+
+    /// Read a text file from a node's tip tree (e.g. `notes.md`), if present.
+    pub fn read_file(&self, tip: Oid, path: &str) -> Result<Option<Vec<u8>>> {
+        let tree = self.repo.find_commit(tip)?.tree()?;
+        match tree.get_path(Path::new(path)) {
+            Ok(e) => Ok(Some(self.repo.find_blob(e.id())?.content().to_vec())),
+            Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The actions of node `id` at `tip` with seq greater than `after`, oldest first, each with its commit.
+    /// Walks first parents from the tip while commits belong to this node.
+    pub fn actions_since(&self, id: &str, tip: Oid, after: u32) -> Result<Vec<CommittedAction>> {
+        let tip_commit = self.repo.find_commit(tip)?;
+        let tree = tip_commit.tree()?;
+        let actions_tree = match tree.get_name(ACTIONS_DIR) {
+            Some(e) => self.repo.find_tree(e.id())?,
+            None => return Ok(Vec::new()),
+        };
+        let mut out = Vec::new();
+        let mut cur = Some(tip_commit);
+        while let Some(c) = cur {
+            let msg = c.message_raw().unwrap_or("");
+            let t = Trailers::parse(msg);
+            if t.node.as_deref() != Some(id) {
+                break;
+            }
+            let (Some(seq), Some(action)) = (t.seq, t.action) else {
+                return Err(Error::internal(format!(
+                    "commit {} on node {id} lacks Rsim-Seq/Rsim-Action",
+                    c.id()
+                )));
+            };
+            if seq <= after {
+                break;
+            }
+            let name = crate::model::action_file_name(seq, action);
+            let entry = actions_tree.get_name(&name).ok_or_else(|| {
+                Error::internal(format!(
+                    "node {id}: commit {} names {name}, which is missing from the tree",
+                    c.id()
+                ))
+            })?;
+            let blob = self.repo.find_blob(entry.id())?;
+            let record: ActionRecord = serde_json::from_slice(blob.content())
+                .map_err(|e| Error::internal(format!("node {id}: {ACTIONS_DIR}/{name}: {e}")))?;
+            if record.seq != seq || record.node != id {
+                return Err(Error::internal(format!(
+                    "node {id}: {ACTIONS_DIR}/{name} disagrees with commit {} (seq {} node {})",
+                    c.id(),
+                    record.seq,
+                    record.node
+                )));
+            }
+            out.push(CommittedAction {
+                commit: c.id(),
+                record,
+            });
+            if seq == 1 {
+                break;
+            }
+            cur = if c.parent_count() > 0 {
+                Some(c.parent(0)?)
+            } else {
+                None
+            };
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Create a new node: its first commit has the parents' tips as git parents.
+    pub fn create_node(
+        &self,
+        meta: &NodeMeta,
+        first: &ActionRecord,
+        parent_tips: &[Oid],
+        message: &str,
+    ) -> Result<Create> {
+        let files = vec![
+            TreeFile::new(NODE_FILE, toml_string(meta)?),
+            TreeFile::new(
+                format!("{ACTIONS_DIR}/{}", first.file_name()),
+                json_bytes(first)?,
+            ),
+        ];
+        let tree = self.repo.find_tree(self.fresh_tree(&files)?)?;
+        let parents: Vec<git2::Commit<'_>> = parent_tips
+            .iter()
+            .map(|p| self.repo.find_commit(*p))
+            .collect::<std::result::Result<_, _>>()?;
+        let parent_refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        let sig = Self::signature(&first.agent)?;
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, message, &tree, &parent_refs)?;
+        // Compare-and-swap against "absent" (the zero id), checked under the ref's lock: a plain
+        // non-forced create checks existence before locking and can overwrite a racing writer.
+        let log = format!("rsim: create node {}", meta.id);
+        match self
+            .repo
+            .reference_matching(&node_ref(&meta.id), oid, true, Oid::ZERO_SHA1, &log)
+        {
+            Ok(_) => Ok(Create::Created(oid)),
+            Err(e) if matches!(e.code(), ErrorCode::Exists | ErrorCode::Modified) => {
+                Ok(Create::Taken)
+            }
+            Err(e) if e.code() == ErrorCode::Locked => Ok(Create::Busy),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Append one action to a node whose branch is at `expected_tip`, optionally rewriting `node.toml`
+    /// and other state files. Atomic: the branch moves only if it still points at `expected_tip`.
+    pub fn append(
+        &self,
+        id: &str,
+        expected_tip: Oid,
+        action: &ActionRecord,
+        meta: Option<&NodeMeta>,
+        extra: &[TreeFile],
+        message: &str,
+    ) -> Result<Append> {
+        let parent = self.repo.find_commit(expected_tip)?;
+        let base = parent.tree()?;
+        let mut files = vec![TreeFile::new(
+            format!("{ACTIONS_DIR}/{}", action.file_name()),
+            json_bytes(action)?,
+        )];
+        if let Some(m) = meta {
+            files.push(TreeFile::new(NODE_FILE, toml_string(m)?));
+        }
+        for f in extra {
+            files.push(TreeFile::new(f.path.clone(), f.bytes.clone()));
+        }
+        let tree = self.repo.find_tree(self.build_tree(&base, &files)?)?;
+        let sig = Self::signature(&action.agent)?;
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, message, &tree, &[&parent])?;
+        let log = format!("rsim: {} on {id}", action.action);
+        match self
+            .repo
+            .reference_matching(&node_ref(id), oid, true, expected_tip, &log)
+        {
+            Ok(_) => Ok(Append::Committed(oid)),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists
+                ) =>
+            {
+                Ok(Append::Stale)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The `Rsim-*` trailers of a commit message.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Trailers {
+    pub node: Option<String>,
+    pub action: Option<ActionName>,
+    pub seq: Option<u32>,
+    pub agent: Option<String>,
+    pub role: Option<String>,
+    pub decision: Option<String>,
+    pub rule: Option<String>,
+    pub job: Option<String>,
+    pub artifacts: Vec<String>,
+    pub metrics: Vec<(String, String)>,
+    pub parents: Vec<String>,
+}
+
+impl Trailers {
+    pub fn parse(message: &str) -> Trailers {
+        let mut t = Trailers::default();
+        let Ok(parsed) = git2::message_trailers_strs(message) else {
+            return t;
+        };
+        for (k, v) in parsed.iter() {
+            let v = v.trim();
+            match k {
+                "Rsim-Node" => t.node = Some(v.to_string()),
+                "Rsim-Action" => t.action = ActionName::parse(v),
+                "Rsim-Seq" => t.seq = v.parse().ok(),
+                "Rsim-Agent" => t.agent = Some(v.to_string()),
+                "Rsim-Role" => t.role = Some(v.to_string()),
+                "Rsim-Decision" => t.decision = Some(v.to_string()),
+                "Rsim-Rule" => t.rule = Some(v.to_string()),
+                "Rsim-Job" => t.job = Some(v.to_string()),
+                "Rsim-Artifact" => t.artifacts.push(v.to_string()),
+                "Rsim-Parent-Node" => t.parents.push(v.to_string()),
+                "Rsim-Metric" => {
+                    if let Some((name, value)) = v.split_once('=') {
+                        t.metrics.push((name.to_string(), value.to_string()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        t
+    }
+}
+
+/// Build the commit message of an action: `<action>: <summary>`, a body, then `Rsim-*` trailers.
+pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> String {
+    let mut msg = format!("{}: {}\n\n", record.action, sanitize_line(&record.summary));
+    let body = body.trim();
+    if !body.is_empty() {
+        msg.push_str(body);
+        msg.push_str("\n\n");
+    }
+    let mut tr = vec![
+        ("Rsim-Node", record.node.clone()),
+        ("Rsim-Action", record.action.to_string()),
+        ("Rsim-Seq", record.seq.to_string()),
+        ("Rsim-Agent", record.agent.clone()),
+        ("Rsim-Role", record.role.to_string()),
+        (
+            "Rsim-Decision",
+            record.decision.decision.as_str().to_string(),
+        ),
+    ];
+    if let Some(rule) = &record.decision.rule {
+        tr.push(("Rsim-Rule", rule.clone()));
+    }
+    for p in parents {
+        tr.push(("Rsim-Parent-Node", p.clone()));
+    }
+    if let Some(job) = &record.job {
+        tr.push(("Rsim-Job", format!("{} {}", job.id, job.state.as_str())));
+        tr.push(("Rsim-Env", job.env.clone()));
+    }
+    for a in &record.artifacts {
+        tr.push((
+            "Rsim-Artifact",
+            format!("{} {} {}", a.kind.as_str(), a.sha256, a.name),
+        ));
+    }
+    for m in &record.metrics {
+        tr.push((
+            "Rsim-Metric",
+            format!("{}/{}/{}={}", m.task, m.split.as_str(), m.name, m.value),
+        ));
+    }
+    for (k, v) in tr {
+        msg.push_str(k);
+        msg.push_str(": ");
+        msg.push_str(&sanitize_line(&v));
+        msg.push('\n');
+    }
+    msg
+}
+

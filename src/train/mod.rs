@@ -1,0 +1,425 @@
+//! The embedded job programs behind the tiny-arith example: `rsim job train SPEC` and
+//! `rsim job eval SPEC`. They run as separate processes, exactly like any other configured job
+//! command, and read/write only the spec, the object-store files it names and `out/`.
+//!
+//! The model is a count-based character n-gram language model with back-off (orders 10, 6, 4,
+//! 2, 1): small, deterministic and real — it learns only from the rows it is trained on (it
+//! memorises problems rather than discovering carries). The embedded transformer trainer
+//! replaces it as the default model.
+
+pub mod datasets;
+pub mod gpt;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use serde::{Deserialize, Serialize};
+
+use crate::api::types::RunSftRequest;
+use crate::model::data::{Adapter, EvalItem, Row, Schedule};
+use crate::train::datasets::{parse_answer, parse_jsonl};
+use crate::util::error::{Error, IoContext, Result};
+
+const ORDERS: [usize; 5] = [10, 6, 4, 2, 1];
+const END: char = '\n';
+const MAX_OUTPUT: usize = 64;
+pub const MODEL_FILE: &str = "ngram.json";
+pub use crate::model::paths::CHECKPOINT_CONFIG_FILE as CONFIG_FILE;
+
+/// The model: for each context (a suffix of the text so far), weighted next-character counts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NGram {
+    pub counts: BTreeMap<String, BTreeMap<char, f64>>,
+}
+
+impl NGram {
+    fn observe(&mut self, text: &[char], pos: usize, weight: f64) {
+        for &k in &ORDERS {
+            let start = pos.saturating_sub(k);
+            let ctx: String = text[start..pos].iter().collect();
+            *self
+                .counts
+                .entry(ctx)
+                .or_default()
+                .entry(text[pos])
+                .or_insert(0.0) += weight;
+        }
+    }
+
+    /// Learn one row; with `answer_only` only answer characters (and the end marker) are targets.
+    pub fn learn(&mut self, row: &Row, weight: f64, answer_only: bool) {
+        let text: Vec<char> = row
+            .prompt
+            .chars()
+            .chain(row.answer.chars())
+            .chain([END])
+            .collect();
+        let first = if answer_only {
+            row.prompt.chars().count()
+        } else {
+            1
+        };
+        for pos in first.max(1)..text.len() {
+            self.observe(&text, pos, weight);
+        }
+    }
+
+    /// Greedy decoding from a prompt, backing off to shorter contexts.
+    pub fn generate(&self, prompt: &str) -> String {
+        let mut text: Vec<char> = prompt.chars().collect();
+        let mut out = String::new();
+        for _ in 0..MAX_OUTPUT {
+            let mut next = None;
+            for &k in &ORDERS {
+                let ctx: String = text[text.len().saturating_sub(k)..].iter().collect();
+                if let Some(c) = self.counts.get(&ctx) {
+                    next = c
+                        .iter()
+                        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
+                        .map(|(ch, _)| *ch);
+                    break;
+                }
+            }
+            match next {
+                Some(END) | None => break,
+                Some(ch) => {
+                    out.push(ch);
+                    text.push(ch);
+                }
+            }
+        }
+        out
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct CheckpointRef {
+    sha256: String,
+    files: BTreeMap<String, PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DatasetRef {
+    path: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+struct TrainSpec {
+    base: CheckpointRef,
+    datasets: Vec<DatasetRef>,
+    hyper: RunSftRequest,
+}
+
+#[derive(Debug, Deserialize)]
+struct EvalSpec {
+    checkpoint: CheckpointRef,
+    eval_set: PathBuf,
+}
+
+fn load_model(ck: &CheckpointRef) -> Result<NGram> {
+    let path = ck
+        .files
+        .get(MODEL_FILE)
+        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {MODEL_FILE}", ck.sha256)))?;
+    let bytes = fs::read(path).at("cannot read", path)?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::invalid(format!("{}: {e}", path.display())))
+}
+
+fn save_model(model: &NGram, dir: &Path, config: serde_json::Value) -> Result<()> {
+    fs::create_dir_all(dir).at("cannot create", dir)?;
+    fs::write(dir.join(MODEL_FILE), serde_json::to_vec(model)?).at("cannot write", dir)?;
+    fs::write(dir.join(CONFIG_FILE), crate::util::hash::json_bytes(&config)?)
+        .at("cannot write", dir)?;
+    Ok(())
+}
+
+fn out_dir(spec_path: &Path) -> PathBuf {
+    spec_path.parent().unwrap_or(Path::new(".")).join("out")
+}
+
+/// The `model` field of a checkpoint's config.json: which embedded model it is.
+fn model_kind(ck: &CheckpointRef) -> Result<String> {
+    let path = ck
+        .files
+        .get(CONFIG_FILE)
+        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {CONFIG_FILE}", ck.sha256)))?;
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(path).at("cannot read", path)?)
+        .map_err(|e| Error::invalid(format!("{}: {e}", path.display())))?;
+    v["model"].as_str().map(str::to_string).ok_or_else(|| {
+        Error::invalid(format!(
+            "checkpoint {}: {CONFIG_FILE} names no model",
+            ck.sha256
+        ))
+    })
+}
+
+fn file<'a>(ck: &'a CheckpointRef, name: &str) -> Result<&'a PathBuf> {
+    ck.files
+        .get(name)
+        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {name}", ck.sha256)))
+}
+
+/// Jobs run single-threaded (measured faster than two threads on 2 cores, and jobs run side by side).
+fn single_thread() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: called first thing in a job process, before any other thread exists.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+    }
+}
+
+/// `rsim job train SPEC`: fine-tune the base checkpoint on rows sampled from the datasets.
+pub fn train(spec_path: &Path) -> Result<()> {
+    single_thread();
+    let spec: TrainSpec =
+        serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
+            .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
+    let mut rows = Vec::new();
+    for d in &spec.datasets {
+        rows.extend(parse_jsonl(
+            &fs::read(&d.path).at("cannot read", &d.path)?,
+            &d.path.display().to_string(),
+        )?);
+    }
+    let out = out_dir(spec_path);
+    let metrics = match model_kind(&spec.base)?.as_str() {
+        "char-ngram" => train_ngram(&spec, &rows, &out)?,
+        crate::train::gpt::MODEL_KIND => train_gpt(&spec, &rows, &out)?,
+        other => {
+            return Err(Error::invalid(format!(
+                "no embedded trainer for model {other:?}"
+            )));
+        }
+    };
+    fs::write(
+        out.join("metrics.json"),
+        crate::util::hash::json_bytes(&metrics)?,
+    )
+    .at("cannot write", &out)?;
+    Ok(())
+}
+
+fn train_gpt(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::Value> {
+    let h = &spec.hyper;
+    let mut model = crate::train::gpt::Gpt::load(
+        file(&spec.base, CONFIG_FILE)?,
+        file(&spec.base, crate::train::gpt::WEIGHTS_FILE)?,
+    )?;
+    if let Adapter::Lora { rank, alpha } = h.adapter {
+        model.enable_lora(rank as usize, alpha, h.seed)?;
+    }
+    let trainable = model.trainable_count();
+    let steps = h.steps;
+    let rep = crate::train::gpt::train(
+        &model,
+        rows,
+        h.learning_rate,
+        h.schedule,
+        steps,
+        h.warmup_steps,
+        h.batch_size as usize,
+        h.answer_only_loss,
+        h.seed,
+        |step, loss| eprintln!("step {step}/{steps} loss {loss:.4}"),
+    )?;
+    // Adapters are folded into the weights: the checkpoint is a plain model, evaluated as any.
+    model.merge_lora()?;
+    model.config.base = Some(spec.base.sha256.clone());
+    model.save(&out.join("checkpoint"))?;
+    Ok(serde_json::json!({
+        "final_loss": rep.final_loss,
+        "steps_per_s": rep.steps_per_s,
+        "tokens_per_s": rep.tokens_per_s,
+        "rows": rows.len() as f64,
+        "trainable_params": trainable as f64,
+    }))
+}
+
+fn train_ngram(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::Value> {
+    let h = &spec.hyper;
+    if let Adapter::Lora { .. } = h.adapter {
+        return Err(Error::invalid(
+            "the n-gram trainer has no adapters: use adapter {\"kind\": \"full\"}",
+        ));
+    }
+    let mut model = load_model(&spec.base)?;
+    let mut rng = StdRng::seed_from_u64(h.seed);
+    let scale = h.learning_rate / 1e-3;
+    let mut seen = std::collections::HashSet::new();
+    for step in 0..h.steps {
+        let lr = scale * crate::train::gpt::lr_at(h.schedule, 1.0, step, h.steps, h.warmup_steps);
+        for _ in 0..h.batch_size {
+            let row = &rows[rng.random_range(0..rows.len())];
+            seen.insert(row.prompt.clone());
+            model.learn(row, lr, h.answer_only_loss);
+        }
+        if (step + 1) % 100 == 0 || step + 1 == h.steps {
+            eprintln!(
+                "step {}/{} contexts {}",
+                step + 1,
+                h.steps,
+                model.counts.len()
+            );
+        }
+    }
+    let cfg =
+        serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": spec.base.sha256 });
+    save_model(&model, &out.join("checkpoint"), cfg)?;
+    Ok(serde_json::json!({
+        "rows_seen": (h.steps * u64::from(h.batch_size)) as f64,
+        "distinct_prompts": seen.len() as f64,
+        "contexts": model.counts.len() as f64,
+    }))
+}
+
+/// `rsim job eval SPEC`: exact match of the parsed answer on every item of the eval set.
+pub fn eval(spec_path: &Path) -> Result<()> {
+    single_thread();
+    let spec: EvalSpec = serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
+        .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
+    let items = parse_jsonl(
+        &fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?,
+        "eval set",
+    )?;
+    let prompts: Vec<String> = items.iter().map(|i| i.prompt.clone()).collect();
+    let outputs: Vec<String> = match model_kind(&spec.checkpoint)?.as_str() {
+        "char-ngram" => {
+            let model = load_model(&spec.checkpoint)?;
+            let mut cache: HashMap<String, String> = HashMap::new();
+            prompts
+                .iter()
+                .map(|p| {
+                    cache
+                        .entry(p.clone())
+                        .or_insert_with(|| model.generate(p))
+                        .clone()
+                })
+                .collect()
+        }
+        crate::train::gpt::MODEL_KIND => {
+            let model = crate::train::gpt::Gpt::load(
+                file(&spec.checkpoint, CONFIG_FILE)?,
+                file(&spec.checkpoint, crate::train::gpt::WEIGHTS_FILE)?,
+            )?;
+            model.generate(&prompts)?
+        }
+        other => {
+            return Err(Error::invalid(format!(
+                "no embedded evaluator for model {other:?}"
+            )));
+        }
+    };
+    let mut results = Vec::with_capacity(items.len());
+    let mut correct = 0u64;
+    for (it, output) in items.iter().zip(outputs) {
+        let ok = parse_answer(&output) == parse_answer(&it.answer);
+        correct += u64::from(ok);
+        results.push(EvalItem {
+            prompt: it.prompt.clone(),
+            expected: it.answer.clone(),
+            output,
+            correct: ok,
+        });
+    }
+    let n = items.len() as u64;
+    let out = out_dir(spec_path);
+    fs::create_dir_all(&out).at("cannot create", &out)?;
+    let result = serde_json::json!({
+        "metrics": { "exact_match": correct as f64 / n.max(1) as f64 },
+        "n_items": n,
+        "items": results,
+    });
+    fs::write(out.join("result.json"), crate::util::hash::json_bytes(&result)?)
+        .at("cannot write", &out)?;
+    Ok(())
+}
+
+/// `rsim job pretrain`: a tiny-gpt base model from a short seeded pretraining on generic arithmetic
+/// text (1–3 digit sums and differences, plain format, loss on every token).
+pub fn pretrain(dir: &Path, seed: u64, steps: u64) -> Result<serde_json::Value> {
+    single_thread();
+    let mut rows = Vec::new();
+    for (digits, n) in [(1u32, 400u64), (2, 2000), (3, 4000)] {
+        for op in [
+            crate::model::data::ArithOp::Add,
+            crate::model::data::ArithOp::Sub,
+        ] {
+            rows.extend(crate::train::datasets::generate_arith(
+                &crate::model::data::ArithParams {
+                    op,
+                    digits,
+                    format: crate::model::data::AnswerFormat::Plain,
+                    n,
+                    seed: seed.wrapping_add(u64::from(digits)),
+                },
+            ));
+        }
+    }
+    let model = crate::train::gpt::Gpt::init(crate::train::gpt::GptConfig::small(), seed)?;
+    let rep = crate::train::gpt::train(
+        &model,
+        &rows,
+        3e-3,
+        Schedule::Cosine,
+        steps,
+        steps / 20,
+        32,
+        false,
+        seed,
+        |step, loss| eprintln!("pretrain step {step}/{steps} loss {loss:.4}"),
+    )?;
+    model.save(dir)?;
+    Ok(
+        serde_json::json!({ "final_loss": rep.final_loss, "steps_per_s": rep.steps_per_s, "tokens_per_s": rep.tokens_per_s }),
+    )
+}
+
+/// Identity of the embedded evaluator: the hash of the source that evaluates (this file and the
+/// answer parsing it uses).
+pub fn evaluator_source_hash() -> String {
+    let src = [
+        include_str!("mod.rs"),
+        include_str!("gpt.rs"),
+        include_str!("datasets.rs"),
+        include_str!("../model/data.rs"),
+    ]
+    .concat();
+    crate::util::hash::sha256_hex(src.as_bytes())
+}
+
+/// The tiny-arith base model: counts from every one-digit addition in the plain format.
+pub fn write_base_model(dir: &Path) -> Result<()> {
+    let mut model = NGram::default();
+    for a in 0..10 {
+        for b in 0..10 {
+            model.learn(
+                &crate::train::datasets::arith_row(a, b, false, crate::model::data::AnswerFormat::Plain),
+                1.0,
+                false,
+            );
+        }
+    }
+    save_model(
+        &model,
+        dir,
+        serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": null }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learns_what_it_sees_and_nothing_else() {
+        let mut m = NGram::default();
+        let r = Row {
+            prompt: "12+34=".into(),
+            answer: "46".into(),
+        };
+        assert_ne!(m.generate("12+34="), "46");
+        m.learn(&r, 1.0, true);
+        assert_eq!(m.generate("12+34="), "46");
+    }
+}

@@ -1,0 +1,8 @@
+//! Helpers that know nothing of studies: errors, hashing, text, statistics, processes.
+//! Invariant: imports nothing from the crate outside `util`.
+
+pub mod error;
+pub mod hash;
+pub mod proc;
+pub mod stats;
+pub mod text;
