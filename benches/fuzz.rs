@@ -51,7 +51,10 @@ fn main() {
                 Ok(())
             })
             .expect("no panics");
-        problems += rsi_master::os::fsck::fsck(&study).expect("fsck").problems.len();
+        problems += rsi_master::os::fsck::fsck(&study)
+            .expect("fsck")
+            .problems
+            .len();
         drop(study);
         let _ = std::fs::remove_dir_all(&root);
         done += n;

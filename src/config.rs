@@ -7,8 +7,8 @@ use std::path::{Component, Path};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::util::hash::is_sha256;
 use crate::util::error::{Error, Result};
+use crate::util::hash::is_sha256;
 
 pub const CONFIG_FILE: &str = "rsim.toml";
 

@@ -6,17 +6,17 @@
 //! `util` → `model` → `api` → `config` → `policy` → `record` → `jobs` → `train` → `os` →
 //! `campaign` → `faces`.
 
-pub mod util;
-pub mod model;
 pub mod api;
+pub mod campaign;
 pub mod config;
+pub mod faces;
+pub mod jobs;
+pub mod model;
+pub mod os;
 pub mod policy;
 pub mod record;
-pub mod jobs;
 pub mod train;
-pub mod os;
-pub mod campaign;
-pub mod faces;
+pub mod util;
 
 pub use os::Study;
 pub use util::error::{Error, ErrorKind, Result};

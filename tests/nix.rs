@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rsi_master::{Study, train::datasets, faces::init};
+use rsi_master::{Study, faces::init, train::datasets};
 use serde_json::json;
 
 const FLAKE: &str = r#"{

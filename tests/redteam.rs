@@ -11,7 +11,7 @@ use std::process::Command;
 
 use rsi_master::api::types::{AnswerFormat, Row};
 use rsi_master::model::{Caller, Role};
-use rsi_master::{ErrorKind, Study, train::datasets, faces::init};
+use rsi_master::{ErrorKind, Study, faces::init, train::datasets};
 use serde_json::{Value, json};
 
 const CODE_ITEMS: &[(&str, &str)] = &[

@@ -8,8 +8,8 @@ use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use super::types::*;
-use crate::util::error::{Error, Result};
 use crate::model::ActionRecord;
+use crate::util::error::{Error, Result};
 
 /// One entry of the registry.
 pub struct ActionSpec {

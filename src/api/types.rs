@@ -67,12 +67,9 @@ pub struct BranchResult {
 // ---------------------------------------------------------------- register_dataset
 
 // Data types jobs read too live in `model::data`; they are part of this contract.
-pub use crate::model::data::{Adapter, AnswerFormat, ArithOp, ArithParams, EvalItem, Row, Schedule};
-
-
-
-
-
+pub use crate::model::data::{
+    Adapter, AnswerFormat, ArithOp, ArithParams, EvalItem, Row, Schedule,
+};
 
 /// Where a dataset's rows come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -155,8 +152,6 @@ pub struct RegisterDatasetResult {
 
 // ---------------------------------------------------------------- run_sft
 
-
-
 /// Supervised fine-tuning of a checkpoint on registered datasets, run as a job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -219,7 +214,6 @@ pub struct EvaluateRequest {
     pub task: String,
     pub split: Split,
 }
-
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -7,13 +7,13 @@
 use super::recipe::{Init, Recipe, TaskFamily};
 use super::state::{CampaignState, NodeState};
 use super::{ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
-use crate::os::Study;
 use crate::api::types::{
     CompareRequest, ConcludeRequest, EvaluateRequest, NodeVerdict, Proposal, ReviewRequest,
     ReviewVerdict, RunSftRequest,
 };
-use crate::util::error::{Error, ErrorKind, Result};
 use crate::model::{JobState, Outcome, Split};
+use crate::os::Study;
+use crate::util::error::{Error, ErrorKind, Result};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::collections::BTreeSet;

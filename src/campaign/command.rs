@@ -5,9 +5,9 @@
 //! it runs past its turn or starts more training runs than its task allows.
 
 use super::{ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
+use crate::model::{ActionName, Caller};
 use crate::os::Study;
 use crate::util::error::{Error, Result};
-use crate::model::{ActionName, Caller};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

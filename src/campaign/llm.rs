@@ -3,10 +3,10 @@
 //! agent's role; every tool call goes through `Study::call` — the one code path every face uses.
 
 use super::{AgentSpec, ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
-use crate::os::Study;
 use crate::api::schema::ACTIONS;
-use crate::util::error::{Error, ErrorKind, Result};
 use crate::model::{ActionName, Caller};
+use crate::os::Study;
+use crate::util::error::{Error, ErrorKind, Result};
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -11,10 +11,10 @@ pub mod recipe;
 pub mod report;
 pub mod state;
 
-use crate::os::Study;
 use crate::api::types::{BranchRequest, ConcludeRequest, EvaluateRequest, Proposal};
-use crate::util::error::{Error, ErrorKind, Result};
 use crate::model::{Caller, NodeStatus, Outcome, Role, Split};
+use crate::os::Study;
+use crate::util::error::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
 use state::{CampaignState, LockIn};
 use std::collections::{BTreeMap, BTreeSet};

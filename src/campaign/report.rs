@@ -2,12 +2,12 @@
 //! lock-in index, budget used and the audit — as text, JSON, or one self-contained HTML page
 //! (inline SVG: the DAG and the dev scores in the order experiments ran).
 
-use crate::os::Study;
 use crate::api::types::ReviewVerdict;
-use crate::util::error::Result;
-use crate::model::NodeStatus;
 use crate::campaign::state::{CampaignState, LockIn};
 use crate::campaign::{RunOptions, saved_options};
+use crate::model::NodeStatus;
+use crate::os::Study;
+use crate::util::error::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -3,10 +3,10 @@
 //! budget used, and the lock-in index.
 
 use super::recipe::Recipe;
-use crate::os::Study;
 use crate::api::types::{ListNodesRequest, NodeVerdict, Proposal, ReviewVerdict};
-use crate::util::error::Result;
 use crate::model::{ActionName, JobState, NodeStatus, Split, Verdict};
+use crate::os::Study;
+use crate::util::error::Result;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 

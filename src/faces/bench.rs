@@ -14,10 +14,10 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::os::Study;
 use crate::api::types::*;
-use crate::util::error::{Error, Result};
 use crate::model::{Caller, Split};
+use crate::os::Study;
+use crate::util::error::{Error, Result};
 
 #[derive(Debug, serde::Serialize)]
 pub struct BenchReport {

@@ -9,10 +9,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::{Value, json};
 
-use crate::os::Study;
 use crate::api::types::AnswerFormat;
-use crate::util::error::{Error, Result};
 use crate::model::{Caller, Role};
+use crate::os::Study;
+use crate::util::error::{Error, Result};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -500,8 +500,12 @@ pub fn run(cli: Cli) -> Result<()> {
             slurm,
             partition,
         } => match slurm {
-            Some(n) => crate::faces::bench::run_jobs(*n, partition.as_deref(), bdir.as_deref(), json),
-            None => crate::faces::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json),
+            Some(n) => {
+                crate::faces::bench::run_jobs(*n, partition.as_deref(), bdir.as_deref(), json)
+            }
+            None => {
+                crate::faces::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json)
+            }
         },
         Command::Run { .. } => run_campaign(&cli, json),
         Command::BenchStrategies {
@@ -661,7 +665,10 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             return Ok(());
         }
         Command::Cancel { job } => {
-            study.cancel_job(job)?;
+            study.cancel_job(
+                who,
+                crate::api::types::CancelJobRequest { job: job.clone() },
+            )?;
             if json {
                 print_json(&json!({ "job": job, "cancel": "requested" }))?;
             } else {
@@ -1093,7 +1100,9 @@ fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
             .and_then(|n| n.to_str())
             .unwrap_or_default()
             .to_string();
-        if !(path.join("rsim.toml").is_file() && crate::faces::init::EXAMPLES.contains(&name.as_str())) {
+        if !(path.join("rsim.toml").is_file()
+            && crate::faces::init::EXAMPLES.contains(&name.as_str()))
+        {
             return Err(Error::invalid(format!(
                 "{}: not a study (no .git) and not an example folder ({}); create one with `rsim init`",
                 path.display(),

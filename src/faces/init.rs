@@ -2,16 +2,13 @@
 //! and the root node `n0` whose `init` action records the base model's checkpoint hash.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::os::STATE_DIR;
 use crate::api::types::{AnswerFormat, ArithOp, ArithParams};
-use crate::config::{CONFIG_FILE, StudyConfig};
+use crate::config::CONFIG_FILE;
+use crate::os::STATE_DIR;
+use crate::record::Record;
 use crate::util::error::{Error, IoContext, Result};
-use crate::record::index::Index;
-use crate::model::*;
-use crate::record::{self, Record, TreeFile};
-use crate::record::store::ObjectStore;
 
 pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-arith-ngram"];
 
@@ -92,6 +89,7 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     crate::os::genesis::create_study(&root)
 }
 
+/// Generate a task's eval splits into `.rsim/protected/<task>/`; returns their sha256 pins.
 fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 2]> {
     let prot = root.join(STATE_DIR).join("protected").join(task);
     fs::create_dir_all(&prot).at("cannot create", &prot)?;

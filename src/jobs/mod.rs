@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::util::proc::process_alive;
-use crate::util::error::{Error, IoContext, Result};
 use crate::model::{JobKind, JobRecord, JobState, now_rfc3339};
+use crate::util::error::{Error, IoContext, Result};
+use crate::util::proc::process_alive;
 
 /// Environment variables a job may inherit; everything else (API keys, tokens, credentials) is dropped.
 pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
@@ -457,18 +457,54 @@ pub fn nix_environment(
     Ok((wrapped, format!("nix:{reference}#{hash}")))
 }
 
+/// The last `max` bytes of a file (a job's log), as text; None if it cannot be read.
+pub fn tail(path: &Path, max: u64) -> Option<String> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    if len > max {
+        f.seek(SeekFrom::Start(len - max)).ok()?;
+    }
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// What a running job's log says about its progress: the last `step k/n …` line the trainers
+/// print (`pretrain step …` for pretraining).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub step: u64,
+    pub total: Option<u64>,
+    pub line: String,
+}
+
+/// Parse the newest progress line out of a log's tail.
+pub fn progress_in(log: &str) -> Option<Progress> {
+    for line in log.lines().rev() {
+        let l = line.trim();
+        let rest = l
+            .strip_prefix("step ")
+            .or_else(|| l.strip_prefix("pretrain step "));
+        if let Some(rest) = rest {
+            let frac = rest.split_whitespace().next()?;
+            let (step, total) = match frac.split_once('/') {
+                Some((k, n)) => (k.parse().ok()?, n.parse().ok()),
+                None => (frac.parse().ok()?, None),
+            };
+            return Some(Progress {
+                step,
+                total,
+                line: l.to_string(),
+            });
+        }
+    }
+    None
+}
+
 /// The last few lines of a job's log, to say in the record why it failed.
 pub(crate) fn log_tail(path: &Path) -> String {
-    use std::io::{Seek, SeekFrom};
-    let mut f = match File::open(path) {
-        Ok(f) => f,
-        Err(_) => return String::new(),
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(2048)));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
+    let text = tail(path, 2048).unwrap_or_default();
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{GpuRequest, SlurmBackend};
-use crate::util::error::{Error, IoContext, Result};
 use crate::jobs::{ENV_ALLOWLIST, JobRunner, JobSpec, exit_reason, round3, signal_reason};
 use crate::model::{JobRecord, JobState, SlurmJob, now_rfc3339, rfc3339_at};
+use crate::util::error::{Error, IoContext, Result};
 
 /// The submitted job (Slurm id, resources, spec), written before rsim waits for it.
 pub const SUBMITTED_FILE: &str = "slurm.json";

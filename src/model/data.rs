@@ -106,11 +106,14 @@ impl AnswerFormat {
 impl std::str::FromStr for AnswerFormat {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
-            format!(
-                "unknown answer format {s:?}; formats: {}",
-                Self::ALL.map(AnswerFormat::name).join(", ")
-            )
-        })
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown answer format {s:?}; formats: {}",
+                    Self::ALL.map(AnswerFormat::name).join(", ")
+                )
+            })
     }
 }

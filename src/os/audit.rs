@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::os::Study;
-use crate::util::error::Result;
-use crate::record::index::AgentRow;
 use crate::model::{ActionName, ArtifactKind, Split};
+use crate::os::Study;
+use crate::record::index::AgentRow;
+use crate::util::error::Result;
 
 #[derive(Debug, Serialize)]
 pub struct Check {

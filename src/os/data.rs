@@ -1,17 +1,12 @@
 //! Datasets as the OS sees them: registered rows, protected test items, the contamination scan.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::path::{Path, PathBuf};
-
-use serde::Serialize;
-use serde_json::Value;
 
 use super::*;
 
 impl Study {
     /// The rows of a registered dataset (hash-verified), or None if no dataset has that name.
-    fn dataset_rows(&self, name: &str) -> Result<Option<Vec<types::Row>>> {
+    pub(in crate::os) fn dataset_rows(&self, name: &str) -> Result<Option<Vec<types::Row>>> {
         match self.index.dataset(name)? {
             Some((sha, _, _)) => Ok(Some(datasets::parse_jsonl(
                 &self.store.get(&sha)?,
@@ -22,7 +17,7 @@ impl Study {
     }
 
     /// Every task's protected test split: (task, items).
-    fn protected_test_items(&self) -> Result<Vec<(String, Vec<types::Row>)>> {
+    pub(in crate::os) fn protected_test_items(&self) -> Result<Vec<(String, Vec<types::Row>)>> {
         let mut out = Vec::new();
         for (name, task) in &self.config.tasks {
             let path = self.study_file(&task.test.path)?;
@@ -36,16 +31,20 @@ impl Study {
     }
 
     /// Every task's protected test split, prepared for the contamination scan.
-    fn protected_sets(&self) -> Result<Vec<crate::policy::contamination::EvalSet>> {
+    pub(in crate::os) fn protected_sets(
+        &self,
+    ) -> Result<Vec<crate::policy::contamination::EvalSet>> {
         let cfg = self.scan_config();
         Ok(self
             .protected_test_items()?
             .iter()
-            .map(|(name, items)| crate::policy::contamination::EvalSet::new(name, "test", items, cfg))
+            .map(|(name, items)| {
+                crate::policy::contamination::EvalSet::new(name, "test", items, cfg)
+            })
             .collect())
     }
 
-    fn scan_config(&self) -> crate::policy::contamination::ScanConfig {
+    pub(in crate::os) fn scan_config(&self) -> crate::policy::contamination::ScanConfig {
         crate::policy::contamination::ScanConfig {
             ngram: self.config.policy.contamination_ngram as usize,
             threshold: self.config.policy.contamination_threshold,
@@ -66,7 +65,10 @@ impl Study {
     }
 
     /// Generated rows minus those whose prompt is a protected test item's (after normalization).
-    fn decontaminate(&self, rows: Vec<types::Row>) -> Result<(Vec<types::Row>, u64)> {
+    pub(in crate::os) fn decontaminate(
+        &self,
+        rows: Vec<types::Row>,
+    ) -> Result<(Vec<types::Row>, u64)> {
         let protected: std::collections::HashSet<Vec<String>> = self
             .protected_test_items()?
             .iter()

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use crate::os::Study;
-use crate::util::error::Result;
 use crate::record::{ACTIONS_DIR, Trailers};
+use crate::util::error::Result;
 
 #[derive(Debug, Default, serde::Serialize)]
 pub struct FsckReport {

@@ -129,52 +129,47 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
     };
     let owner = Caller::new("owner", Role::Owner);
     let request = serde_json::json!({ "base_model": config.base_model });
-    writer.create(
-        NodeId::Exactly(ROOT_NODE.into()),
-        &[main],
-        &[],
-        |id| {
-            let at = now_rfc3339();
-            Ok(FirstAction {
-                meta: NodeMeta {
-                    id: id.to_string(),
-                    title: format!("base: {}", config.base_model.name),
-                    hypothesis: config.study.description.clone(),
-                    parents: Vec::new(),
-                    status: NodeStatus::Open,
-                    created_at: at.clone(),
-                    created_by: owner.agent.clone(),
-                    outcome: None,
-                },
-                record: ActionRecord {
-                    seq: 1,
-                    action: ActionName::Init,
-                    node: id.to_string(),
-                    agent: owner.agent.clone(),
-                    role: owner.role,
-                    at,
-                    summary: format!(
-                        "base model {} ({})",
-                        config.base_model.name,
-                        &base_sha[..12]
-                    ),
-                    request: request.clone(),
-                    decision: Decision::accept(),
-                    result: Some(serde_json::json!({ "base_checkpoint": base_sha })),
-                    job: None,
-                    artifacts: vec![ArtifactRef {
-                        sha256: base_sha.clone(),
-                        kind: ArtifactKind::Checkpoint,
-                        name: "base".into(),
-                        parent: None,
-                    }],
-                    metrics: Vec::new(),
-                    refers_to: Vec::new(),
-                },
-                body: format!("Base checkpoint {base_sha}."),
-            })
-        },
-    )?;
+    writer.create(NodeId::Exactly(ROOT_NODE.into()), &[main], &[], |id| {
+        let at = now_rfc3339();
+        Ok(FirstAction {
+            meta: NodeMeta {
+                id: id.to_string(),
+                title: format!("base: {}", config.base_model.name),
+                hypothesis: config.study.description.clone(),
+                parents: Vec::new(),
+                status: NodeStatus::Open,
+                created_at: at.clone(),
+                created_by: owner.agent.clone(),
+                outcome: None,
+            },
+            record: ActionRecord {
+                seq: 1,
+                action: ActionName::Init,
+                node: id.to_string(),
+                agent: owner.agent.clone(),
+                role: owner.role,
+                at,
+                summary: format!(
+                    "base model {} ({})",
+                    config.base_model.name,
+                    &base_sha[..12]
+                ),
+                request: request.clone(),
+                decision: Decision::accept(),
+                result: Some(serde_json::json!({ "base_checkpoint": base_sha })),
+                job: None,
+                artifacts: vec![ArtifactRef {
+                    sha256: base_sha.clone(),
+                    kind: ArtifactKind::Checkpoint,
+                    name: "base".into(),
+                    parent: None,
+                }],
+                metrics: Vec::new(),
+                refers_to: Vec::new(),
+            },
+            body: format!("Base checkpoint {base_sha}."),
+        })
+    })?;
     Ok(InitReport {
         root,
         created: true,
@@ -186,12 +181,8 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
     })
 }
 
-
-
 fn tempdir_in(dir: &Path) -> Result<PathBuf> {
     let p = dir.join(format!("tmp-{:016x}", rand::random::<u64>()));
     fs::create_dir_all(&p).at("cannot create", &p)?;
     Ok(p)
 }
-
-/// Generate a task's eval splits into `.rsim/protected/<task>/`; returns their sha256 pins.

@@ -1,10 +1,9 @@
 //! Running jobs for actions: job specs, timeouts cut to budgets, checkpoints as jobs see them, logs, cancel.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
 use serde_json::Value;
 
 use super::*;
@@ -64,7 +63,7 @@ impl Study {
     }
 
     /// A checkpoint as a job sees it: its hash and each file's path in the object store.
-    fn checkpoint_files(&self, sha: &str) -> Result<Value> {
+    pub(in crate::os) fn checkpoint_files(&self, sha: &str) -> Result<Value> {
         let m = self.store.manifest(sha)?;
         let files: BTreeMap<String, PathBuf> = m
             .files
@@ -75,7 +74,12 @@ impl Study {
     }
 
     /// Facts every job-running action needs: checkpoint provenance and integrity, compute used, isolation.
-    fn job_facts(&self, caller: &Caller, node: &str, checkpoint: Option<&str>) -> Result<Facts> {
+    pub(in crate::os) fn job_facts(
+        &self,
+        caller: &Caller,
+        node: &str,
+        checkpoint: Option<&str>,
+    ) -> Result<Facts> {
         Ok(Facts {
             checkpoint_known: checkpoint.is_some(),
             checkpoint_corrupt: checkpoint.and_then(|c| self.store.manifest_damage(c)),
@@ -91,7 +95,7 @@ impl Study {
 
     /// The longest a job may run: the backend's limit, cut to what is left of the study's, the
     /// node's and the agent's compute budgets (so a job is stopped when a budget runs out).
-    fn job_timeout(&self, caller: &Caller, node: &str) -> Result<u64> {
+    pub(in crate::os) fn job_timeout(&self, caller: &Caller, node: &str) -> Result<u64> {
         let b = &self.config.budgets;
         let mut left = b.compute_seconds as f64 - self.index.compute_seconds_used()?;
         if let Some(max) = b.node_compute_seconds {
@@ -110,7 +114,7 @@ impl Study {
         Ok((left.ceil().max(1.0) as u64).min(self.config.backend.timeout_s()))
     }
 
-    fn job_spec(
+    pub(in crate::os) fn job_spec(
         &self,
         id: String,
         kind: JobKind,
@@ -148,7 +152,7 @@ impl Study {
         })
     }
 
-    fn store_log_at(&self, p: &Path) -> Result<Option<String>> {
+    pub(in crate::os) fn store_log_at(&self, p: &Path) -> Result<Option<String>> {
         if p.is_file() {
             Ok(Some(self.store.put_file(p)?))
         } else {
@@ -156,7 +160,7 @@ impl Study {
         }
     }
 
-    fn store_log(&self, spec: &JobSpec) -> Result<Option<String>> {
+    pub(in crate::os) fn store_log(&self, spec: &JobSpec) -> Result<Option<String>> {
         let p = spec.log_path();
         if p.is_file() {
             Ok(Some(self.store.put_file(&p)?))
@@ -171,7 +175,7 @@ impl Study {
     }
 
     /// `base` → the base model's checkpoint; a sha256 → itself if a recorded checkpoint (else None).
-    fn resolve_checkpoint(&self, c: &str) -> Result<Option<String>> {
+    pub(in crate::os) fn resolve_checkpoint(&self, c: &str) -> Result<Option<String>> {
         if c == "base" {
             return self.base_checkpoint().map(Some);
         }
@@ -179,7 +183,7 @@ impl Study {
     }
 }
 
-fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>> {
+pub(in crate::os) fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>> {
     if !path.is_file() {
         return Ok(BTreeMap::new());
     }
@@ -194,14 +198,14 @@ fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>> {
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EvalOutput {
-    metrics: BTreeMap<String, f64>,
-    n_items: u64,
+pub(in crate::os) struct EvalOutput {
+    pub(in crate::os) metrics: BTreeMap<String, f64>,
+    pub(in crate::os) n_items: u64,
     #[serde(default)]
-    items: Vec<EvalItem>,
+    pub(in crate::os) items: Vec<EvalItem>,
 }
 
-fn read_eval_result(path: &Path) -> Result<EvalOutput> {
+pub(in crate::os) fn read_eval_result(path: &Path) -> Result<EvalOutput> {
     let bytes = fs::read(path)
         .map_err(|e| Error::internal(format!("the evaluator wrote no out/result.json: {e}")))?;
     serde_json::from_slice(&bytes)

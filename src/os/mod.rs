@@ -10,10 +10,11 @@ mod data;
 pub mod fsck;
 pub mod genesis;
 mod jobrun;
+mod jobview;
 mod queries;
 mod recovery;
+pub mod session;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -21,19 +22,22 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::api::schema;
+use crate::api::types::{self, *};
 use crate::config::{CONFIG_FILE, StudyConfig};
-use crate::record::dag::Dag;
-use crate::train::datasets;
-use crate::util::error::{Error, ErrorKind, IoContext, Result};
-use crate::record::index::Index;
 use crate::jobs::{JobRunner, JobSpec, LocalRunner};
+use crate::model::paths;
 use crate::model::*;
 use crate::policy::{self, Facts, Request};
 use crate::record::commit::{Prepared, Writer};
-use crate::record::{self, NodeSnapshot, Record, TreeFile};
+use crate::record::dag::Dag;
+use crate::record::index::Index;
 use crate::record::store::ObjectStore;
-use crate::api::schema;
-use crate::api::types::{self, *};
+use crate::record::{self, NodeSnapshot, Record, TreeFile};
+use crate::train::datasets;
+use crate::util::error::{Error, ErrorKind, IoContext, Result};
+use jobrun::{read_eval_result, read_metrics};
+use recovery::read_intent;
 
 pub use crate::model::ROOT_NODE;
 pub use crate::model::paths::STATE_DIR;
@@ -191,7 +195,8 @@ impl Study {
         request: Value,
         prepare: impl FnMut(&NodeSnapshot) -> Result<Prepared>,
     ) -> Result<(String, ActionRecord)> {
-        self.writer().append(node, caller, action, &request, prepare)
+        self.writer()
+            .append(node, caller, action, &request, prepare)
     }
 
     /// Load the DAG from the index.
@@ -326,14 +331,15 @@ impl Study {
         }
         Ok(canon)
     }
-
 }
 
 /// The job runner a backend config asks for.
 fn runner_for(backend: &crate::config::Backend) -> Box<dyn JobRunner> {
     match backend {
         crate::config::Backend::Local { .. } => Box::new(LocalRunner),
-        crate::config::Backend::Slurm(s) => Box::new(crate::jobs::slurm::SlurmRunner::new(s.clone())),
+        crate::config::Backend::Slurm(s) => {
+            Box::new(crate::jobs::slurm::SlurmRunner::new(s.clone()))
+        }
     }
 }
 
@@ -461,4 +467,3 @@ fn first_line(s: &str) -> String {
         .trim();
     crate::util::text::sanitize_line(l)
 }
-

@@ -1,12 +1,5 @@
 //! Queries: read-only answers from the index and git.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::{Path, PathBuf};
-
-use serde::Serialize;
-use serde_json::Value;
-
 use super::*;
 
 impl Study {
@@ -156,7 +149,8 @@ impl Study {
                 let mut best = self.index.best_per_node(&task, split.as_str(), &metric)?;
                 best.sort_by(|a, b| {
                     b.1.total_cmp(&a.1).then_with(|| {
-                        crate::record::index::node_num(&a.0).cmp(&crate::record::index::node_num(&b.0))
+                        crate::record::index::node_num(&a.0)
+                            .cmp(&crate::record::index::node_num(&b.0))
                     })
                 });
                 best.into_iter()
@@ -236,7 +230,7 @@ impl Study {
     }
 }
 
-fn summary_of(r: crate::record::index::ActionRow) -> ActionSummary {
+pub(in crate::os) fn summary_of(r: crate::record::index::ActionRow) -> ActionSummary {
     ActionSummary {
         node: r.node,
         seq: r.seq,
@@ -253,7 +247,7 @@ fn summary_of(r: crate::record::index::ActionRow) -> ActionSummary {
     }
 }
 
-fn dag_node(n: &crate::record::index::DagEntry) -> DagNode {
+pub(in crate::os) fn dag_node(n: &crate::record::index::DagEntry) -> DagNode {
     DagNode {
         id: n.id.clone(),
         title: n.title.clone(),

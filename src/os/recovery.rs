@@ -1,8 +1,7 @@
 //! Jobs that died with their writer: re-attach (Slurm) or record them lost (local), exactly once.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -26,7 +25,7 @@ impl Study {
         self.recover_jobs(true)
     }
 
-    fn recover_jobs(&self, wait: bool) -> Result<usize> {
+    pub(in crate::os) fn recover_jobs(&self, wait: bool) -> Result<usize> {
         let dir = self.root.join(STATE_DIR).join("jobs");
         let Ok(entries) = fs::read_dir(&dir) else {
             return Ok(0);
@@ -119,7 +118,7 @@ impl Study {
     }
 
     /// Record the action of a re-attached job that has ended, exactly as its writer would have.
-    fn record_reattached(
+    pub(in crate::os) fn record_reattached(
         &self,
         intent: &JobIntent,
         spec: &JobSpec,
@@ -182,7 +181,7 @@ impl Study {
     }
 
     /// Note, before a job runs, what would have to be recorded if this process died meanwhile.
-    fn write_intent(
+    pub(in crate::os) fn write_intent(
         &self,
         caller: &Caller,
         action: ActionName,
@@ -211,7 +210,7 @@ impl Study {
         fs::write(&p, crate::util::hash::json_bytes(&intent)?).at("cannot write", &p)
     }
 
-    fn mark_recorded(&self, spec: &JobSpec) -> Result<()> {
+    pub(in crate::os) fn mark_recorded(&self, spec: &JobSpec) -> Result<()> {
         let p = spec.dir.join(RECORDED_FILE);
         fs::write(&p, b"").at("cannot write", &p)
     }
@@ -219,7 +218,7 @@ impl Study {
 
 /// Claim the recording of an orphaned job (another process may be opening the study right now);
 /// a claim left by a dead process is taken over.
-fn claim_recovery(job_dir: &Path) -> bool {
+pub(in crate::os) fn claim_recovery(job_dir: &Path) -> bool {
     let claim = job_dir.join("recovering");
     if let Some(pid) = fs::read_to_string(&claim)
         .ok()
@@ -244,7 +243,7 @@ fn claim_recovery(job_dir: &Path) -> bool {
 
 /// What a job's action would record, written before the job runs (see `recover_orphaned_jobs`).
 #[derive(Debug, Serialize, serde::Deserialize)]
-pub(super) struct JobIntent {
+pub(in crate::os) struct JobIntent {
     pub(super) job: String,
     pub(super) kind: JobKind,
     pub(super) action: ActionName,
@@ -264,23 +263,23 @@ pub(super) struct JobIntent {
 
 /// Seconds since the epoch, for durations across processes.
 #[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
-pub(super) struct Timestamp(f64);
+pub(in crate::os) struct Timestamp(f64);
 
 impl Timestamp {
-    fn now() -> Self {
+    pub(in crate::os) fn now() -> Self {
         Timestamp(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
         )
     }
-    fn elapsed_s(self) -> f64 {
+    pub(in crate::os) fn elapsed_s(self) -> f64 {
         ((Timestamp::now().0 - self.0).max(0.0) * 1000.0).round() / 1000.0
     }
 }
 
 /// The intent a job's writer left beside it, if any (None for a job this study never ran).
-pub(super) fn read_intent(job_dir: &Path) -> Option<JobIntent> {
+pub(in crate::os) fn read_intent(job_dir: &Path) -> Option<JobIntent> {
     fs::read(job_dir.join(INTENT_FILE))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())

@@ -5,8 +5,8 @@
 pub mod contamination;
 
 use crate::api::types::{
-    CancelJobRequest,     BranchRequest, CompareRequest, ConcludeRequest, DatasetSource, EvaluateRequest,
-    RegisterDatasetRequest, ReviewRequest, RunSftRequest,
+    BranchRequest, CancelJobRequest, CompareRequest, ConcludeRequest, DatasetSource,
+    EvaluateRequest, RegisterDatasetRequest, ReviewRequest, RunSftRequest,
 };
 use crate::config::StudyConfig;
 use crate::model::rule::Rule;
@@ -376,7 +376,10 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
         }
         Request::CancelJob(c) => {
             if caller.role != Role::Owner
-                && facts.job_agent.as_deref().is_some_and(|a| a != caller.agent)
+                && facts
+                    .job_agent
+                    .as_deref()
+                    .is_some_and(|a| a != caller.agent)
             {
                 return Decision::reject(
                     Rule::JobOwner,

@@ -63,10 +63,7 @@ impl Prepared {
 
     pub fn rejected(decision: Decision) -> Self {
         Prepared {
-            summary: format!(
-                "rejected by {}",
-                decision.rule.clone().unwrap_or_default()
-            ),
+            summary: format!("rejected by {}", decision.rule.clone().unwrap_or_default()),
             body: decision.reason.clone().unwrap_or_default(),
             decision,
             result: None,
@@ -128,10 +125,10 @@ impl Pacer {
             return false;
         }
         self.attempt += 1;
-        let cap_us = 2_000u64.saturating_mul(1 << self.attempt.min(5)).min(50_000);
-        std::thread::sleep(Duration::from_micros(
-            200 + rand::random::<u64>() % cap_us,
-        ));
+        let cap_us = 2_000u64
+            .saturating_mul(1 << self.attempt.min(5))
+            .min(50_000);
+        std::thread::sleep(Duration::from_micros(200 + rand::random::<u64>() % cap_us));
         if self.attempt == 16 {
             tracing::info!("another writer holds the record; retrying (nothing written yet)");
         }

@@ -5,9 +5,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use petgraph::Direction;
 use petgraph::graph::{DiGraph, NodeIndex};
 
-use crate::util::error::Result;
-use crate::record::index::{DagEntry, Index, node_num};
 use crate::model::NodeStatus;
+use crate::record::index::{DagEntry, Index, node_num};
+use crate::util::error::Result;
 
 pub struct Dag {
     graph: DiGraph<DagEntry, ()>,

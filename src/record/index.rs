@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::util::error::Result;
 use crate::model::{ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict};
 use crate::record::{CommittedAction, Record};
+use crate::util::error::Result;
 
 const SCHEMA_VERSION: &str = "3";
 

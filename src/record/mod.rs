@@ -15,10 +15,10 @@ use git2::{
     build::TreeUpdateBuilder,
 };
 
+use crate::model::{ActionName, ActionRecord, NodeMeta};
+use crate::util::error::{Error, Result};
 use crate::util::hash::{json_bytes, toml_string};
 use crate::util::text::sanitize_line;
-use crate::util::error::{Error, Result};
-use crate::model::{ActionName, ActionRecord, NodeMeta};
 
 /// Prefix of node branches.
 pub const NODE_REF_PREFIX: &str = "refs/heads/rsim/n/";
@@ -482,4 +482,3 @@ pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> 
     }
     msg
 }
-

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::util::hash::{sha256_file, sha256_hex};
 use crate::util::error::{Error, IoContext, Result};
+use crate::util::hash::sha256_hex;
 
 /// The manifest that names a checkpoint (or any directory artifact).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

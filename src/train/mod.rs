@@ -130,8 +130,11 @@ fn load_model(ck: &CheckpointRef) -> Result<NGram> {
 fn save_model(model: &NGram, dir: &Path, config: serde_json::Value) -> Result<()> {
     fs::create_dir_all(dir).at("cannot create", dir)?;
     fs::write(dir.join(MODEL_FILE), serde_json::to_vec(model)?).at("cannot write", dir)?;
-    fs::write(dir.join(CONFIG_FILE), crate::util::hash::json_bytes(&config)?)
-        .at("cannot write", dir)?;
+    fs::write(
+        dir.join(CONFIG_FILE),
+        crate::util::hash::json_bytes(&config)?,
+    )
+    .at("cannot write", dir)?;
     Ok(())
 }
 
@@ -330,8 +333,11 @@ pub fn eval(spec_path: &Path) -> Result<()> {
         "n_items": n,
         "items": results,
     });
-    fs::write(out.join("result.json"), crate::util::hash::json_bytes(&result)?)
-        .at("cannot write", &out)?;
+    fs::write(
+        out.join("result.json"),
+        crate::util::hash::json_bytes(&result)?,
+    )
+    .at("cannot write", &out)?;
     Ok(())
 }
 
@@ -394,7 +400,12 @@ pub fn write_base_model(dir: &Path) -> Result<()> {
     for a in 0..10 {
         for b in 0..10 {
             model.learn(
-                &crate::train::datasets::arith_row(a, b, false, crate::model::data::AnswerFormat::Plain),
+                &crate::train::datasets::arith_row(
+                    a,
+                    b,
+                    false,
+                    crate::model::data::AnswerFormat::Plain,
+                ),
                 1.0,
                 false,
             );

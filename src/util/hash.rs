@@ -41,4 +41,3 @@ pub fn json_bytes<T: serde::Serialize>(v: &T) -> Result<Vec<u8>> {
 pub fn toml_string<T: serde::Serialize>(v: &T) -> Result<String> {
     toml::to_string(v).map_err(|e| Error::internal(format!("cannot write TOML: {e}")))
 }
-

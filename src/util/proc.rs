@@ -10,4 +10,3 @@ pub fn process_alive(pid: u32) -> bool {
         _ => false,
     }
 }
-

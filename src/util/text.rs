@@ -16,4 +16,3 @@ pub fn sanitize_line(s: &str) -> String {
     }
     out
 }
-

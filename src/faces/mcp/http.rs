@@ -20,8 +20,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde::Deserialize;
 
 use super::{Options, Server, Shared};
-use crate::util::error::{Error, IoContext, Result};
 use crate::model::{Caller, Role};
+use crate::util::error::{Error, IoContext, Result};
 
 /// Largest request body accepted (inline datasets are the big ones); larger → 413.
 pub const MAX_BODY_BYTES: usize = 16 << 20;

@@ -26,10 +26,12 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
 use crate::api::schema::{self, ACTIONS};
-use crate::api::types::{EvaluateResult, GetJobRequest, RunSftResult};
-use crate::util::error::{Error, ErrorKind, Result};
+use crate::api::types::{CancelJobRequest, CancelJobResult};
+use crate::api::types::{EvaluateResult, RunSftResult};
 use crate::model::{ActionName, Caller, Role};
-use jobs::{CancelJobResult, JobRunning, Pool, Registry, WaitJobRequest};
+use crate::os::session::Session;
+use crate::util::error::{Error, ErrorKind, Result};
+use jobs::{JobRunning, Registry, WaitJobRequest};
 
 /// The Worker role prompt (also for the orchestrator).
 pub const WORKER_PROMPT: &str = include_str!("../../../prompts/worker.md");
@@ -56,7 +58,7 @@ impl Default for Options {
 
 /// What every session of one server process shares (created once, outside rmcp's per-session factory).
 pub struct Shared {
-    pool: Arc<Pool>,
+    pool: Arc<Session>,
     registry: Arc<Registry>,
     tasks: TaskManager,
     opts: Options,
@@ -79,13 +81,13 @@ enum ToolKind {
 impl Shared {
     pub fn open(study: &Path, opts: Options) -> Result<Arc<Shared>> {
         Ok(Arc::new(Shared {
-            pool: Arc::new(Pool::open(study)?),
+            pool: Arc::new(Session::open(study)?),
             registry: Arc::new(Registry::default()),
             tasks: TaskManager::new(),
             opts,
             tools: all_tools()?,
             wait_validator: schema::validator_for::<WaitJobRequest>()?,
-            cancel_validator: schema::validator_for::<GetJobRequest>()?,
+            cancel_validator: schema::validator_for::<CancelJobRequest>()?,
         }))
     }
 
@@ -194,7 +196,7 @@ fn all_tools() -> Result<Vec<(Tool, ToolKind)>> {
         Tool::new_with_raw(
             "cancel_job",
             Some("Stop a running or queued job started by run_sft or evaluate. Its action is then recorded with the job cancelled (wait_job returns that result).".into()),
-            gen_schema(schemars::schema_for!(GetJobRequest))?,
+            gen_schema(schemars::schema_for!(CancelJobRequest))?,
         )
         .with_title("Cancel job")
         .with_raw_output_schema(gen_schema(schemars::schema_for!(CancelJobResult))?)
@@ -259,8 +261,8 @@ fn outcome_result(o: &jobs::Outcome) -> CallToolResult {
     }
 }
 
-fn running_result(root: &Path, job: &str, action: Option<&str>) -> CallToolResult {
-    match serde_json::to_value(JobRunning::new(root, job, action)) {
+fn running_result(session: &Session, job: &str, action: Option<&str>) -> CallToolResult {
+    match serde_json::to_value(JobRunning::new(session, job, action)) {
         Ok(v) => tool_ok(v),
         Err(e) => tool_error(&Error::from(e)),
     }
@@ -316,7 +318,7 @@ impl Server {
         let name = name.to_string();
         let r = if let ToolKind::Action(_) = kind {
             let pool = self.shared.pool.clone();
-            tokio::task::spawn_blocking(move || pool.write(&caller, &name, args))
+            tokio::task::spawn_blocking(move || pool.call(&caller, &name, args))
                 .await
                 .unwrap_or_else(|e| Err(Error::internal(format!("worker thread failed: {e}"))))
         } else {
@@ -341,6 +343,7 @@ impl Server {
         if let Err(e) = schema::validate(name, &args) {
             return tool_error(&e);
         }
+        let caller_c = caller.clone();
         let mut started = jobs::start(
             self.shared.pool.clone(),
             self.shared.registry.clone(),
@@ -348,7 +351,7 @@ impl Server {
             name.to_string(),
             args,
         );
-        let root = self.shared.root().to_path_buf();
+        let _root = self.shared.root().to_path_buf();
         let job = tokio::select! {
             j = &mut started.job => j.ok(),
             _ = started.done.wait_for(|o| o.is_some()) => None,
@@ -356,7 +359,7 @@ impl Server {
         };
         let Some(job) = job else {
             if ctx.ct.is_cancelled() {
-                self.after_cancel(ctx.id.clone(), None, started);
+                self.after_cancel(caller_c.clone(), ctx.id.clone(), None, started);
                 return CallToolResult::error(vec![ContentBlock::text("cancelled")]);
             }
             // The action ended without starting a job (a policy rejection, a bad node, ...): its
@@ -375,9 +378,9 @@ impl Server {
         let deadline = Instant::now() + self.shared.opts.job_wait;
         match self.follow(&job, &mut started.done, deadline, ctx).await {
             Followed::Done(o) => outcome_result(&o),
-            Followed::TimedOut => running_result(&root, &job, Some(name)),
+            Followed::TimedOut => running_result(&self.shared.pool, &job, Some(name)),
             Followed::Cancelled => {
-                self.after_cancel(ctx.id.clone(), Some(job), started);
+                self.after_cancel(caller_c, ctx.id.clone(), Some(job), started);
                 CallToolResult::error(vec![ContentBlock::text("cancelled")])
             }
         }
@@ -385,7 +388,13 @@ impl Server {
 
     /// The request was cancelled or its client went away. Only an explicit `notifications/cancelled`
     /// (seen by `on_cancelled`, which may arrive just after the token fires) stops the job.
-    fn after_cancel(&self, id: RequestId, job: Option<String>, started: jobs::Started) {
+    fn after_cancel(
+        &self,
+        caller: Caller,
+        id: RequestId,
+        job: Option<String>,
+        started: jobs::Started,
+    ) {
         let cancelled = self.cancelled.clone();
         let pool = self.shared.pool.clone();
         tokio::spawn(async move {
@@ -402,7 +411,10 @@ impl Server {
                 None => started.job.await.ok(),
             };
             if let Some(j) = job {
-                let r = tokio::task::spawn_blocking(move || pool.with(|s| s.cancel_job(&j))).await;
+                let r = tokio::task::spawn_blocking(move || {
+                    pool.with(|s| s.cancel_job(&caller, CancelJobRequest { job: j }))
+                })
+                .await;
                 if let Ok(Err(e)) = r {
                     tracing::warn!(
                         "could not cancel the job of a cancelled request: {}",
@@ -422,7 +434,7 @@ impl Server {
         ctx: &RequestContext<RoleServer>,
     ) -> Followed {
         let token = ctx.meta.get_progress_token();
-        let root = self.shared.root().to_path_buf();
+        let _root = self.shared.root().to_path_buf();
         let mut last = 0.0_f64;
         let started = Instant::now();
         loop {
@@ -430,8 +442,8 @@ impl Server {
                 return Followed::Done(o);
             }
             if let Some(t) = &token {
-                let (value, total, msg) = match jobs::progress_of(&root, job) {
-                    Some((k, n, line)) => (k as f64, n.map(|n| n as f64), line),
+                let (value, total, msg) = match self.shared.pool.job_progress(job) {
+                    Some(p) => (p.step as f64, p.total.map(|n| n as f64), p.line),
                     None => (
                         started.elapsed().as_secs_f64().floor(),
                         None,
@@ -471,7 +483,7 @@ impl Server {
         if let Some(mut done) = self.shared.registry.get(&req.job) {
             return match self.follow(&req.job, &mut done, deadline, ctx).await {
                 Followed::Done(o) => outcome_result(&o),
-                Followed::TimedOut => running_result(&root, &req.job, None),
+                Followed::TimedOut => running_result(&self.shared.pool, &req.job, None),
                 Followed::Cancelled => CallToolResult::error(vec![ContentBlock::text("cancelled")]),
             };
         }
@@ -480,13 +492,13 @@ impl Server {
         let poll = {
             let job = req.job.clone();
             let pool = self.shared.pool.clone();
-            let root = root.clone();
+            let _root = root.clone();
             tokio::spawn(async move {
                 loop {
                     let j = job.clone();
                     let r = tokio::task::spawn_blocking({
                         let pool = pool.clone();
-                        move || pool.with(|s| jobs::recorded_result(s, &j))
+                        move || pool.with(|s| s.recorded_result(&j))
                     })
                     .await;
                     let r = match r {
@@ -498,7 +510,7 @@ impl Server {
                             let _ = tx.send(Some(Ok(v)));
                             return;
                         }
-                        Ok(None) if !jobs::job_dir(&root, &job).join("spec.json").is_file() => {
+                        Ok(None) if !pool.job_exists(&job) => {
                             let _ = tx.send(Some(Err(Error::not_found(format!(
                                 "job: no job {job} in this study"
                             )))));
@@ -516,7 +528,7 @@ impl Server {
         };
         let r = match self.follow(&req.job, &mut rx, deadline, ctx).await {
             Followed::Done(o) => outcome_result(&o),
-            Followed::TimedOut => running_result(&root, &req.job, None),
+            Followed::TimedOut => running_result(&self.shared.pool, &req.job, None),
             Followed::Cancelled => CallToolResult::error(vec![ContentBlock::text("cancelled")]),
         };
         poll.abort();
@@ -534,6 +546,7 @@ impl Server {
                     if let Err(e) = schema::validate(&name, &args) {
                         return Ok(tool_error(&e));
                     }
+                    let cancel_caller = caller.clone();
                     let mut started = jobs::start(
                         shared.pool.clone(),
                         shared.registry.clone(),
@@ -548,7 +561,11 @@ impl Server {
                     let Some(o) = outcome else {
                         if let Ok(j) = started.job.await {
                             let pool = shared.pool.clone();
-                            let _ = tokio::task::spawn_blocking(move || pool.with(|s| s.cancel_job(&j))).await;
+                            let c = cancel_caller.clone();
+                            let _ = tokio::task::spawn_blocking(move || {
+                                pool.with(|s| s.cancel_job(&c, CancelJobRequest { job: j }))
+                            })
+                            .await;
                         }
                         return Err(TaskExit::Cancelled);
                     };
@@ -606,37 +623,14 @@ fn read_uri(study: &crate::os::Study, uri: &str) -> Result<(&'static str, String
                 .map_err(|_| Error::invalid(format!("seq: {seq:?} is not an action number")))?;
             // Validate the node id with the query's own schema before touching git.
             study.call(&Caller::owner(), "get_node", json!({ "node": id }))?;
-            let tip = study
-                .record()
-                .node_tip(id)?
-                .ok_or_else(|| Error::not_found(format!("node: no node {id}")))?;
-            let a = study
-                .record()
-                .actions_since(id, tip, seq.saturating_sub(1))?
-                .into_iter()
-                .find(|a| a.record.seq == seq)
-                .ok_or_else(|| {
-                    Error::not_found(format!("action: node {id} has no action {seq}"))
-                })?;
-            let mut v = serde_json::to_value(&a.record)?;
-            v["commit"] = Value::String(a.commit.to_string());
+            let (rec, commit) = study.action(id, seq)?;
+            let mut v = serde_json::to_value(&rec)?;
+            v["commit"] = Value::String(commit);
             json_text(v)
         }
         ["job", id, "log"] => {
             schema::validate("get_job", &json!({ "job": id }))?;
-            let live = jobs::job_dir(study.root(), id).join("job.log");
-            if let Some(t) = jobs::log_tail(&live, 1 << 20) {
-                return Ok(("text/plain", t));
-            }
-            let (_, _, job) = study
-                .index()
-                .job(id)?
-                .ok_or_else(|| Error::not_found(format!("job: no job {id} in this study")))?;
-            let sha = job
-                .log
-                .ok_or_else(|| Error::not_found(format!("job: job {id} has no log")))?;
-            let bytes = study.store().get(&sha)?;
-            Ok(("text/plain", String::from_utf8_lossy(&bytes).into_owned()))
+            Ok(("text/plain", study.job_log(id, 1 << 20)?))
         }
         _ => Err(bad()),
     }
@@ -737,26 +731,19 @@ impl ServerHandler for Server {
                     Err(e) => tool_error(&e),
                 }
             }
-            ("cancel_job", kind) => {
-                if !role_may(caller.role, *kind) {
-                    tool_error(&Error::forbidden(format!(
-                        "rule `role`: a {} may not cancel jobs (only roles that run jobs may)",
-                        caller.role
-                    )))
-                } else {
-                    match schema::validate_with("cancel_job", &self.shared.cancel_validator, &args)
-                    {
-                        Err(e) => tool_error(&e),
-                        Ok(()) => {
-                            let job = args["job"].as_str().unwrap_or_default().to_string();
-                            let j = job.clone();
-                            match self.blocking(move |s| s.cancel_job(&j)).await {
-                                Ok(()) => tool_ok(json!(CancelJobResult {
-                                    job,
-                                    cancel_requested: true
-                                })),
-                                Err(e) => tool_error(&e),
-                            }
+            ("cancel_job", _) => {
+                // Every role may ask; the core's policy refuses (and records) what a role may not.
+                match schema::validate_with("cancel_job", &self.shared.cancel_validator, &args)
+                    .and_then(|()| {
+                        serde_json::from_value::<CancelJobRequest>(args)
+                            .map_err(|e| Error::invalid(format!("invalid cancel_job request: {e}")))
+                    }) {
+                    Err(e) => tool_error(&e),
+                    Ok(req) => {
+                        let c = caller.clone();
+                        match self.blocking(move |s| s.cancel_job(&c, req)).await {
+                            Ok(r) => tool_ok(json!(r)),
+                            Err(e) => tool_error(&e),
                         }
                     }
                 }

@@ -1,17 +1,16 @@
 //! The `branch` action.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::{Path, PathBuf};
-
-use serde::Serialize;
-use serde_json::Value;
+use std::collections::BTreeSet;
 
 use crate::os::*;
 use crate::record::commit::{FirstAction, NodeId};
 
 impl Study {
-    fn branch_checked(&self, caller: &Caller, req: BranchRequest) -> Result<BranchResult> {
+    pub(in crate::os) fn branch_checked(
+        &self,
+        caller: &Caller,
+        req: BranchRequest,
+    ) -> Result<BranchResult> {
         check_caller(caller)?;
         let mut seen = BTreeSet::new();
         for p in &req.parents {
@@ -43,7 +42,7 @@ impl Study {
                 decision,
             ));
         }
-        let num = self.index.max_node_num()? + 1;
+        let num = u64::try_from(self.index.max_node_num()? + 1).unwrap_or(0);
         let body = if req.hypothesis.is_empty() {
             format!("Parents: {}", req.parents.join(", "))
         } else {

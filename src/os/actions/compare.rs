@@ -1,16 +1,13 @@
 //! The `compare` action.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::{Path, PathBuf};
-
-use serde::Serialize;
-use serde_json::Value;
-
 use crate::os::*;
 
 impl Study {
-    fn compare_checked(&self, caller: &Caller, req: CompareRequest) -> Result<CompareResult> {
+    pub(in crate::os) fn compare_checked(
+        &self,
+        caller: &Caller,
+        req: CompareRequest,
+    ) -> Result<CompareResult> {
         check_caller(caller)?;
         let snap = self.require_node(&req.node)?;
         let mut rows = Vec::new();

@@ -1,16 +1,13 @@
 //! The `conclude` action.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::{Path, PathBuf};
-
-use serde::Serialize;
-use serde_json::Value;
-
 use crate::os::*;
 
 impl Study {
-    fn conclude_checked(&self, caller: &Caller, req: ConcludeRequest) -> Result<ConcludeResult> {
+    pub(in crate::os) fn conclude_checked(
+        &self,
+        caller: &Caller,
+        req: ConcludeRequest,
+    ) -> Result<ConcludeResult> {
         check_caller(caller)?;
         let snap = self.require_node(&req.node)?;
         let known = match &req.best_checkpoint {

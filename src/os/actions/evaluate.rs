@@ -1,16 +1,17 @@
 //! The `evaluate` action.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::os::*;
 
 impl Study {
-    fn evaluate_checked(&self, caller: &Caller, req: EvaluateRequest) -> Result<EvaluateResult> {
+    pub(in crate::os) fn evaluate_checked(
+        &self,
+        caller: &Caller,
+        req: EvaluateRequest,
+    ) -> Result<EvaluateResult> {
         check_caller(caller)?;
         let snap = self.require_node(&req.node)?;
         let task = self.config.tasks.get(&req.task).cloned().ok_or_else(|| {
@@ -91,7 +92,7 @@ impl Study {
 
     /// Collect a finished `evaluate` job's scores and record the action.
     #[allow(clippy::too_many_arguments)]
-    fn finish_evaluate(
+    pub(in crate::os) fn finish_evaluate(
         &self,
         caller: &Caller,
         req: &EvaluateRequest,
@@ -169,8 +170,10 @@ impl Study {
                             m.clone(),
                         );
                     }
-                    p.files
-                        .push(TreeFile::new("metrics.json", crate::util::hash::json_bytes(&all)?));
+                    p.files.push(TreeFile::new(
+                        "metrics.json",
+                        crate::util::hash::json_bytes(&all)?,
+                    ));
                 }
                 Ok(p)
             })?;

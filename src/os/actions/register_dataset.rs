@@ -1,16 +1,11 @@
 //! The `register_dataset` action.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::path::{Path, PathBuf};
-
-use serde::Serialize;
-use serde_json::Value;
 
 use crate::os::*;
 
 impl Study {
-    fn register_dataset_checked(
+    pub(in crate::os) fn register_dataset_checked(
         &self,
         caller: &Caller,
         req: RegisterDatasetRequest,
@@ -91,9 +86,10 @@ impl Study {
             dataset_name_taken: self.index.dataset(&req.name)?.is_some(),
             unregistered_datasets: unregistered,
             contamination,
-            agent_contamination_rejections: self
-                .index
-                .rejection_count(&caller.agent, crate::model::rule::Rule::Contamination.as_str())?,
+            agent_contamination_rejections: self.index.rejection_count(
+                &caller.agent,
+                crate::model::rule::Rule::Contamination.as_str(),
+            )?,
             ..Facts::default()
         };
         let request = serde_json::to_value(&req)?;

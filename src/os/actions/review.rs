@@ -1,16 +1,13 @@
 //! The `review` action.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::{Path, PathBuf};
-
-use serde::Serialize;
-use serde_json::Value;
-
 use crate::os::*;
 
 impl Study {
-    fn review_checked(&self, caller: &Caller, req: ReviewRequest) -> Result<ReviewResult> {
+    pub(in crate::os) fn review_checked(
+        &self,
+        caller: &Caller,
+        req: ReviewRequest,
+    ) -> Result<ReviewResult> {
         check_caller(caller)?;
         let snap = self.require_node(&req.node)?;
         for (i, v) in req.verdicts.iter().enumerate() {

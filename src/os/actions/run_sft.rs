@@ -1,16 +1,17 @@
 //! The `run_sft` action.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::os::*;
 
 impl Study {
-    fn run_sft_checked(&self, caller: &Caller, req: RunSftRequest) -> Result<RunSftResult> {
+    pub(in crate::os) fn run_sft_checked(
+        &self,
+        caller: &Caller,
+        req: RunSftRequest,
+    ) -> Result<RunSftResult> {
         check_caller(caller)?;
         let snap = self.require_node(&req.node)?;
         let base_sha = self.resolve_checkpoint(&req.base)?;
@@ -64,7 +65,7 @@ impl Study {
     }
 
     /// Collect a finished `run_sft` job's checkpoint and metrics and record the action.
-    fn finish_sft(
+    pub(in crate::os) fn finish_sft(
         &self,
         caller: &Caller,
         req: &RunSftRequest,

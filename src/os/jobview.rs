@@ -1,0 +1,140 @@
+//! What faces read about jobs and recorded actions, answered by the OS so no face reads the
+//! index, git or the job directories itself: a running job's progress and log, the recorded
+//! result of the action that ran a job, one recorded action.
+
+use serde_json::Value;
+
+use crate::jobs::{self, Progress};
+use crate::model::paths::{self, JOB_LOG_FILE};
+use crate::model::{ActionName, ActionRecord};
+use crate::os::Study;
+use crate::util::error::{Error, Result};
+
+impl Study {
+    /// The tip of `main` (changes when the owner commits a new `rsim.toml`).
+    pub fn main_tip(&self) -> Option<git2::Oid> {
+        self.record.main_tip().ok()
+    }
+
+    /// Whether this study ever started the job (its directory holds a spec).
+    pub fn job_exists(&self, job: &str) -> bool {
+        job_exists(&self.root, job)
+    }
+
+    /// A running job's progress, from its log.
+    pub fn job_progress(&self, job: &str) -> Option<Progress> {
+        job_progress(&self.root, job)
+    }
+
+    /// A job's log (its last `max` bytes): the live file while it runs, else the stored artifact.
+    pub fn job_log(&self, job: &str, max: u64) -> Result<String> {
+        if let Some(t) = jobs::tail(&paths::job_dir(&self.root, job).join(JOB_LOG_FILE), max) {
+            return Ok(t);
+        }
+        let (_, _, rec) = self
+            .index
+            .job(job)?
+            .ok_or_else(|| Error::not_found(format!("job: no job {job} in this study")))?;
+        let sha = rec
+            .log
+            .ok_or_else(|| Error::not_found(format!("job: job {job} has no log")))?;
+        let bytes = self.store.get(&sha)?;
+        let start = bytes
+            .len()
+            .saturating_sub(usize::try_from(max).unwrap_or(usize::MAX));
+        Ok(String::from_utf8_lossy(&bytes[start..]).into_owned())
+    }
+
+    /// Action `seq` of `node` as recorded, with the commit that recorded it.
+    pub fn action(&self, node: &str, seq: u32) -> Result<(ActionRecord, String)> {
+        let tip = self
+            .record
+            .node_tip(node)?
+            .ok_or_else(|| Error::not_found(format!("node: no node {node}")))?;
+        let a = self
+            .record
+            .actions_since(node, tip, seq.saturating_sub(1))?
+            .into_iter()
+            .find(|a| a.record.seq == seq)
+            .ok_or_else(|| Error::not_found(format!("action: node {node} has no action {seq}")))?;
+        Ok((a.record, a.commit.to_string()))
+    }
+
+    /// The recorded result of the action that ran `job`, once it is recorded: the stored result
+    /// plus its commit. A job that ended without a result of its action's type (lost with its
+    /// process, ...) is an error naming its state, not content that fits no declared schema.
+    pub fn recorded_result(&self, job: &str) -> Result<Option<Value>> {
+        let Some((node, seq, _)) = self.index.job(job)? else {
+            return Ok(None);
+        };
+        let (rec, commit) = self.action(&node, seq).map_err(|e| {
+            Error::internal(format!(
+                "job {job}: action {seq} of node {node} is indexed but not in git ({})",
+                e.message
+            ))
+        })?;
+        let state = rec
+            .job
+            .as_ref()
+            .map(|j| j.state.as_str())
+            .unwrap_or("unknown");
+        let mut v = rec.result.clone().unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("commit".into(), Value::String(commit));
+            // The stored record writes absent per-item results as null; the result type omits them.
+            if m.get("items").is_some_and(Value::is_null) {
+                m.remove("items");
+            }
+            if m.get("checkpoint").is_some_and(Value::is_null) {
+                m.remove("checkpoint");
+            }
+        }
+        let fits = match rec.action {
+            ActionName::RunSft => {
+                serde_json::from_value::<crate::api::types::RunSftResult>(v.clone()).is_ok()
+            }
+            ActionName::Evaluate => {
+                serde_json::from_value::<crate::api::types::EvaluateResult>(v.clone()).is_ok()
+            }
+            _ => true,
+        };
+        if !fits {
+            let why = rec
+                .job
+                .as_ref()
+                .and_then(|j| j.error.clone())
+                .unwrap_or_default();
+            return Err(Error::not_found(format!(
+                "result: job {job} ended {state} without a {} result{}; its record: get_job {{\"job\": \"{job}\"}} or rsim://node/{node}/actions/{seq}",
+                rec.action,
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({why})")
+                }
+            )));
+        }
+        Ok(Some(v))
+    }
+}
+
+impl crate::os::session::Session {
+    /// Whether the study ever started the job (cheap: no study handle).
+    pub fn job_exists(&self, job: &str) -> bool {
+        job_exists(self.root(), job)
+    }
+
+    /// A running job's progress, from its log (cheap: no study handle).
+    pub fn job_progress(&self, job: &str) -> Option<Progress> {
+        job_progress(self.root(), job)
+    }
+}
+
+fn job_exists(root: &std::path::Path, job: &str) -> bool {
+    paths::job_dir(root, job).join("spec.json").is_file()
+}
+
+fn job_progress(root: &std::path::Path, job: &str) -> Option<Progress> {
+    let log = jobs::tail(&paths::job_dir(root, job).join(JOB_LOG_FILE), 4096)?;
+    jobs::progress_in(&log)
+}
