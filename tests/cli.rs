@@ -13,7 +13,7 @@ use common::{example_study, fsck_clean, ok_json, rsim, run};
 fn schemas_directory_is_current() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
     let mut stale = Vec::new();
-    for (rel, text) in rsi_master::api::schema::all_schema_files() {
+    for (rel, text) in rsi_master::os::schemas::all_schema_files() {
         if std::fs::read_to_string(dir.join(&rel)).ok().as_deref() != Some(text.as_str()) {
             stale.push(rel);
         }

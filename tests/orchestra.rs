@@ -539,10 +539,19 @@ fn a_study_with_no_budget_left_is_a_clear_refusal() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("no node budget left") && err.contains("max_nodes"),
+        err.contains("budget-nodes") && err.contains("max_nodes = 1"),
         "{err}"
     );
-    assert_eq!(actions(&root).len(), 1, "nothing recorded");
+    // The refusal is the only thing recorded, as a rejected campaign naming the rule.
+    let acts = actions(&root);
+    assert_eq!(acts.len(), 2, "{acts:?}");
+    let refused = acts
+        .iter()
+        .find(|a| a["action"] == "campaign")
+        .expect("the refused campaign is recorded");
+    assert_eq!(refused["decision"], "rejected");
+    assert_eq!(refused["rule"], "budget-nodes");
+    assert_eq!(refused["node"], "n0");
     fsck_clean(&root);
 }
 

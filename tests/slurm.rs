@@ -274,7 +274,7 @@ fn a_cancelled_job_is_scancelled_and_recorded_cancelled() {
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     let r: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(r["job"]["state"], "cancelled", "{r}");
-    assert_eq!(r["job"]["error"], "cancelled on request");
+    assert_eq!(r["job"]["error"], "cancelled on request by owner");
     assert!(
         r["job"]["slurm"]["state"]
             .as_str()
@@ -464,5 +464,5 @@ fn an_orphaned_job_can_be_cancelled_and_is_recorded_when_the_study_is_next_opene
         &["call", "get_job", &format!(r#"{{"job":"{job}"}}"#)],
     );
     assert_eq!(got["job"]["state"], "cancelled", "{got}");
-    assert_eq!(got["job"]["error"], "cancelled on request");
+    assert_eq!(got["job"]["error"], "cancelled on request by owner");
 }

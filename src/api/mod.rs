@@ -2,5 +2,6 @@
 //! and their JSON Schemas. Invariant: data only — no IO, no study, no policy; knows `model` and
 //! `util`, nothing above them.
 
+pub mod actions;
 pub mod schema;
 pub mod types;

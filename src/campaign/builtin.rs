@@ -12,6 +12,7 @@ use crate::api::types::{
     ReviewVerdict, RunSftRequest,
 };
 use crate::model::{JobState, Outcome, Split};
+use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::{Error, ErrorKind, Result};
 use rand::SeedableRng;

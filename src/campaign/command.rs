@@ -6,6 +6,7 @@
 
 use super::{ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
 use crate::model::{ActionName, Caller};
+use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -274,9 +275,12 @@ impl WorkerAgent for CommandAgent {
     }
 
     fn work(&self, study: &Study, t: &WorkerTask) -> Result<()> {
-        let node = study.get_node(crate::api::types::GetNodeRequest {
-            node: t.node.clone(),
-        })?;
+        let node = study.get_node(
+            &t.caller,
+            crate::api::types::GetNodeRequest {
+                node: t.node.clone(),
+            },
+        )?;
         let before = run_sft_count(study, &t.node);
         let allowed = t.opts.seeds_per_node as usize;
         let task = t.brief(&node);

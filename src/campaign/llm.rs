@@ -4,7 +4,8 @@
 
 use super::{AgentSpec, ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
 use crate::api::schema::ACTIONS;
-use crate::model::{ActionName, Caller};
+use crate::model::Caller;
+use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::{Error, ErrorKind, Result};
 use serde_json::{Value, json};
@@ -205,12 +206,7 @@ impl LlmAgent {
 pub fn tools_for(caller: &Caller) -> Vec<Value> {
     ACTIONS
         .iter()
-        .filter(|a| {
-            a.read_only
-                || ActionName::ALL
-                    .iter()
-                    .any(|n| n.as_str() == a.name && crate::policy::role_allows(caller.role, *n))
-        })
+        .filter(|a| a.allows(caller.role))
         .map(|a| {
             let mut params = (a.input)().to_value();
             if let Some(o) = params.as_object_mut() {
@@ -230,9 +226,12 @@ impl WorkerAgent for LlmAgent {
     }
 
     fn work(&self, study: &Study, t: &WorkerTask) -> Result<()> {
-        let node = study.get_node(crate::api::types::GetNodeRequest {
-            node: t.node.clone(),
-        })?;
+        let node = study.get_node(
+            &t.caller,
+            crate::api::types::GetNodeRequest {
+                node: t.node.clone(),
+            },
+        )?;
         let runs = t.opts.seeds_per_node;
         let user = t.brief(&node);
         let budget = t.budget.clone();

@@ -13,6 +13,7 @@ pub mod state;
 
 use crate::api::types::{BranchRequest, ConcludeRequest, EvaluateRequest, Proposal};
 use crate::model::{Caller, NodeStatus, Outcome, Role, Split};
+use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
@@ -502,7 +503,9 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
     let mut st = CampaignState::load(&study, &opts.task)?;
     let budget = Arc::new(Budget::new(opts.experiments, st.experiments_used));
     if budget.left() > 0 {
-        study.require_budget_left()?;
+        // Recorded on the root node with the settings; refused (and recorded) by the policy's
+        // budget rules when the study has nothing left to spend.
+        study.start_campaign(&owner, serde_json::to_value(&*opts)?)?;
     }
     let progress = Progress::new(opts.experiments, quiet);
     progress.bar.set_position(budget.used());

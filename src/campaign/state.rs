@@ -5,6 +5,7 @@
 use super::recipe::Recipe;
 use crate::api::types::{ListNodesRequest, NodeVerdict, Proposal, ReviewVerdict};
 use crate::model::{ActionName, JobState, NodeStatus, Split, Verdict};
+use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::Result;
 use serde::Serialize;
@@ -97,11 +98,14 @@ pub struct CampaignState {
 
 impl CampaignState {
     pub fn load(study: &Study, task: &str) -> Result<CampaignState> {
-        let listed = study.list_nodes(ListNodesRequest {
-            status: None,
-            limit: 100_000,
-            offset: 0,
-        })?;
+        let listed = study.list_nodes(
+            &crate::model::Caller::new("orchestrator", crate::model::Role::Owner),
+            ListNodesRequest {
+                status: None,
+                limit: 100_000,
+                offset: 0,
+            },
+        )?;
         let mut st = CampaignState {
             root: crate::os::ROOT_NODE.to_string(),
             ..Default::default()

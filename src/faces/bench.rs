@@ -16,6 +16,7 @@ use serde_json::json;
 
 use crate::api::types::*;
 use crate::model::{Caller, Split};
+use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::{Error, Result};
 
@@ -166,7 +167,7 @@ pub fn run(
     let mut dag_runs = Vec::new();
     for _ in 0..repeat {
         let t = Instant::now();
-        let r = study.dag(DagRequest::default())?;
+        let r = study.dag(&Caller::owner(), DagRequest::default())?;
         dag_runs.push(t.elapsed().as_secs_f64() * 1000.0);
         if r.nodes.len() != nodes {
             return Err(Error::internal(format!(

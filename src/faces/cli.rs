@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::api::types::AnswerFormat;
 use crate::model::{Caller, Role};
+use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::{Error, Result};
 
@@ -1030,7 +1031,7 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
 }
 
 fn schemas(out: &Path, check: bool) -> Result<()> {
-    let files = crate::api::schema::all_schema_files();
+    let files = crate::os::schemas::all_schema_files();
     let mut stale = Vec::new();
     for (rel, text) in &files {
         let p = out.join(rel);

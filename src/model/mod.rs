@@ -32,10 +32,13 @@ pub enum ActionName {
     Conclude,
     /// Ask a running job to stop (recorded when refused; the job's own action records the cancel).
     CancelJob,
+    /// The owner's orchestrator starts or resumes a campaign (`rsim run`) on the root node, with
+    /// its settings; refused while a study-wide budget is spent.
+    Campaign,
 }
 
 impl ActionName {
-    pub const ALL: [ActionName; 9] = [
+    pub const ALL: [ActionName; 10] = [
         ActionName::Init,
         ActionName::Branch,
         ActionName::RegisterDataset,
@@ -45,6 +48,7 @@ impl ActionName {
         ActionName::Review,
         ActionName::Conclude,
         ActionName::CancelJob,
+        ActionName::Campaign,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +62,7 @@ impl ActionName {
             ActionName::Review => "review",
             ActionName::Conclude => "conclude",
             ActionName::CancelJob => "cancel_job",
+            ActionName::Campaign => "campaign",
         }
     }
 

@@ -13,7 +13,11 @@ impl Study {
     /// Goes through the policy like any action: an observer or reviewer may not cancel, and a
     /// worker may cancel only the jobs it started (rule `job-owner`); a refusal is recorded on
     /// the job's node.
-    pub fn cancel_job(&self, caller: &Caller, req: CancelJobRequest) -> Result<CancelJobResult> {
+    pub(in crate::os) fn exec_cancel_job(
+        &self,
+        caller: &Caller,
+        req: CancelJobRequest,
+    ) -> Result<CancelJobResult> {
         check_caller(caller)?;
         let dir = paths::job_dir(&self.root, &req.job);
         let intent = read_intent(&dir);

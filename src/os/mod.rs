@@ -6,6 +6,7 @@
 
 mod actions;
 pub mod audit;
+mod campaign;
 mod data;
 pub mod fsck;
 pub mod genesis;
@@ -13,16 +14,18 @@ mod jobrun;
 mod jobview;
 mod queries;
 mod recovery;
+pub mod schemas;
 pub mod session;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::api::actions::{AnyRequest, Kind, dispatch};
 use crate::api::schema;
+
+pub use crate::api::actions::Execute;
 use crate::api::types::{self, *};
 use crate::config::{CONFIG_FILE, StudyConfig};
 use crate::jobs::{JobRunner, JobSpec, LocalRunner};
@@ -38,6 +41,9 @@ use crate::train::datasets;
 use crate::util::error::{Error, ErrorKind, IoContext, Result};
 use jobrun::{read_eval_result, read_metrics};
 use recovery::read_intent;
+
+/// This process's quick writes (no job), one at a time.
+static QUICK_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 pub use crate::model::ROOT_NODE;
 pub use crate::model::paths::STATE_DIR;
@@ -204,64 +210,15 @@ impl Study {
         Dag::load(&self.index)
     }
 
-    /// Run any action or query from its JSON arguments (what an MCP client sends) and return its JSON result.
+    /// Run any action or query from its JSON arguments (what an MCP client sends) and return its
+    /// JSON result. Quick writes run one at a time in this process, so its own callers never race
+    /// each other for a node id or a tip (other processes are kept apart by the commit protocol's
+    /// compare-and-swap).
     pub fn call(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
-        schema::validate(action, &args)?;
-        match action {
-            "branch" => to_value(self.branch_checked(caller, parse(action, args)?)),
-            "register_dataset" => {
-                to_value(self.register_dataset_checked(caller, parse(action, args)?))
-            }
-            "run_sft" => to_value(self.run_sft_checked(caller, parse(action, args)?)),
-            "evaluate" => to_value(self.evaluate_checked(caller, parse(action, args)?)),
-            "compare" => to_value(self.compare_checked(caller, parse(action, args)?)),
-            "review" => to_value(self.review_checked(caller, parse(action, args)?)),
-            "conclude" => to_value(self.conclude_checked(caller, parse(action, args)?)),
-            "get_node" => to_value(self.get_node(parse(action, args)?)),
-            "list_nodes" => to_value(self.list_nodes(parse(action, args)?)),
-            "dag" => to_value(self.dag(parse(action, args)?)),
-            "log" => to_value(self.log(parse(action, args)?)),
-            "get_job" => to_value(self.get_job(parse(action, args)?)),
-            other => Err(Error::invalid(format!(
-                "unknown action {other:?}; actions are: {}",
-                schema::names()
-            ))),
-        }
-    }
-
-    // ------------------------------------------------------------------ typed actions
-
-    pub fn branch(&self, caller: &Caller, req: BranchRequest) -> Result<BranchResult> {
-        revalidate("branch", &req)?;
-        self.branch_checked(caller, req)
-    }
-    pub fn register_dataset(
-        &self,
-        caller: &Caller,
-        req: RegisterDatasetRequest,
-    ) -> Result<RegisterDatasetResult> {
-        revalidate("register_dataset", &req)?;
-        self.register_dataset_checked(caller, req)
-    }
-    pub fn run_sft(&self, caller: &Caller, req: RunSftRequest) -> Result<RunSftResult> {
-        revalidate("run_sft", &req)?;
-        self.run_sft_checked(caller, req)
-    }
-    pub fn evaluate(&self, caller: &Caller, req: EvaluateRequest) -> Result<EvaluateResult> {
-        revalidate("evaluate", &req)?;
-        self.evaluate_checked(caller, req)
-    }
-    pub fn compare(&self, caller: &Caller, req: CompareRequest) -> Result<CompareResult> {
-        revalidate("compare", &req)?;
-        self.compare_checked(caller, req)
-    }
-    pub fn review(&self, caller: &Caller, req: ReviewRequest) -> Result<ReviewResult> {
-        revalidate("review", &req)?;
-        self.review_checked(caller, req)
-    }
-    pub fn conclude(&self, caller: &Caller, req: ConcludeRequest) -> Result<ConcludeResult> {
-        revalidate("conclude", &req)?;
-        self.conclude_checked(caller, req)
+        let req = AnyRequest::parse(action, args)?;
+        let quick = schema::spec(action).is_some_and(|s| s.kind == Kind::Write);
+        let _one = quick.then(|| QUICK_WRITES.lock().unwrap_or_else(|e| e.into_inner()));
+        dispatch(self, caller, req)
     }
 
     // ------------------------------------------------------------------ queries
@@ -277,44 +234,6 @@ impl Study {
     fn require_node(&self, id: &str) -> Result<NodeSnapshot> {
         let tip = self.require_node_tip(id).map_err(|e| e.context("node"))?;
         self.record.snapshot(tip)
-    }
-
-    /// The base model's checkpoint, recorded by the root node's `init`.
-    /// Refuse (kind `rejected`, naming the budget) when the study's own budgets are spent: a
-    /// campaign started then would only record rejections.
-    pub fn require_budget_left(&self) -> Result<()> {
-        let b = &self.config.budgets;
-        let idx = &self.index;
-        let used = idx.compute_seconds_used()?;
-        if used >= b.compute_seconds as f64 {
-            return Err(Error::new(
-                ErrorKind::Rejected,
-                format!(
-                    "the study has no compute budget left: {used:.0} of budgets.compute_seconds = {} s used; raise it in rsim.toml (committed on main) to run more experiments",
-                    b.compute_seconds
-                ),
-            ));
-        }
-        let evals = idx.evaluation_count(None, None)?;
-        if evals >= b.evaluations {
-            return Err(Error::new(
-                ErrorKind::Rejected,
-                format!(
-                    "the study has no evaluation budget left: {evals} of budgets.evaluations = {} used",
-                    b.evaluations
-                ),
-            ));
-        }
-        if idx.node_count()? >= b.max_nodes {
-            return Err(Error::new(
-                ErrorKind::Rejected,
-                format!(
-                    "the study has no node budget left: budgets.max_nodes = {} reached",
-                    b.max_nodes
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// A path from rsim.toml, inside the study, with symlink escapes refused.
@@ -440,19 +359,6 @@ fn check_caller(caller: &Caller) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn revalidate<T: Serialize>(action: &str, req: &T) -> Result<()> {
-    schema::validate(action, &serde_json::to_value(req)?)
-}
-
-fn parse<T: DeserializeOwned>(action: &str, args: Value) -> Result<T> {
-    serde_json::from_value(args)
-        .map_err(|e| Error::invalid(format!("invalid {action} request: {e}")))
-}
-
-fn to_value<T: Serialize>(r: Result<T>) -> Result<Value> {
-    Ok(serde_json::to_value(r?)?)
 }
 
 fn short_ck(c: &str) -> &str {

@@ -3,7 +3,7 @@
 use super::*;
 
 impl Study {
-    pub fn get_node(&self, req: GetNodeRequest) -> Result<NodeInfo> {
+    pub(in crate::os) fn exec_get_node(&self, req: GetNodeRequest) -> Result<NodeInfo> {
         let n = self
             .index
             .node(&req.node)?
@@ -46,7 +46,7 @@ impl Study {
         })
     }
 
-    pub fn list_nodes(&self, req: ListNodesRequest) -> Result<ListNodesResult> {
+    pub(in crate::os) fn exec_list_nodes(&self, req: ListNodesRequest) -> Result<ListNodesResult> {
         let nodes = self.index.nodes(req.status, req.limit, req.offset)?;
         let total = match req.status {
             None => self.index.node_count()?,
@@ -68,7 +68,7 @@ impl Study {
         })
     }
 
-    pub fn dag(&self, req: DagRequest) -> Result<DagResult> {
+    pub(in crate::os) fn exec_dag(&self, req: DagRequest) -> Result<DagResult> {
         let need_node = || -> Result<String> {
             let n = req.node.clone().ok_or_else(|| {
                 Error::invalid(format!("node: the {:?} view needs a node", req.view))
@@ -205,7 +205,7 @@ impl Study {
         })
     }
 
-    pub fn log(&self, req: LogRequest) -> Result<LogResult> {
+    pub(in crate::os) fn exec_log(&self, req: LogRequest) -> Result<LogResult> {
         if let Some(n) = &req.node
             && self.index.node(n)?.is_none()
         {
@@ -219,7 +219,7 @@ impl Study {
         })
     }
 
-    pub fn get_job(&self, req: GetJobRequest) -> Result<JobInfo> {
+    pub(in crate::os) fn exec_get_job(&self, req: GetJobRequest) -> Result<JobInfo> {
         match self.index.job(&req.job)? {
             Some((node, seq, job)) => Ok(JobInfo { node, seq, job }),
             None => Err(Error::not_found(format!(

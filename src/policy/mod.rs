@@ -4,41 +4,13 @@
 
 pub mod contamination;
 
-use crate::api::types::{
-    BranchRequest, CancelJobRequest, CompareRequest, ConcludeRequest, DatasetSource,
-    EvaluateRequest, RegisterDatasetRequest, ReviewRequest, RunSftRequest,
-};
+use crate::api::types::DatasetSource;
 use crate::config::StudyConfig;
 use crate::model::rule::Rule;
 use crate::model::{ActionName, Caller, Decision, NodeStatus, Role, Split};
 
-/// A request as the policy sees it.
-#[derive(Debug, Clone, Copy)]
-pub enum Request<'a> {
-    Branch(&'a BranchRequest),
-    RegisterDataset(&'a RegisterDatasetRequest),
-    RunSft(&'a RunSftRequest),
-    Evaluate(&'a EvaluateRequest),
-    Compare(&'a CompareRequest),
-    Review(&'a ReviewRequest),
-    Conclude(&'a ConcludeRequest),
-    CancelJob(&'a CancelJobRequest),
-}
-
-impl Request<'_> {
-    pub fn action(&self) -> ActionName {
-        match self {
-            Request::Branch(_) => ActionName::Branch,
-            Request::RegisterDataset(_) => ActionName::RegisterDataset,
-            Request::RunSft(_) => ActionName::RunSft,
-            Request::Evaluate(_) => ActionName::Evaluate,
-            Request::Compare(_) => ActionName::Compare,
-            Request::Review(_) => ActionName::Review,
-            Request::Conclude(_) => ActionName::Conclude,
-            Request::CancelJob(_) => ActionName::CancelJob,
-        }
-    }
-}
+/// A request as the policy sees it: the registry's borrowed view of any action or query.
+pub use crate::api::actions::RequestRef as Request;
 
 /// What the record says, gathered before the check so the check itself does no IO.
 #[derive(Debug, Clone, Default)]
@@ -79,22 +51,68 @@ pub struct Facts {
     pub job_agent: Option<String>,
 }
 
-/// Which roles may perform an action.
+/// Which roles may perform an action: the role table of the action registry
+/// (`api::actions`); the genesis `init` is the owner's alone.
 pub fn role_allows(role: Role, action: ActionName) -> bool {
-    match role {
-        Role::Owner => true,
-        Role::Observer => false,
-        Role::Worker => !matches!(action, ActionName::Review | ActionName::Init),
-        Role::Reviewer => {
-            matches!(
-                action,
-                ActionName::Branch
-                    | ActionName::Compare
-                    | ActionName::Review
-                    | ActionName::Conclude
-            )
-        }
+    crate::api::actions::spec(action.as_str()).map_or(role == Role::Owner, |s| s.allows(role))
+}
+
+/// The study's compute budget (`budgets.compute_seconds`).
+fn compute_budget(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
+    (facts.compute_seconds_used >= cfg.budgets.compute_seconds as f64).then(|| {
+        Decision::reject(
+            Rule::BudgetCompute,
+            format!(
+                "the study has used {:.0} s of its {} s compute budget (budgets.compute_seconds; \
+                 the owner raises it in rsim.toml, committed on main)",
+                facts.compute_seconds_used, cfg.budgets.compute_seconds
+            ),
+        )
+    })
+}
+
+/// The study's evaluation budget (`budgets.evaluations`).
+fn evaluation_budget(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
+    (facts.evaluations_total >= cfg.budgets.evaluations).then(|| {
+        Decision::reject(
+            Rule::BudgetEvaluations,
+            format!(
+                "the study has used all {} evaluations (budgets.evaluations)",
+                cfg.budgets.evaluations
+            ),
+        )
+    })
+}
+
+/// The study's node budget (`budgets.max_nodes`).
+fn node_budget(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
+    (facts.node_count >= cfg.budgets.max_nodes).then(|| {
+        Decision::reject(
+            Rule::BudgetNodes,
+            format!(
+                "the study already has {} nodes (budgets.max_nodes = {})",
+                facts.node_count, cfg.budgets.max_nodes
+            ),
+        )
+    })
+}
+
+/// Decide on starting (or resuming) a campaign: the owner's, and only while every study-wide
+/// budget has something left — a campaign started then would only record rejections.
+pub fn check_campaign(caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Decision {
+    if caller.role != Role::Owner {
+        return Decision::reject(
+            Rule::Role,
+            format!(
+                "agent {:?} has role {}; only the study owner starts campaigns",
+                caller.agent, caller.role
+            ),
+        );
     }
+    compute_budget(cfg, facts)
+        .or_else(|| evaluation_budget(cfg, facts))
+        .or_else(|| node_budget(cfg, facts))
+        .unwrap_or_else(Decision::accept)
 }
 
 /// Checks shared by every action that runs a job: isolation, checkpoint integrity, compute budgets.
@@ -112,14 +130,8 @@ fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
             format!("the checkpoint's files changed: {why}"),
         ));
     }
-    if facts.compute_seconds_used >= cfg.budgets.compute_seconds as f64 {
-        return Some(Decision::reject(
-            Rule::BudgetCompute,
-            format!(
-                "the study has used {:.0} s of its {} s compute budget",
-                facts.compute_seconds_used, cfg.budgets.compute_seconds
-            ),
-        ));
+    if let Some(d) = compute_budget(cfg, facts) {
+        return Some(d);
     }
     if let Some(max) = cfg.budgets.node_compute_seconds
         && facts.node_compute_used >= max as f64
@@ -148,7 +160,10 @@ fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
 
 /// Decide on a request. Pure: same inputs, same decision.
 pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Decision {
-    let action = req.action();
+    let Some(action) = ActionName::parse(req.name()) else {
+        // Queries change nothing and every role may read.
+        return Decision::accept();
+    };
     if !role_allows(caller.role, action) {
         return Decision::reject(
             Rule::Role,
@@ -182,14 +197,8 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
                     ),
                 );
             }
-            if facts.node_count >= cfg.budgets.max_nodes {
-                return Decision::reject(
-                    Rule::BudgetNodes,
-                    format!(
-                        "the study already has {} nodes (budgets.max_nodes = {})",
-                        facts.node_count, cfg.budgets.max_nodes
-                    ),
-                );
+            if let Some(d) = node_budget(cfg, facts) {
+                return d;
             }
         }
         Request::RegisterDataset(r) => {
@@ -324,14 +333,8 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
                     ),
                 );
             }
-            if facts.evaluations_total >= cfg.budgets.evaluations {
-                return Decision::reject(
-                    Rule::BudgetEvaluations,
-                    format!(
-                        "the study has used all {} evaluations (budgets.evaluations)",
-                        cfg.budgets.evaluations
-                    ),
-                );
+            if let Some(d) = evaluation_budget(cfg, facts) {
+                return d;
             }
             if let Some(max) = cfg.budgets.node_evaluations
                 && facts.node_evaluations >= max
@@ -390,7 +393,13 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
                 );
             }
         }
-        Request::Compare(_) | Request::Review(_) => {}
+        Request::Compare(_)
+        | Request::Review(_)
+        | Request::GetNode(_)
+        | Request::ListNodes(_)
+        | Request::Dag(_)
+        | Request::Log(_)
+        | Request::GetJob(_) => {}
     }
     Decision::accept()
 }
@@ -398,7 +407,7 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::types::Row;
+    use crate::api::types::*;
 
     fn cfg() -> StudyConfig {
         StudyConfig::parse(

@@ -25,10 +25,12 @@ use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 
+use crate::api::actions::Kind;
 use crate::api::schema::{self, ACTIONS};
-use crate::api::types::{CancelJobRequest, CancelJobResult};
+use crate::api::types::CancelJobRequest;
 use crate::api::types::{EvaluateResult, RunSftResult};
 use crate::model::{ActionName, Caller, Role};
+use crate::os::Execute;
 use crate::os::session::Session;
 use crate::util::error::{Error, ErrorKind, Result};
 use jobs::{JobRunning, Registry, WaitJobRequest};
@@ -37,9 +39,6 @@ use jobs::{JobRunning, Registry, WaitJobRequest};
 pub const WORKER_PROMPT: &str = include_str!("../../../prompts/worker.md");
 /// The Reviewer role prompt (also for the orchestrator).
 pub const REVIEWER_PROMPT: &str = include_str!("../../../prompts/reviewer.md");
-
-/// Tools that start a job and may outlive a request.
-const LONG_TOOLS: &[&str] = &["run_sft", "evaluate"];
 
 /// Settings of one server process.
 #[derive(Debug, Clone)]
@@ -65,7 +64,6 @@ pub struct Shared {
     /// Every tool, with the action it stands for (None for the face's own tools).
     tools: Vec<(Tool, ToolKind)>,
     wait_validator: jsonschema::Validator,
-    cancel_validator: jsonschema::Validator,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -74,8 +72,6 @@ enum ToolKind {
     Query,
     /// An action that writes the record.
     Action(ActionName),
-    /// `cancel_job`: roles that may run jobs.
-    Cancel,
 }
 
 impl Shared {
@@ -87,7 +83,6 @@ impl Shared {
             opts,
             tools: all_tools()?,
             wait_validator: schema::validator_for::<WaitJobRequest>()?,
-            cancel_validator: schema::validator_for::<CancelJobRequest>()?,
         }))
     }
 
@@ -147,18 +142,19 @@ fn all_tools() -> Result<Vec<(Tool, ToolKind)>> {
     for a in ACTIONS {
         let mut output = (a.output)().to_value();
         let mut description = a.description.to_string();
-        if LONG_TOOLS.contains(&a.name) {
+        if a.kind == Kind::Job {
             output = any_of(vec![output, running_schema()]);
             description.push_str(" If the job outlives a short wait, answers {job, status: \"running\"} at once; then call wait_job with the job id (progress notifications report training steps and loss). The job runs to the end and is recorded even if you disconnect; cancel_job stops it.");
         }
-        let kind = match ActionName::parse(a.name) {
-            Some(n) if !a.read_only => ToolKind::Action(n),
-            _ => ToolKind::Query,
+        let kind = match a.action() {
+            Some(n) => ToolKind::Action(n),
+            None => ToolKind::Query,
         };
+        // conclude closes a node for good; cancel_job stops a job (asking twice is harmless).
         let ann = ToolAnnotations::new()
-            .read_only(a.read_only)
-            .destructive(a.name == "conclude")
-            .idempotent(a.read_only)
+            .read_only(a.read_only())
+            .destructive(matches!(a.name, "conclude" | "cancel_job"))
+            .idempotent(a.read_only() || a.name == "cancel_job")
             .open_world(false);
         let tool = Tool::new_with_raw(
             a.name,
@@ -192,23 +188,6 @@ fn all_tools() -> Result<Vec<(Tool, ToolKind)>> {
         ),
         ToolKind::Query,
     ));
-    out.push((
-        Tool::new_with_raw(
-            "cancel_job",
-            Some("Stop a running or queued job started by run_sft or evaluate. Its action is then recorded with the job cancelled (wait_job returns that result).".into()),
-            gen_schema(schemars::schema_for!(CancelJobRequest))?,
-        )
-        .with_title("Cancel job")
-        .with_raw_output_schema(gen_schema(schemars::schema_for!(CancelJobResult))?)
-        .annotate(
-            ToolAnnotations::new()
-                .read_only(false)
-                .destructive(true)
-                .idempotent(true)
-                .open_world(false),
-        ),
-        ToolKind::Cancel,
-    ));
     Ok(out)
 }
 
@@ -216,10 +195,6 @@ fn role_may(role: Role, kind: ToolKind) -> bool {
     match kind {
         ToolKind::Query => true,
         ToolKind::Action(a) => crate::policy::role_allows(role, a),
-        ToolKind::Cancel => {
-            crate::policy::role_allows(role, ActionName::RunSft)
-                || crate::policy::role_allows(role, ActionName::Evaluate)
-        }
     }
 }
 
@@ -713,7 +688,7 @@ impl ServerHandler for Server {
         let Some((_, kind)) = self.shared.tools.iter().find(|(t, _)| t.name == name) else {
             return Err(McpError::invalid_params(
                 format!(
-                    "unknown tool {name:?}; tools are: {}, wait_job, cancel_job",
+                    "unknown tool {name:?}; tools are: {}, wait_job",
                     schema::names()
                 ),
                 None,
@@ -731,24 +706,7 @@ impl ServerHandler for Server {
                     Err(e) => tool_error(&e),
                 }
             }
-            ("cancel_job", _) => {
-                // Every role may ask; the core's policy refuses (and records) what a role may not.
-                match schema::validate_with("cancel_job", &self.shared.cancel_validator, &args)
-                    .and_then(|()| {
-                        serde_json::from_value::<CancelJobRequest>(args)
-                            .map_err(|e| Error::invalid(format!("invalid cancel_job request: {e}")))
-                    }) {
-                    Err(e) => tool_error(&e),
-                    Ok(req) => {
-                        let c = caller.clone();
-                        match self.blocking(move |s| s.cancel_job(&c, req)).await {
-                            Ok(r) => tool_ok(json!(r)),
-                            Err(e) => tool_error(&e),
-                        }
-                    }
-                }
-            }
-            (n, _) if LONG_TOOLS.contains(&n) => {
+            (n, _) if schema::spec(n).is_some_and(|a| a.kind == Kind::Job) => {
                 let tasks_ok = ctx
                     .client_capabilities()
                     .is_some_and(|c| c.supports_tasks())

@@ -6,7 +6,7 @@ use crate::os::*;
 use crate::record::commit::{FirstAction, NodeId};
 
 impl Study {
-    pub(in crate::os) fn branch_checked(
+    pub(in crate::os) fn exec_branch(
         &self,
         caller: &Caller,
         req: BranchRequest,

@@ -3,7 +3,7 @@
 use crate::os::*;
 
 impl Study {
-    pub(in crate::os) fn compare_checked(
+    pub(in crate::os) fn exec_compare(
         &self,
         caller: &Caller,
         req: CompareRequest,

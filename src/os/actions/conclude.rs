@@ -3,7 +3,7 @@
 use crate::os::*;
 
 impl Study {
-    pub(in crate::os) fn conclude_checked(
+    pub(in crate::os) fn exec_conclude(
         &self,
         caller: &Caller,
         req: ConcludeRequest,

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::os::*;
 
 impl Study {
-    pub(in crate::os) fn evaluate_checked(
+    pub(in crate::os) fn exec_evaluate(
         &self,
         caller: &Caller,
         req: EvaluateRequest,

@@ -5,7 +5,7 @@ use std::fs;
 use crate::os::*;
 
 impl Study {
-    pub(in crate::os) fn register_dataset_checked(
+    pub(in crate::os) fn exec_register_dataset(
         &self,
         caller: &Caller,
         req: RegisterDatasetRequest,

@@ -3,7 +3,7 @@
 use crate::os::*;
 
 impl Study {
-    pub(in crate::os) fn review_checked(
+    pub(in crate::os) fn exec_review(
         &self,
         caller: &Caller,
         req: ReviewRequest,

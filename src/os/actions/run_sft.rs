@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::os::*;
 
 impl Study {
-    pub(in crate::os) fn run_sft_checked(
+    pub(in crate::os) fn exec_run_sft(
         &self,
         caller: &Caller,
         req: RunSftRequest,

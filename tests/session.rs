@@ -1,0 +1,301 @@
+//! The session layer's rules hold on every face: cancel goes through the policy (refusals recorded
+//! with their rule), a CLI write rides out a compare-and-swap conflict, a spent budget refuses a
+//! campaign with a recorded rule, and command output survives a reader that goes away.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::{commit_config, example_study, fsck_clean, ok_json, rsim, run};
+
+fn actions(root: &Path) -> Vec<Value> {
+    ok_json(root, &["log", "--limit", "100000"])["actions"]
+        .as_array()
+        .expect("actions")
+        .clone()
+}
+
+/// A study whose training job sleeps until cancelled (the spec path is appended as `$0`).
+fn study_with_a_slow_trainer() -> (tempfile::TempDir, PathBuf) {
+    let (d, root) = example_study();
+    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("sft ="))
+        .expect("sft line")
+        .to_string();
+    commit_config(
+        &root,
+        &text.replace(&line, r#"sft = ["sh", "-c", "sleep 60", "sh"]"#),
+        "owner: a trainer that takes its time",
+    );
+    let out = run(
+        &root,
+        &[
+            "--agent", "alice", "--role", "worker", "branch", "--from", "n0", "--title", "slow",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(
+        &root,
+        &[
+            "--agent",
+            "alice",
+            "--role",
+            "worker",
+            "call",
+            "register_dataset",
+            r#"{"node":"n1","name":"d","source":{"kind":"inline","rows":[{"prompt":"1+1=","answer":"2"}]}}"#,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (d, root)
+}
+
+/// Start `run-sft` as alice in the background and wait until its job exists.
+// The caller waits for the returned child.
+#[allow(clippy::zombie_processes)]
+fn start_slow_job(root: &Path) -> (Child, String) {
+    let mut child = rsim()
+        .arg("-C")
+        .arg(root)
+        .args([
+            "--agent",
+            "alice",
+            "--role",
+            "worker",
+            "--json",
+            "run-sft",
+            "--node",
+            "n1",
+            "--dataset",
+            "d",
+            "--steps",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn run-sft");
+    let jobs = root.join(".rsim/jobs");
+    let start = Instant::now();
+    loop {
+        let found = std::fs::read_dir(&jobs).ok().and_then(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|n| n.starts_with("j-") && jobs.join(n).join("job.log").is_file())
+        });
+        if let Some(j) = found {
+            return (child, j);
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("run-sft");
+            panic!(
+                "the job never started: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn rejected_with(out: &std::process::Output, rule: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "expected a policy rejection: {err}"
+    );
+    assert!(err.contains(rule), "expected rule {rule}: {err}");
+    assert!(
+        err.contains("recorded as commit"),
+        "the refusal is recorded: {err}"
+    );
+    err
+}
+
+#[test]
+fn cancel_goes_through_the_policy_on_every_face_and_refusals_are_recorded() {
+    let (_d, root) = study_with_a_slow_trainer();
+    let (child, job) = start_slow_job(&root);
+
+    // An observer may not cancel; a reviewer runs no jobs; a worker may cancel only its own jobs.
+    for (agent, role, rule) in [
+        ("olga", "observer", "role"),
+        ("rita", "reviewer", "role"),
+        ("bob", "worker", "job-owner"),
+    ] {
+        let out = run(&root, &["--agent", agent, "--role", role, "cancel", &job]);
+        rejected_with(&out, rule);
+    }
+    // The same through the JSON face every agent uses.
+    let out = run(
+        &root,
+        &[
+            "--agent",
+            "olga",
+            "--role",
+            "observer",
+            "call",
+            "cancel_job",
+            &format!(r#"{{"job":"{job}"}}"#),
+        ],
+    );
+    rejected_with(&out, "role");
+    // None of them stopped the job.
+    assert!(!root.join(".rsim/jobs").join(&job).join("cancel").exists());
+
+    // Each refusal sits on the job's node with its rule, agent and role.
+    let refused: Vec<Value> = actions(&root)
+        .into_iter()
+        .filter(|a| a["action"] == "cancel_job")
+        .collect();
+    assert_eq!(refused.len(), 4, "{refused:?}");
+    for a in &refused {
+        assert_eq!(a["node"], "n1");
+        assert_eq!(a["decision"], "rejected");
+    }
+    let rules: Vec<&str> = refused.iter().filter_map(|a| a["rule"].as_str()).collect();
+    assert_eq!(
+        rules.iter().filter(|r| **r == "role").count(),
+        3,
+        "{rules:?}"
+    );
+    assert_eq!(
+        rules.iter().filter(|r| **r == "job-owner").count(),
+        1,
+        "{rules:?}"
+    );
+
+    // The job's own agent may cancel it; the record says who asked.
+    let out = run(
+        &root,
+        &["--agent", "alice", "--role", "worker", "cancel", &job],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = child.wait_with_output().expect("run-sft ends");
+    let res: Value = serde_json::from_slice(&out.stdout).expect("run-sft json");
+    assert_eq!(res["job"]["state"], "cancelled", "{res}");
+    let why = res["job"]["error"].as_str().unwrap_or_default();
+    assert!(why.contains("by alice"), "{why}");
+    fsck_clean(&root);
+}
+
+#[test]
+fn a_cli_write_rides_out_a_compare_and_swap_conflict() {
+    let (_d, root) = example_study();
+    let out = run(&root, &["branch", "--from", "n0", "--title", "t"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = actions(&root).len();
+
+    // Another writer holds the node's branch (git's own ref lock) for a while.
+    let lock = root.join(".git/refs/heads/rsim/n/n1.lock");
+    std::fs::write(&lock, b"").expect("take the ref lock");
+    let writer = rsim()
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "--json",
+            "call",
+            "conclude",
+            r#"{"node":"n1","outcome":"negative","findings":"f"}"#,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn conclude");
+    std::thread::sleep(Duration::from_millis(1500));
+    std::fs::remove_file(&lock).expect("release the ref lock");
+    let out = writer.wait_with_output().expect("conclude ends");
+    assert!(
+        out.status.success(),
+        "the write waits out the conflict: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Exactly one commit was added, on top of the tip the lock holder left.
+    let after = actions(&root);
+    assert_eq!(after.len(), before + 1);
+    assert_eq!(
+        after.iter().filter(|a| a["action"] == "conclude").count(),
+        1
+    );
+    fsck_clean(&root);
+}
+
+#[test]
+fn a_campaign_on_a_spent_budget_is_refused_with_a_recorded_rule() {
+    let (_d, root) = example_study();
+    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("evaluations"))
+        .expect("evaluations line")
+        .to_string();
+    commit_config(
+        &root,
+        &text.replace(&line, "evaluations = 0"),
+        "owner: no evaluations left",
+    );
+    let out = run(&root, &["run", "--quiet", "--experiments", "2"]);
+    rejected_with(&out, "budget-evaluations");
+    let acts = actions(&root);
+    let campaign: Vec<&Value> = acts.iter().filter(|a| a["action"] == "campaign").collect();
+    assert_eq!(campaign.len(), 1, "{acts:?}");
+    assert_eq!(campaign[0]["rule"], "budget-evaluations");
+    assert_eq!(campaign[0]["agent"], "orchestrator");
+    // Nothing else was started.
+    assert_eq!(acts.len(), 2, "{acts:?}");
+    fsck_clean(&root);
+}
+
+#[test]
+fn output_to_a_reader_that_went_away_ends_quietly() {
+    let (_d, root) = example_study();
+    for args in [
+        &["audit", "--json"][..],
+        &["log"][..],
+        &["dag", "--format", "json"][..],
+    ] {
+        let mut child = rsim()
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // The reader closes its end before rsim writes (what `| head -0` does at once).
+        drop(child.stdout.take());
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut err)
+            .expect("stderr");
+        let status = child.wait().expect("wait");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+    }
+}
