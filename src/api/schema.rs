@@ -235,5 +235,9 @@ pub fn all_schema_files() -> Vec<(String, String)> {
         "node.toml.json".to_string(),
         pretty(schema::<crate::model::NodeMeta>()),
     ));
+    // The job protocol: what job programs read (spec.json) and write (out/).
+    for (rel, s) in crate::jobs::protocol::schema_files() {
+        out.push((rel, pretty(s)));
+    }
     out
 }
