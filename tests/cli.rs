@@ -142,6 +142,11 @@ fn cli_commands_exit_codes_and_output() {
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "spec ok");
     }
+    let sft_spec = s
+        .join(".rsim/jobs")
+        .join(sft["job"]["id"].as_str().expect("job id"))
+        .join("spec.json");
+    recipes_read_exactly_the_job_protocol(&recipes, &sft_spec);
     ok_json(&s, &["branch", "--from", "n0", "--title", "Other"]);
     let cmp = ok_json(
         &s,
@@ -537,5 +542,102 @@ fn bench_train_reports_what_the_recorded_runs_measured() {
     assert!(
         !d.path().join("bad").exists(),
         "a refused benchmark created nothing"
+    );
+}
+
+/// The recipes check a spec against exactly the fields of the published job protocol
+/// (`schemas/jobs/spec.json`): the spec rsim wrote carries only those, and a spec with a field
+/// more (an agent request's `node` in `hyper`) or less is refused before any training.
+fn recipes_read_exactly_the_job_protocol(recipes: &Path, sft_spec: &Path) {
+    let schema = rsi_master::os::schemas::all_schema_files()
+        .into_iter()
+        .find(|(rel, _)| rel == "jobs/spec.json")
+        .map(|(_, text)| serde_json::from_str::<Value>(&text).expect("schema"))
+        .expect("the job spec schema is published");
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let props = |v: &Value| keys(&v["properties"]);
+    let mut want = serde_json::Map::new();
+    for variant in schema["oneOf"].as_array().expect("oneOf") {
+        let kind = variant["properties"]["kind"]["const"]
+            .as_str()
+            .expect("kind");
+        want.insert(kind.into(), json!(props(variant)));
+    }
+    for (key, def) in [
+        ("hyper", "TrainHyper"),
+        ("checkpoint", "CheckpointRef"),
+        ("dataset", "DatasetRef"),
+    ] {
+        want.insert(key.into(), json!(props(&schema["$defs"][def])));
+    }
+    let out = Command::new("python3")
+        .current_dir(recipes)
+        .args([
+            "-c",
+            "import common, json; print(json.dumps({**{k: sorted(v) for k, v in common.SPEC_FIELDS.items()}, \
+             'hyper': sorted(common.HYPER_FIELDS), 'checkpoint': sorted(common.CHECKPOINT_FIELDS), \
+             'dataset': sorted(common.DATASET_FIELDS)}))",
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        got,
+        Value::Object(want),
+        "common.py and schemas/jobs/spec.json disagree"
+    );
+
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(sft_spec).expect("spec")).expect("json");
+    assert_eq!(
+        json!(keys(&spec)),
+        got["sft"],
+        "rsim writes exactly the protocol's fields"
+    );
+    assert_eq!(
+        json!(keys(&spec["hyper"])),
+        got["hyper"],
+        "no request fields in hyper"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = |mutate: &dyn Fn(&mut Value), why: &str| {
+        let mut bad = spec.clone();
+        mutate(&mut bad);
+        let p = dir.path().join("spec.json");
+        std::fs::write(&p, bad.to_string()).expect("write");
+        let out = Command::new("python3")
+            .arg(recipes.join("sft.py"))
+            .arg("--check-spec")
+            .arg(&p)
+            .output()
+            .expect("python3");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{why}: accepted");
+        assert!(err.contains(why), "{why}: {err}");
+    };
+    check(
+        &|v| v["hyper"]["node"] = json!("n1"),
+        "unknown field 'node'",
+    );
+    check(
+        &|v| {
+            v["hyper"].as_object_mut().expect("hyper").remove("seed");
+        },
+        "hyper has no 'seed'",
+    );
+    check(&|v| v["hyper"]["steps"] = json!(0), "hyper steps must be");
+    check(
+        &|v| v["kind"] = json!("evaluate"),
+        "expected a 'sft' job spec",
     );
 }

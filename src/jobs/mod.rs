@@ -1,21 +1,29 @@
-//! Jobs: the compute behind `run_sft` and `evaluate`. The Experiment OS hands a `JobSpec` to a
-//! `JobRunner`; the runner executes the study's configured command as a child process and
-//! reports what happened. `LocalRunner` runs it on this machine in its own process group, with a
-//! scrubbed environment, its output captured to a log, and a wall-clock timeout.
+//! Jobs: the compute behind `run_sft` and `evaluate`, behind one seam.
+//!
+//! The Experiment OS builds a `JobSpec` (command wrapped for its environment, limits, the typed
+//! parameters of `protocol`) and hands it to a `JobRunner`, a job backend: `local::LocalRunner`
+//! (child processes here) or `slurm::SlurmRunner` (batch jobs on a Slurm cluster). The backend is
+//! chosen here only: for new jobs from the study's config (`runner_for`), for a job that already
+//! has a directory from what the directory holds (`runner_of_job`), so the core never names a
+//! backend. `protocol` is what a job program reads and writes.
 
+pub mod local;
+pub mod protocol;
 pub mod slurm;
 
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{JobKind, JobRecord, JobState, now_rfc3339};
+pub use local::LocalRunner;
+pub use protocol::{JobParams, Progress, progress_in};
+
+use crate::model::{JobKind, JobRecord};
 use crate::util::error::{Error, IoContext, Result};
-use crate::util::proc::process_alive;
 
 /// Environment variables a job may inherit; everything else (API keys, tokens, credentials) is dropped.
 pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
@@ -24,7 +32,6 @@ pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TM
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSpec {
     pub id: String,
-    pub kind: JobKind,
     /// argv; the spec file path is appended.
     pub command: Vec<String>,
     /// Working directory of the job (holds spec.json, out/, log).
@@ -45,19 +52,22 @@ pub struct JobSpec {
     /// across every process of the study.
     #[serde(default)]
     pub slots_dir: Option<PathBuf>,
-    /// The job's parameters, written to `spec.json` for the command to read.
-    pub params: serde_json::Value,
+    /// What the job reads, written to `spec.json` for the command to read.
+    pub params: JobParams,
 }
 
 impl JobSpec {
+    pub fn kind(&self) -> JobKind {
+        self.params.kind()
+    }
     pub fn out_dir(&self) -> PathBuf {
-        self.dir.join("out")
+        self.dir.join(protocol::OUT_DIR)
     }
     pub fn log_path(&self) -> PathBuf {
-        self.dir.join("job.log")
+        self.dir.join(crate::model::paths::JOB_LOG_FILE)
     }
     pub fn spec_path(&self) -> PathBuf {
-        self.dir.join("spec.json")
+        self.dir.join(protocol::SPEC_FILE)
     }
 }
 
@@ -94,17 +104,104 @@ pub fn acquire_slot(dir: &Path, max: u32, cancelled: impl Fn() -> bool) -> Resul
 
 /// Ask a running or queued job to stop (the runner polls for this file, which names who asked).
 pub fn request_cancel(job_dir: &Path, by: &str) -> Result<()> {
-    if !job_dir.join("spec.json").is_file() {
+    if !job_dir.join(protocol::SPEC_FILE).is_file() {
         return Err(Error::not_found(format!("no job at {}", job_dir.display())));
     }
     fs::write(job_dir.join("cancel"), by.as_bytes()).at("cannot write", job_dir)
 }
 
-/// Ask a running or queued job to stop, on whichever backend runs it: every runner polls the
-/// cancel file; a Slurm job is also cancelled at once, even when no rsim process waits for it.
+/// Ask the job of `job_dir` to stop, on whichever backend runs it.
 pub fn cancel(job_dir: &Path, by: &str) -> Result<()> {
-    request_cancel(job_dir, by)?;
-    slurm::cancel(job_dir)
+    runner_of_job(job_dir).cancel(job_dir, by)
+}
+
+/// A job backend. It runs jobs, and acts on a job it ran from the job's directory alone, so that
+/// any rsim process (a later one, after the writer died) can cancel, re-attach or clean up.
+pub trait JobRunner: Send + Sync {
+    /// Run the job to completion (or failure) and describe what happened. An `Err` means the
+    /// runner itself failed; a job that ran and failed is `Ok` with a failed state.
+    fn run(&self, spec: &JobSpec) -> Result<JobRecord>;
+
+    /// Ask the queued or running job of `job_dir` to stop, naming who asked (`by`); the process
+    /// running it then records it cancelled. Errors with kind `not_found` when there is no job.
+    fn cancel(&self, job_dir: &Path, by: &str) -> Result<()>;
+
+    /// Re-attach to the job of `job_dir` whose writing rsim process died: what became of it.
+    /// With `block`, wait until it has ended; without, answer `Running` while it is queued or
+    /// running (after acting on a cancel request or a passed time limit).
+    fn reattach(&self, job_dir: &Path, block: bool) -> Result<Reattach>;
+
+    /// Stop whatever is left of an orphaned job that could not be re-attached (`Reattach::Lost`):
+    /// its processes, a submission nobody noted. `job` is its id. Best effort, never fails.
+    fn stop_orphan(&self, job_dir: &Path, job: &str);
+}
+
+/// What re-attaching to an orphaned job found.
+#[derive(Debug)]
+pub enum Reattach {
+    /// Nothing of the job can be followed any more (a local job dies with its writer; a Slurm
+    /// job whose id was never noted): stop its leftovers and record it lost.
+    Lost,
+    /// Still queued or running; look again later.
+    Running,
+    /// It has ended: the spec it ran and what happened, to record as its writer would have.
+    Ended {
+        spec: Box<JobSpec>,
+        job: Box<JobRecord>,
+    },
+}
+
+/// The backend the study's config asks for, to run new jobs.
+pub fn runner_for(backend: &crate::config::Backend) -> Box<dyn JobRunner> {
+    match backend {
+        crate::config::Backend::Local { .. } => Box::new(LocalRunner),
+        crate::config::Backend::Slurm(s) => Box::new(slurm::SlurmRunner::new(s.clone())),
+    }
+}
+
+/// The backend that ran the job of an existing directory, from what the directory holds (a Slurm
+/// job's batch script or submitted file), whatever the config says now.
+pub fn runner_of_job(job_dir: &Path) -> Box<dyn JobRunner> {
+    if slurm::is_slurm_job(job_dir) {
+        Box::new(slurm::SlurmRunner::for_submitted())
+    } else {
+        Box::new(LocalRunner)
+    }
+}
+
+/// The record of an orphaned job that could not be re-attached (`Reattach::Lost`): it died
+/// with the rsim process that ran it, and what was left of it was stopped.
+pub fn lost_record(
+    id: &str,
+    kind: JobKind,
+    started_at: &str,
+    duration_s: f64,
+    command: &[String],
+    env: &str,
+) -> JobRecord {
+    JobRecord {
+        id: id.to_string(),
+        kind,
+        state: crate::model::JobState::Lost,
+        exit_code: None,
+        started_at: started_at.to_string(),
+        finished_at: crate::model::now_rfc3339(),
+        duration_s,
+        command: command.to_vec(),
+        env: env.to_string(),
+        network: "shared".into(),
+        log: None,
+        error: Some(
+            "the rsim process that ran this job died before recording it; the job was stopped"
+                .into(),
+        ),
+        compute_s: None,
+        slurm: None,
+    }
+}
+
+pub fn new_job_id() -> String {
+    format!("j-{:016x}", rand::random::<u64>())
 }
 
 /// Why a job was cancelled, as its record says it ("cancelled on request by alice").
@@ -115,192 +212,6 @@ pub fn cancel_reason(job_dir: &Path) -> String {
             crate::util::text::sanitize_line(by.trim())
         ),
         _ => "cancelled on request".into(),
-    }
-}
-
-/// Runs jobs. Backends (`LocalRunner`, `crate::jobs::slurm::SlurmRunner`) implement this.
-pub trait JobRunner: Send + Sync {
-    /// Run the job to completion (or failure) and describe what happened. An `Err` means the
-    /// runner itself failed; a job that ran and failed is `Ok` with a failed state.
-    fn run(&self, spec: &JobSpec) -> Result<JobRecord>;
-}
-
-/// Runs each job as a child process on this machine.
-#[derive(Debug, Clone, Default)]
-pub struct LocalRunner;
-
-pub fn new_job_id() -> String {
-    format!("j-{:016x}", rand::random::<u64>())
-}
-
-impl JobRunner for LocalRunner {
-    fn run(&self, spec: &JobSpec) -> Result<JobRecord> {
-        fs::create_dir_all(spec.out_dir()).at("cannot create", &spec.out_dir())?;
-        let spec_path = spec.spec_path();
-        fs::write(&spec_path, crate::util::hash::json_bytes(&spec.params)?)
-            .at("cannot write", &spec_path)?;
-        let log_path = spec.log_path();
-        let log = File::create(&log_path).at("cannot create", &log_path)?;
-        let log2 = log.try_clone().at("cannot open", &log_path)?;
-
-        let cancel_file = spec.dir.join("cancel");
-        let queued = Instant::now();
-        let _slot = match &spec.slots_dir {
-            Some(d) => match acquire_slot(d, spec.limits.max_parallel, || cancel_file.exists())? {
-                Some(slot) => Some(slot),
-                None => {
-                    let now = now_rfc3339();
-                    return Ok(JobRecord {
-                        id: spec.id.clone(),
-                        kind: spec.kind,
-                        state: JobState::Cancelled,
-                        exit_code: None,
-                        started_at: now.clone(),
-                        finished_at: now,
-                        duration_s: 0.0,
-                        command: spec.command.clone(),
-                        env: spec.env.clone(),
-                        network: "shared".into(),
-                        log: None,
-                        error: Some(format!(
-                            "cancelled while queued for {:.1} s",
-                            queued.elapsed().as_secs_f64()
-                        )),
-                        compute_s: None,
-                        slurm: None,
-                    });
-                }
-            },
-            None => None,
-        };
-        let started_at = now_rfc3339();
-        let start = Instant::now();
-        let (program, args) = spec
-            .command
-            .split_first()
-            .ok_or_else(|| Error::invalid(format!("job {}: empty command", spec.id)))?;
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .arg(&spec_path)
-            .current_dir(&spec.dir)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log2));
-        for k in ENV_ALLOWLIST {
-            if let Ok(v) = std::env::var(k) {
-                cmd.env(k, v);
-            }
-        }
-        cmd.env("RSIM_JOB_ID", &spec.id)
-            .env("RSIM_JOB_DIR", &spec.dir)
-            .env("RSIM_JOB_SPEC", &spec_path)
-            .env("RSIM_JOB_OUT", spec.out_dir());
-        {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-            let (fsize, mem) = (spec.limits.max_file_bytes, spec.limits.max_memory_bytes);
-            // SAFETY: setrlimit(2) is a system call; the closure allocates nothing.
-            unsafe {
-                cmd.pre_exec(move || {
-                    use nix::sys::resource::{Resource, setrlimit};
-                    setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(std::io::Error::from)?;
-                    setrlimit(Resource::RLIMIT_FSIZE, fsize, fsize)
-                        .map_err(std::io::Error::from)?;
-                    if let Some(m) = mem {
-                        setrlimit(Resource::RLIMIT_AS, m, m).map_err(std::io::Error::from)?;
-                    }
-                    Ok(())
-                });
-            }
-            if spec.isolate_network {
-                // SAFETY: unshare(2) is a single system call; the closure allocates nothing.
-                unsafe {
-                    cmd.pre_exec(|| {
-                        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                            .map_err(std::io::Error::from)
-                    });
-                }
-            }
-        }
-        let finish = |state: JobState, exit_code: Option<i32>, error: Option<String>| JobRecord {
-            id: spec.id.clone(),
-            kind: spec.kind,
-            state,
-            exit_code,
-            started_at: started_at.clone(),
-            finished_at: now_rfc3339(),
-            duration_s: round3(start.elapsed().as_secs_f64()),
-            command: spec.command.clone(),
-            env: spec.env.clone(),
-            network: if spec.isolate_network {
-                "isolated"
-            } else {
-                "shared"
-            }
-            .to_string(),
-            log: None,
-            error,
-            compute_s: None,
-            slurm: None,
-        };
-        let spawned = cmd.spawn();
-        if let Ok(c) = &spawned {
-            let _ = fs::write(spec.dir.join("pid"), c.id().to_string());
-        }
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                return Ok(finish(
-                    JobState::Failed,
-                    None,
-                    Some(format!("cannot start {program:?}: {e}")),
-                ));
-            }
-        };
-        let deadline = Duration::from_secs(spec.timeout_s);
-        let mut sleep = Duration::from_millis(1);
-        loop {
-            match child.try_wait().at("cannot wait for job", &spec.dir)? {
-                Some(status) => {
-                    let code = status.code();
-                    return Ok(match code {
-                        Some(0) => finish(JobState::Succeeded, code, None),
-                        Some(c) => finish(JobState::Failed, code, Some(exit_reason(spec, c))),
-                        None => {
-                            use std::os::unix::process::ExitStatusExt;
-                            let sig = status.signal().unwrap_or(0);
-                            finish(JobState::Failed, None, Some(signal_reason(spec, sig)))
-                        }
-                    });
-                }
-                None if cancel_file.exists() => {
-                    kill_group(child.id());
-                    let _ = child.wait();
-                    return Ok(finish(
-                        JobState::Cancelled,
-                        None,
-                        Some(cancel_reason(&spec.dir)),
-                    ));
-                }
-                None if start.elapsed() >= deadline => {
-                    kill_group(child.id());
-                    let _ = child.wait();
-                    return Ok(finish(
-                        JobState::TimedOut,
-                        None,
-                        Some(format!(
-                            "exceeded the wall-clock limit of {} s",
-                            spec.timeout_s
-                        )),
-                    ));
-                }
-                None => {
-                    std::thread::sleep(sleep);
-                    sleep = (sleep * 2).min(Duration::from_millis(50));
-                }
-            }
-        }
     }
 }
 
@@ -344,25 +255,6 @@ pub(crate) fn signal_reason(spec: &JobSpec, sig: i32) -> String {
         ),
         Ok(s) => format!("killed by signal {s}"),
         Err(_) => format!("killed by signal {sig}"),
-    }
-}
-
-/// Stop whatever is left of a job (its process group), given its directory.
-pub fn stop_job(job_dir: &Path) {
-    if let Some(pid) = fs::read_to_string(job_dir.join("pid"))
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        && process_alive(pid)
-    {
-        kill_group(pid);
-    }
-}
-
-fn kill_group(pid: u32) {
-    use nix::sys::signal::{Signal, killpg};
-    use nix::unistd::Pid;
-    if let Ok(pid) = i32::try_from(pid) {
-        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     }
 }
 
@@ -470,38 +362,6 @@ pub fn tail(path: &Path, max: u64) -> Option<String> {
     Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// What a running job's log says about its progress: the last `step k/n …` line the trainers
-/// print (`pretrain step …` for pretraining).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
-    pub step: u64,
-    pub total: Option<u64>,
-    pub line: String,
-}
-
-/// Parse the newest progress line out of a log's tail.
-pub fn progress_in(log: &str) -> Option<Progress> {
-    for line in log.lines().rev() {
-        let l = line.trim();
-        let rest = l
-            .strip_prefix("step ")
-            .or_else(|| l.strip_prefix("pretrain step "));
-        if let Some(rest) = rest {
-            let frac = rest.split_whitespace().next()?;
-            let (step, total) = match frac.split_once('/') {
-                Some((k, n)) => (k.parse().ok()?, n.parse().ok()),
-                None => (frac.parse().ok()?, None),
-            };
-            return Some(Progress {
-                step,
-                total,
-                line: l.to_string(),
-            });
-        }
-    }
-    None
-}
-
 /// The last few lines of a job's log, to say in the record why it failed.
 pub(crate) fn log_tail(path: &Path) -> String {
     let text = tail(path, 2048).unwrap_or_default();
@@ -569,177 +429,60 @@ pub fn absolute_command(study_root: &Path, command: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::error::ErrorKind;
 
-    fn spec(dir: &Path, command: &[&str], timeout_s: u64) -> JobSpec {
-        JobSpec {
+    #[test]
+    fn the_backend_of_a_job_directory_is_what_the_directory_holds() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let dir = d.path();
+        // A plain directory is a local job's: nothing outlives its writer.
+        assert!(matches!(
+            runner_of_job(dir).reattach(dir, false),
+            Ok(Reattach::Lost)
+        ));
+        // A Slurm job's submitted file is read (here: unreadable, so an error, not "lost").
+        fs::write(dir.join(slurm::SUBMITTED_FILE), b"{not json").expect("write");
+        assert!(runner_of_job(dir).reattach(dir, false).is_err());
+        assert!(matches!(
+            LocalRunner.reattach(dir, false),
+            Ok(Reattach::Lost)
+        ));
+    }
+
+    #[test]
+    fn cancel_needs_a_job_and_leaves_the_request_for_its_runner() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let dir = d.path();
+        let e = cancel(dir, "alice").expect_err("no job here");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        fs::write(dir.join(protocol::SPEC_FILE), b"{}").expect("write");
+        cancel(dir, "alice").expect("cancel");
+        assert_eq!(cancel_reason(dir), "cancelled on request by alice");
+    }
+
+    #[test]
+    fn an_attach_only_slurm_runner_submits_nothing() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let spec = JobSpec {
             id: new_job_id(),
-            kind: JobKind::Sft,
-            command: command.iter().map(|s| s.to_string()).collect(),
-            dir: dir.join("job"),
-            timeout_s,
+            command: vec!["true".into()],
+            dir: d.path().join("job"),
+            timeout_s: 10,
             env: "host".into(),
             isolate_network: false,
             require_isolation: false,
             limits: JobLimits::default(),
             slots_dir: None,
-            params: serde_json::json!({"hello": 1}),
-        }
-    }
-
-    #[test]
-    fn runs_a_real_process_and_captures_output() {
-        let d = tempfile::tempdir().expect("tempdir");
-        let s = spec(
-            d.path(),
-            &[
-                "sh",
-                "-c",
-                "cat \"$1\"; echo out > \"$RSIM_JOB_OUT/x\"",
-                "sh",
-            ],
-            10,
-        );
-        let r = LocalRunner.run(&s).expect("run");
-        assert_eq!(r.state, JobState::Succeeded, "{r:?}");
-        assert_eq!(
-            fs::read_to_string(s.out_dir().join("x")).expect("out"),
-            "out\n"
-        );
+            params: protocol::example_eval(),
+        };
+        let e = slurm::SlurmRunner::for_submitted()
+            .run(&spec)
+            .expect_err("no resources to submit with");
         assert!(
-            fs::read_to_string(s.log_path())
-                .expect("log")
-                .contains("\"hello\": 1")
+            e.message.contains("only acts on submitted jobs"),
+            "{}",
+            e.message
         );
-    }
-
-    #[test]
-    fn failure_timeout_and_missing_program_are_reported() {
-        let d = tempfile::tempdir().expect("tempdir");
-        let r = LocalRunner
-            .run(&spec(d.path(), &["sh", "-c", "exit 3", "sh"], 10))
-            .expect("run");
-        assert_eq!((r.state, r.exit_code), (JobState::Failed, Some(3)));
-        let d = tempfile::tempdir().expect("tempdir");
-        let t = Instant::now();
-        let r = LocalRunner
-            .run(&spec(
-                d.path(),
-                &["sh", "-c", "sleep 30 & sleep 30", "sh"],
-                1,
-            ))
-            .expect("run");
-        assert_eq!(r.state, JobState::TimedOut);
-        assert!(t.elapsed() < Duration::from_secs(20));
-        let d = tempfile::tempdir().expect("tempdir");
-        let r = LocalRunner
-            .run(&spec(d.path(), &["/nonexistent/prog"], 10))
-            .expect("run");
-        assert_eq!(r.state, JobState::Failed);
-        assert!(r.error.unwrap_or_default().contains("cannot start"));
-    }
-
-    #[test]
-    fn isolated_jobs_have_no_network() {
-        if !network_isolation_available() {
-            eprintln!("skipped: this machine cannot create network namespaces");
-            return;
-        }
-        // A listener on loopback in our namespace: a shared job reaches it, an isolated one cannot.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let probe = format!(
-            "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\""
-        );
-        let d = tempfile::tempdir().expect("tempdir");
-        let mut s = spec(d.path(), &["sh", "-c", &probe, "sh"], 20);
-        let shared = LocalRunner.run(&s).expect("run");
-        assert_eq!(shared.state, JobState::Succeeded, "{shared:?}");
-        s.isolate_network = true;
-        s.dir = d.path().join("job2");
-        let isolated = LocalRunner.run(&s).expect("run");
-        assert_eq!(
-            isolated.state,
-            JobState::Failed,
-            "no network in an isolated job"
-        );
-        assert_eq!(isolated.network, "isolated");
-    }
-
-    #[test]
-    fn a_job_flooding_its_log_is_stopped_and_the_reason_recorded() {
-        let d = tempfile::tempdir().expect("tempdir");
-        let mut s = spec(d.path(), &["sh", "-c", "yes flood", "sh"], 30);
-        s.limits.max_file_bytes = 1 << 20;
-        let r = LocalRunner.run(&s).expect("run");
-        assert_eq!(r.state, JobState::Failed);
-        assert!(r.error.unwrap_or_default().contains("SIGXFSZ"));
-        assert!(fs::metadata(s.log_path()).expect("log").len() <= 1 << 20);
-    }
-
-    #[test]
-    fn cancel_stops_a_running_job() {
-        let d = tempfile::tempdir().expect("tempdir");
-        let s = spec(d.path(), &["sh", "-c", "sleep 30", "sh"], 60);
-        let dir = s.dir.clone();
-        let t = std::thread::spawn(move || {
-            for _ in 0..100 {
-                if request_cancel(&dir, "test").is_ok() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        let start = Instant::now();
-        let r = LocalRunner.run(&s).expect("run");
-        t.join().expect("thread");
-        assert_eq!(r.state, JobState::Cancelled);
-        assert!(start.elapsed() < Duration::from_secs(20));
-    }
-
-    #[test]
-    fn at_most_n_jobs_run_at_once() {
-        let d = tempfile::tempdir().expect("tempdir");
-        let slots = d.path().join("slots");
-        let handles: Vec<_> = (0..3)
-            .map(|i| {
-                let mut s = spec(
-                    &d.path().join(format!("j{i}")),
-                    &["sh", "-c", "date +%s.%N; sleep 0.4; date +%s.%N", "sh"],
-                    30,
-                );
-                s.limits.max_parallel = 1;
-                s.slots_dir = Some(slots.clone());
-                std::thread::spawn(move || {
-                    let r = LocalRunner.run(&s).expect("run");
-                    assert_eq!(r.state, JobState::Succeeded);
-                    let log = fs::read_to_string(s.log_path()).expect("log");
-                    let ts: Vec<f64> = log.lines().filter_map(|l| l.trim().parse().ok()).collect();
-                    (ts[0], ts[1])
-                })
-            })
-            .collect();
-        let mut spans: Vec<(f64, f64)> = handles
-            .into_iter()
-            .map(|h| h.join().expect("thread"))
-            .collect();
-        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for w in spans.windows(2) {
-            assert!(
-                w[1].0 >= w[0].1 - 0.01,
-                "jobs overlapped with one slot: {spans:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn secrets_do_not_reach_jobs() {
-        // SAFETY: test-only; no other thread of this test reads the variable concurrently.
-        unsafe { std::env::set_var("OPENAI_API_KEY", "sk-secret") };
-        let d = tempfile::tempdir().expect("tempdir");
-        let s = spec(d.path(), &["sh", "-c", "env", "sh"], 10);
-        LocalRunner.run(&s).expect("run");
-        let log = fs::read_to_string(s.log_path()).expect("log");
-        assert!(!log.contains("sk-secret"));
-        assert!(log.contains("RSIM_JOB_ID="));
+        assert!(!spec.dir.exists(), "nothing was written");
     }
 }

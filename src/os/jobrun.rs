@@ -1,12 +1,10 @@
 //! Running jobs for actions: job specs, timeouts cut to budgets, checkpoints as jobs see them, logs, cancel.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use super::*;
+use crate::jobs::protocol::{CheckpointRef, JobParams};
 
 impl Study {
     /// Ask a running or queued job to stop; its action is then recorded with the job cancelled.
@@ -67,14 +65,17 @@ impl Study {
     }
 
     /// A checkpoint as a job sees it: its hash and each file's path in the object store.
-    pub(in crate::os) fn checkpoint_files(&self, sha: &str) -> Result<Value> {
+    pub(in crate::os) fn checkpoint_files(&self, sha: &str) -> Result<CheckpointRef> {
         let m = self.store.manifest(sha)?;
         let files: BTreeMap<String, PathBuf> = m
             .files
             .iter()
             .map(|(k, v)| (k.clone(), self.store.path(v)))
             .collect();
-        Ok(serde_json::json!({ "sha256": sha, "files": files }))
+        Ok(CheckpointRef {
+            sha256: sha.to_string(),
+            files,
+        })
     }
 
     /// Facts every job-running action needs: checkpoint provenance and integrity, compute used, isolation.
@@ -121,9 +122,8 @@ impl Study {
     pub(in crate::os) fn job_spec(
         &self,
         id: String,
-        kind: JobKind,
         command: &[String],
-        params: Value,
+        params: JobParams,
         timeout_s: u64,
     ) -> Result<JobSpec> {
         let dir = self.root.join(STATE_DIR).join("jobs").join(&id);
@@ -143,7 +143,6 @@ impl Study {
         };
         Ok(JobSpec {
             id,
-            kind,
             command,
             dir,
             timeout_s,
@@ -185,33 +184,4 @@ impl Study {
         }
         Ok(self.index.checkpoint_origin(c)?.map(|_| c.to_string()))
     }
-}
-
-pub(in crate::os) fn read_metrics(path: &Path) -> Result<BTreeMap<String, f64>> {
-    if !path.is_file() {
-        return Ok(BTreeMap::new());
-    }
-    let bytes = fs::read(path).at("cannot read", path)?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        Error::internal(format!(
-            "{}: expected a JSON object of numbers: {e}",
-            path.display()
-        ))
-    })
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(in crate::os) struct EvalOutput {
-    pub(in crate::os) metrics: BTreeMap<String, f64>,
-    pub(in crate::os) n_items: u64,
-    #[serde(default)]
-    pub(in crate::os) items: Vec<EvalItem>,
-}
-
-pub(in crate::os) fn read_eval_result(path: &Path) -> Result<EvalOutput> {
-    let bytes = fs::read(path)
-        .map_err(|e| Error::internal(format!("the evaluator wrote no out/result.json: {e}")))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| Error::internal(format!("the evaluator's out/result.json is malformed: {e}")))
 }

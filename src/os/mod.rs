@@ -28,7 +28,7 @@ use crate::api::schema;
 pub use crate::api::actions::Execute;
 use crate::api::types::{self, *};
 use crate::config::{CONFIG_FILE, StudyConfig};
-use crate::jobs::{JobRunner, JobSpec, LocalRunner};
+use crate::jobs::{JobRunner, JobSpec};
 use crate::model::paths;
 use crate::model::*;
 use crate::policy::{self, Facts, Request};
@@ -39,7 +39,6 @@ use crate::record::store::ObjectStore;
 use crate::record::{self, NodeSnapshot, Record, TreeFile};
 use crate::train::datasets;
 use crate::util::error::{Error, ErrorKind, IoContext, Result};
-use jobrun::{read_eval_result, read_metrics};
 use recovery::read_intent;
 
 /// This process's quick writes (no job), one at a time.
@@ -81,7 +80,7 @@ impl Study {
             .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
         let record = Record::open(&canonical)?;
         let config = load_committed_config(&record, &canonical)?;
-        Self::open_inner(root, Some(wrap(runner_for(&config.backend))))
+        Self::open_inner(root, Some(wrap(crate::jobs::runner_for(&config.backend))))
     }
 
     fn open_inner(root: &Path, runner: Option<Box<dyn JobRunner>>) -> Result<Study> {
@@ -90,7 +89,7 @@ impl Study {
             .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
         let record = Record::open(&root)?;
         let config = load_committed_config(&record, &root)?;
-        let runner = runner.unwrap_or_else(|| runner_for(&config.backend));
+        let runner = runner.unwrap_or_else(|| crate::jobs::runner_for(&config.backend));
         let state = root.join(STATE_DIR);
         fs::create_dir_all(&state).at("cannot create", &state)?;
         let mut index = Index::open(&state.join("index.sqlite"))?;
@@ -249,16 +248,6 @@ impl Study {
             )));
         }
         Ok(canon)
-    }
-}
-
-/// The job runner a backend config asks for.
-fn runner_for(backend: &crate::config::Backend) -> Box<dyn JobRunner> {
-    match backend {
-        crate::config::Backend::Local { .. } => Box::new(LocalRunner),
-        crate::config::Backend::Slurm(s) => {
-            Box::new(crate::jobs::slurm::SlurmRunner::new(s.clone()))
-        }
     }
 }
 

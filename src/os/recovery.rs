@@ -7,6 +7,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::*;
+use crate::jobs::Reattach;
+use crate::model::paths::JOB_LOG_FILE;
 
 impl Study {
     /// Jobs whose writing process died (killed, crashed, machine restarted) before their action was
@@ -51,47 +53,40 @@ impl Study {
                 fs::write(&marker, b"").at("cannot write", &marker)?;
                 continue;
             }
-            // A Slurm job keeps running without its writer: re-attach and record its real outcome.
-            if let Some(sub) = crate::jobs::slurm::submitted(&jd)? {
-                if self.record.node_tip(&intent.node)?.is_none() {
+            // The backend that ran the job, from what its directory holds, says what became of
+            // it: still running, ended (record its real outcome), or lost with its writer.
+            let runner = crate::jobs::runner_of_job(&jd);
+            let node_exists = self.record.node_tip(&intent.node)?.is_some();
+            match runner.reattach(&jd, wait && node_exists)? {
+                Reattach::Running => continue,
+                Reattach::Ended { spec, job } => {
+                    if !node_exists || !claim_recovery(&jd) {
+                        continue;
+                    }
+                    self.record_reattached(&intent, &spec, *job)?;
+                    recorded += 1;
                     continue;
                 }
-                let Some(job) = crate::jobs::slurm::reattach(&jd, wait)? else {
-                    continue;
-                };
-                if !claim_recovery(&jd) {
-                    continue;
-                }
-                self.record_reattached(&intent, &sub.spec, job)?;
-                recorded += 1;
-                continue;
+                Reattach::Lost => {}
             }
             if !claim_recovery(&jd) {
                 continue;
             }
-            crate::jobs::stop_job(&jd);
-            crate::jobs::slurm::stop_unnoted(&jd, &intent.job);
-            let job = JobRecord {
-                id: intent.job.clone(),
-                kind: intent.kind,
-                state: JobState::Lost,
-                exit_code: None,
-                started_at: intent.started_at.clone(),
-                finished_at: now_rfc3339(),
-                duration_s: intent.started.elapsed_s(),
-                command: intent.command.clone(),
-                env: intent.env.clone(),
-                network: "shared".into(),
-                log: self.store_log_at(&jd.join("job.log"))?,
-                error: Some("the rsim process that ran this job died before recording it; the job was stopped".into()),
-                compute_s: None,
-                slurm: None,
-            };
-            let caller = Caller::new(intent.agent.clone(), intent.role);
-            let node = intent.node.clone();
-            if self.record.node_tip(&node)?.is_none() {
+            runner.stop_orphan(&jd, &intent.job);
+            let mut job = crate::jobs::lost_record(
+                &intent.job,
+                intent.kind,
+                &intent.started_at,
+                intent.started.elapsed_s(),
+                &intent.command,
+                &intent.env,
+            );
+            if !node_exists {
                 continue;
             }
+            job.log = self.store_log_at(&jd.join(JOB_LOG_FILE))?;
+            let caller = Caller::new(intent.agent.clone(), intent.role);
+            let node = intent.node.clone();
             self.commit_action(
                 &node,
                 &caller,
@@ -126,14 +121,6 @@ impl Study {
     ) -> Result<()> {
         let caller = Caller::new(intent.agent.clone(), intent.role);
         job.log = self.store_log(spec)?;
-        let sha_of = |key: &str| {
-            spec.params[key]["sha256"]
-                .as_str()
-                .map(str::to_string)
-                .ok_or_else(|| {
-                    Error::internal(format!("job {}: spec has no {key}.sha256", spec.id))
-                })
-        };
         match intent.action {
             ActionName::RunSft => {
                 let req: RunSftRequest = serde_json::from_value(intent.request.clone())?;
@@ -143,7 +130,7 @@ impl Study {
                     intent.request.clone(),
                     spec,
                     job,
-                    sha_of("base")?,
+                    spec.params.checkpoint().sha256.clone(),
                 )?;
             }
             ActionName::Evaluate => {
@@ -164,7 +151,7 @@ impl Study {
                     intent.request.clone(),
                     spec,
                     job,
-                    sha_of("checkpoint")?,
+                    spec.params.checkpoint().sha256.clone(),
                     evaluator,
                     task,
                 )?;
@@ -193,7 +180,7 @@ impl Study {
         fs::create_dir_all(&spec.dir).at("cannot create", &spec.dir)?;
         let intent = JobIntent {
             job: spec.id.clone(),
-            kind: spec.kind,
+            kind: spec.kind(),
             action,
             node: node.to_string(),
             agent: caller.agent.clone(),

@@ -33,5 +33,9 @@ pub fn all_schema_files() -> Vec<(String, String)> {
         pretty(schema::<ActionRecord>()),
     ));
     out.push(("node.toml.json".to_string(), pretty(schema::<NodeMeta>())));
+    // The job protocol: what job programs read (spec.json) and write (out/).
+    for (rel, s) in crate::jobs::protocol::schema_files() {
+        out.push((rel, pretty(s)));
+    }
     out
 }

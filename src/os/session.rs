@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use crate::jobs::{JobRunner, JobSpec};
+use crate::jobs::{JobRunner, JobSpec, Reattach};
 use crate::model::{Caller, JobRecord};
 use crate::os::Study;
 use crate::util::error::Result;
@@ -37,6 +37,15 @@ impl JobRunner for NotifyingRunner {
             f(spec.id.clone());
         }
         self.0.run(spec)
+    }
+    fn cancel(&self, job_dir: &Path, by: &str) -> Result<()> {
+        self.0.cancel(job_dir, by)
+    }
+    fn reattach(&self, job_dir: &Path, block: bool) -> Result<Reattach> {
+        self.0.reattach(job_dir, block)
+    }
+    fn stop_orphan(&self, job_dir: &Path, job: &str) {
+        self.0.stop_orphan(job_dir, job)
     }
 }
 

@@ -12,12 +12,12 @@ pub mod gpt;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 
-use crate::api::types::RunSftRequest;
+use crate::jobs::protocol::{self, CheckpointRef, EvalParams, EvalResult, SftParams, TrainMetrics};
 use crate::model::data::{Adapter, EvalItem, Row, Schedule};
 use crate::train::datasets::{parse_answer, parse_jsonl};
 use crate::util::error::{Error, IoContext, Result};
@@ -94,35 +94,8 @@ impl NGram {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct CheckpointRef {
-    sha256: String,
-    files: BTreeMap<String, PathBuf>,
-}
-
-#[derive(Debug, Deserialize)]
-struct DatasetRef {
-    path: PathBuf,
-}
-
-#[derive(Debug, Deserialize)]
-struct TrainSpec {
-    base: CheckpointRef,
-    datasets: Vec<DatasetRef>,
-    hyper: RunSftRequest,
-}
-
-#[derive(Debug, Deserialize)]
-struct EvalSpec {
-    checkpoint: CheckpointRef,
-    eval_set: PathBuf,
-}
-
 fn load_model(ck: &CheckpointRef) -> Result<NGram> {
-    let path = ck
-        .files
-        .get(MODEL_FILE)
-        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {MODEL_FILE}", ck.sha256)))?;
+    let path = ck.file(MODEL_FILE)?;
     let bytes = fs::read(path).at("cannot read", path)?;
     serde_json::from_slice(&bytes).map_err(|e| Error::invalid(format!("{}: {e}", path.display())))
 }
@@ -138,16 +111,9 @@ fn save_model(model: &NGram, dir: &Path, config: serde_json::Value) -> Result<()
     Ok(())
 }
 
-fn out_dir(spec_path: &Path) -> PathBuf {
-    spec_path.parent().unwrap_or(Path::new(".")).join("out")
-}
-
 /// The `model` field of a checkpoint's config.json: which embedded model it is.
 fn model_kind(ck: &CheckpointRef) -> Result<String> {
-    let path = ck
-        .files
-        .get(CONFIG_FILE)
-        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {CONFIG_FILE}", ck.sha256)))?;
+    let path = ck.file(CONFIG_FILE)?;
     let v: serde_json::Value = serde_json::from_slice(&fs::read(path).at("cannot read", path)?)
         .map_err(|e| Error::invalid(format!("{}: {e}", path.display())))?;
     v["model"].as_str().map(str::to_string).ok_or_else(|| {
@@ -156,12 +122,6 @@ fn model_kind(ck: &CheckpointRef) -> Result<String> {
             ck.sha256
         ))
     })
-}
-
-fn file<'a>(ck: &'a CheckpointRef, name: &str) -> Result<&'a PathBuf> {
-    ck.files
-        .get(name)
-        .ok_or_else(|| Error::invalid(format!("checkpoint {} has no {name}", ck.sha256)))
 }
 
 /// Jobs run single-threaded (measured faster than two threads on 2 cores, and jobs run side by side).
@@ -175,9 +135,7 @@ fn single_thread() {
 /// `rsim job train SPEC`: fine-tune the base checkpoint on rows sampled from the datasets.
 pub fn train(spec_path: &Path) -> Result<()> {
     single_thread();
-    let spec: TrainSpec =
-        serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
-            .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
+    let spec = SftParams::read(spec_path)?;
     let mut rows = Vec::new();
     for d in &spec.datasets {
         rows.extend(parse_jsonl(
@@ -185,7 +143,7 @@ pub fn train(spec_path: &Path) -> Result<()> {
             &d.path.display().to_string(),
         )?);
     }
-    let out = out_dir(spec_path);
+    let out = protocol::out_dir_of(spec_path);
     let metrics = match model_kind(&spec.base)?.as_str() {
         "char-ngram" => train_ngram(&spec, &rows, &out)?,
         crate::train::gpt::MODEL_KIND => train_gpt(&spec, &rows, &out)?,
@@ -195,19 +153,14 @@ pub fn train(spec_path: &Path) -> Result<()> {
             )));
         }
     };
-    fs::write(
-        out.join("metrics.json"),
-        crate::util::hash::json_bytes(&metrics)?,
-    )
-    .at("cannot write", &out)?;
-    Ok(())
+    protocol::write_train_metrics(&out, &metrics)
 }
 
-fn train_gpt(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::Value> {
+fn train_gpt(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics> {
     let h = &spec.hyper;
     let mut model = crate::train::gpt::Gpt::load(
-        file(&spec.base, CONFIG_FILE)?,
-        file(&spec.base, crate::train::gpt::WEIGHTS_FILE)?,
+        spec.base.file(CONFIG_FILE)?,
+        spec.base.file(crate::train::gpt::WEIGHTS_FILE)?,
     )?;
     if let Adapter::Lora { rank, alpha } = h.adapter {
         model.enable_lora(rank as usize, alpha, h.seed)?;
@@ -224,22 +177,22 @@ fn train_gpt(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::V
         h.batch_size as usize,
         h.answer_only_loss,
         h.seed,
-        |step, loss| eprintln!("step {step}/{steps} loss {loss:.4}"),
+        |step, loss| eprintln!("{}", protocol::progress_line(step, steps, loss)),
     )?;
     // Adapters are folded into the weights: the checkpoint is a plain model, evaluated as any.
     model.merge_lora()?;
     model.config.base = Some(spec.base.sha256.clone());
-    model.save(&out.join("checkpoint"))?;
-    Ok(serde_json::json!({
-        "final_loss": rep.final_loss,
-        "steps_per_s": rep.steps_per_s,
-        "tokens_per_s": rep.tokens_per_s,
-        "rows": rows.len() as f64,
-        "trainable_params": trainable as f64,
-    }))
+    model.save(&protocol::checkpoint_dir(out))?;
+    Ok(TrainMetrics::from([
+        ("final_loss".to_string(), rep.final_loss),
+        ("steps_per_s".to_string(), rep.steps_per_s),
+        ("tokens_per_s".to_string(), rep.tokens_per_s),
+        ("rows".to_string(), rows.len() as f64),
+        ("trainable_params".to_string(), trainable as f64),
+    ]))
 }
 
-fn train_ngram(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json::Value> {
+fn train_ngram(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics> {
     let h = &spec.hyper;
     if let Adapter::Lora { .. } = h.adapter {
         return Err(Error::invalid(
@@ -259,28 +212,29 @@ fn train_ngram(spec: &TrainSpec, rows: &[Row], out: &Path) -> Result<serde_json:
         }
         if (step + 1) % 100 == 0 || step + 1 == h.steps {
             eprintln!(
-                "step {}/{} contexts {}",
-                step + 1,
-                h.steps,
+                "{} contexts {}",
+                protocol::step_prefix(step + 1, h.steps),
                 model.counts.len()
             );
         }
     }
     let cfg =
         serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": spec.base.sha256 });
-    save_model(&model, &out.join("checkpoint"), cfg)?;
-    Ok(serde_json::json!({
-        "rows_seen": (h.steps * u64::from(h.batch_size)) as f64,
-        "distinct_prompts": seen.len() as f64,
-        "contexts": model.counts.len() as f64,
-    }))
+    save_model(&model, &protocol::checkpoint_dir(out), cfg)?;
+    Ok(TrainMetrics::from([
+        (
+            "rows_seen".to_string(),
+            (h.steps * u64::from(h.batch_size)) as f64,
+        ),
+        ("distinct_prompts".to_string(), seen.len() as f64),
+        ("contexts".to_string(), model.counts.len() as f64),
+    ]))
 }
 
 /// `rsim job eval SPEC`: exact match of the parsed answer on every item of the eval set.
 pub fn eval(spec_path: &Path) -> Result<()> {
     single_thread();
-    let spec: EvalSpec = serde_json::from_slice(&fs::read(spec_path).at("cannot read", spec_path)?)
-        .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
+    let spec = EvalParams::read(spec_path)?;
     let items = parse_jsonl(
         &fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?,
         "eval set",
@@ -302,8 +256,8 @@ pub fn eval(spec_path: &Path) -> Result<()> {
         }
         crate::train::gpt::MODEL_KIND => {
             let model = crate::train::gpt::Gpt::load(
-                file(&spec.checkpoint, CONFIG_FILE)?,
-                file(&spec.checkpoint, crate::train::gpt::WEIGHTS_FILE)?,
+                spec.checkpoint.file(CONFIG_FILE)?,
+                spec.checkpoint.file(crate::train::gpt::WEIGHTS_FILE)?,
             )?;
             model.generate(&prompts)?
         }
@@ -326,19 +280,12 @@ pub fn eval(spec_path: &Path) -> Result<()> {
         });
     }
     let n = items.len() as u64;
-    let out = out_dir(spec_path);
-    fs::create_dir_all(&out).at("cannot create", &out)?;
-    let result = serde_json::json!({
-        "metrics": { "exact_match": correct as f64 / n.max(1) as f64 },
-        "n_items": n,
-        "items": results,
-    });
-    fs::write(
-        out.join("result.json"),
-        crate::util::hash::json_bytes(&result)?,
-    )
-    .at("cannot write", &out)?;
-    Ok(())
+    let result = EvalResult {
+        metrics: BTreeMap::from([("exact_match".to_string(), correct as f64 / n.max(1) as f64)]),
+        n_items: n,
+        items: results,
+    };
+    protocol::write_eval_result(&protocol::out_dir_of(spec_path), &result)
 }
 
 /// `rsim job pretrain`: a tiny-gpt base model from a short seeded pretraining on generic arithmetic
@@ -373,7 +320,7 @@ pub fn pretrain(dir: &Path, seed: u64, steps: u64) -> Result<serde_json::Value> 
         32,
         false,
         seed,
-        |step, loss| eprintln!("pretrain step {step}/{steps} loss {loss:.4}"),
+        |step, loss| eprintln!("pretrain {}", protocol::progress_line(step, steps, loss)),
     )?;
     model.save(dir)?;
     Ok(
@@ -381,14 +328,16 @@ pub fn pretrain(dir: &Path, seed: u64, steps: u64) -> Result<serde_json::Value> 
     )
 }
 
-/// Identity of the embedded evaluator: the hash of the source that evaluates (this file and the
-/// answer parsing it uses).
+/// Identity of the embedded evaluator: the hash of the source that evaluates (this file, the
+/// model, the answer parsing it uses, and the job protocol it reads its spec and writes its
+/// result with).
 pub fn evaluator_source_hash() -> String {
     let src = [
         include_str!("mod.rs"),
         include_str!("gpt.rs"),
         include_str!("datasets.rs"),
         include_str!("../model/data.rs"),
+        include_str!("../jobs/protocol.rs"),
     ]
     .concat();
     crate::util::hash::sha256_hex(src.as_bytes())

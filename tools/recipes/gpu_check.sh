@@ -30,7 +30,7 @@ for name, adapter, lr in [("full", {"kind": "full"}, 1e-3), ("lora", {"kind": "l
     d = w / f"sft-{name}"; d.mkdir()
     spec = {"kind": "sft", "job": f"j-{name}", "node": "n1", "base": base,
             "datasets": [{"name": "add3", "sha256": "0" * 64, "rows": 20000, "path": str(w / "train.jsonl")}],
-            "hyper": {"node": "n1", "base": "base", "datasets": ["add3"], "learning_rate": lr, "steps": 2000,
+            "hyper": {"learning_rate": lr, "steps": 2000,
                       "batch_size": 64, "warmup_steps": 100, "schedule": "cosine", "adapter": adapter,
                       "answer_only_loss": True, "seed": 1}}
     (d / "spec.json").write_text(json.dumps(spec, indent=2))

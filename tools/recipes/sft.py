@@ -67,7 +67,7 @@ def main() -> None:
     last = []
     for step in range(steps):
         for g in opt.param_groups:
-            g["lr"] = lr_at(h["schedule"], h["learning_rate"], step, steps, h.get("warmup_steps", 0))
+            g["lr"] = lr_at(h["schedule"], h["learning_rate"], step, steps, h["warmup_steps"])
         batch = [enc[random.randrange(len(enc))] for _ in range(bs)]
         width = max(len(p) + len(a) for p, a in batch)
         ids = torch.zeros((bs, width), dtype=torch.long)

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::jobs::protocol::{self, EvalParams, JobParams};
 use crate::os::*;
 
 impl Study {
@@ -60,23 +61,16 @@ impl Study {
         }
         let ck = ck.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
         let job_id = crate::jobs::new_job_id();
-        let params = serde_json::json!({
-            "kind": "evaluate",
-            "job": job_id,
-            "checkpoint": self.checkpoint_files(&ck)?,
-            "task": req.task,
-            "split": req.split,
-            "metric": task.metric,
-            "eval_set": set_path,
+        let params = JobParams::Evaluate(EvalParams {
+            job: job_id.clone(),
+            checkpoint: self.checkpoint_files(&ck)?,
+            task: req.task.clone(),
+            split: req.split,
+            metric: task.metric.clone(),
+            eval_set: set_path,
         });
         let timeout = self.job_timeout(caller, &req.node)?;
-        let spec = self.job_spec(
-            job_id,
-            JobKind::Evaluate,
-            &self.config.jobs.evaluate.clone(),
-            params,
-            timeout,
-        )?;
+        let spec = self.job_spec(job_id, &self.config.jobs.evaluate.clone(), params, timeout)?;
         self.write_intent(
             caller,
             ActionName::Evaluate,
@@ -107,7 +101,7 @@ impl Study {
         let mut n_items = 0;
         let mut items = None;
         if job.state == JobState::Succeeded {
-            match read_eval_result(&spec.out_dir().join("result.json")) {
+            match protocol::read_eval_result(&spec.out_dir()) {
                 Ok(r) => {
                     metrics = r.metrics;
                     n_items = r.n_items;

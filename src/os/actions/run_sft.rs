@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::jobs::protocol::{self, DatasetRef, JobParams, SftParams, TrainHyper};
 use crate::os::*;
 
 impl Study {
@@ -40,24 +41,23 @@ impl Study {
         let base_sha =
             base_sha.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
         let job_id = crate::jobs::new_job_id();
-        let params = serde_json::json!({
-            "kind": "sft",
-            "job": job_id,
-            "node": req.node,
-            "base": self.checkpoint_files(&base_sha)?,
-            "datasets": ds.iter().map(|(name, sha, rows)| serde_json::json!({
-                "name": name, "sha256": sha, "rows": rows, "path": self.store.path(sha),
-            })).collect::<Vec<_>>(),
-            "hyper": request,
+        let params = JobParams::Sft(SftParams {
+            job: job_id.clone(),
+            node: req.node.clone(),
+            base: self.checkpoint_files(&base_sha)?,
+            datasets: ds
+                .iter()
+                .map(|(name, sha, rows)| DatasetRef {
+                    name: name.clone(),
+                    sha256: sha.clone(),
+                    rows: *rows,
+                    path: self.store.path(sha),
+                })
+                .collect(),
+            hyper: train_hyper(&req),
         });
         let timeout = self.job_timeout(caller, &req.node)?;
-        let spec = self.job_spec(
-            job_id,
-            JobKind::Sft,
-            &self.config.jobs.sft.clone(),
-            params,
-            timeout,
-        )?;
+        let spec = self.job_spec(job_id, &self.config.jobs.sft.clone(), params, timeout)?;
         self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec, None)?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
@@ -77,14 +77,22 @@ impl Study {
         let mut checkpoint = None;
         let mut train_metrics = BTreeMap::new();
         if job.state == JobState::Succeeded {
-            let ck_dir = spec.out_dir().join("checkpoint");
-            if ck_dir.is_dir() {
-                checkpoint = Some(self.store.put_dir(&ck_dir)?);
-                train_metrics = read_metrics(&spec.out_dir().join("metrics.json"))?;
-            } else {
-                job.state = JobState::Failed;
-                job.error =
-                    Some("the trainer exited 0 but wrote no out/checkpoint/ directory".into());
+            let out = spec.out_dir();
+            let ck_dir = protocol::checkpoint_dir(&out);
+            match protocol::read_train_metrics(&out) {
+                Ok(_) if !ck_dir.is_dir() => {
+                    job.state = JobState::Failed;
+                    job.error =
+                        Some("the trainer exited 0 but wrote no out/checkpoint/ directory".into());
+                }
+                Ok(m) => {
+                    checkpoint = Some(self.store.put_dir(&ck_dir)?);
+                    train_metrics = m;
+                }
+                Err(e) => {
+                    job.state = JobState::Failed;
+                    job.error = Some(e.message);
+                }
             }
         }
         let result_stored = serde_json::json!({
@@ -130,5 +138,62 @@ impl Study {
             train_metrics,
             commit: oid,
         })
+    }
+}
+
+/// What the trainer is told from the agent's request: its training parameters only. The request
+/// is taken apart field by field, so a field added to it must be placed here on purpose (into
+/// the job's spec, or not) rather than silently reaching every recipe.
+fn train_hyper(req: &RunSftRequest) -> TrainHyper {
+    let RunSftRequest {
+        node: _,
+        base: _,
+        datasets: _,
+        learning_rate,
+        steps,
+        batch_size,
+        warmup_steps,
+        schedule,
+        adapter,
+        answer_only_loss,
+        seed,
+    } = req;
+    TrainHyper {
+        learning_rate: *learning_rate,
+        steps: *steps,
+        batch_size: *batch_size,
+        warmup_steps: *warmup_steps,
+        schedule: *schedule,
+        adapter: adapter.clone(),
+        answer_only_loss: *answer_only_loss,
+        seed: *seed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trainer_gets_training_parameters_not_the_request() {
+        let req: RunSftRequest = serde_json::from_value(serde_json::json!({
+            "node": "n1", "base": "base", "datasets": ["plain"], "learning_rate": 0.002,
+            "steps": 30, "batch_size": 8, "warmup_steps": 3, "schedule": "linear",
+            "adapter": {"kind": "lora", "rank": 4, "alpha": 8.0}, "answer_only_loss": false,
+            "seed": 11,
+        }))
+        .expect("request");
+        let h = serde_json::to_value(train_hyper(&req)).expect("hyper");
+        assert_eq!(
+            h,
+            serde_json::json!({
+                "learning_rate": 0.002, "steps": 30, "batch_size": 8, "warmup_steps": 3,
+                "schedule": "linear", "adapter": {"kind": "lora", "rank": 4, "alpha": 8.0},
+                "answer_only_loss": false, "seed": 11,
+            })
+        );
+        // The request itself is not a valid hyper: the job side cannot be handed it by mistake.
+        let request = serde_json::to_value(&req).expect("request");
+        assert!(serde_json::from_value::<TrainHyper>(request).is_err());
     }
 }
