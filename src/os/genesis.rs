@@ -123,10 +123,7 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
         ),
     )?;
     let index = Index::open(&paths::index_path(&root))?;
-    let writer = Writer {
-        record: &rec,
-        index: &index,
-    };
+    let writer = Writer::new(&rec, &index);
     let owner = Caller::new("owner", Role::Owner);
     let request = serde_json::json!({ "base_model": config.base_model });
     writer.create(NodeId::Exactly(ROOT_NODE.into()), &[main], &[], |id| {

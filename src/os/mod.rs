@@ -155,10 +155,7 @@ impl Study {
 
     /// The commit protocol over this study's record and index.
     fn writer(&self) -> Writer<'_> {
-        Writer {
-            record: &self.record,
-            index: &self.index,
-        }
+        Writer::new(&self.record, &self.index)
     }
 
     /// Record a policy rejection on `node` and return the error the caller sees (kind

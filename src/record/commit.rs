@@ -27,6 +27,10 @@ use crate::util::error::{Error, Result};
 /// How long a writer keeps retrying a lost compare-and-swap before answering `conflict`.
 pub const CONFLICT_DEADLINE: Duration = Duration::from_secs(20);
 
+/// A branch's lock file older than this was left by a writer that died holding it (a writer
+/// holds it for the milliseconds between writing the new tip and renaming it into place).
+pub const STALE_REF_LOCK: Duration = Duration::from_secs(5);
+
 /// This process's writes, one at a time.
 static WRITES: Mutex<()> = Mutex::new(());
 
@@ -102,26 +106,29 @@ pub enum NodeId {
 
 /// Writes actions into the record with the protocol above.
 pub struct Writer<'a> {
-    pub record: &'a Record,
-    pub index: &'a Index,
+    record: &'a Record,
+    index: &'a Index,
+    deadline: Duration,
 }
 
 /// Retry pacing: a random pause that grows with the attempt (0.2–2 ms at first, up to ~50 ms).
 struct Pacer {
     attempt: u32,
     started: Instant,
+    deadline: Duration,
 }
 
 impl Pacer {
-    fn new() -> Self {
+    fn new(deadline: Duration) -> Self {
         Pacer {
             attempt: 0,
             started: Instant::now(),
+            deadline,
         }
     }
     /// Pause before the next attempt; false once the deadline has passed.
     fn again(&mut self) -> bool {
-        if self.started.elapsed() >= CONFLICT_DEADLINE {
+        if self.started.elapsed() >= self.deadline {
             return false;
         }
         self.attempt += 1;
@@ -136,7 +143,40 @@ impl Pacer {
     }
 }
 
-impl Writer<'_> {
+/// Remove the lock file of `node`'s branch if a dead writer left it: git never breaks a ref lock
+/// by itself, so without this one `kill -9` at the wrong moment would make the node unwritable.
+fn clear_stale_ref_lock(record: &Record, node: &str) {
+    let lock = record
+        .repo()
+        .path()
+        .join(format!("{}.lock", record::node_ref(node)));
+    let age = std::fs::metadata(&lock)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok());
+    if age.is_some_and(|a| a >= STALE_REF_LOCK) && std::fs::remove_file(&lock).is_ok() {
+        tracing::warn!(
+            node,
+            "removed a stale lock on the node's branch left by a writer that died holding it"
+        );
+    }
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(record: &'a Record, index: &'a Index) -> Self {
+        Writer {
+            record,
+            index,
+            deadline: CONFLICT_DEADLINE,
+        }
+    }
+
+    /// How long to keep retrying a lost compare-and-swap (tests use a short one).
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
     /// Append one action to `node`; `prepare` sees the tip it will be appended to and runs again
     /// after a lost race. Returns the commit id and the recorded action.
     pub fn append(
@@ -148,7 +188,7 @@ impl Writer<'_> {
         mut prepare: impl FnMut(&NodeSnapshot) -> Result<Prepared>,
     ) -> Result<(String, ActionRecord)> {
         let _one = WRITES.lock().unwrap_or_else(|e| e.into_inner());
-        let mut pacer = Pacer::new();
+        let mut pacer = Pacer::new(self.deadline);
         loop {
             let tip = self
                 .record
@@ -183,10 +223,11 @@ impl Writer<'_> {
                     return Ok((oid.to_string(), rec));
                 }
                 Append::Stale => {
+                    clear_stale_ref_lock(self.record, node);
                     if !pacer.again() {
                         return Err(Error::conflict(format!(
-                            "node {node}: other writers kept moving the node for {} s; nothing was recorded",
-                            CONFLICT_DEADLINE.as_secs()
+                            "node {node}: other writers kept moving the node for {:.1} s; nothing was recorded",
+                            self.deadline.as_secs_f64()
                         )));
                     }
                 }
@@ -204,7 +245,7 @@ impl Writer<'_> {
         mut first: impl FnMut(&str) -> Result<FirstAction>,
     ) -> Result<(String, Oid)> {
         let _one = WRITES.lock().unwrap_or_else(|e| e.into_inner());
-        let mut pacer = Pacer::new();
+        let mut pacer = Pacer::new(self.deadline);
         let (mut num, exact) = match id {
             NodeId::Allocate(n) => (n, None),
             NodeId::Exactly(id) => (0, Some(id)),
@@ -234,14 +275,166 @@ impl Writer<'_> {
                     num += 1;
                 }
                 Create::Busy => {
+                    clear_stale_ref_lock(self.record, &id);
                     if !pacer.again() {
                         return Err(Error::conflict(format!(
-                            "could not create node {id}: other writers held it for {} s; nothing was recorded",
-                            CONFLICT_DEADLINE.as_secs()
+                            "could not create node {id}: other writers held it for {:.1} s; nothing was recorded",
+                            self.deadline.as_secs_f64()
                         )));
                     }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Role, paths};
+    use crate::util::error::ErrorKind;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        root: std::path::PathBuf,
+        record: Record,
+        index: Index,
+    }
+
+    /// A record with `main` and a root node, written through the protocol itself.
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_path_buf();
+        let record = Record::init(&root).expect("git init");
+        std::fs::create_dir_all(paths::state_dir(&root)).expect("state dir");
+        let index = Index::open(&paths::index_path(&root)).expect("index");
+        let main = record
+            .commit_main(&[TreeFile::new("rsim.toml", "x")], "init")
+            .expect("main");
+        Writer::new(&record, &index)
+            .create(NodeId::Exactly("n0".into()), &[main], &[], |id| {
+                Ok(first(id, ActionName::Init))
+            })
+            .expect("genesis");
+        Fixture {
+            _dir: dir,
+            root,
+            record,
+            index,
+        }
+    }
+
+    fn owner() -> Caller {
+        Caller::new("owner", Role::Owner)
+    }
+
+    fn first(id: &str, action: ActionName) -> FirstAction {
+        FirstAction {
+            meta: NodeMeta {
+                id: id.into(),
+                title: "t".into(),
+                hypothesis: String::new(),
+                parents: Vec::new(),
+                status: NodeStatus::Open,
+                created_at: now_rfc3339(),
+                created_by: "owner".into(),
+                outcome: None,
+            },
+            record: ActionRecord {
+                seq: 1,
+                action,
+                node: id.into(),
+                agent: "owner".into(),
+                role: Role::Owner,
+                at: now_rfc3339(),
+                summary: "s".into(),
+                request: Value::Null,
+                decision: Decision::accept(),
+                result: None,
+                job: None,
+                artifacts: Vec::new(),
+                metrics: Vec::new(),
+                refers_to: Vec::new(),
+            },
+            body: String::new(),
+        }
+    }
+
+    fn append(f: &Fixture, w: &Writer<'_>) -> Result<(String, ActionRecord)> {
+        w.append(
+            "n0",
+            &owner(),
+            ActionName::Compare,
+            &Value::Null,
+            |_| Ok(Prepared::accepted("c".into(), Value::Null)),
+        )
+        .inspect(|_| assert!(f.record.node_tip("n0").is_ok()))
+    }
+
+    #[test]
+    fn a_held_branch_is_waited_out_and_the_action_lands_once() {
+        let f = fixture();
+        let lock = f.root.join(".git/refs/heads/rsim/n/n0.lock");
+        std::fs::write(&lock, b"").expect("hold the ref");
+        let release = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                std::fs::remove_file(lock).expect("release");
+            })
+        };
+        let (_, rec) = append(&f, &Writer::new(&f.record, &f.index)).expect("lands");
+        release.join().expect("thread");
+        assert_eq!(rec.seq, 2);
+        let tip = f.record.node_tip("n0").expect("tip").expect("n0");
+        assert_eq!(f.record.snapshot(tip).expect("snap").action_count, 2);
+        assert_eq!(f.index.node_actions("n0").expect("indexed").len(), 2);
+    }
+
+    #[test]
+    fn a_lock_left_by_a_dead_writer_is_broken() {
+        let f = fixture();
+        let lock = f.root.join(".git/refs/heads/rsim/n/n0.lock");
+        let file = std::fs::File::create(&lock).expect("lock");
+        // Left behind long ago.
+        file.set_modified(std::time::SystemTime::now() - 2 * STALE_REF_LOCK)
+            .expect("age the lock");
+        drop(file);
+        let (_, rec) = append(&f, &Writer::new(&f.record, &f.index)).expect("lands");
+        assert_eq!(rec.seq, 2);
+        assert!(!lock.exists());
+    }
+
+    #[test]
+    fn a_conflict_past_the_deadline_writes_nothing() {
+        let f = fixture();
+        std::fs::write(f.root.join(".git/refs/heads/rsim/n/n0.lock"), b"").expect("hold");
+        let tip = f.record.node_tip("n0").expect("tip");
+        let w = Writer::new(&f.record, &f.index).with_deadline(Duration::from_millis(200));
+        let e = append(&f, &w).expect_err("conflict");
+        assert_eq!(e.kind, ErrorKind::Conflict, "{}", e.message);
+        assert!(e.message.contains("nothing was recorded"), "{}", e.message);
+        assert_eq!(f.record.node_tip("n0").expect("tip"), tip, "the branch did not move");
+        assert_eq!(f.index.node_actions("n0").expect("indexed").len(), 1);
+    }
+
+    #[test]
+    fn a_taken_id_is_stepped_past_and_an_exact_id_is_a_conflict() {
+        let f = fixture();
+        let main = f.record.main_tip().expect("main");
+        let w = Writer::new(&f.record, &f.index);
+        // Ask for n0 (taken): allocation moves on to n1.
+        let (id, _) = w
+            .create(NodeId::Allocate(0), &[main], &[], |id| {
+                Ok(first(id, ActionName::Branch))
+            })
+            .expect("created");
+        assert_eq!(id, "n1");
+        let e = w
+            .create(NodeId::Exactly("n1".into()), &[main], &[], |id| {
+                Ok(first(id, ActionName::Branch))
+            })
+            .expect_err("n1 exists");
+        assert_eq!(e.kind, ErrorKind::Conflict);
     }
 }
