@@ -2,7 +2,7 @@
 //! Cases run in rounds of 5,000 on a fresh study each, so the record stays the size a real study
 //! has and the run measures input handling rather than one node collecting tens of thousands of actions.
 
-#[path = "../tests/fuzz_support.rs"]
+#[path = "../tests/all/fuzz_support.rs"]
 mod fuzz_support;
 
 use std::cell::Cell;

@@ -361,13 +361,9 @@ mod tests {
     }
 
     fn append(f: &Fixture, w: &Writer<'_>) -> Result<(String, ActionRecord)> {
-        w.append(
-            "n0",
-            &owner(),
-            ActionName::Compare,
-            &Value::Null,
-            |_| Ok(Prepared::accepted("c".into(), Value::Null)),
-        )
+        w.append("n0", &owner(), ActionName::Compare, &Value::Null, |_| {
+            Ok(Prepared::accepted("c".into(), Value::Null))
+        })
         .inspect(|_| assert!(f.record.node_tip("n0").is_ok()))
     }
 
@@ -414,7 +410,11 @@ mod tests {
         let e = append(&f, &w).expect_err("conflict");
         assert_eq!(e.kind, ErrorKind::Conflict, "{}", e.message);
         assert!(e.message.contains("nothing was recorded"), "{}", e.message);
-        assert_eq!(f.record.node_tip("n0").expect("tip"), tip, "the branch did not move");
+        assert_eq!(
+            f.record.node_tip("n0").expect("tip"),
+            tip,
+            "the branch did not move"
+        );
         assert_eq!(f.index.node_actions("n0").expect("indexed").len(), 1);
     }
 

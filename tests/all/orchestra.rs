@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-mod common;
-use common::{commit_config, example_study, fsck_clean, ok_json, rsim, run};
+use crate::common::{commit_config, example_study, fsck_clean, ok_json, rsim, run};
 
 /// Every accepted action of the study, from the log query.
 fn actions(root: &Path) -> Vec<Value> {

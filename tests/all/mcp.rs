@@ -17,8 +17,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-mod common;
-use common::{example_study, fsck_clean, rsim};
+use crate::common::{example_study, fsck_clean, rsim};
 
 /// A running `rsim serve`, killed on drop.
 struct ServerProc {

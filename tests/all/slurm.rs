@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
-use common::{commit_config, example_study, ok_json, rsim, run};
+use crate::common::{commit_config, example_study, ok_json, rsim, run};
 
 fn slurm_here() -> bool {
     let found = Command::new("sbatch")

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
-use common::{commit_config, example_study, fsck_clean, ok_json, rsim, run};
+use crate::common::{commit_config, example_study, fsck_clean, ok_json, rsim, run};
 
 fn actions(root: &Path) -> Vec<Value> {
     ok_json(root, &["log", "--limit", "100000"])["actions"]

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-mod common;
-use common::{example_study, fsck_clean, ok_json, rsim, run};
+use crate::common::{example_study, fsck_clean, ok_json, rsim, run};
 
 #[test]
 fn schemas_directory_is_current() {

@@ -1,7 +1,7 @@
 //! Fuzz the action inputs (a small run; `cargo bench --bench fuzz` runs ≥ 100k cases):
 //! whatever JSON arrives, the Experiment OS never panics and every error says what was wrong.
 
-mod fuzz_support;
+use crate::fuzz_support;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

@@ -1,0 +1,16 @@
+//! Every integration test in one binary (one link of the crate and its dependencies instead of
+//! one per file), with the helpers they share. Run one area with `cargo test --test all mcp::`.
+
+mod common;
+mod fuzz_support;
+
+mod api;
+mod cli;
+mod fuzz;
+mod layering;
+mod mcp;
+mod nix;
+mod orchestra;
+mod redteam;
+mod session;
+mod slurm;
