@@ -59,13 +59,11 @@ impl WorkerAgent for BuiltinWorker {
             return Ok(());
         };
         for (name, req) in recipe.datasets(&family, &t.node) {
-            if study.index().dataset(&name)?.is_none() {
+            if study.dataset(&name)?.is_none() {
                 match study.register_dataset(&t.caller, req) {
                     Ok(_) => {}
                     // Another worker registered it meanwhile.
-                    Err(e)
-                        if e.kind == ErrorKind::Rejected
-                            && study.index().dataset(&name)?.is_some() => {}
+                    Err(e) if e.kind == ErrorKind::Rejected && study.dataset(&name)?.is_some() => {}
                     Err(e) => return Err(e),
                 }
             }

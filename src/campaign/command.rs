@@ -259,11 +259,10 @@ fn write_private(path: &Path, text: &str) -> Result<()> {
 
 fn run_sft_count(study: &Study, node: &str) -> usize {
     study
-        .index()
         .node_actions(node)
         .map(|a| {
             a.iter()
-                .filter(|r| r.record.action == ActionName::RunSft && r.record.decision.accepted())
+                .filter(|r| r.action == ActionName::RunSft && r.decision.accepted())
                 .count()
         })
         .unwrap_or(0)

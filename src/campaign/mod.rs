@@ -262,10 +262,8 @@ impl WorkerTask {
         if result.is_err() {
             return Ok(());
         }
-        let open = study
-            .index()
-            .node(&self.node)?
-            .is_some_and(|n| n.status == NodeStatus::Open);
+        let (meta, _) = study.node_history(&self.node)?;
+        let open = meta.status == NodeStatus::Open;
         if open {
             study.conclude(
                 &self.caller,
@@ -919,13 +917,18 @@ fn base_score(
 ) -> Result<Option<f64>> {
     let base = study.base_checkpoint()?;
     let known = study
-        .index()
-        .node_metrics(crate::os::ROOT_NODE)?
+        .get_node(
+            owner,
+            crate::api::types::GetNodeRequest {
+                node: crate::os::ROOT_NODE.to_string(),
+            },
+        )?
+        .metrics
         .into_iter()
-        .find(|(_, m)| {
+        .find(|m| {
             m.checkpoint == base && m.split == split && m.task == opts.task && m.name == opts.metric
         });
-    if let Some((_, m)) = known {
+    if let Some(m) = known {
         return Ok(Some(m.value));
     }
     progress.say(&format!(

@@ -6,6 +6,7 @@ use crate::api::types::ReviewVerdict;
 use crate::campaign::state::{CampaignState, LockIn};
 use crate::campaign::{RunOptions, saved_options};
 use crate::model::NodeStatus;
+use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::Result;
 use serde::Serialize;
@@ -71,7 +72,17 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
         .map_or("exact_match".to_string(), |c| c.metric.clone());
     let st = CampaignState::load(study, &task)?;
     let base = study.base_checkpoint()?;
-    let root_metrics = study.index().node_metrics(crate::os::ROOT_NODE)?;
+    let root_metrics: Vec<(u32, crate::model::MetricRecord)> = study
+        .get_node(
+            &crate::model::Caller::owner(),
+            crate::api::types::GetNodeRequest {
+                node: crate::os::ROOT_NODE.to_string(),
+            },
+        )?
+        .metrics
+        .into_iter()
+        .map(|m| (0, m))
+        .collect();
     let base_score = |split: crate::model::Split| {
         root_metrics
             .iter()
@@ -145,7 +156,7 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
         verdicts,
         reviews: st.reviews.len(),
         experiments_used: st.experiments_used,
-        compute_seconds: study.index().compute_seconds_used()?,
+        compute_seconds: study.compute_seconds_used()?,
         lock_in: st.lock_in(),
         audit_attempts: audit.attempts,
         audit_rejected: audit.rejected,

@@ -112,18 +112,13 @@ impl CampaignState {
         };
         let mut raw = Vec::new();
         for n in &listed.nodes {
-            let Some(tip) = study.record().node_tip(&n.id)? else {
-                continue;
-            };
-            let snap = study.record().snapshot(tip)?;
-            let actions = study.record().actions_since(&n.id, tip, 0)?;
-            raw.push((snap.meta, actions));
+            raw.push(study.node_history(&n.id)?);
         }
         for (meta, actions) in raw {
             let mut experiments: Vec<Experiment> = Vec::new();
             let mut dev: BTreeMap<String, f64> = BTreeMap::new();
             for a in &actions {
-                let r = &a.record;
+                let r = a;
                 if r.decision.decision != Verdict::Accepted {
                     continue;
                 }

@@ -127,7 +127,16 @@ pub fn run(
     }
     let mut study = Study::open(&big)?;
     let t = Instant::now();
-    let have = study.index().node_count()? as usize;
+    let have = study
+        .list_nodes(
+            &Caller::owner(),
+            crate::api::types::ListNodesRequest {
+                status: None,
+                limit: 1,
+                offset: 0,
+            },
+        )?
+        .total as usize;
     let nodes = if reusing { have } else { nodes };
     let mut ids: Vec<String> = (0..have.max(1)).map(|i| format!("n{i}")).collect();
     let mut rng_state: u64 = 0x9e37_79b9_7f4a_7c15;

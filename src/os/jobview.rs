@@ -1,12 +1,13 @@
-//! What faces read about jobs and recorded actions, answered by the OS so no face reads the
-//! index, git or the job directories itself: a running job's progress and log, the recorded
-//! result of the action that ran a job, one recorded action.
+//! What faces and the orchestrator read beyond the declared queries, answered by the OS so none
+//! of them reads the index, git or the job directories itself: a running job's progress and log,
+//! the recorded result of the action that ran a job, one recorded action or a node's whole
+//! history, a registered dataset, the compute used.
 
 use serde_json::Value;
 
 use crate::jobs::{self, Progress};
 use crate::model::paths::{self, JOB_LOG_FILE};
-use crate::model::{ActionName, ActionRecord};
+use crate::model::{ActionName, ActionRecord, NodeMeta};
 use crate::os::Study;
 use crate::util::error::{Error, Result};
 
@@ -58,6 +59,37 @@ impl Study {
             .find(|a| a.record.seq == seq)
             .ok_or_else(|| Error::not_found(format!("action: node {node} has no action {seq}")))?;
         Ok((a.record, a.commit.to_string()))
+    }
+
+    /// A node's state and every action recorded on it, in order, from git.
+    pub fn node_history(&self, node: &str) -> Result<(NodeMeta, Vec<ActionRecord>)> {
+        let tip = self
+            .record
+            .node_tip(node)?
+            .ok_or_else(|| Error::not_found(format!("node: no node {node}")))?;
+        let snap = self.record.snapshot(tip)?;
+        let actions = self.record.actions_since(node, tip, 0)?;
+        Ok((snap.meta, actions.into_iter().map(|a| a.record).collect()))
+    }
+
+    /// Every action recorded on a node, in order, from the index (fast).
+    pub fn node_actions(&self, node: &str) -> Result<Vec<ActionRecord>> {
+        Ok(self
+            .index
+            .node_actions(node)?
+            .into_iter()
+            .map(|r| r.record)
+            .collect())
+    }
+
+    /// A registered dataset: (sha256, node it was registered on, rows).
+    pub fn dataset(&self, name: &str) -> Result<Option<(String, String, u64)>> {
+        self.index.dataset(name)
+    }
+
+    /// Job seconds charged against the study's compute budget so far.
+    pub fn compute_seconds_used(&self) -> Result<f64> {
+        self.index.compute_seconds_used()
     }
 
     /// The recorded result of the action that ran `job`, once it is recorded: the stored result

@@ -184,6 +184,17 @@ fn lower_layers_never_import_higher_ones() {
                 rel.display()
             ));
         }
+        // Above the OS, reads go through its queries and read methods, never its insides.
+        if matches!(layer, "campaign" | "faces") {
+            for inside in [".record()", ".index()", ".store()"] {
+                if code.contains(inside) {
+                    problems.push(format!(
+                        "{}: reads the study's {inside} below the Experiment OS API (add a query or a read method in os/)",
+                        rel.display()
+                    ));
+                }
+            }
+        }
         if layer != "faces" {
             for c in FACE_CRATES {
                 if code.contains(&format!("{c}::")) || code.contains(&format!("use {c}")) {
