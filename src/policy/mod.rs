@@ -4,7 +4,10 @@
 
 pub mod contamination;
 
-use crate::api::types::DatasetSource;
+use crate::api::types::{
+    BranchRequest, CancelJobRequest, ConcludeRequest, DatasetSource, EvaluateRequest,
+    RegisterDatasetRequest, RunSftRequest,
+};
 use crate::config::StudyConfig;
 use crate::model::rule::Rule;
 use crate::model::{ActionName, Caller, Decision, NodeStatus, Role, Split};
@@ -187,46 +190,69 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
         );
     }
     match req {
-        Request::Branch(b) => {
-            if b.parents.len() as u64 > u64::from(cfg.policy.max_parents) {
-                return Decision::reject(
-                    Rule::MaxParents,
-                    format!(
-                        "a node may have at most {} parents (policy.max_parents)",
-                        cfg.policy.max_parents
-                    ),
-                );
-            }
-            if let Some(d) = node_budget(cfg, facts) {
-                return d;
-            }
-        }
-        Request::RegisterDataset(r) => {
-            if facts.agent_contamination_rejections
-                >= cfg.policy.max_contamination_rejections_per_agent
-            {
-                return Decision::reject(
-                    Rule::ContaminationProbing,
-                    format!(
-                        "agent {:?} already had {} datasets rejected for contamination \
+        Request::Branch(b) => check_branch(b, caller, cfg, facts),
+        Request::RegisterDataset(r) => check_register_dataset(r, caller, cfg, facts),
+        Request::RunSft(r) => check_run_sft(r, caller, cfg, facts),
+        Request::Evaluate(r) => check_evaluate(r, caller, cfg, facts),
+        Request::Conclude(c) => check_conclude(c, caller, cfg, facts),
+        Request::CancelJob(c) => check_cancel_job(c, caller, cfg, facts),
+        Request::Compare(_)
+        | Request::Review(_)
+        | Request::GetNode(_)
+        | Request::ListNodes(_)
+        | Request::Dag(_)
+        | Request::Log(_)
+        | Request::GetJob(_) => Decision::accept(),
+    }
+}
+
+/// branch: shape of the DAG and the node budget.
+fn check_branch(b: &BranchRequest, _caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Decision {
+    if b.parents.len() as u64 > u64::from(cfg.policy.max_parents) {
+        return Decision::reject(
+            Rule::MaxParents,
+            format!(
+                "a node may have at most {} parents (policy.max_parents)",
+                cfg.policy.max_parents
+            ),
+        );
+    }
+    if let Some(d) = node_budget(cfg, facts) {
+        return d;
+    }
+    Decision::accept()
+}
+
+/// register_dataset: the contamination gate, registered inputs, names, sizes.
+fn check_register_dataset(
+    r: &RegisterDatasetRequest,
+    caller: &Caller,
+    cfg: &StudyConfig,
+    facts: &Facts,
+) -> Decision {
+    if facts.agent_contamination_rejections >= cfg.policy.max_contamination_rejections_per_agent {
+        return Decision::reject(
+            Rule::ContaminationProbing,
+            format!(
+                "agent {:?} already had {} datasets rejected for contamination \
                          (policy.max_contamination_rejections_per_agent = {}); it may register no more datasets",
-                        caller.agent,
-                        facts.agent_contamination_rejections,
-                        cfg.policy.max_contamination_rejections_per_agent
-                    ),
-                );
-            }
-            if !facts.unregistered_datasets.is_empty() {
-                return Decision::reject(
-                    Rule::DatasetUnregistered,
-                    format!(
-                        "mixtures and filters take registered datasets only; not registered: {}",
-                        facts.unregistered_datasets.join(", ")
-                    ),
-                );
-            }
-            if !facts.contamination.is_empty() {
-                let evidence: Vec<String> = facts
+                caller.agent,
+                facts.agent_contamination_rejections,
+                cfg.policy.max_contamination_rejections_per_agent
+            ),
+        );
+    }
+    if !facts.unregistered_datasets.is_empty() {
+        return Decision::reject(
+            Rule::DatasetUnregistered,
+            format!(
+                "mixtures and filters take registered datasets only; not registered: {}",
+                facts.unregistered_datasets.join(", ")
+            ),
+        );
+    }
+    if !facts.contamination.is_empty() {
+        let evidence: Vec<String> = facts
                     .contamination
                     .iter()
                     .take(5)
@@ -242,164 +268,185 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
                         )
                     })
                     .collect();
-                return Decision::reject(
-                    Rule::Contamination,
-                    format!(
-                        "the dataset overlaps protected eval data ({} item(s) matched): {}",
-                        facts.contamination.len(),
-                        evidence.join("; ")
-                    ),
-                );
-            }
-            if facts.dataset_name_taken {
-                return Decision::reject(
-                    Rule::DatasetNameTaken,
-                    format!(
-                        "a dataset named {:?} is already registered; choose another name",
-                        r.name
-                    ),
-                );
-            }
-            if let DatasetSource::Inline { rows } = &r.source
-                && rows.len() as u64 > cfg.policy.max_inline_rows
-            {
-                return Decision::reject(
-                    Rule::InlineRowsLimit,
-                    format!(
-                        "{} inline rows exceed policy.max_inline_rows = {}",
-                        rows.len(),
-                        cfg.policy.max_inline_rows
-                    ),
-                );
-            }
-        }
-        Request::RunSft(r) => {
-            if let Some(d) = job_checks(cfg, facts) {
-                return d;
-            }
-            if !facts.unregistered_datasets.is_empty() {
-                return Decision::reject(
-                    Rule::DatasetUnregistered,
-                    format!(
-                        "only registered datasets can be trained on; not registered: {}",
-                        facts.unregistered_datasets.join(", ")
-                    ),
-                );
-            }
-            if !facts.checkpoint_known {
-                return Decision::reject(
-                    Rule::CheckpointProvenance,
-                    format!(
-                        "checkpoint {} does not lead back to the base model through recorded run_sft actions",
-                        r.base
-                    ),
-                );
-            }
-        }
-        Request::Evaluate(r) => {
-            if let Some(d) = job_checks(cfg, facts) {
-                return d;
-            }
-            if !facts.checkpoint_known {
-                return Decision::reject(
-                    Rule::CheckpointProvenance,
-                    format!(
-                        "checkpoint {} does not lead back to the base model through recorded run_sft actions",
-                        r.checkpoint
-                    ),
-                );
-            }
-            if let (Some(pin), Some(actual)) = (&facts.evaluator_pinned, &facts.evaluator_actual)
-                && pin != actual
-            {
-                return Decision::reject(
-                    Rule::EvaluatorPinned,
-                    format!(
-                        "the evaluator changed: its fingerprint is {actual}, the study pins {pin} \
+        return Decision::reject(
+            Rule::Contamination,
+            format!(
+                "the dataset overlaps protected eval data ({} item(s) matched): {}",
+                facts.contamination.len(),
+                evidence.join("; ")
+            ),
+        );
+    }
+    if facts.dataset_name_taken {
+        return Decision::reject(
+            Rule::DatasetNameTaken,
+            format!(
+                "a dataset named {:?} is already registered; choose another name",
+                r.name
+            ),
+        );
+    }
+    if let DatasetSource::Inline { rows } = &r.source
+        && rows.len() as u64 > cfg.policy.max_inline_rows
+    {
+        return Decision::reject(
+            Rule::InlineRowsLimit,
+            format!(
+                "{} inline rows exceed policy.max_inline_rows = {}",
+                rows.len(),
+                cfg.policy.max_inline_rows
+            ),
+        );
+    }
+    Decision::accept()
+}
+
+/// run_sft: job checks, registered data, checkpoint provenance.
+fn check_run_sft(
+    r: &RunSftRequest,
+    _caller: &Caller,
+    cfg: &StudyConfig,
+    facts: &Facts,
+) -> Decision {
+    if let Some(d) = job_checks(cfg, facts) {
+        return d;
+    }
+    if !facts.unregistered_datasets.is_empty() {
+        return Decision::reject(
+            Rule::DatasetUnregistered,
+            format!(
+                "only registered datasets can be trained on; not registered: {}",
+                facts.unregistered_datasets.join(", ")
+            ),
+        );
+    }
+    if !facts.checkpoint_known {
+        return Decision::reject(
+            Rule::CheckpointProvenance,
+            format!(
+                "checkpoint {} does not lead back to the base model through recorded run_sft actions",
+                r.base
+            ),
+        );
+    }
+    Decision::accept()
+}
+
+/// evaluate: job checks, provenance, the pinned evaluator and eval sets, evaluation budgets, the test-split limit.
+fn check_evaluate(
+    r: &EvaluateRequest,
+    caller: &Caller,
+    cfg: &StudyConfig,
+    facts: &Facts,
+) -> Decision {
+    if let Some(d) = job_checks(cfg, facts) {
+        return d;
+    }
+    if !facts.checkpoint_known {
+        return Decision::reject(
+            Rule::CheckpointProvenance,
+            format!(
+                "checkpoint {} does not lead back to the base model through recorded run_sft actions",
+                r.checkpoint
+            ),
+        );
+    }
+    if let (Some(pin), Some(actual)) = (&facts.evaluator_pinned, &facts.evaluator_actual)
+        && pin != actual
+    {
+        return Decision::reject(
+            Rule::EvaluatorPinned,
+            format!(
+                "the evaluator changed: its fingerprint is {actual}, the study pins {pin} \
                          (after a deliberate rsim upgrade, the study owner pins the new fingerprint: \
                          jobs.evaluator_sha256 in rsim.toml, committed on main)"
-                    ),
-                );
-            }
-            if let (Some(pin), Some(actual)) = (&facts.eval_set_pinned, &facts.eval_set_actual)
-                && pin != actual
-            {
-                return Decision::reject(
-                    Rule::EvalSetPinned,
-                    format!(
-                        "the {} split of task {} changed: sha256 {actual}, pinned {pin}",
-                        r.split.as_str(),
-                        r.task
-                    ),
-                );
-            }
-            if let Some(d) = evaluation_budget(cfg, facts) {
-                return d;
-            }
-            if let Some(max) = cfg.budgets.node_evaluations
-                && facts.node_evaluations >= max
-            {
-                return Decision::reject(
-                    Rule::BudgetNodeEvaluations,
-                    format!(
-                        "this node has used all {max} of its evaluations (budgets.node_evaluations)"
-                    ),
-                );
-            }
-            if let Some(max) = cfg.budgets.agent_evaluations
-                && facts.agent_evaluations >= max
-            {
-                return Decision::reject(
-                    Rule::BudgetAgentEvaluations,
-                    format!(
-                        "agent {:?} has used all {max} of its evaluations (budgets.agent_evaluations)",
-                        caller.agent
-                    ),
-                );
-            }
-            if r.split == Split::Test
-                && facts.test_evaluations_on_node >= cfg.budgets.test_evaluations_per_node
-            {
-                return Decision::reject(
-                    Rule::TestEvaluationLimit,
-                    format!(
-                        "this node already has {} test-split evaluations (budgets.test_evaluations_per_node = {}); use the dev split",
-                        facts.test_evaluations_on_node, cfg.budgets.test_evaluations_per_node
-                    ),
-                );
-            }
-        }
-        Request::Conclude(c) => {
-            if c.best_checkpoint.is_some() && !facts.checkpoint_known {
-                return Decision::reject(
-                    Rule::CheckpointProvenance,
-                    "best_checkpoint does not lead back to the base model through recorded run_sft actions",
-                );
-            }
-        }
-        Request::CancelJob(c) => {
-            if caller.role != Role::Owner
-                && facts
-                    .job_agent
-                    .as_deref()
-                    .is_some_and(|a| a != caller.agent)
-            {
-                return Decision::reject(
-                    Rule::JobOwner,
-                    format!(
-                        "job {} was started by another agent; a {} may cancel only its own jobs",
-                        c.job, caller.role
-                    ),
-                );
-            }
-        }
-        Request::Compare(_)
-        | Request::Review(_)
-        | Request::GetNode(_)
-        | Request::ListNodes(_)
-        | Request::Dag(_)
-        | Request::Log(_)
-        | Request::GetJob(_) => {}
+            ),
+        );
+    }
+    if let (Some(pin), Some(actual)) = (&facts.eval_set_pinned, &facts.eval_set_actual)
+        && pin != actual
+    {
+        return Decision::reject(
+            Rule::EvalSetPinned,
+            format!(
+                "the {} split of task {} changed: sha256 {actual}, pinned {pin}",
+                r.split.as_str(),
+                r.task
+            ),
+        );
+    }
+    if let Some(d) = evaluation_budget(cfg, facts) {
+        return d;
+    }
+    if let Some(max) = cfg.budgets.node_evaluations
+        && facts.node_evaluations >= max
+    {
+        return Decision::reject(
+            Rule::BudgetNodeEvaluations,
+            format!("this node has used all {max} of its evaluations (budgets.node_evaluations)"),
+        );
+    }
+    if let Some(max) = cfg.budgets.agent_evaluations
+        && facts.agent_evaluations >= max
+    {
+        return Decision::reject(
+            Rule::BudgetAgentEvaluations,
+            format!(
+                "agent {:?} has used all {max} of its evaluations (budgets.agent_evaluations)",
+                caller.agent
+            ),
+        );
+    }
+    if r.split == Split::Test
+        && facts.test_evaluations_on_node >= cfg.budgets.test_evaluations_per_node
+    {
+        return Decision::reject(
+            Rule::TestEvaluationLimit,
+            format!(
+                "this node already has {} test-split evaluations (budgets.test_evaluations_per_node = {}); use the dev split",
+                facts.test_evaluations_on_node, cfg.budgets.test_evaluations_per_node
+            ),
+        );
+    }
+    Decision::accept()
+}
+
+/// conclude: the best checkpoint's provenance.
+fn check_conclude(
+    c: &ConcludeRequest,
+    _caller: &Caller,
+    _cfg: &StudyConfig,
+    facts: &Facts,
+) -> Decision {
+    if c.best_checkpoint.is_some() && !facts.checkpoint_known {
+        return Decision::reject(
+            Rule::CheckpointProvenance,
+            "best_checkpoint does not lead back to the base model through recorded run_sft actions",
+        );
+    }
+    Decision::accept()
+}
+
+/// cancel_job: a worker cancels only its own jobs.
+fn check_cancel_job(
+    c: &CancelJobRequest,
+    caller: &Caller,
+    _cfg: &StudyConfig,
+    facts: &Facts,
+) -> Decision {
+    if caller.role != Role::Owner
+        && facts
+            .job_agent
+            .as_deref()
+            .is_some_and(|a| a != caller.agent)
+    {
+        return Decision::reject(
+            Rule::JobOwner,
+            format!(
+                "job {} was started by another agent; a {} may cancel only its own jobs",
+                c.job, caller.role
+            ),
+        );
     }
     Decision::accept()
 }
