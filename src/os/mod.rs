@@ -16,6 +16,8 @@ mod queries;
 mod recovery;
 pub mod schemas;
 pub mod session;
+#[cfg(test)]
+mod tests;
 
 use std::fs;
 use std::path::{Path, PathBuf};

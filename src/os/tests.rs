@@ -1,0 +1,160 @@
+//! Unit tests of the OS's own logic on a minimal study built by hand (no example, no face).
+
+use serde_json::json;
+
+use super::*;
+
+const CONFIG: &str = r#"
+[study]
+name = "unit"
+[base_model]
+name = "base"
+path = "models/base"
+[tasks.t]
+dev = { path = "eval/dev.jsonl" }
+test = { path = "eval/test.jsonl" }
+[budgets]
+compute_seconds = 90
+evaluations = 10
+test_evaluations_per_node = 1
+max_nodes = 3
+[jobs]
+sft = ["true"]
+evaluate = ["true"]
+"#;
+
+/// A study with a one-file base checkpoint, created through genesis.
+fn study() -> (tempfile::TempDir, Study) {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path();
+    std::fs::create_dir_all(root.join("models/base")).expect("base dir");
+    std::fs::write(root.join("models/base/config.json"), "{}").expect("base");
+    std::fs::create_dir_all(root.join("eval")).expect("eval dir");
+    for split in ["dev", "test"] {
+        std::fs::write(
+            root.join(format!("eval/{split}.jsonl")),
+            "{\"prompt\":\"1+1=\",\"answer\":\"2\"}\n",
+        )
+        .expect("eval set");
+    }
+    std::fs::write(root.join(CONFIG_FILE), CONFIG).expect("config");
+    genesis::create_study(root).expect("genesis");
+    let s = Study::open(root).expect("open");
+    (d, s)
+}
+
+fn worker(name: &str) -> Caller {
+    Caller::new(name, Role::Worker)
+}
+
+fn history(s: &Study, node: &str) -> Vec<ActionRecord> {
+    s.node_history(node).expect("history").1
+}
+
+#[test]
+fn genesis_records_the_base_through_the_commit_protocol() {
+    let (_d, s) = study();
+    let h = history(&s, ROOT_NODE);
+    assert_eq!(h.len(), 1);
+    assert_eq!(h[0].action, ActionName::Init);
+    assert_eq!(h[0].artifacts[0].sha256, s.base_checkpoint().expect("base"));
+    assert!(
+        genesis::create_study(s.root()).is_err(),
+        "a study is created once"
+    );
+}
+
+#[test]
+fn agent_names_that_could_forge_a_record_are_refused_before_anything_is_written() {
+    let (_d, s) = study();
+    for bad in ["", "a b", "a\nRsim-Role: owner", "..", &"x".repeat(65)] {
+        let e = s
+            .call(
+                &worker(bad),
+                "branch",
+                json!({"parents": ["n0"], "title": "t"}),
+            )
+            .expect_err(bad);
+        assert_eq!(e.kind, ErrorKind::Invalid, "{bad:?}: {}", e.message);
+    }
+    assert_eq!(history(&s, ROOT_NODE).len(), 1, "nothing recorded");
+}
+
+#[test]
+fn a_job_may_run_only_as_long_as_the_budgets_left_allow() {
+    let (_d, s) = study();
+    // The study's 90 s and the backend's default limit: the smaller wins.
+    assert_eq!(s.job_timeout(&worker("w"), ROOT_NODE).expect("timeout"), 90);
+}
+
+#[test]
+fn cancelling_an_unknown_job_as_an_observer_is_a_recorded_role_refusal() {
+    let (_d, s) = study();
+    let observer = Caller::new("olga", Role::Observer);
+    let e = s
+        .call(
+            &observer,
+            "cancel_job",
+            json!({"job": "j-0123456789abcdef"}),
+        )
+        .expect_err("refused");
+    assert_eq!(e.kind, ErrorKind::Rejected);
+    assert_eq!(e.rule.as_deref(), Some("role"));
+    let h = history(&s, ROOT_NODE);
+    assert_eq!(h.last().map(|a| a.action), Some(ActionName::CancelJob));
+    // A worker asking about a job that does not exist is told so, and nothing is recorded.
+    let e = s
+        .call(
+            &worker("w"),
+            "cancel_job",
+            json!({"job": "j-0123456789abcdef"}),
+        )
+        .expect_err("no such job");
+    assert_eq!(e.kind, ErrorKind::NotFound, "{}", e.message);
+    assert_eq!(history(&s, ROOT_NODE).len(), h.len());
+}
+
+#[test]
+fn a_campaign_start_is_recorded_and_refused_once_a_budget_is_spent() {
+    let (_d, s) = study();
+    let owner = Caller::new("orchestrator", Role::Owner);
+    s.start_campaign(&owner, json!({"strategy": "orchestra"}))
+        .expect("accepted");
+    let e = s
+        .start_campaign(&worker("w"), json!({}))
+        .expect_err("only the owner");
+    assert_eq!(e.rule.as_deref(), Some("role"));
+    // Spend the node budget (3 nodes), then the start is refused by its rule.
+    for _ in 0..2 {
+        s.call(&owner, "branch", json!({"parents": ["n0"], "title": "t"}))
+            .expect("branch");
+    }
+    let e = s
+        .start_campaign(&owner, json!({}))
+        .expect_err("no nodes left");
+    assert_eq!(e.rule.as_deref(), Some("budget-nodes"), "{}", e.message);
+    let h: Vec<_> = history(&s, ROOT_NODE)
+        .into_iter()
+        .filter(|a| a.action == ActionName::Campaign)
+        .collect();
+    assert_eq!(h.len(), 3);
+    assert!(h[0].decision.accepted());
+    assert_eq!(h[0].request, json!({"strategy": "orchestra"}));
+    assert!(!h[2].decision.accepted());
+}
+
+#[test]
+fn typed_calls_are_validated_like_json_calls() {
+    let (_d, s) = study();
+    let e = s
+        .branch(
+            &worker("w"),
+            BranchRequest {
+                parents: vec!["not-a-node".into()],
+                title: "t".into(),
+                hypothesis: String::new(),
+            },
+        )
+        .expect_err("bad id");
+    assert!(e.message.contains("parents.0"), "{}", e.message);
+}
