@@ -232,7 +232,21 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
             integrity.violations.push(format!("checkpoint {ck}: {d}"));
         }
     }
+    // A record that fails fsck may be hiding or forging history (a cut walk, trailers that
+    // disagree with the tree): whatever the cause, the caps and provenance counted from it
+    // cannot be trusted, so each problem counts.
+    // Damaged artifacts are the integrity check's (reported, not counted).
+    let mut fsck = super::fsck::fsck(study)?;
+    fsck.problems.truncate(fsck.history_problems);
+    let record = Check {
+        name: "record",
+        counts: true,
+        what: "the record's history passes fsck: every commit one whole action whose trailers agree with its tree, every node's history complete, the index equal to git",
+        checked: fsck.actions as u64,
+        violations: fsck.problems,
+    };
     let checks = vec![
+        record,
         provenance,
         integrity,
         evaluator,

@@ -14,7 +14,11 @@ pub struct FsckReport {
     pub nodes: usize,
     pub actions: usize,
     pub artifacts_checked: usize,
+    /// Every problem found (what `rsim fsck` prints and fails on).
     pub problems: Vec<String>,
+    /// How many of them are about the history itself (commits, trailers, nodes, index) rather
+    /// than about stored artifacts: the audit counts these as something that got through.
+    pub history_problems: usize,
 }
 
 pub fn fsck(study: &Study) -> Result<FsckReport> {
@@ -118,6 +122,7 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
         rep.problems
             .push("the index lists nodes that git does not have (run `rsim reindex`)".into());
     }
+    rep.history_problems = rep.problems.len();
     for sha in &artifacts {
         rep.artifacts_checked += 1;
         if let Err(e) = study.store().get(sha) {

@@ -403,12 +403,24 @@ pub struct Trailers {
 }
 
 impl Trailers {
+    /// The trailers of a message rsim wrote: its last paragraph, line by line. Not git's trailer
+    /// heuristics (which stop at a `---` line and take any `Key: value` paragraph): agent text
+    /// never reaches the last paragraph (`commit_message` indents it), so nothing an agent writes
+    /// can add, hide or replace a trailer.
     pub fn parse(message: &str) -> Trailers {
         let mut t = Trailers::default();
-        let Ok(parsed) = git2::message_trailers_strs(message) else {
-            return t;
+        let message = message.trim_end();
+        let block = match message.rfind("\n\n") {
+            Some(i) => &message[i + 2..],
+            None => return t,
         };
-        for (k, v) in parsed.iter() {
+        for line in block.lines() {
+            let Some((k, v)) = line.split_once(": ") else {
+                continue;
+            };
+            if !k.starts_with("Rsim-") || k.contains(char::is_whitespace) {
+                continue;
+            }
             let v = v.trim();
             match k {
                 "Rsim-Node" => t.node = Some(v.to_string()),
@@ -434,12 +446,29 @@ impl Trailers {
 }
 
 /// Build the commit message of an action: `<action>: <summary>`, a body, then `Rsim-*` trailers.
+///
+/// The summary and body may hold agent text (titles, hypotheses, findings, reasons). The summary
+/// is one sanitised line; every body line is indented by four spaces (control characters
+/// replaced), so no line of it can be read as a trailer, a trailer's continuation or a `---`
+/// divider, and the trailer block — generated last, from the structured record — is always the
+/// message's last paragraph.
 pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> String {
     let mut msg = format!("{}: {}\n\n", record.action, sanitize_line(&record.summary));
     let body = body.trim();
     if !body.is_empty() {
-        msg.push_str(body);
-        msg.push_str("\n\n");
+        for line in body.lines() {
+            let line: String = line
+                .chars()
+                .map(|c| if c.is_control() && c != '\t' { ' ' } else { c })
+                .collect();
+            let line = line.trim_end();
+            if !line.is_empty() {
+                msg.push_str("    ");
+                msg.push_str(line);
+            }
+            msg.push('\n');
+        }
+        msg.push('\n');
     }
     let mut tr = vec![
         ("Rsim-Node", record.node.clone()),
