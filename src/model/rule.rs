@@ -44,6 +44,8 @@ rules! {
     DatasetUnregistered = "dataset-unregistered",
     CheckpointProvenance = "checkpoint-provenance",
     CheckpointIntegrity = "checkpoint-integrity",
+    /// Training on a registered dataset whose stored object changed after registration.
+    DatasetIntegrity = "dataset-integrity",
     EvaluatorPinned = "evaluator-pinned",
     EvalSetPinned = "eval-set-pinned",
     TestEvaluationLimit = "test-evaluation-limit",

@@ -50,6 +50,8 @@ pub struct Facts {
     pub agent_contamination_rejections: u64,
     /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
     pub network_isolation_unavailable: bool,
+    /// run_sft: registered datasets whose stored objects no longer match their hashes (name: why).
+    pub dataset_corrupt: Vec<String>,
     /// cancel_job: the agent that started the job (None: no such job in this study).
     pub job_agent: Option<String>,
 }
@@ -311,6 +313,15 @@ fn check_run_sft(
     if let Some(d) = job_checks(cfg, facts) {
         return d;
     }
+    if !facts.dataset_corrupt.is_empty() {
+        return Decision::reject(
+            Rule::DatasetIntegrity,
+            format!(
+                "a dataset's stored object changed after it was registered: {}",
+                facts.dataset_corrupt.join("; ")
+            ),
+        );
+    }
     if !facts.unregistered_datasets.is_empty() {
         return Decision::reject(
             Rule::DatasetUnregistered,
@@ -422,6 +433,14 @@ fn check_conclude(
         return Decision::reject(
             Rule::CheckpointProvenance,
             "best_checkpoint does not lead back to the base model through recorded run_sft actions",
+        );
+    }
+    if c.best_checkpoint.is_some()
+        && let Some(why) = &facts.checkpoint_corrupt
+    {
+        return Decision::reject(
+            Rule::CheckpointIntegrity,
+            format!("best_checkpoint's files changed after it was recorded: {why}"),
         );
     }
     Decision::accept()

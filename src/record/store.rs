@@ -156,6 +156,11 @@ impl ObjectStore {
         Ok(bytes)
     }
 
+    /// Why a plain object no longer matches its hash (None when intact).
+    pub fn damage(&self, sha: &str) -> Option<String> {
+        self.get(sha).err().map(|e| e.message)
+    }
+
     /// Read and parse a manifest object.
     pub fn manifest(&self, sha: &str) -> Result<Manifest> {
         let bytes = self.get(sha)?;

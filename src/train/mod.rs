@@ -138,10 +138,17 @@ pub fn train(spec_path: &Path) -> Result<()> {
     let spec = SftParams::read(spec_path)?;
     let mut rows = Vec::new();
     for d in &spec.datasets {
-        rows.extend(parse_jsonl(
-            &fs::read(&d.path).at("cannot read", &d.path)?,
-            &d.path.display().to_string(),
-        )?);
+        let bytes = fs::read(&d.path).at("cannot read", &d.path)?;
+        // What is trained on is exactly what rsim checked and recorded, even if the stored file
+        // changed after the job was admitted.
+        let actual = crate::util::hash::sha256_hex(&bytes);
+        if actual != d.sha256 {
+            return Err(Error::invalid(format!(
+                "dataset {}: its file hashes to {actual}, not the registered {}; refusing to train on it",
+                d.name, d.sha256
+            )));
+        }
+        rows.extend(parse_jsonl(&bytes, &d.path.display().to_string())?);
     }
     let out = protocol::out_dir_of(spec_path);
     let metrics = match model_kind(&spec.base)?.as_str() {

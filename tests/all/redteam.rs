@@ -795,3 +795,79 @@ fn agent_text_cannot_forge_or_hide_record_lines() {
     assert!(!record.violations.is_empty(), "{:#?}", rep.checks);
     assert!(rep.got_through >= 1);
 }
+
+/// An object changed in the store after it was recorded — a registered dataset rewritten with
+/// test items, a trained checkpoint swapped — is refused at its next use, and the refusal recorded.
+#[test]
+fn objects_are_rehashed_before_every_use() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    init::init(&root, Some("tiny-arith-ngram")).expect("init");
+    let s = open(&root);
+    let call = |action: &str, args: Value| {
+        s.call(&agent(), action, args.clone())
+            .unwrap_or_else(|e| panic!("{action} {args}: {}", e.message))
+    };
+    call("branch", json!({"parents": ["n0"], "title": "t"}));
+    let sha = call(
+        "register_dataset",
+        json!({"node": "n1", "name": "clean", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 50, "seed": 5}}),
+    )["sha256"]
+        .as_str()
+        .expect("sha")
+        .to_string();
+    let ck = call(
+        "run_sft",
+        json!({"node": "n1", "base": "base", "datasets": ["clean"], "learning_rate": 0.001, "steps": 2, "batch_size": 4, "seed": 1}),
+    )["checkpoint"]
+        .as_str()
+        .expect("checkpoint")
+        .to_string();
+
+    // The dataset's object is rewritten with the protected test split after registration.
+    let test_items = std::fs::read(root.join(".rsim/protected/add2/test.jsonl")).expect("test");
+    let obj = s.store().path(&sha);
+    let mut perms = std::fs::metadata(&obj).expect("meta").permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&obj, perms).expect("chmod");
+    std::fs::write(&obj, &test_items).expect("tamper");
+    let e = s
+        .call(
+            &agent(),
+            "run_sft",
+            json!({"node": "n1", "base": "base", "datasets": ["clean"], "learning_rate": 0.001, "steps": 2, "batch_size": 4, "seed": 2}),
+        )
+        .expect_err("tampered data must not train");
+    assert_eq!(
+        e.rule.as_deref(),
+        Some("dataset-integrity"),
+        "{}",
+        e.message
+    );
+    assert!(e.commit.is_some(), "the refusal is recorded");
+
+    // The trained checkpoint's weights are swapped: it cannot be named as the node's result.
+    let m = s.store().manifest(&ck).expect("manifest");
+    let (_, file) = m.files.iter().next().expect("a file");
+    let obj = s.store().path(file);
+    let mut perms = std::fs::metadata(&obj).expect("meta").permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&obj, perms).expect("chmod");
+    std::fs::write(&obj, b"{\"model\":\"char-ngram\",\"swapped\":true}").expect("swap");
+    let e = s
+        .call(
+            &agent(),
+            "conclude",
+            json!({"node": "n1", "outcome": "positive", "findings": "great", "best_checkpoint": ck}),
+        )
+        .expect_err("a swapped checkpoint is no result");
+    assert_eq!(
+        e.rule.as_deref(),
+        Some("checkpoint-integrity"),
+        "{}",
+        e.message
+    );
+    assert!(e.commit.is_some());
+}

@@ -10,13 +10,16 @@ impl Study {
     ) -> Result<ConcludeResult> {
         check_caller(caller)?;
         let snap = self.require_node(&req.node)?;
-        let known = match &req.best_checkpoint {
-            Some(c) => self.resolve_checkpoint(c)?.is_some(),
-            None => true,
+        let best = match &req.best_checkpoint {
+            Some(c) => self.resolve_checkpoint(c)?,
+            None => None,
         };
+        let known = req.best_checkpoint.is_none() || best.is_some();
         let facts = Facts {
             node_status: Some(snap.meta.status),
             checkpoint_known: known,
+            // Re-hashed now: a checkpoint named as a node's result must still be what was trained.
+            checkpoint_corrupt: best.as_deref().and_then(|c| self.store.manifest_damage(c)),
             ..Facts::default()
         };
         let request = serde_json::to_value(&req)?;

@@ -27,6 +27,12 @@ impl Study {
         let mut facts = self.job_facts(caller, &req.node, base_sha.as_deref())?;
         facts.node_status = Some(snap.meta.status);
         facts.unregistered_datasets = unregistered;
+        // Every object is re-hashed before it is used: the store's files are only as trustworthy
+        // as the last check of their content.
+        facts.dataset_corrupt = ds
+            .iter()
+            .filter_map(|(name, sha, _)| self.store.damage(sha).map(|why| format!("{name}: {why}")))
+            .collect();
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::RunSft(&req), caller, &self.config, &facts);
         if !decision.accepted() {
