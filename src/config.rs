@@ -110,6 +110,10 @@ pub struct Budgets {
     /// Evaluations one agent may run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_evaluations: Option<u64>,
+    /// Evaluations on the protected test split one agent may run, across all nodes (the per-node
+    /// limit alone lets an agent probe the test split through many nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_test_evaluations: Option<u64>,
 }
 
 fn default_compute_seconds() -> u64 {
@@ -134,6 +138,7 @@ impl Default for Budgets {
             max_nodes: default_max_nodes(),
             node_compute_seconds: None,
             agent_compute_seconds: None,
+            agent_test_evaluations: None,
             node_evaluations: None,
             agent_evaluations: None,
         }

@@ -55,6 +55,8 @@ rules! {
     BudgetEvaluations = "budget-evaluations",
     BudgetNodeEvaluations = "budget-node-evaluations",
     BudgetAgentEvaluations = "budget-agent-evaluations",
+    /// An agent's test-split evaluations across all nodes.
+    BudgetAgentTestEvaluations = "budget-agent-test-evaluations",
     NetworkIsolation = "network-isolation",
     /// Cancelling a job that another agent started (owners may cancel any job).
     JobOwner = "job-owner",

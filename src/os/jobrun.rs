@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::jobs::protocol::{CheckpointRef, JobParams};
+use crate::record::claims::Claim;
 
 impl Study {
     /// Ask a running or queued job to stop; its action is then recorded with the job cancelled.
@@ -78,47 +79,86 @@ impl Study {
         })
     }
 
-    /// Facts every job-running action needs: checkpoint provenance and integrity, compute used, isolation.
     pub(in crate::os) fn job_facts(
         &self,
-        caller: &Caller,
-        node: &str,
+        _caller: &Caller,
+        _node: &str,
         checkpoint: Option<&str>,
     ) -> Result<Facts> {
         Ok(Facts {
             checkpoint_known: checkpoint.is_some(),
             checkpoint_corrupt: checkpoint.and_then(|c| self.store.manifest_damage(c)),
-            compute_seconds_used: self.index.compute_seconds_used()?,
-            node_compute_used: self.index.compute_seconds_used_by(Some(node), None)?,
-            agent_compute_used: self
-                .index
-                .compute_seconds_used_by(None, Some(&caller.agent))?,
             network_isolation_unavailable: !crate::jobs::network_isolation_available(),
             ..Facts::default()
         })
     }
 
+    /// Admit a job: in one write transaction of the index, count what is recorded plus what
+    /// running jobs claim (evaluations, test evaluations, compute), ask the policy, and claim this
+    /// job's share if it is accepted — so concurrent jobs, in this process or another, can never
+    /// all pass a cap that only one of them fits under. Returns the job's wall-clock limit (cut
+    /// to what is left of every compute budget after the other claims), or the refusal.
+    pub(in crate::os) fn admit(
+        &self,
+        caller: &Caller,
+        node: &str,
+        job: &str,
+        evaluation: Option<Split>,
+        mut facts: Facts,
+        decide: impl FnOnce(&Facts) -> Decision,
+    ) -> Result<std::result::Result<u64, Decision>> {
+        self.index.with_claims(|index| {
+            let held = index.claimed(node, &caller.agent)?;
+            facts.compute_seconds_used = index.compute_seconds_used()? + held.compute_s;
+            facts.node_compute_used =
+                index.compute_seconds_used_by(Some(node), None)? + held.node_compute_s;
+            facts.agent_compute_used =
+                index.compute_seconds_used_by(None, Some(&caller.agent))? + held.agent_compute_s;
+            if evaluation.is_some() {
+                facts.evaluations_total = index.evaluation_count(None, None)? + held.evaluations;
+                facts.node_evaluations =
+                    index.evaluation_count(Some(node), None)? + held.node_evaluations;
+                facts.agent_evaluations =
+                    index.evaluation_count_by(None, None, Some(&caller.agent))?
+                        + held.agent_evaluations;
+                facts.test_evaluations_on_node =
+                    index.evaluation_count(Some(node), Some("test"))? + held.node_test_evaluations;
+                facts.agent_test_evaluations =
+                    index.evaluation_count_by(None, Some("test"), Some(&caller.agent))?
+                        + held.agent_test_evaluations;
+            }
+            let decision = decide(&facts);
+            if !decision.accepted() {
+                return Ok((None, Err(decision)));
+            }
+            let timeout = self.job_timeout(&facts);
+            let claim = Claim {
+                job: job.to_string(),
+                node: node.to_string(),
+                agent: caller.agent.clone(),
+                evaluation: evaluation.is_some(),
+                test: evaluation == Some(Split::Test),
+                compute_s: timeout as f64 * f64::from(self.config.backend.charge_units().max(1)),
+            };
+            Ok((Some(claim), Ok(timeout)))
+        })
+    }
     /// The longest a job may run: the backend's limit, cut to what is left of the study's, the
-    /// node's and the agent's compute budgets (so a job is stopped when a budget runs out).
-    pub(in crate::os) fn job_timeout(&self, caller: &Caller, node: &str) -> Result<u64> {
+    /// node's and the agent's compute budgets after what is used and claimed (so a job is stopped
+    /// when a budget runs out, and concurrent jobs share what is left instead of each getting all).
+    pub(in crate::os) fn job_timeout(&self, used: &Facts) -> u64 {
         let b = &self.config.budgets;
-        let mut left = b.compute_seconds as f64 - self.index.compute_seconds_used()?;
+        let mut left = b.compute_seconds as f64 - used.compute_seconds_used;
         if let Some(max) = b.node_compute_seconds {
-            left = left.min(max as f64 - self.index.compute_seconds_used_by(Some(node), None)?);
+            left = left.min(max as f64 - used.node_compute_used);
         }
         if let Some(max) = b.agent_compute_seconds {
-            left = left.min(
-                max as f64
-                    - self
-                        .index
-                        .compute_seconds_used_by(None, Some(&caller.agent))?,
-            );
+            left = left.min(max as f64 - used.agent_compute_used);
         }
         // A job holding several units (CPUs or GPUs of a Slurm job) uses the budget that much faster.
         let left = left / f64::from(self.config.backend.charge_units().max(1));
-        Ok((left.ceil().max(1.0) as u64).min(self.config.backend.timeout_s()))
+        (left.ceil().max(1.0) as u64).min(self.config.backend.timeout_s())
     }
-
     pub(in crate::os) fn job_spec(
         &self,
         id: String,
@@ -183,5 +223,29 @@ impl Study {
             return self.base_checkpoint().map(Some);
         }
         Ok(self.index.checkpoint_origin(c)?.map(|_| c.to_string()))
+    }
+}
+
+/// Releases an admitted job's claim when the action that ran it is done (recorded, or failed
+/// before it could run): from then on the recorded usage counts instead.
+pub(in crate::os) struct ClaimGuard<'a> {
+    index: &'a crate::record::index::Index,
+    job: String,
+}
+
+impl<'a> ClaimGuard<'a> {
+    pub(in crate::os) fn new(index: &'a crate::record::index::Index, job: &str) -> Self {
+        ClaimGuard {
+            index,
+            job: job.to_string(),
+        }
+    }
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.index.release_claim(&self.job) {
+            tracing::warn!(job = %self.job, "could not release the job's claim: {}", e.message);
+        }
     }
 }

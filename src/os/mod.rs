@@ -41,6 +41,7 @@ use crate::record::store::ObjectStore;
 use crate::record::{self, NodeSnapshot, Record, TreeFile};
 use crate::train::datasets;
 use crate::util::error::{Error, ErrorKind, IoContext, Result};
+use jobrun::ClaimGuard;
 use recovery::read_intent;
 
 /// This process's quick writes (no job), one at a time.
@@ -118,7 +119,12 @@ impl Study {
             rsim_bin: None,
         };
         // Recovery must never keep a study from opening: a failure is reported and retried next time.
-        match study.recover_orphaned_jobs() {
+        let recovered = study.recover_orphaned_jobs();
+        // Claims of writers that died are void now that their jobs are recovered.
+        if let Err(e) = study.index.drop_dead_claims() {
+            tracing::warn!("could not drop the claims of dead writers: {}", e.message);
+        }
+        match recovered {
             Ok(0) => {}
             Ok(n) => tracing::warn!(
                 n,

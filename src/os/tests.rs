@@ -80,11 +80,49 @@ fn agent_names_that_could_forge_a_record_are_refused_before_anything_is_written(
     assert_eq!(history(&s, ROOT_NODE).len(), 1, "nothing recorded");
 }
 
+fn admit(s: &Study, job: &str, split: Option<Split>) -> std::result::Result<u64, Decision> {
+    let w = worker("w");
+    s.admit(&w, ROOT_NODE, job, split, Facts::default(), |f| {
+        let req = EvaluateRequest {
+            node: ROOT_NODE.into(),
+            checkpoint: "base".into(),
+            task: "t".into(),
+            split: split.unwrap_or(Split::Dev),
+        };
+        let mut f = f.clone();
+        f.checkpoint_known = true;
+        policy::check(Request::Evaluate(&req), &w, &s.config, &f)
+    })
+    .expect("admission runs")
+}
+
 #[test]
-fn a_job_may_run_only_as_long_as_the_budgets_left_allow() {
+fn running_jobs_claim_their_share_so_concurrent_jobs_cannot_all_pass_a_cap() {
     let (_d, s) = study();
-    // The study's 90 s and the backend's default limit: the smaller wins.
-    assert_eq!(s.job_timeout(&worker("w"), ROOT_NODE).expect("timeout"), 90);
+    // The study's 90 s compute and the backend's limit: the first job may take all 90 s...
+    assert_eq!(admit(&s, "j-0000000000000001", Some(Split::Dev)), Ok(90));
+    // ...so a second one admitted while it runs finds nothing left.
+    let refused = admit(&s, "j-0000000000000002", Some(Split::Dev)).expect_err("no compute left");
+    assert_eq!(refused.rule.as_deref(), Some("budget-compute"));
+    // Once the first is recorded (its claim released), the budget is what was really used.
+    s.index
+        .release_claim("j-0000000000000001")
+        .expect("release");
+    assert_eq!(admit(&s, "j-0000000000000003", Some(Split::Test)), Ok(90));
+    s.index
+        .release_claim("j-0000000000000003")
+        .expect("release");
+    // The per-node test cap (1) holds against a test evaluation still running.
+    let _ = admit(&s, "j-0000000000000004", Some(Split::Test)).expect("first test eval");
+    s.index
+        .conn()
+        .execute(
+            "UPDATE claims SET compute_s=0 WHERE job='j-0000000000000004'",
+            [],
+        )
+        .expect("let compute pass");
+    let refused = admit(&s, "j-0000000000000005", Some(Split::Test)).expect_err("cap");
+    assert_eq!(refused.rule.as_deref(), Some("test-evaluation-limit"));
 }
 
 #[test]

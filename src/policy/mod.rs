@@ -50,6 +50,8 @@ pub struct Facts {
     pub agent_contamination_rejections: u64,
     /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
     pub network_isolation_unavailable: bool,
+    /// evaluate: test-split evaluations the calling agent ran or holds, across nodes.
+    pub agent_test_evaluations: u64,
     /// run_sft: registered datasets whose stored objects no longer match their hashes (name: why).
     pub dataset_corrupt: Vec<String>,
     /// cancel_job: the agent that started the job (None: no such job in this study).
@@ -404,6 +406,18 @@ fn check_evaluate(
             Rule::BudgetAgentEvaluations,
             format!(
                 "agent {:?} has used all {max} of its evaluations (budgets.agent_evaluations)",
+                caller.agent
+            ),
+        );
+    }
+    if r.split == Split::Test
+        && let Some(max) = cfg.budgets.agent_test_evaluations
+        && facts.agent_test_evaluations >= max
+    {
+        return Decision::reject(
+            Rule::BudgetAgentTestEvaluations,
+            format!(
+                "agent {:?} has used all {max} of its test-split evaluations across nodes (budgets.agent_test_evaluations); use the dev split",
                 caller.agent
             ),
         );

@@ -3,6 +3,7 @@
 //! and branch updates are compare-and-swap on the old tip, so concurrent writers never lose a
 //! commit: the loser sees `Stale` and retries on the new tip.
 
+pub mod claims;
 pub mod commit;
 pub mod dag;
 pub mod index;

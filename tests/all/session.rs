@@ -298,3 +298,116 @@ fn output_to_a_reader_that_went_away_ends_quietly() {
         assert_eq!(status.code(), Some(0), "{args:?}: {err}");
     }
 }
+
+/// Start `n` copies of an rsim command at once; their outputs.
+fn at_once(root: &Path, n: usize, args: &[&str]) -> Vec<std::process::Output> {
+    let children: Vec<Child> = (0..n)
+        .map(|_| {
+            rsim()
+                .arg("-C")
+                .arg(root)
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait"))
+        .collect()
+}
+
+#[test]
+fn concurrent_jobs_cannot_all_pass_a_cap_they_share() {
+    let (_d, root) = example_study();
+    let out = run(
+        &root,
+        &[
+            "--agent", "mallory", "--role", "worker", "branch", "--from", "n0", "--title", "t",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Five test evaluations at once against a per-node cap of two.
+    let outs = at_once(
+        &root,
+        5,
+        &[
+            "--agent",
+            "mallory",
+            "--role",
+            "worker",
+            "call",
+            "evaluate",
+            r#"{"node":"n1","checkpoint":"base","task":"add2","split":"test"}"#,
+        ],
+    );
+    let ok = outs.iter().filter(|o| o.status.success()).count();
+    let capped = outs
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.stderr).contains("test-evaluation-limit"))
+        .count();
+    assert_eq!(
+        (ok, capped),
+        (2, 3),
+        "{:?}",
+        outs.iter()
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .collect::<Vec<_>>()
+    );
+    fsck_clean(&root);
+}
+
+#[test]
+fn concurrent_jobs_share_the_compute_left_instead_of_each_getting_all_of_it() {
+    let (_d, root) = study_with_a_slow_trainer();
+    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("compute_seconds"))
+        .expect("compute line")
+        .to_string();
+    commit_config(
+        &root,
+        &text.replace(&line, "compute_seconds = 3"),
+        "owner: 3 s of compute",
+    );
+    let outs = at_once(
+        &root,
+        3,
+        &[
+            "--agent",
+            "alice",
+            "--role",
+            "worker",
+            "--json",
+            "run-sft",
+            "--node",
+            "n1",
+            "--dataset",
+            "d",
+            "--steps",
+            "1",
+        ],
+    );
+    let ran: Vec<Value> = outs
+        .iter()
+        .filter(|o| o.status.success())
+        .map(|o| serde_json::from_slice(&o.stdout).expect("json"))
+        .collect();
+    let refused = outs
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.stderr).contains("budget-compute"))
+        .count();
+    assert_eq!((ran.len(), refused), (1, 2), "{ran:?}");
+    // The one admitted job was cut to the 3 s the study had, and charged no more.
+    assert_eq!(ran[0]["job"]["state"], "timed_out", "{}", ran[0]);
+    let used: f64 = ran[0]["job"]["duration_s"].as_f64().expect("duration");
+    assert!(used < 6.0, "{used}");
+    fsck_clean(&root);
+}

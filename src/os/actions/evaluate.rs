@@ -36,12 +36,6 @@ impl Study {
         let evaluator = self.evaluator_fingerprint()?;
         let facts = Facts {
             node_status: Some(snap.meta.status),
-            evaluations_total: self.index.evaluation_count(None, None)?,
-            test_evaluations_on_node: self.index.evaluation_count(Some(&req.node), Some("test"))?,
-            node_evaluations: self.index.evaluation_count(Some(&req.node), None)?,
-            agent_evaluations: self
-                .index
-                .evaluation_count_by(None, None, Some(&caller.agent))?,
             evaluator_actual: Some(evaluator.clone()),
             evaluator_pinned: self.config.jobs.evaluator_sha256.clone(),
             eval_set_actual: Some(crate::util::hash::sha256_file(&set_path)?),
@@ -49,18 +43,25 @@ impl Study {
             ..self.job_facts(caller, &req.node, ck.as_deref())?
         };
         let request = serde_json::to_value(&req)?;
-        let decision = policy::check(Request::Evaluate(&req), caller, &self.config, &facts);
-        if !decision.accepted() {
-            return Err(self.record_rejection(
-                &req.node,
-                caller,
-                ActionName::Evaluate,
-                request,
-                decision,
-            ));
-        }
-        let ck = ck.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
         let job_id = crate::jobs::new_job_id();
+        // Counts (recorded + claimed by running jobs) are taken, decided on and claimed at once.
+        let admitted = self.admit(caller, &req.node, &job_id, Some(req.split), facts, |f| {
+            policy::check(Request::Evaluate(&req), caller, &self.config, f)
+        })?;
+        let timeout = match admitted {
+            Ok(t) => t,
+            Err(decision) => {
+                return Err(self.record_rejection(
+                    &req.node,
+                    caller,
+                    ActionName::Evaluate,
+                    request,
+                    decision,
+                ));
+            }
+        };
+        let _claim = ClaimGuard::new(&self.index, &job_id);
+        let ck = ck.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
         let params = JobParams::Evaluate(EvalParams {
             job: job_id.clone(),
             checkpoint: self.checkpoint_files(&ck)?,
@@ -69,7 +70,6 @@ impl Study {
             metric: task.metric.clone(),
             eval_set: set_path,
         });
-        let timeout = self.job_timeout(caller, &req.node)?;
         let spec = self.job_spec(job_id, &self.config.jobs.evaluate.clone(), params, timeout)?;
         self.write_intent(
             caller,

@@ -34,19 +34,26 @@ impl Study {
             .filter_map(|(name, sha, _)| self.store.damage(sha).map(|why| format!("{name}: {why}")))
             .collect();
         let request = serde_json::to_value(&req)?;
-        let decision = policy::check(Request::RunSft(&req), caller, &self.config, &facts);
-        if !decision.accepted() {
-            return Err(self.record_rejection(
-                &req.node,
-                caller,
-                ActionName::RunSft,
-                request,
-                decision,
-            ));
-        }
+        let job_id = crate::jobs::new_job_id();
+        // Compute used (recorded + claimed by running jobs) is taken, decided on and claimed at once.
+        let admitted = self.admit(caller, &req.node, &job_id, None, facts, |f| {
+            policy::check(Request::RunSft(&req), caller, &self.config, f)
+        })?;
+        let timeout = match admitted {
+            Ok(t) => t,
+            Err(decision) => {
+                return Err(self.record_rejection(
+                    &req.node,
+                    caller,
+                    ActionName::RunSft,
+                    request,
+                    decision,
+                ));
+            }
+        };
+        let _claim = ClaimGuard::new(&self.index, &job_id);
         let base_sha =
             base_sha.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
-        let job_id = crate::jobs::new_job_id();
         let params = JobParams::Sft(SftParams {
             job: job_id.clone(),
             node: req.node.clone(),
@@ -62,7 +69,6 @@ impl Study {
                 .collect(),
             hyper: train_hyper(&req),
         });
-        let timeout = self.job_timeout(caller, &req.node)?;
         let spec = self.job_spec(job_id, &self.config.jobs.sft.clone(), params, timeout)?;
         self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec, None)?;
         let mut job = self.runner.run(&spec)?;
