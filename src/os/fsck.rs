@@ -59,9 +59,13 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
             }
             let commit = repo.find_commit(a.commit)?;
             let t = Trailers::parse(commit.message_raw().unwrap_or(""));
-            if t.decision.as_deref() != Some(a.record.decision.decision.as_str()) {
+            if t.decision.as_deref() != Some(a.record.decision.decision.as_str())
+                || t.action != Some(a.record.action)
+                || t.agent.as_deref() != Some(a.record.agent.as_str())
+                || t.role.as_deref() != Some(a.record.role.as_str())
+            {
                 rep.problems.push(format!(
-                    "{id}#{}: Rsim-Decision trailer disagrees with the action file",
+                    "{id}#{}: the commit's trailers (decision, action, agent, role) disagree with the action file",
                     a.record.seq
                 ));
             }
@@ -99,6 +103,35 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
                         "{id}: first commit has {} git parents, node.toml lists {}",
                         commit.parent_count(),
                         snap.meta.parents.len()
+                    ));
+                }
+                // The node grew out of its parents: each git parent is a commit of that parent
+                // node's own history (the root grows out of main).
+                for (k, pid) in snap.meta.parents.iter().enumerate() {
+                    let Ok(pc) = commit.parent(k) else { continue };
+                    let on_parent = Trailers::parse(pc.message_raw().unwrap_or(""))
+                        .node
+                        .as_deref()
+                        == Some(pid.as_str());
+                    let parent_tip = tips.iter().find(|(n, _)| n == pid).map(|(_, t)| *t);
+                    let in_history = parent_tip.is_some_and(|pt| {
+                        pt == pc.id() || repo.graph_descendant_of(pt, pc.id()).unwrap_or(false)
+                    });
+                    if !on_parent || !in_history {
+                        rep.problems.push(format!(
+                            "{id}: does not descend from its parent {pid} (git parent {} is not a commit of {pid}'s history)",
+                            pc.id()
+                        ));
+                    }
+                }
+                if *id == crate::os::ROOT_NODE
+                    && let (Ok(pc), Ok(main)) = (commit.parent(0), record.main_tip())
+                    && pc.id() != main
+                    && !repo.graph_descendant_of(main, pc.id()).unwrap_or(false)
+                {
+                    rep.problems.push(format!(
+                        "{id}: does not grow out of main (git parent {} is not in main's history)",
+                        pc.id()
                     ));
                 }
             }

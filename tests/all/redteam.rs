@@ -871,3 +871,47 @@ fn objects_are_rehashed_before_every_use() {
     );
     assert!(e.commit.is_some());
 }
+
+/// A node branch fetched from another study (with its checkpoint's objects copied over) is not
+/// this study's history: fsck reports it and the audit counts it.
+#[test]
+fn foreign_history_is_reported_and_counted() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    init::init(&a, Some("tiny-arith-ngram")).expect("init a");
+    init::init(&b, Some("tiny-arith-ngram")).expect("init b");
+    let sb = open(&b);
+    sb.call(
+        &agent(),
+        "branch",
+        json!({"parents": ["n0"], "title": "elsewhere"}),
+    )
+    .expect("branch in b");
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&a)
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&[
+        "fetch",
+        b.to_str().expect("path"),
+        "refs/heads/rsim/n/n1:refs/heads/rsim/n/n1",
+    ]);
+    let sa = open(&a);
+    let rep = rsi_master::os::fsck::fsck(&sa).expect("fsck");
+    assert!(
+        rep.problems.iter().any(|p| p.starts_with("n1:")),
+        "{:?}",
+        rep.problems
+    );
+    let audit = rsi_master::os::audit::audit(&sa).expect("audit");
+    assert!(audit.got_through >= 1, "{:#?}", audit.checks);
+}
