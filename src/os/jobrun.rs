@@ -143,6 +143,32 @@ impl Study {
             Ok((Some(claim), Ok(timeout)))
         })
     }
+    /// `admit` for an action's request: the job's wall-clock limit and its claim (released when
+    /// the guard drops, after the action is recorded), or the refusal recorded on `node`.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::os) fn admit_or_record(
+        &self,
+        caller: &Caller,
+        job: &str,
+        req: Request<'_>,
+        node: &str,
+        evaluation: Option<Split>,
+        facts: Facts,
+        request: &Value,
+    ) -> Result<(u64, ClaimGuard<'_>)> {
+        let admitted = self.admit(caller, node, job, evaluation, facts, |f| {
+            policy::check(req, caller, &self.config, f)
+        })?;
+        match admitted {
+            Ok(timeout) => Ok((timeout, ClaimGuard::new(&self.index, job))),
+            Err(decision) => {
+                let action = ActionName::parse(req.name())
+                    .ok_or_else(|| Error::internal("a query was admitted as a job"))?;
+                Err(self.record_rejection(node, caller, action, request.clone(), decision))
+            }
+        }
+    }
+
     /// The longest a job may run: the backend's limit, cut to what is left of the study's, the
     /// node's and the agent's compute budgets after what is used and claimed (so a job is stopped
     /// when a budget runs out, and concurrent jobs share what is left instead of each getting all).

@@ -41,7 +41,6 @@ use crate::record::store::ObjectStore;
 use crate::record::{self, NodeSnapshot, Record, TreeFile};
 use crate::train::datasets;
 use crate::util::error::{Error, ErrorKind, IoContext, Result};
-use jobrun::ClaimGuard;
 use recovery::read_intent;
 
 /// This process's quick writes (no job), one at a time.

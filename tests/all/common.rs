@@ -23,6 +23,17 @@ pub fn run(study: &Path, args: &[&str]) -> Output {
         .expect("spawn rsim")
 }
 
+/// `rsim -C study ARGS...`, which must succeed.
+pub fn run_ok(study: &Path, args: &[&str]) -> Output {
+    let out = run(study, args);
+    assert!(
+        out.status.success(),
+        "rsim {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// `rsim -C study --json ARGS...`, which must succeed; its JSON output.
 pub fn ok_json(study: &Path, args: &[&str]) -> Value {
     let mut full = vec!["--json"];

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{commit_config, example_study, fsck_clean, ok_json, rsim, run};
+use crate::common::{commit_config, example_study, fsck_clean, ok_json, rsim, run, run_ok};
 
 fn actions(root: &Path) -> Vec<Value> {
     ok_json(root, &["log", "--limit", "100000"])["actions"]
@@ -32,18 +32,13 @@ fn study_with_a_slow_trainer() -> (tempfile::TempDir, PathBuf) {
         &text.replace(&line, r#"sft = ["sh", "-c", "sleep 60", "sh"]"#),
         "owner: a trainer that takes its time",
     );
-    let out = run(
+    run_ok(
         &root,
         &[
             "--agent", "alice", "--role", "worker", "branch", "--from", "n0", "--title", "slow",
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = run(
+    run_ok(
         &root,
         &[
             "--agent",
@@ -54,11 +49,6 @@ fn study_with_a_slow_trainer() -> (tempfile::TempDir, PathBuf) {
             "register_dataset",
             r#"{"node":"n1","name":"d","source":{"kind":"inline","rows":[{"prompt":"1+1=","answer":"2"}]}}"#,
         ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     (d, root)
 }
@@ -180,14 +170,9 @@ fn cancel_goes_through_the_policy_on_every_face_and_refusals_are_recorded() {
     );
 
     // The job's own agent may cancel it; the record says who asked.
-    let out = run(
+    run_ok(
         &root,
         &["--agent", "alice", "--role", "worker", "cancel", &job],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     let out = child.wait_with_output().expect("run-sft ends");
     let res: Value = serde_json::from_slice(&out.stdout).expect("run-sft json");
@@ -322,16 +307,11 @@ fn at_once(root: &Path, n: usize, args: &[&str]) -> Vec<std::process::Output> {
 #[test]
 fn concurrent_jobs_cannot_all_pass_a_cap_they_share() {
     let (_d, root) = example_study();
-    let out = run(
+    run_ok(
         &root,
         &[
             "--agent", "mallory", "--role", "worker", "branch", "--from", "n0", "--title", "t",
         ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     // Five test evaluations at once against a per-node cap of two.
     let outs = at_once(

@@ -45,22 +45,15 @@ impl Study {
         let request = serde_json::to_value(&req)?;
         let job_id = crate::jobs::new_job_id();
         // Counts (recorded + claimed by running jobs) are taken, decided on and claimed at once.
-        let admitted = self.admit(caller, &req.node, &job_id, Some(req.split), facts, |f| {
-            policy::check(Request::Evaluate(&req), caller, &self.config, f)
-        })?;
-        let timeout = match admitted {
-            Ok(t) => t,
-            Err(decision) => {
-                return Err(self.record_rejection(
-                    &req.node,
-                    caller,
-                    ActionName::Evaluate,
-                    request,
-                    decision,
-                ));
-            }
-        };
-        let _claim = ClaimGuard::new(&self.index, &job_id);
+        let (timeout, _claim) = self.admit_or_record(
+            caller,
+            &job_id,
+            Request::Evaluate(&req),
+            &req.node,
+            Some(req.split),
+            facts,
+            &request,
+        )?;
         let ck = ck.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
         let params = JobParams::Evaluate(EvalParams {
             job: job_id.clone(),

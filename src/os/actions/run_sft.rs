@@ -36,22 +36,15 @@ impl Study {
         let request = serde_json::to_value(&req)?;
         let job_id = crate::jobs::new_job_id();
         // Compute used (recorded + claimed by running jobs) is taken, decided on and claimed at once.
-        let admitted = self.admit(caller, &req.node, &job_id, None, facts, |f| {
-            policy::check(Request::RunSft(&req), caller, &self.config, f)
-        })?;
-        let timeout = match admitted {
-            Ok(t) => t,
-            Err(decision) => {
-                return Err(self.record_rejection(
-                    &req.node,
-                    caller,
-                    ActionName::RunSft,
-                    request,
-                    decision,
-                ));
-            }
-        };
-        let _claim = ClaimGuard::new(&self.index, &job_id);
+        let (timeout, _claim) = self.admit_or_record(
+            caller,
+            &job_id,
+            Request::RunSft(&req),
+            &req.node,
+            None,
+            facts,
+            &request,
+        )?;
         let base_sha =
             base_sha.ok_or_else(|| Error::internal("policy accepted an unknown checkpoint"))?;
         let params = JobParams::Sft(SftParams {
