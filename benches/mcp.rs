@@ -30,6 +30,14 @@ fn env(name: &str, default: u64) -> u64 {
 
 type Session = rmcp::service::RunningService<rmcp::RoleClient, ()>;
 
+/// The names the benchmark's connections claim (the owner allows them with --agents).
+fn bench_agents() -> String {
+    let mut names = vec!["bench-latency".to_string()];
+    names.extend((0..256).map(|i| format!("bench-q{i}")));
+    names.extend((0..256).map(|i| format!("bench-w{i}")));
+    names.join(",")
+}
+
 async fn connect(url: &str, agent: &str) -> Session {
     let mut h = std::collections::HashMap::new();
     h.insert(
@@ -75,7 +83,13 @@ fn main() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rsim"))
         .arg("-C")
         .arg(&study)
-        .args(["serve", "--http", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--agents",
+            &bench_agents(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -311,6 +311,10 @@ pub enum Command {
         /// Seconds run_sft/evaluate wait for their job before answering {job, status: "running"}.
         #[arg(long, default_value_t = 5.0)]
         job_wait: f64,
+        /// Loopback without --tokens: agent names a connection may claim with the X-Rsim-Agent
+        /// header (comma-separated). Without it every connection is --agent (default "http").
+        #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+        agents: Vec<String>,
     },
     /// Print the MCP client configuration that connects a coding agent to this study.
     McpConfig {
@@ -472,12 +476,15 @@ pub fn run(cli: Cli) -> Result<()> {
             http,
             tokens,
             job_wait,
+            agents,
         } => crate::faces::mcp::http::serve(
             &dir,
             crate::faces::mcp::http::HttpOptions {
                 addr: http.clone(),
                 tokens: tokens.clone(),
                 role: agent_role(&cli)?,
+                agent: cli.agent.clone().unwrap_or_else(|| "http".to_string()),
+                agents: agents.clone(),
             },
             mcp_options(*job_wait)?,
         ),

@@ -32,11 +32,24 @@ impl Drop for ServerProc {
     }
 }
 
+/// The agent names the tests' loopback connections claim (the owner allows them with --agents).
+fn allowed_agents() -> String {
+    let mut names: Vec<String> = (0..16).map(|i| format!("agent-{i}")).collect();
+    names.extend(["checker", "w1", "obs", "survivor"].map(String::from));
+    names.join(",")
+}
+
 fn serve(study: &Path, extra: &[&str]) -> ServerProc {
     let mut child = rsim()
         .arg("-C")
         .arg(study)
-        .args(["serve", "--http", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--agents",
+            &allowed_agents(),
+        ])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -542,4 +555,43 @@ fn wait_job_on_a_job_lost_with_its_stdio_server_names_the_state() {
         drop(server);
     });
     fsck_clean(&study);
+}
+
+/// On loopback without tokens, a connection is the server's one identity, or a name the owner
+/// listed with --agents: it cannot rename itself to start its per-agent allowances again.
+#[test]
+fn a_loopback_connection_cannot_name_itself_beyond_what_the_owner_allowed() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &[]);
+    rt().block_on(async {
+        let client = reqwest::Client::new();
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).to_string();
+        let post = |agent: Option<&str>| {
+            let mut r = client
+                .post(&server.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(init.clone());
+            if let Some(a) = agent {
+                r = r.header("x-rsim-agent", a);
+            }
+            r.send()
+        };
+        let r = post(Some("mallory-2")).await.expect("post");
+        assert_eq!(r.status(), 401);
+        let body = r.text().await.expect("body");
+        assert!(body.contains("--agents"), "{body}");
+        let r = post(Some("agent-3")).await.expect("post");
+        assert!(r.status().is_success(), "{}", r.status());
+        let r = post(None).await.expect("post");
+        assert!(r.status().is_success(), "{}", r.status());
+    });
+    // Without the header, the connection is the server's own identity in the record.
+    rt().block_on(async {
+        let s = connect(&server.url, &[], None).await;
+        let r = call(&s, "branch", json!({"parents": ["n0"], "title": "anon"})).await;
+        let node = ok(&r)["node"].as_str().expect("node").to_string();
+        let r = call(&s, "get_node", json!({"node": node})).await;
+        assert_eq!(ok(&r)["created_by"], "http");
+    });
 }

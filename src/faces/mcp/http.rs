@@ -35,6 +35,13 @@ pub struct HttpOptions {
     pub tokens: Option<PathBuf>,
     /// Role of every connection on a loopback server without tokens.
     pub role: Role,
+    /// Loopback without tokens: the identity of every connection that names none.
+    pub agent: String,
+    /// Loopback without tokens: the names `X-Rsim-Agent` may claim (the owner's list; empty:
+    /// none, every connection is `agent`). An identity is what the owner allowed, never what a
+    /// header claims: a connection that could rename itself would start its per-agent
+    /// allowances (evaluations, compute, the contamination-probing limit) again.
+    pub agents: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -54,8 +61,13 @@ struct TokenEntry {
 
 /// Who may connect.
 enum Auth {
-    /// Loopback without tokens: everyone gets this role.
-    Loopback(Role),
+    /// Loopback without tokens: everyone gets this role, and the default name or one of the
+    /// names the owner allowed.
+    Loopback {
+        role: Role,
+        default: String,
+        allowed: std::collections::BTreeSet<String>,
+    },
     /// Bearer token → caller.
     Tokens(HashMap<String, Caller>),
 }
@@ -112,26 +124,23 @@ fn load_tokens(path: &Path) -> Result<HashMap<String, Caller>> {
 impl Auth {
     fn caller(&self, headers: &HeaderMap) -> std::result::Result<Caller, String> {
         match self {
-            Auth::Loopback(role) => {
+            Auth::Loopback {
+                role,
+                default,
+                allowed,
+            } => {
                 let named = headers
                     .get(AGENT_HEADER)
                     .and_then(|v| v.to_str().ok())
                     .map(str::trim)
                     .filter(|s| !s.is_empty());
-                let agent = match named {
-                    Some(a) => a.to_string(),
-                    None => match headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) {
-                        Some(s) => format!(
-                            "http-{}",
-                            s.chars()
-                                .filter(char::is_ascii_alphanumeric)
-                                .take(12)
-                                .collect::<String>()
-                        ),
-                        None => "http-agent".to_string(),
-                    },
-                };
-                Ok(Caller::new(agent, *role))
+                match named {
+                    None => Ok(Caller::new(default.clone(), *role)),
+                    Some(a) if allowed.contains(a) => Ok(Caller::new(a, *role)),
+                    Some(a) => Err(format!(
+                        "X-Rsim-Agent {a:?} is not an agent this server allows: the study owner lists the names with `rsim serve --agents NAME,...` (or issues tokens with --tokens); without the header a connection is {default:?}"
+                    )),
+                }
             }
             Auth::Tokens(map) => {
                 let Some(v) = headers.get(header::AUTHORIZATION) else {
@@ -198,7 +207,11 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
         let loopback = local.ip().is_loopback();
         let auth = match &http.tokens {
             Some(p) => Auth::Tokens(load_tokens(p)?),
-            None if loopback => Auth::Loopback(http.role),
+            None if loopback => Auth::Loopback {
+                role: http.role,
+                default: http.agent.clone(),
+                allowed: http.agents.iter().cloned().collect(),
+            },
             None => {
                 return Err(Error::invalid(format!(
                     "--http {}: refusing to serve a non-loopback address without --tokens FILE (bearer tokens per agent)",
