@@ -34,6 +34,33 @@ pub struct StudyConfig {
     /// Dataset sources the study owner declares (agents may register them by name).
     #[serde(default)]
     pub datasets: BTreeMap<String, DeclaredSource>,
+    /// External command agents (`rsim run --worker cmd:…`).
+    #[serde(default)]
+    pub agents: AgentsConfig,
+}
+
+/// What external command agents get from the machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// The only environment variables a command agent inherits (besides the `RSIM_*` ones rsim
+    /// sets for its turn): name here what the agent needs, e.g. its model API key.
+    #[serde(default = "default_agent_env")]
+    pub env: Vec<String>,
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        AgentsConfig {
+            env: default_agent_env(),
+        }
+    }
+}
+
+fn default_agent_env() -> Vec<String> {
+    ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ"]
+        .map(String::from)
+        .to_vec()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

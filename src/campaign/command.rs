@@ -3,6 +3,12 @@
 //! the command once per task, with its role prompt, task and MCP endpoint in the environment.
 //! The agent acts only through MCP tools — the same Experiment OS actions — and is stopped when
 //! it runs past its turn or starts more training runs than its task allows.
+//!
+//! What an agent gets from the machine: the environment variables the owner names in
+//! `[agents] env` (rsim.toml) and its own `RSIM_*` ones — nothing else is inherited; a private
+//! working directory outside the study, made for its turn and removed after it, holding only its
+//! own MCP config; and only its own token (the server's token file is deleted as soon as the
+//! server has read it). Reading the study's files is not prevented here (that needs a sandbox).
 
 use super::{ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
 use crate::model::{ActionName, Caller};
@@ -94,7 +100,9 @@ impl CommandAgent {
         if let Some(s) = guard.as_ref() {
             return Ok(s.url.clone());
         }
-        let dir = self.root.join(crate::os::STATE_DIR);
+        // The server reads its tokens at start-up; the file lives in a private directory outside
+        // the study and is gone before any agent runs.
+        let dir = private_dir("rsim-tokens")?;
         let tokens_path = dir.join("agent-tokens.toml");
         let mut toml = String::new();
         for (name, (role, tok)) in &self.tokens {
@@ -131,7 +139,9 @@ impl CommandAgent {
                 }
             }
         });
-        let url = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| {
+        let url = rx.recv_timeout(Duration::from_secs(30));
+        let _ = std::fs::remove_dir_all(&dir);
+        let url = url.map_err(|_| {
             let _ = child.kill();
             Error::internal("the MCP server did not report its address within 30 s")
         })?;
@@ -158,9 +168,9 @@ impl CommandAgent {
             .tokens
             .get(&caller.agent)
             .ok_or_else(|| Error::internal(format!("no MCP token for agent {}", caller.agent)))?;
-        let dir = self.root.join(crate::os::STATE_DIR).join("agents");
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::internal(format!("{}: {e}", dir.display())))?;
+        // The turn's own working directory, outside the study, removed when the turn ends.
+        let work = TurnDir(private_dir("rsim-agent")?);
+        let dir = &work.0;
         // A ready-made MCP config for clients that take one (Claude Code's --mcp-config).
         let mcp_config = dir.join(format!("{}.mcp.json", caller.agent));
         write_private(
@@ -170,7 +180,11 @@ impl CommandAgent {
                     "headers": {"Authorization": format!("Bearer {tok}")}}}
             }))?,
         )?;
-        let log_path = dir.join(format!("{}.log", caller.agent));
+        // The agent's output is kept with the study (the agent itself cannot see the other logs).
+        let logs = self.root.join(crate::os::STATE_DIR).join("agents");
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| Error::internal(format!("{}: {e}", logs.display())))?;
+        let log_path = logs.join(format!("{}.log", caller.agent));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -181,9 +195,15 @@ impl CommandAgent {
             .map_err(|e| Error::internal(format!("{}: {e}", log_path.display())))?;
         let prompt = format!("{role_prompt}\n\n## Your task\n\n{task}\n");
         let mut cmd = Command::new("sh");
+        cmd.env_clear();
+        for name in &study.config().agents.env {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
+        }
         cmd.arg("-c")
             .arg(&self.command)
-            .current_dir(&dir)
+            .current_dir(dir)
             .env("RSIM_MCP_URL", &url)
             .env("RSIM_MCP_TOKEN", tok)
             .env("RSIM_MCP_CONFIG", &mcp_config)
@@ -240,6 +260,26 @@ impl CommandAgent {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+}
+
+/// A fresh directory only this user can enter, under the system's temporary directory.
+fn private_dir(prefix: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let p = std::env::temp_dir().join(format!("{prefix}-{:016x}", rand::random::<u64>()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&p)
+        .map_err(|e| Error::internal(format!("{}: {e}", p.display())))?;
+    Ok(p)
+}
+
+/// An agent's working directory for one turn, removed when the turn ends.
+struct TurnDir(PathBuf);
+
+impl Drop for TurnDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -583,6 +583,15 @@ fn standin(python: &Path) -> String {
 /// A campaign of one worker slot, one seed per node, whose worker is the stand-in MCP agent in
 /// `mode`; it must finish.
 fn standin_campaign(root: &Path, py: &Path, experiments: &str, mode: &str) {
+    // Command agents inherit only what the owner names: the stand-in reads its mode from it.
+    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    if !text.contains("[agents]") {
+        commit_config(
+            root,
+            &format!("{text}\n[agents]\nenv = [\"PATH\", \"HOME\", \"STANDIN_MODE\"]\n"),
+            "owner: the stand-in agent's mode reaches it",
+        );
+    }
     let out = rsim()
         .arg("-C")
         .arg(root)
@@ -688,4 +697,53 @@ fn command_agents_work_through_mcp_and_are_stopped_past_their_limits() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not installed"));
     assert_eq!(actions(&root4).len(), 1);
+}
+
+/// A command agent sees only what the owner passes it: no inherited secrets, a working directory
+/// outside the study holding only its own MCP config, no token file of other agents.
+#[test]
+fn command_agents_get_only_their_own_token_and_the_environment_the_owner_names() {
+    let (d, root) = example_study();
+    let out_dir = d.path().join("seen");
+    std::fs::create_dir_all(&out_dir).expect("mkdir");
+    let o = out_dir.display();
+    let spy = format!(
+        "cmd:sh -c 'env > {o}/env; pwd > {o}/pwd; ls -a . > {o}/ls; ls -a \"$0\" > {o}/state 2>&1; exit 1' {}",
+        root.join(".rsim").display()
+    );
+    let out = rsim()
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "run",
+            "--experiments",
+            "1",
+            "--seeds-per-node",
+            "1",
+            "--workers",
+            "1",
+        ])
+        .args(["--worker", &spy, "--quiet", "--agent-timeout", "20"])
+        .env("RSIM_TEST_SECRET_KEY", "sk-do-not-leak")
+        .output()
+        .expect("run");
+    // The spy fails its turns, so the campaign gives up on it; it must still have run.
+    assert!(out.status.code().is_some(), "{out:?}");
+    let read = |f: &str| std::fs::read_to_string(out_dir.join(f)).unwrap_or_default();
+    let env = read("env");
+    assert!(env.contains("RSIM_MCP_TOKEN="), "the agent ran: {env}");
+    assert!(!env.contains("sk-do-not-leak"), "{env}");
+    let pwd = read("pwd");
+    let study = root.canonicalize().expect("canon");
+    assert!(
+        !std::path::Path::new(pwd.trim()).starts_with(&study),
+        "works outside the study: {pwd}"
+    );
+    let ls = read("ls");
+    let files: Vec<&str> = ls.lines().filter(|l| !l.starts_with('.')).collect();
+    assert_eq!(files.len(), 1, "only its own MCP config: {ls}");
+    assert!(files[0].ends_with(".mcp.json"), "{ls}");
+    // No file in the study's state holds another agent's token.
+    let state = read("state");
+    assert!(!state.contains("agent-tokens"), "{state}");
 }
