@@ -10,10 +10,13 @@ use crate::model::{ActionName, JobRecord, MetricRecord, NodeStatus, Outcome, Rol
 
 /// Node id pattern (`n0` is the root: the base model).
 pub const NODE_ID_PATTERN: &str = r"^n(0|[1-9][0-9]{0,8})$";
-/// One line of text: no control characters and no `..`.
-pub const LINE_PATTERN: &str = r"^(?!.*\.\.)[^\x00-\x1F\x7F-\x9F]*$";
-/// Free text: no control characters except newline and tab.
-pub const TEXT_PATTERN: &str = r"^[^\x00-\x08\x0B-\x1F\x7F-\x9F]*$";
+/// One line of text: no control characters, no bidirectional overrides or isolates and no line or
+/// paragraph separators (which make what a person reads differ from what was written), no `..`.
+pub const LINE_PATTERN: &str =
+    r"^(?!.*\.\.)[^\x00-\x1F\x7F-\x9F\u061C\u200E\u200F\u2028-\u202E\u2066-\u2069]*$";
+/// Free text: the same, except that newlines and tabs are fine.
+pub const TEXT_PATTERN: &str =
+    r"^[^\x00-\x08\x0B-\x1F\x7F-\x9F\u061C\u200E\u200F\u2028-\u202E\u2066-\u2069]*$";
 /// A name: lowercase letters, digits, `-`, `_`.
 pub const NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9_-]{0,63}$";
 /// A checkpoint: `base` or a sha256.
@@ -25,8 +28,12 @@ pub const JOB_ID_PATTERN: &str = r"^j-[0-9a-f]{16}$";
 pub fn describe_pattern(p: &str) -> Option<&'static str> {
     Some(match p {
         NODE_ID_PATTERN => "a node id such as \"n3\"",
-        LINE_PATTERN => "one line of text without control characters and without \"..\"",
-        TEXT_PATTERN => "text without control characters (newlines and tabs are fine)",
+        LINE_PATTERN => {
+            "one line of text without control characters, bidirectional overrides or line separators, and without \"..\""
+        }
+        TEXT_PATTERN => {
+            "text without control characters, bidirectional overrides or line separators (newlines and tabs are fine)"
+        }
         NAME_PATTERN => {
             "a name of lowercase letters, digits, '-' and '_' (1-64, starting with a letter or digit)"
         }

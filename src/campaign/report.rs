@@ -200,7 +200,7 @@ pub fn text(r: &Report) -> String {
                 s,
                 "Best node: {} \"{}\" — dev mean {}, best run {:.3}, test {} (checkpoint {})",
                 b.node,
-                b.title,
+                crate::util::text::display(&b.title),
                 f3(b.dev_mean),
                 b.dev,
                 f3(b.test),
@@ -257,7 +257,7 @@ pub fn text(r: &Report) -> String {
             n.verdict.map_or("-", verdict_name),
             n.runs,
             f3(n.dev_mean),
-            n.title,
+            crate::util::text::display(&n.title),
             n.parents.join(" + ")
         );
     }
@@ -266,7 +266,8 @@ pub fn text(r: &Report) -> String {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+    crate::util::text::display(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")

@@ -860,9 +860,10 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
     }
 }
 
+/// A field as a person reads it in a table or a listing (agent text made safe to display).
 fn s(v: &Value) -> String {
     match v {
-        Value::String(s) => s.clone(),
+        Value::String(s) => crate::util::text::display(s),
         Value::Null => String::new(),
         other => other.to_string(),
     }
@@ -1029,7 +1030,7 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
                 println!("{t}");
             }
             if let Some(n) = out["notes"].as_str() {
-                println!("{n}");
+                println!("{}", crate::util::text::display(n));
             }
         }
         _ => print_json(out)?,

@@ -198,7 +198,7 @@ impl Dag {
             s.push_str(&format!(
                 "  {} [label={}{}];\n",
                 n.id,
-                dot_quote(&format!("{}\\n{}", n.id, n.title)),
+                format!("\"{}\\n{}\"", dot_escape(&n.id), dot_escape(&n.title)),
                 style
             ));
         }
@@ -268,7 +268,8 @@ impl Dag {
             };
             out.push_str(&format!(
                 "{prefix}{branch}{}  [{status}]  {}{merge}\n",
-                n.id, n.title
+                n.id,
+                crate::util::text::display(&n.title)
             ));
             let child_prefix = if root {
                 String::new()
@@ -306,22 +307,31 @@ impl Dag {
     }
 }
 
-fn dot_quote(s: &str) -> String {
-    let mut q = String::from("\"");
+/// Text inside a DOT double-quoted string: quotes and backslashes escaped (a title ending in `\`
+/// cannot leave its label open), control and deceptive characters replaced.
+fn dot_escape(s: &str) -> String {
+    let mut q = String::new();
     for c in s.chars() {
         match c {
             '"' => q.push_str("\\\""),
-            '\\' => q.push('\\'),
-            c if c.is_control() => q.push(' '),
+            '\\' => q.push_str("\\\\"),
+            c if c.is_control() || crate::util::text::is_deceptive(c) => q.push('\u{FFFD}'),
             c => q.push(c),
         }
     }
-    q.push('"');
     q
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_dot_label_cannot_be_left_open_or_carry_overrides() {
+        assert_eq!(dot_escape("ends with \\"), "ends with \\\\");
+        assert_eq!(dot_escape("say \"hi\""), "say \\\"hi\\\"");
+        assert_eq!(dot_escape("a\u{202E}b\nc"), "a\u{FFFD}b\u{FFFD}c");
+    }
+
     use super::*;
 
     fn row(id: &str, status: NodeStatus) -> DagEntry {

@@ -1,10 +1,37 @@
 //! Text helpers for what people read (commit subjects, tables).
 
-/// One line with no control characters (for subjects and trailer values).
+/// Characters that make what a person reads differ from what was written: bidirectional embeddings,
+/// overrides, isolates and marks, and line/paragraph separators. Requests refuse them (the schema's
+/// text patterns); displays of older text replace them.
+pub fn is_deceptive(c: char) -> bool {
+    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text as a person may see it: deceptive characters and control characters other than
+/// newline and tab shown as U+FFFD.
+pub fn display(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if is_deceptive(c) || (c.is_control() && c != '\n' && c != '\t') {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// One line with no control or deceptive characters (for subjects and trailer values).
 pub fn sanitize_line(s: &str) -> String {
     let mut out: String = s
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| {
+            if c.is_control() || is_deceptive(c) {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect();
     if out.len() > 200 {
         let mut cut = 200;
@@ -15,4 +42,24 @@ pub fn sanitize_line(s: &str) -> String {
         out.push('…');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deceptive_characters_never_reach_a_reader() {
+        // "good" displayed, "evil" stored: an override reverses what follows it.
+        let s = "title \u{202E}live\u{202C} \u{2066}x\u{2069} line\u{2028}break";
+        let shown = display(s);
+        assert!(!shown.chars().any(is_deceptive), "{shown:?}");
+        assert_eq!(shown.matches('\u{FFFD}').count(), 5);
+        assert!(!sanitize_line(s).chars().any(is_deceptive));
+        // Ordinary text of any script is left alone.
+        assert_eq!(
+            display("Ünïcödé 数字 עברית\n\tok"),
+            "Ünïcödé 数字 עברית\n\tok"
+        );
+    }
 }

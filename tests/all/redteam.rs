@@ -915,3 +915,35 @@ fn foreign_history_is_reported_and_counted() {
     let audit = rsi_master::os::audit::audit(&sa).expect("audit");
     assert!(audit.got_through >= 1, "{:#?}", audit.checks);
 }
+
+/// Text that would show a person something other than what was written — bidirectional
+/// overrides and isolates, line and paragraph separators — is refused by the schema, and nothing
+/// is recorded; ordinary text of any script is accepted.
+#[test]
+fn deceptive_text_is_refused_at_the_schema() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    init::init(&root, Some("tiny-arith-ngram")).expect("init");
+    let s = open(&root);
+    for bad in [
+        "good \u{202E}doog",
+        "a\u{2066}hidden\u{2069}",
+        "line\u{2028}separator",
+        "mark\u{200F}",
+    ] {
+        refused(&s, "branch", json!({"parents": ["n0"], "title": bad}));
+        refused(
+            &s,
+            "branch",
+            json!({"parents": ["n0"], "title": "t", "hypothesis": bad}),
+        );
+    }
+    let log = s.call(&agent(), "log", json!({})).expect("log");
+    assert_eq!(log["actions"].as_array().map(Vec::len), Some(1), "{log}");
+    s.call(
+        &agent(),
+        "branch",
+        json!({"parents": ["n0"], "title": "Ünïcödé 数字 עברית", "hypothesis": "x\ny"}),
+    )
+    .expect("ordinary text of any script");
+}
