@@ -196,9 +196,10 @@ impl Dag {
                 NodeStatus::Concluded => ", style=\"rounded,filled\", fillcolor=\"#e8e8e8\"",
             };
             s.push_str(&format!(
-                "  {} [label={}{}];\n",
+                "  {} [label=\"{}\\n{}\"{}];\n",
                 n.id,
-                format!("\"{}\\n{}\"", dot_escape(&n.id), dot_escape(&n.title)),
+                dot_escape(&n.id),
+                dot_escape(&n.title),
                 style
             ));
         }
