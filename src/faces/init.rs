@@ -94,17 +94,23 @@ fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 2]> 
     let prot = root.join(STATE_DIR).join("protected").join(task);
     fs::create_dir_all(&prot).at("cannot create", &prot)?;
     let mut pins = [String::new(), String::new()];
-    for (i, (split, n, seed)) in [("dev", 200, 1001), ("test", 500, 2002)]
+    // Dev and test are disjoint by construction: test items are drawn from what dev does not hold.
+    let mut seen = std::collections::HashSet::new();
+    for (i, (split, n, seed)) in [("dev", 200u64, 1001), ("test", 500, 2002)]
         .into_iter()
         .enumerate()
     {
-        let rows = crate::train::datasets::generate_arith(&ArithParams {
+        let rows: Vec<_> = crate::train::datasets::generate_arith(&ArithParams {
             op: ArithOp::Add,
             digits,
             format: AnswerFormat::Plain,
-            n,
+            n: n * 3,
             seed,
-        });
+        })
+        .into_iter()
+        .filter(|r| seen.insert(r.prompt.clone()))
+        .take(n as usize)
+        .collect();
         let bytes = crate::train::datasets::to_jsonl(&rows)?;
         let p = prot.join(format!("{split}.jsonl"));
         fs::write(&p, &bytes).at("cannot write", &p)?;

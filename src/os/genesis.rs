@@ -66,6 +66,7 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
                 }
             }
         }
+        refuse_overlapping_splits(&root, name, t)?;
     }
 
     // The object store and the base checkpoint.
@@ -176,6 +177,37 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
             config.study.name
         ),
     })
+}
+
+/// Per-item dev results are shown to agents: a dev item that is also a test item hands out a
+/// protected item with its answer. The splits must be disjoint (prompts compared with case,
+/// whitespace and Unicode compatibility forms folded).
+fn refuse_overlapping_splits(root: &Path, name: &str, t: &crate::config::TaskConfig) -> Result<()> {
+    let read = |rel: &str, split: &str| -> Result<Vec<crate::model::data::Row>> {
+        let p = root.join(rel);
+        let bytes = fs::read(&p).at("cannot read", &p)?;
+        crate::train::datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))
+    };
+    let fold = |s: &str| -> String {
+        s.chars()
+            .flat_map(char::to_lowercase)
+            .filter(|c| !c.is_whitespace())
+            .collect()
+    };
+    let dev: std::collections::HashSet<String> = read(&t.dev.path, "dev")?
+        .iter()
+        .map(|r| fold(&r.prompt))
+        .collect();
+    let shared = read(&t.test.path, "test")?
+        .iter()
+        .filter(|r| dev.contains(&fold(&r.prompt)))
+        .count();
+    if shared > 0 {
+        return Err(Error::invalid(format!(
+            "{CONFIG_FILE}: task {name}: the dev and test splits share {shared} item(s); per-item dev results would reveal them, so the splits must be disjoint"
+        )));
+    }
+    Ok(())
 }
 
 fn tempdir_in(dir: &Path) -> Result<PathBuf> {

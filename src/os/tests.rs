@@ -30,10 +30,10 @@ fn study() -> (tempfile::TempDir, Study) {
     std::fs::create_dir_all(root.join("models/base")).expect("base dir");
     std::fs::write(root.join("models/base/config.json"), "{}").expect("base");
     std::fs::create_dir_all(root.join("eval")).expect("eval dir");
-    for split in ["dev", "test"] {
+    for (split, item) in [("dev", "1+1="), ("test", "2+2=")] {
         std::fs::write(
             root.join(format!("eval/{split}.jsonl")),
-            "{\"prompt\":\"1+1=\",\"answer\":\"2\"}\n",
+            format!("{{\"prompt\":\"{item}\",\"answer\":\"x\"}}\n"),
         )
         .expect("eval set");
     }
@@ -61,6 +61,32 @@ fn genesis_records_the_base_through_the_commit_protocol() {
     assert!(
         genesis::create_study(s.root()).is_err(),
         "a study is created once"
+    );
+}
+
+#[test]
+fn a_study_whose_dev_and_test_splits_share_items_is_refused() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path();
+    std::fs::create_dir_all(root.join("models/base")).expect("base dir");
+    std::fs::write(root.join("models/base/config.json"), "{}").expect("base");
+    std::fs::create_dir_all(root.join("eval")).expect("eval dir");
+    std::fs::write(
+        root.join("eval/dev.jsonl"),
+        "{\"prompt\":\"1 + 1 =\",\"answer\":\"2\"}\n",
+    )
+    .expect("dev");
+    std::fs::write(
+        root.join("eval/test.jsonl"),
+        "{\"prompt\":\"1+1=\",\"answer\":\"2\"}\n{\"prompt\":\"2+2=\",\"answer\":\"4\"}\n",
+    )
+    .expect("test");
+    std::fs::write(root.join(CONFIG_FILE), CONFIG).expect("config");
+    let e = genesis::create_study(root).expect_err("overlap");
+    assert!(e.message.contains("share 1 item"), "{}", e.message);
+    assert!(
+        Record::open(root).map_or(true, |r| r.main_tip().is_err()),
+        "nothing committed"
     );
 }
 

@@ -57,7 +57,12 @@ fn adversarial_study() -> (tempfile::TempDir, PathBuf, Vec<Row>) {
             answer: a.to_string(),
         })
         .collect();
-    write(prot.join("code/dev.jsonl"), &code[..1]);
+    // The dev split is disjoint from the test split (a study whose splits share items is refused).
+    let dev_code = [Row {
+        prompt: "def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n".to_string(),
+        answer: "    return a + b\n".to_string(),
+    }];
+    write(prot.join("code/dev.jsonl"), &dev_code);
     write(prot.join("code/test.jsonl"), &code);
     let rsim = env!("CARGO_BIN_EXE_rsim");
     std::fs::write(
