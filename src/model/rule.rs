@@ -54,6 +54,8 @@ rules! {
     BudgetNodeEvaluations = "budget-node-evaluations",
     BudgetAgentEvaluations = "budget-agent-evaluations",
     NetworkIsolation = "network-isolation",
+    /// Running a job whose environment could not be pinned (a Nix flake without its narHash).
+    EnvironmentPinned = "environment-pinned",
     /// Cancelling a job that another agent started (owners may cancel any job).
     JobOwner = "job-owner",
 }

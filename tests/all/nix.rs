@@ -139,7 +139,7 @@ fn jobs_run_inside_the_flake_and_its_nar_hash_is_recorded() {
 }
 
 #[test]
-fn a_flake_that_fails_to_evaluate_is_a_clear_error_in_the_record() {
+fn a_flake_that_fails_to_evaluate_is_refused_with_nixs_message() {
     if !nix_works() {
         eprintln!("skipped: nix is not installed here (tools/test.sh installs it)");
         return;
@@ -148,17 +148,16 @@ fn a_flake_that_fails_to_evaluate_is_a_clear_error_in_the_record() {
     let s = open(&root);
     let owner = rsi_master::model::Caller::owner();
     s.call(&owner, "register_dataset", json!({"node": "n0", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "2+2=", "answer": "4"}]}})).expect("register");
-    let sft = s
+    let e = s
         .call(&owner, "run_sft", json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 0.001, "steps": 2, "batch_size": 1}))
-        .expect("recorded");
-    assert_eq!(sft["job"]["state"], "failed");
-    assert!(
-        sft["job"]["env"]
-            .as_str()
-            .expect("env")
-            .ends_with("#unresolved")
+        .expect_err("refused");
+    // The job never runs; the refusal is recorded with Nix's own message.
+    assert_eq!(
+        e.rule.as_deref(),
+        Some("environment-pinned"),
+        "{}",
+        e.message
     );
-    let err = sft["job"]["error"].as_str().expect("error");
-    assert!(err.contains("error"), "the record says why: {err}");
-    assert!(sft.get("checkpoint").is_none_or(|c| c.is_null()));
+    assert!(e.message.contains("undefined variable"), "{}", e.message);
+    assert!(!e.message.contains("unresolved"), "{}", e.message);
 }

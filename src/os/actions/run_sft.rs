@@ -24,9 +24,11 @@ impl Study {
                 None => unregistered.push(name.clone()),
             }
         }
+        let pin = self.pin_environment();
         let mut facts = self.job_facts(caller, &req.node, base_sha.as_deref())?;
         facts.node_status = Some(snap.meta.status);
         facts.unregistered_datasets = unregistered;
+        facts.environment_unpinned = pin.as_ref().err().cloned();
         let request = serde_json::to_value(&req)?;
         let decision = policy::check(Request::RunSft(&req), caller, &self.config, &facts);
         if !decision.accepted() {
@@ -57,7 +59,18 @@ impl Study {
             hyper: train_hyper(&req),
         });
         let timeout = self.job_timeout(caller, &req.node)?;
-        let spec = self.job_spec(job_id, &self.config.jobs.sft.clone(), params, timeout)?;
+        let pin = pin.map_err(|why| {
+            Error::internal(format!(
+                "the policy admitted a job whose environment is not pinned: {why}"
+            ))
+        })?;
+        let spec = self.job_spec(
+            job_id,
+            &self.config.jobs.sft.clone(),
+            params,
+            timeout,
+            pin.as_ref(),
+        )?;
         self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec, None)?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
