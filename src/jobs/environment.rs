@@ -160,14 +160,16 @@ pub fn flake_reference(study_root: &Path, flake: &str) -> Result<String> {
 const RETRY_PAUSES_MS: &[u64] = &[200, 400, 800, 1600, 3200];
 
 /// Failures that a retry cures. The first use of a Nix store by several processes at once — a
-/// fresh machine whose first jobs start together — fails in one of them while another creates
-/// the store: `SQLite database '…/db.sqlite' is busy` (the schema is being created) or `creating
-/// symlink from '…/gcroots/profiles' … File exists` (its state directories); Nix retries
-/// neither. The others are a busy cache, a restarting daemon and a network hiccup while
+/// fresh machine whose first jobs start together — fails in some of them while another creates
+/// the store, and Nix retries none of these: `SQLite database '…/db/db.sqlite' is busy` (its
+/// schema is being created), `'…/db/schema' is corrupt` (the schema file exists but is not
+/// written yet) and `creating symlink from '…/gcroots/profiles' … File exists` (its state
+/// directories). The others are a busy cache, a restarting daemon and a network hiccup while
 /// fetching a remote flake.
 const TRANSIENT: &[&str] = &[
     "is busy",
     "database is locked",
+    "schema' is corrupt",
     "File exists",
     "Resource temporarily unavailable",
     "cannot connect to socket",
@@ -356,6 +358,25 @@ mod tests {
             "conda:env",
         ] {
             assert!(!is_pinned(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_races_of_a_fresh_store_are_transient_and_a_broken_flake_is_not() {
+        // What concurrent first uses of a fresh store printed (Nix 2.8).
+        for race in [
+            "error: SQLite database '/nix/var/nix/db/db.sqlite' is busy",
+            "error: '/nix/var/nix/db/schema' is corrupt",
+            "error: creating symlink from '/nix/var/nix/gcroots/profiles' to '/nix/var/nix/profiles': File exists",
+        ] {
+            assert!(is_transient(race), "{race}");
+        }
+        for lasting in [
+            "error: undefined variable 'this'",
+            "error: getting status of '/s/env': No such file or directory",
+            "error: experimental Nix feature 'flakes' is disabled",
+        ] {
+            assert!(!is_transient(lasting), "{lasting}");
         }
     }
 

@@ -9,8 +9,8 @@
 //! store (`NIX_STORE_DIR`, `NIX_STATE_DIR`, `NIX_LOG_DIR` in a temporary directory) — so it meets
 //! a fresh machine every time, not only on its first run: there, two Nix processes using a store
 //! for the first time at once fail now and then (`SQLite database '…/db.sqlite' is busy`,
-//! `creating symlink from '…/gcroots/profiles' …: File exists`), which once recorded a job with
-//! the environment `#unresolved`.
+//! `'…/db/schema' is corrupt`, `creating symlink from '…/gcroots/profiles' …: File exists`),
+//! which once recorded a job with the environment `#unresolved`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
