@@ -7,6 +7,7 @@
 //! has a directory from what the directory holds (`runner_of_job`), so the core never names a
 //! backend. `protocol` is what a job program reads and writes.
 
+pub mod environment;
 pub mod local;
 pub mod protocol;
 pub mod slurm;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use environment::{NixPin, host_fingerprint, is_pinned, pin_flake};
 pub use local::LocalRunner;
 pub use protocol::{JobParams, Progress, progress_in};
 
@@ -260,93 +262,6 @@ pub(crate) fn signal_reason(spec: &JobSpec, sig: i32) -> String {
 
 pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
-}
-
-/// The `host` environment as recorded with a job: the program's sha256 (first 16 hex digits), the
-/// kernel and the architecture, e.g. `host program=rsim@1a2b… kernel=Linux-6.1 arch=x86_64`.
-/// Hashing a ~250 MB debug rsim takes about a second, so hashes are cached in `cache_dir` keyed by
-/// the program's path, size and modification time (shared by every process of the study).
-pub fn host_fingerprint(study_root: &Path, command: &[String], cache_dir: &Path) -> Result<String> {
-    let mut out = String::from("host");
-    if let Some(prog) = command.first().and_then(|p| resolve_program(study_root, p)) {
-        let meta = fs::metadata(&prog).at("cannot stat", &prog)?;
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        let key = crate::util::hash::sha256_hex(
-            format!("{}\0{}\0{mtime}", prog.display(), meta.len()).as_bytes(),
-        );
-        let entry = cache_dir.join(&key[..32]);
-        let sha = match fs::read_to_string(&entry) {
-            Ok(s) if crate::util::hash::is_sha256(s.trim()) => s.trim().to_string(),
-            _ => {
-                let s = crate::util::hash::sha256_file(&prog)?;
-                fs::create_dir_all(cache_dir).at("cannot create", cache_dir)?;
-                let tmp = cache_dir.join(format!("{}.{}.tmp", &key[..32], std::process::id()));
-                fs::write(&tmp, &s).at("cannot write", &tmp)?;
-                fs::rename(&tmp, &entry).at("cannot write", &entry)?;
-                s
-            }
-        };
-        let name = prog
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        out.push_str(&format!(" program={name}@{}", &sha[..16]));
-    }
-    if let Ok(u) = nix::sys::utsname::uname() {
-        out.push_str(&format!(
-            " kernel={}-{} arch={}",
-            u.sysname().to_string_lossy(),
-            u.release().to_string_lossy(),
-            u.machine().to_string_lossy()
-        ));
-    }
-    Ok(out)
-}
-
-/// Run `command` inside a Nix flake's dev shell (`nix develop FLAKE --command ...`), and label the
-/// environment with the flake's `narHash` from `nix flake metadata --json`, e.g.
-/// `nix:path:/study/env#sha256-…`. A flake given as a relative path is taken inside the study
-/// (point it at a folder holding flake.nix, not at the study root, or Nix copies the object store).
-/// When the metadata cannot be read the label says `#unresolved` and the job itself fails with
-/// Nix's error in its log.
-pub fn nix_environment(
-    study_root: &Path,
-    flake: &str,
-    command: Vec<String>,
-) -> Result<(Vec<String>, String)> {
-    let reference = if flake.contains(':') {
-        flake.to_string()
-    } else {
-        crate::config::check_relative_path(flake)
-            .map_err(|m| Error::invalid(format!("environment.flake: {m}")))?;
-        format!("path:{}", study_root.join(flake).display())
-    };
-    let hash = Command::new("nix")
-        .args(["flake", "metadata", "--json", &reference])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
-        .and_then(|v| {
-            v["locked"]["narHash"]
-                .as_str()
-                .or(v["narHash"].as_str())
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| "unresolved".to_string());
-    let mut wrapped = vec![
-        "nix".to_string(),
-        "develop".to_string(),
-        reference.clone(),
-        "--command".to_string(),
-    ];
-    wrapped.extend(command);
-    Ok((wrapped, format!("nix:{reference}#{hash}")))
 }
 
 /// The last `max` bytes of a file (a job's log), as text; None if it cannot be read.

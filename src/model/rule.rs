@@ -58,6 +58,8 @@ rules! {
     /// An agent's test-split evaluations across all nodes.
     BudgetAgentTestEvaluations = "budget-agent-test-evaluations",
     NetworkIsolation = "network-isolation",
+    /// Running a job whose environment could not be pinned (a Nix flake without its narHash).
+    EnvironmentPinned = "environment-pinned",
     /// Cancelling a job that another agent started (owners may cancel any job).
     JobOwner = "job-owner",
 }

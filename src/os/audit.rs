@@ -1,6 +1,7 @@
 //! `rsim audit`: how many actions were attempted, which policy rules rejected what, and whether
 //! anything got through — a checkpoint, score or dataset in the record that fails the provenance,
-//! integrity, evaluator, test-secrecy or contamination checks when re-checked from the record alone.
+//! integrity, evaluator, test-secrecy, contamination or pinned-environment checks when re-checked
+//! from the record alone.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -108,6 +109,13 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         checked: 0,
         violations: Vec::new(),
     };
+    let mut environment = Check {
+        name: "pinned-environment",
+        counts: true,
+        what: "every recorded job names what it ran in: a host fingerprint or a Nix flake pinned by its narHash",
+        checked: 0,
+        violations: Vec::new(),
+    };
     let mut test_evals: HashMap<String, u64> = HashMap::new();
     let resolve = |c: &str| {
         if c == "base" {
@@ -119,6 +127,15 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
     for a in ordered.iter().filter(|a| a.record.decision.accepted()) {
         let r = &a.record;
         let at = format!("{}#{}", a.node, a.seq);
+        if let Some(job) = &r.job {
+            environment.checked += 1;
+            if !crate::jobs::is_pinned(&job.env) {
+                environment.violations.push(format!(
+                    "{at}: job {} ran in an environment that is not pinned: {:?}",
+                    job.id, job.env
+                ));
+            }
+        }
         match r.action {
             ActionName::RunSft => {
                 provenance.checked += 1;
@@ -253,6 +270,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         secrecy,
         contamination,
         data,
+        environment,
     ];
     let got_through = checks
         .iter()

@@ -1,7 +1,8 @@
 //! `rsim fsck`: verify the record's invariants — every node's commits form a contiguous action
 //! sequence, each commit records exactly one action whose file matches its trailers, a node's first
 //! commit has its parents' commits as git parents, every referenced artifact is in the object
-//! store with the right hash, and the index agrees with git.
+//! store with the right hash, every recorded job names a pinned environment, and the index
+//! agrees with git.
 
 use std::collections::BTreeSet;
 
@@ -134,6 +135,14 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
                         pc.id()
                     ));
                 }
+            }
+            if let Some(job) = &a.record.job
+                && !crate::jobs::is_pinned(&job.env)
+            {
+                rep.problems.push(format!(
+                    "{id}#{}: job {} is recorded without a pinned environment: {:?}",
+                    a.record.seq, job.id, job.env
+                ));
             }
             if a.record.decision.accepted() {
                 for art in &a.record.artifacts {

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::jobs::NixPin;
 use crate::jobs::protocol::{CheckpointRef, JobParams};
 use crate::record::claims::Claim;
 
@@ -185,28 +186,54 @@ impl Study {
         let left = left / f64::from(self.config.backend.charge_units().max(1));
         (left.ceil().max(1.0) as u64).min(self.config.backend.timeout_s())
     }
+
+    /// The study's job environment, pinned before a job is admitted: `Ok(None)` for `host`
+    /// (fingerprinted per command in `job_spec`), `Ok(Some(pin))` for a Nix flake pinned to its
+    /// narHash, `Err(why)` — in Nix's own words — when it cannot be pinned. The policy refuses
+    /// the job then (`environment-pinned`); it is a fact gathered before the check, like the
+    /// machine's network isolation.
+    pub(in crate::os) fn pin_environment(&self) -> std::result::Result<Option<NixPin>, String> {
+        match &self.config.environment {
+            crate::config::Environment::Host => Ok(None),
+            crate::config::Environment::Nix { flake } => crate::jobs::pin_flake(&self.root, flake)
+                .map(Some)
+                .map_err(|e| e.message),
+        }
+    }
+
+    /// The spec of an admitted job. `pin` is what `pin_environment` gave before the policy
+    /// admitted it; a job whose environment is not pinned is never built a spec.
     pub(in crate::os) fn job_spec(
         &self,
         id: String,
         command: &[String],
         params: JobParams,
         timeout_s: u64,
+        pin: Option<&NixPin>,
     ) -> Result<JobSpec> {
         let dir = self.root.join(STATE_DIR).join("jobs").join(&id);
         let command = crate::jobs::absolute_command(
             &self.root,
             &expand_command(command, self.rsim_bin.as_deref())?,
         );
-        let (command, env) = match &self.config.environment {
-            crate::config::Environment::Host => {
+        let (command, env) = match (&self.config.environment, pin) {
+            (crate::config::Environment::Host, _) => {
                 let cache = self.root.join(STATE_DIR).join("fingerprints");
                 let env = crate::jobs::host_fingerprint(&self.root, &command, &cache)?;
                 (command, env)
             }
-            crate::config::Environment::Nix { flake } => {
-                crate::jobs::nix_environment(&self.root, flake, command)?
+            (crate::config::Environment::Nix { .. }, Some(pin)) => (pin.wrap(command), pin.label()),
+            (crate::config::Environment::Nix { flake }, None) => {
+                return Err(Error::internal(format!(
+                    "job {id}: the Nix flake {flake:?} was not pinned before the job was admitted"
+                )));
             }
         };
+        if !crate::jobs::is_pinned(&env) {
+            return Err(Error::internal(format!(
+                "job {id}: refusing to run a job whose environment is not pinned ({env:?})"
+            )));
+        }
         Ok(JobSpec {
             id,
             command,

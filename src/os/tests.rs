@@ -25,6 +25,10 @@ evaluate = ["true"]
 
 /// A study with a one-file base checkpoint, created through genesis.
 fn study() -> (tempfile::TempDir, Study) {
+    study_with(CONFIG)
+}
+
+fn study_with(config: &str) -> (tempfile::TempDir, Study) {
     let d = tempfile::tempdir().expect("tempdir");
     let root = d.path();
     std::fs::create_dir_all(root.join("models/base")).expect("base dir");
@@ -37,7 +41,7 @@ fn study() -> (tempfile::TempDir, Study) {
         )
         .expect("eval set");
     }
-    std::fs::write(root.join(CONFIG_FILE), CONFIG).expect("config");
+    std::fs::write(root.join(CONFIG_FILE), config).expect("config");
     genesis::create_study(root).expect("genesis");
     let s = Study::open(root).expect("open");
     (d, s)
@@ -221,4 +225,103 @@ fn typed_calls_are_validated_like_json_calls() {
         )
         .expect_err("bad id");
     assert!(e.message.contains("parents.0"), "{}", e.message);
+}
+
+#[test]
+fn a_job_whose_nix_environment_cannot_be_pinned_is_refused_and_never_runs() {
+    // Without Nix here, `nix` cannot be run; with it, the flake does not parse: either way Nix
+    // gives no narHash, and what it said is the refusal's reason.
+    let config = format!("{CONFIG}[environment]\nkind = \"nix\"\nflake = \"env\"\n");
+    let (_d, s) = study_with(&config);
+    std::fs::create_dir_all(s.root().join("env")).expect("env dir");
+    std::fs::write(
+        s.root().join("env/flake.nix"),
+        "{ outputs = this is not nix; }",
+    )
+    .expect("flake");
+    let w = worker("w");
+    s.call(&w, "register_dataset", json!({"node": "n0", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "2+2=", "answer": "4"}]}}))
+        .expect("register");
+    let e = s
+        .call(&w, "run_sft", json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 0.001, "steps": 2, "batch_size": 1}))
+        .expect_err("refused");
+    assert_eq!(e.kind, ErrorKind::Rejected, "{}", e.message);
+    assert_eq!(e.rule.as_deref(), Some("environment-pinned"));
+    assert!(e.message.contains("nix flake metadata"), "{}", e.message);
+    let last = history(&s, ROOT_NODE).pop().expect("recorded");
+    assert_eq!(last.action, ActionName::RunSft);
+    assert!(!last.decision.accepted());
+    assert!(last.job.is_none(), "no job is recorded");
+    let reason = last.decision.reason.unwrap_or_default();
+    assert!(
+        reason.contains("error") || reason.contains("cannot run"),
+        "{reason}"
+    );
+    let jobs = s.root().join(STATE_DIR).join("jobs");
+    let ran: Vec<_> = std::fs::read_dir(&jobs)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name())
+                .filter(|n| n != "slots")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(ran.is_empty(), "no job directory: {ran:?}");
+}
+
+#[test]
+fn audit_and_fsck_report_a_recorded_job_whose_environment_is_not_pinned() {
+    let (_d, s) = study();
+    let w = worker("w");
+    s.call(&w, "register_dataset", json!({"node": "n0", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "2+2=", "answer": "4"}]}}))
+        .expect("register");
+    // A job of this rsim: a host fingerprint (the trainer `true` writes no checkpoint, so it failed).
+    let r = s
+        .call(&w, "run_sft", json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 0.001, "steps": 2, "batch_size": 1}))
+        .expect("recorded");
+    assert!(
+        crate::jobs::is_pinned(r["job"]["env"].as_str().unwrap_or_default()),
+        "{r}"
+    );
+    let clean = audit::audit(&s).expect("audit");
+    assert_eq!(clean.got_through, 0);
+    assert!(fsck::fsck(&s).expect("fsck").problems.is_empty());
+    // A job as an older rsim recorded it when `nix flake metadata` failed.
+    let job = crate::jobs::lost_record(
+        "j-0000000000000001",
+        JobKind::Sft,
+        &now_rfc3339(),
+        1.0,
+        &["nix".to_string(), "develop".to_string()],
+        "nix:path:/study/env#unresolved",
+    );
+    let request = json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 0.001, "steps": 2, "batch_size": 1});
+    s.commit_action(ROOT_NODE, &w, ActionName::RunSft, request, |_| {
+        let mut p = Prepared::accepted("old job".into(), json!({"job": job}));
+        p.attach_job(&job);
+        Ok(p)
+    })
+    .expect("commit");
+    let a = audit::audit(&s).expect("audit");
+    let check = a
+        .checks
+        .iter()
+        .find(|c| c.name == "pinned-environment")
+        .expect("check");
+    assert_eq!(check.checked, 2);
+    assert_eq!(check.violations.len(), 1, "{:?}", check.violations);
+    assert!(
+        check.violations[0].contains("#unresolved"),
+        "{:?}",
+        check.violations
+    );
+    assert_eq!(a.got_through, 1);
+    let f = fsck::fsck(&s).expect("fsck");
+    assert_eq!(f.problems.len(), 1, "{:?}", f.problems);
+    assert!(
+        f.problems[0].contains("not pinned")
+            || f.problems[0].contains("without a pinned environment"),
+        "{:?}",
+        f.problems
+    );
 }

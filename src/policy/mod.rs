@@ -54,6 +54,9 @@ pub struct Facts {
     pub agent_test_evaluations: u64,
     /// run_sft: registered datasets whose stored objects no longer match their hashes (name: why).
     pub dataset_corrupt: Vec<String>,
+    /// run_sft / evaluate: why the study's job environment could not be pinned (Nix's own
+    /// message), when it could not.
+    pub environment_unpinned: Option<String>,
     /// cancel_job: the agent that started the job (None: no such job in this study).
     pub job_agent: Option<String>,
 }
@@ -122,13 +125,26 @@ pub fn check_campaign(caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Deci
         .unwrap_or_else(Decision::accept)
 }
 
-/// Checks shared by every action that runs a job: isolation, checkpoint integrity, compute budgets.
+/// Checks shared by every action that runs a job: isolation, a pinned environment, checkpoint
+/// integrity, compute budgets.
 fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
     if cfg.policy.require_network_isolation && facts.network_isolation_unavailable {
         return Some(Decision::reject(
             Rule::NetworkIsolation,
             "the study requires jobs without network access (policy.require_network_isolation), \
              and this machine cannot give jobs their own network namespace",
+        ));
+    }
+    // A refusal, not a failed job: like missing isolation, this machine cannot run the job as the
+    // study requires, so the job is never admitted — no job id, no job directory, no JobRecord
+    // with an environment that names nothing — and the refusal is recorded with Nix's words.
+    if let Some(why) = &facts.environment_unpinned {
+        return Some(Decision::reject(
+            Rule::EnvironmentPinned,
+            format!(
+                "the job's environment could not be pinned, so the job does not run (its record \
+                 must name exactly what ran): {why}"
+            ),
         ));
     }
     if let Some(why) = &facts.checkpoint_corrupt {
@@ -540,6 +556,43 @@ mod tests {
             &Facts::default(),
         );
         assert!(d.accepted());
+    }
+
+    #[test]
+    fn a_job_whose_environment_cannot_be_pinned_is_refused_with_the_reason() {
+        let facts = Facts {
+            checkpoint_known: true,
+            environment_unpinned: Some(
+                "`nix flake metadata path:/s/env` failed: error: boom".into(),
+            ),
+            ..Facts::default()
+        };
+        let d = check(
+            Request::Evaluate(&eval_req(Split::Dev)),
+            &Caller::owner(),
+            &cfg(),
+            &facts,
+        );
+        assert_eq!(d.rule.as_deref(), Some("environment-pinned"));
+        assert!(
+            d.reason
+                .as_deref()
+                .is_some_and(|r| r.ends_with("error: boom")),
+            "{d:?}"
+        );
+        let facts = Facts {
+            environment_unpinned: None,
+            ..facts
+        };
+        assert!(
+            check(
+                Request::Evaluate(&eval_req(Split::Dev)),
+                &Caller::owner(),
+                &cfg(),
+                &facts,
+            )
+            .accepted()
+        );
     }
 
     #[test]

@@ -34,8 +34,16 @@ impl Study {
         let set_path = self.study_file(&set.path)?;
         let ck = self.resolve_checkpoint(&req.checkpoint)?;
         let evaluator = self.evaluator_fingerprint()?;
+        let pin = self.pin_environment();
         let facts = Facts {
             node_status: Some(snap.meta.status),
+            environment_unpinned: pin.as_ref().err().cloned(),
+            evaluations_total: self.index.evaluation_count(None, None)?,
+            test_evaluations_on_node: self.index.evaluation_count(Some(&req.node), Some("test"))?,
+            node_evaluations: self.index.evaluation_count(Some(&req.node), None)?,
+            agent_evaluations: self
+                .index
+                .evaluation_count_by(None, None, Some(&caller.agent))?,
             evaluator_actual: Some(evaluator.clone()),
             evaluator_pinned: self.config.jobs.evaluator_sha256.clone(),
             eval_set_actual: Some(crate::util::hash::sha256_file(&set_path)?),
@@ -63,7 +71,18 @@ impl Study {
             metric: task.metric.clone(),
             eval_set: set_path,
         });
-        let spec = self.job_spec(job_id, &self.config.jobs.evaluate.clone(), params, timeout)?;
+        let pin = pin.map_err(|why| {
+            Error::internal(format!(
+                "the policy admitted a job whose environment is not pinned: {why}"
+            ))
+        })?;
+        let spec = self.job_spec(
+            job_id,
+            &self.config.jobs.evaluate.clone(),
+            params,
+            timeout,
+            pin.as_ref(),
+        )?;
         self.write_intent(
             caller,
             ActionName::Evaluate,

@@ -24,6 +24,7 @@ impl Study {
                 None => unregistered.push(name.clone()),
             }
         }
+        let pin = self.pin_environment();
         let mut facts = self.job_facts(caller, &req.node, base_sha.as_deref())?;
         facts.node_status = Some(snap.meta.status);
         facts.unregistered_datasets = unregistered;
@@ -33,6 +34,7 @@ impl Study {
             .iter()
             .filter_map(|(name, sha, _)| self.store.damage(sha).map(|why| format!("{name}: {why}")))
             .collect();
+        facts.environment_unpinned = pin.as_ref().err().cloned();
         let request = serde_json::to_value(&req)?;
         let job_id = crate::jobs::new_job_id();
         // Compute used (recorded + claimed by running jobs) is taken, decided on and claimed at once.
@@ -62,7 +64,18 @@ impl Study {
                 .collect(),
             hyper: train_hyper(&req),
         });
-        let spec = self.job_spec(job_id, &self.config.jobs.sft.clone(), params, timeout)?;
+        let pin = pin.map_err(|why| {
+            Error::internal(format!(
+                "the policy admitted a job whose environment is not pinned: {why}"
+            ))
+        })?;
+        let spec = self.job_spec(
+            job_id,
+            &self.config.jobs.sft.clone(),
+            params,
+            timeout,
+            pin.as_ref(),
+        )?;
         self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec, None)?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
