@@ -115,7 +115,7 @@ fn study(flake_text: &str, extra_config: &str) -> (tempfile::TempDir, PathBuf) {
     std::fs::write(root.join("env/flake.nix"), flake_text).expect("flake");
     rsi_master::train::write_base_model(&root.join("models/base")).expect("base");
     // Disjoint splits (a study whose dev and test share items is refused).
-    for (split, prompt, answer) in [("dev", "1+1=", "2"), ("test", "2+2=", "4")] {
+    for (split, prompt, answer) in [("dev", "1+1=", "2"), ("test", "5+3=", "8")] {
         let rows = datasets::to_jsonl(&[rsi_master::api::types::Row {
             prompt: prompt.into(),
             answer: answer.into(),
