@@ -27,6 +27,7 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
     let record = study.record();
     let repo = record.repo();
     let mut artifacts = BTreeSet::new();
+    let mut unpinned = Vec::new();
     let tips = record.node_tips()?;
     rep.nodes = tips.len();
     for (id, tip) in &tips {
@@ -136,10 +137,12 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
                     ));
                 }
             }
+            // Counted by the audit's own `pinned-environment` check, so kept apart from the
+            // history problems.
             if let Some(job) = &a.record.job
                 && !crate::jobs::is_pinned(&job.env)
             {
-                rep.problems.push(format!(
+                unpinned.push(format!(
                     "{id}#{}: job {} is recorded without a pinned environment: {:?}",
                     a.record.seq, job.id, job.env
                 ));
@@ -165,6 +168,7 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
             .push("the index lists nodes that git does not have (run `rsim reindex`)".into());
     }
     rep.history_problems = rep.problems.len();
+    rep.problems.append(&mut unpinned);
     for sha in &artifacts {
         rep.artifacts_checked += 1;
         if let Err(e) = study.store().get(sha) {

@@ -240,7 +240,7 @@ fn a_job_whose_nix_environment_cannot_be_pinned_is_refused_and_never_runs() {
     )
     .expect("flake");
     let w = worker("w");
-    s.call(&w, "register_dataset", json!({"node": "n0", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "2+2=", "answer": "4"}]}}))
+    s.call(&w, "register_dataset", json!({"node": "n0", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "3+3=", "answer": "6"}]}}))
         .expect("register");
     let e = s
         .call(&w, "run_sft", json!({"node": "n0", "base": "base", "datasets": ["d"], "learning_rate": 0.001, "steps": 2, "batch_size": 1}))
@@ -273,7 +273,7 @@ fn a_job_whose_nix_environment_cannot_be_pinned_is_refused_and_never_runs() {
 fn audit_and_fsck_report_a_recorded_job_whose_environment_is_not_pinned() {
     let (_d, s) = study();
     let w = worker("w");
-    s.call(&w, "register_dataset", json!({"node": "n0", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "2+2=", "answer": "4"}]}}))
+    s.call(&w, "register_dataset", json!({"node": "n0", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "3+3=", "answer": "6"}]}}))
         .expect("register");
     // A job of this rsim: a host fingerprint (the trainer `true` writes no checkpoint, so it failed).
     let r = s
