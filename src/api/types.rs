@@ -85,8 +85,8 @@ pub enum DatasetSource {
         #[schemars(pattern(NAME_PATTERN))]
         source: String,
     },
-    /// The built-in arithmetic generator. Rows that would reproduce a protected test item are
-    /// left out (counted in the result as `decontaminated`).
+    /// The built-in arithmetic generator: exactly `n` rows, none of which reproduces a protected
+    /// test item (such draws are skipped, silently: how many is never reported).
     Arith(ArithParams),
     /// Rows sampled from registered datasets, shuffled together.
     Mixture {
@@ -144,9 +144,6 @@ pub struct RegisterDatasetResult {
     pub dataset: String,
     pub sha256: String,
     pub rows: u64,
-    /// Generated rows left out because they reproduced a protected test item.
-    #[serde(default)]
-    pub decontaminated: u64,
     pub commit: String,
 }
 

@@ -2,7 +2,7 @@
 //! anything got through — a checkpoint, score or dataset in the record that fails the provenance,
 //! integrity, evaluator, test-secrecy or contamination checks when re-checked from the record alone.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -65,7 +65,8 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
     let pin = study.config().jobs.evaluator_sha256.clone();
     let mut known: std::collections::BTreeSet<String> =
         std::collections::BTreeSet::from([base.clone()]);
-    let mut registered: HashSet<String> = HashSet::new();
+    // Registered datasets by name: their stored rows' hash.
+    let mut registered: HashMap<String, String> = HashMap::new();
     let mut provenance = Check {
         name: "provenance",
         counts: true,
@@ -97,7 +98,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
     let mut contamination = Check {
         name: "contamination",
         counts: true,
-        what: "no registered dataset overlaps a protected eval set (re-scanned now)",
+        what: "no registered dataset, and no union of datasets a run_sft trained on, overlaps a protected eval set (re-scanned now)",
         checked: 0,
         violations: Vec::new(),
     };
@@ -129,12 +130,35 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                         .push(format!("{at}: trained from unknown checkpoint {b}"));
                 }
                 data.checked += 1;
+                let mut union = Vec::new();
                 for d in r.request["datasets"].as_array().into_iter().flatten() {
                     let name = d.as_str().unwrap_or_default();
-                    if !registered.contains(name) {
-                        data.violations
-                            .push(format!("{at}: trained on unregistered dataset {name:?}"));
+                    match registered.get(name) {
+                        Some(sha) => union.push((name.to_string(), sha.clone())),
+                        None => data
+                            .violations
+                            .push(format!("{at}: trained on unregistered dataset {name:?}")),
                     }
+                }
+                // What trained is the union: scanned as the one sequence the trainer read.
+                contamination.checked += 1;
+                let mut parts = Vec::new();
+                for (name, sha) in &union {
+                    match study.store().get(sha) {
+                        Ok(bytes) => parts.push(crate::train::datasets::parse_jsonl(&bytes, name)?),
+                        Err(e) => contamination
+                            .violations
+                            .push(format!("{at}: dataset {name:?}: {}", e.message)),
+                    }
+                }
+                let views: Vec<&[crate::model::data::Row]> =
+                    parts.iter().map(Vec::as_slice).collect();
+                let hits = study.scan_union(&views)?;
+                if !hits.is_empty() {
+                    contamination.violations.push(format!(
+                        "{at}: the union of its datasets reproduces {} protected item(s)",
+                        hits.len()
+                    ));
                 }
                 for art in r
                     .artifacts
@@ -202,7 +226,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                     .iter()
                     .filter(|x| x.kind == ArtifactKind::Dataset)
                 {
-                    registered.insert(art.name.clone());
+                    registered.insert(art.name.clone(), art.sha256.clone());
                     contamination.checked += 1;
                     match study.store().get(&art.sha256) {
                         Ok(bytes) => {
