@@ -110,10 +110,16 @@ fn token_ids(toks: &[String]) -> Vec<u64> {
         .collect()
 }
 
+/// A window's hash: FNV-style over the token hashes, then a final mix (windows are hashed by
+/// the million; the token hashes are SipHash already).
 fn hash(ids: &[u64]) -> u64 {
-    let mut s = DefaultHasher::new();
-    ids.hash(&mut s);
-    s.finish()
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ ids.len() as u64;
+    for &x in ids {
+        h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 /// The n-grams of a token list; a list shorter than `n` is one gram (matched whole).
@@ -285,33 +291,49 @@ impl<'a> Scanner<'a> {
     fn visit_text(&self, text: &str, at: At, tail: &mut Tail, found: &mut Found) {
         let toks = tokens(text);
         let ids = token_ids(&toks);
-        let skel = token_ids(&skeleton(text));
+        let skel = if self.skel.is_empty() {
+            Vec::new()
+        } else {
+            token_ids(&skeleton(text))
+        };
         let n = self.cfg.ngram;
-        let window = |wanted: &HashSet<u64>,
-                      map: &mut HashMap<u64, At>,
-                      prev: &[u64],
-                      cur: &[u64],
-                      l: usize| {
-            if l == 0 || wanted.is_empty() {
+        let longest = self.lens.last().copied().unwrap_or(n).max(n);
+        // Windows of length l that end in this row: over the previous row's last l-1 tokens and
+        // this row's.
+        let scan = |wanted: &HashSet<u64>,
+                    map: &mut HashMap<u64, At>,
+                    prev: &[u64],
+                    cur: &[u64],
+                    lens: &[usize]| {
+            if wanted.is_empty() {
                 return;
             }
-            let mut joined: Vec<u64> = prev[prev.len().saturating_sub(l - 1)..].to_vec();
+            let keep = prev.len().min(longest.saturating_sub(1));
+            let mut joined: Vec<u64> = prev[prev.len() - keep..].to_vec();
             joined.extend_from_slice(cur);
-            for w in joined.windows(l) {
-                let h = hash(w);
-                if wanted.contains(&h) {
-                    map.entry(h).or_insert(at);
+            for &l in lens {
+                if l == 0 || joined.len() < l {
+                    continue;
+                }
+                // first window start that still reaches into this row
+                let start = keep.saturating_sub(l - 1);
+                for w in joined[start..].windows(l) {
+                    let h = hash(w);
+                    if wanted.contains(&h) {
+                        map.entry(h).or_insert(at);
+                    }
                 }
             }
         };
-        for &l in &self.lens {
-            window(&self.norm, &mut found.norm, &tail.ids, &ids, l);
-        }
-        window(&self.skel, &mut found.skel, &tail.skel, &skel, n);
-        for &f in &self.forms {
-            for k in normal_form::keys_across(f, &tail.toks, &toks) {
-                if self.keys.contains(&k) {
-                    found.keys.entry(k).or_insert(at);
+        scan(&self.norm, &mut found.norm, &tail.ids, &ids, &self.lens);
+        scan(&self.skel, &mut found.skel, &tail.skel, &skel, &[n]);
+        if !self.keys.is_empty() {
+            let prev = &tail.toks[tail.toks.len().saturating_sub(8)..];
+            for &f in &self.forms {
+                for k in normal_form::keys_across(f, prev, &toks) {
+                    if self.keys.contains(&k) {
+                        found.keys.entry(k).or_insert(at);
+                    }
                 }
             }
         }
