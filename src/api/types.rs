@@ -226,6 +226,10 @@ pub struct EvaluateResult {
     /// Per-item results, only for the visible dev split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<EvalItem>>,
+    /// Test split only: the score was significantly above the task's sealed split (the
+    /// contamination tripwire), so it is withheld (`metrics` is empty) and the audit counts it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspected_contamination: bool,
     pub commit: String,
 }
 

@@ -89,14 +89,20 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     crate::os::genesis::create_study(&root)
 }
 
-/// Generate a task's eval splits into `.rsim/protected/<task>/`; returns their sha256 pins.
-fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 2]> {
+/// Generate a task's eval splits into `.rsim/protected/<task>/`: dev (visible), test (protected)
+/// and sealed (the tripwire's: drawn from the test split's distribution, never shown to anyone);
+/// returns their sha256 pins.
+fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 3]> {
     let prot = root.join(STATE_DIR).join("protected").join(task);
     fs::create_dir_all(&prot).at("cannot create", &prot)?;
-    let mut pins = [String::new(), String::new()];
-    for (i, (split, n, seed)) in [("dev", 200, 1001), ("test", 500, 2002)]
-        .into_iter()
-        .enumerate()
+    let mut pins = [String::new(), String::new(), String::new()];
+    for (i, (split, n, seed)) in [
+        ("dev", 200, 1001),
+        ("test", 500, 2002),
+        ("sealed", 500, 3003),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let rows = crate::train::datasets::generate_arith(&ArithParams {
             op: ArithOp::Add,
@@ -113,12 +119,13 @@ fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 2]> 
     Ok(pins)
 }
 
-fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 2]) -> Result<()> {
+fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 3]) -> Result<()> {
     let evaluator =
         crate::os::evaluator_fingerprint(root, &["@rsim".into(), "job".into(), "eval".into()])?;
     let toml = toml
         .replace("@DEV_SHA256@", &pins[0])
         .replace("@TEST_SHA256@", &pins[1])
+        .replace("@SEALED_SHA256@", &pins[2])
         .replace("@EVALUATOR_SHA256@", &evaluator);
     fs::write(root.join(CONFIG_FILE), toml).at("cannot write", root)?;
     fs::write(root.join("README.md"), readme).at("cannot write", root)?;

@@ -109,6 +109,13 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         checked: 0,
         violations: Vec::new(),
     };
+    let mut tripwire = Check {
+        name: "tripwire",
+        counts: true,
+        what: "no test score was significantly above its task's sealed split (suspected contamination the gate missed; the score was withheld)",
+        checked: 0,
+        violations: Vec::new(),
+    };
     let mut test_evals: HashMap<String, u64> = HashMap::new();
     let resolve = |c: &str| {
         if c == "base" {
@@ -210,6 +217,24 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                             "{at}: a test-split result carries per-item results"
                         ));
                     }
+                    let task = r.request["task"].as_str().unwrap_or_default();
+                    if study
+                        .config()
+                        .tasks
+                        .get(task)
+                        .is_some_and(|t| t.sealed.is_some())
+                    {
+                        tripwire.checked += 1;
+                    }
+                    let suspected = r
+                        .result
+                        .as_ref()
+                        .is_some_and(|v| v["suspected_contamination"] == true);
+                    if suspected {
+                        tripwire.violations.push(format!(
+                            "{at}: the test score on {task} was significantly above the sealed split's (withheld)"
+                        ));
+                    }
                     let n = test_evals.entry(a.node.clone()).or_default();
                     *n += 1;
                     if *n > study.config().budgets.test_evaluations_per_node {
@@ -263,6 +288,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         secrecy,
         contamination,
         data,
+        tripwire,
     ];
     let got_through = checks
         .iter()

@@ -51,30 +51,38 @@ impl Study {
             && s.bytes <= self.config.policy.max_dataset_bytes
     }
 
-    /// Every task's protected test split: (task, items).
-    pub(in crate::os) fn protected_test_items(&self) -> Result<Vec<(String, Vec<types::Row>)>> {
+    /// Every task's protected splits — the test split and, where the task has one, the sealed
+    /// split (never shown to anyone; protected like the test split so that the tripwire compares
+    /// like with like): (task, split, items).
+    pub(in crate::os) fn protected_items(
+        &self,
+    ) -> Result<Vec<(String, &'static str, Vec<types::Row>)>> {
         let mut out = Vec::new();
         for (name, task) in &self.config.tasks {
-            let path = self.study_file(&task.test.path)?;
-            let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
-            out.push((
-                name.clone(),
-                datasets::parse_jsonl(&bytes, &format!("task {name} test split"))?,
-            ));
+            let sealed = task.sealed.iter().map(|s| ("sealed", s));
+            for (split, set) in std::iter::once(("test", &task.test)).chain(sealed) {
+                let path = self.study_file(&set.path)?;
+                let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
+                out.push((
+                    name.clone(),
+                    split,
+                    datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))?,
+                ));
+            }
         }
         Ok(out)
     }
 
-    /// Every task's protected test split, prepared for the contamination scan (with the task's
+    /// Every task's protected splits, prepared for the contamination scan (with the task's
     /// normal form, if it names one).
     pub(in crate::os) fn protected_sets(&self) -> Result<Vec<EvalSet>> {
         let cfg = self.scan_config();
         Ok(self
-            .protected_test_items()?
+            .protected_items()?
             .iter()
-            .map(|(name, items)| {
+            .map(|(name, split, items)| {
                 let form = self.config.tasks.get(name).and_then(|t| t.normal_form);
-                EvalSet::new(name, "test", items, cfg, form)
+                EvalSet::new(name, split, items, cfg, form)
             })
             .collect())
     }

@@ -38,6 +38,9 @@ pub struct Facts {
     /// evaluate: the eval set's current hash and the pinned one.
     pub eval_set_actual: Option<String>,
     pub eval_set_pinned: Option<String>,
+    /// evaluate on test: the sealed split's current hash and the pinned one.
+    pub sealed_set_actual: Option<String>,
+    pub sealed_set_pinned: Option<String>,
     /// run_sft / evaluate: why the checkpoint's stored files no longer match their hashes, if they don't.
     pub checkpoint_corrupt: Option<String>,
     /// Job seconds already used by the node and by the calling agent.
@@ -108,10 +111,9 @@ fn contamination(facts: &Facts, row_label: impl Fn(&Hit) -> Option<String>) -> O
         .take(5)
         .map(|h| {
             format!(
-                "{} reproduces a protected {}/{} item ({:.0}% matched, {})",
+                "{} reproduces a protected {} item ({:.0}% matched, {})",
                 row_label(h).unwrap_or_else(|| "a row".into()),
                 h.task,
-                h.split,
                 h.overlap * 100.0,
                 h.how
             )
@@ -439,6 +441,17 @@ fn check_evaluate(
             format!(
                 "the {} split of task {} changed: sha256 {actual}, pinned {pin}",
                 r.split.as_str(),
+                r.task
+            ),
+        );
+    }
+    if let (Some(pin), Some(actual)) = (&facts.sealed_set_pinned, &facts.sealed_set_actual)
+        && pin != actual
+    {
+        return Decision::reject(
+            Rule::EvalSetPinned,
+            format!(
+                "the sealed split of task {} changed: sha256 {actual}, pinned {pin}",
                 r.task
             ),
         );

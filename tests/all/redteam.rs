@@ -1174,3 +1174,137 @@ fn contamination_the_gate_did_not_see_is_refused_recorded_and_audited() {
         );
     }
 }
+
+#[test]
+fn the_tripwire_withholds_a_test_score_above_the_sealed_split() {
+    // Contamination the gate missed is emulated by a task whose test items the base model
+    // already knows (one-digit sums: it was built from them) while its sealed split, drawn like
+    // a fair one, is two-digit sums it does not know. The example's own task, add2, has test
+    // and sealed splits from one distribution: its scores are published.
+    let (_d, root) = crate::common::example_study();
+    let prot = root.join(".rsim/protected/leaky");
+    std::fs::create_dir_all(&prot).expect("mkdir");
+    let one_digit: Vec<Row> = (0..10)
+        .flat_map(|a| (0..10).map(move |b| datasets::arith_row(a, b, false, AnswerFormat::Plain)))
+        .collect();
+    let sealed = datasets::generate_arith(&rsi_master::api::types::ArithParams {
+        op: rsi_master::api::types::ArithOp::Add,
+        digits: 2,
+        format: AnswerFormat::Plain,
+        n: 100,
+        seed: 77,
+    });
+    for (name, rows) in [
+        ("dev", &one_digit[..20]),
+        ("test", &one_digit[..]),
+        ("sealed", &sealed[..]),
+    ] {
+        std::fs::write(
+            prot.join(format!("{name}.jsonl")),
+            datasets::to_jsonl(rows).expect("jsonl"),
+        )
+        .expect("write");
+    }
+    let sha = |name: &str| {
+        rsi_master::util::hash::sha256_file(&prot.join(format!("{name}.jsonl"))).expect("sha")
+    };
+    let toml = std::fs::read_to_string(root.join("rsim.toml")).expect("config")
+        + &format!(
+            "\n[tasks.leaky]\ndev = {{ path = \".rsim/protected/leaky/dev.jsonl\" }}\n\
+             test = {{ path = \".rsim/protected/leaky/test.jsonl\", sha256 = \"{}\" }}\n\
+             sealed = {{ path = \".rsim/protected/leaky/sealed.jsonl\", sha256 = \"{}\" }}\n",
+            sha("test"),
+            sha("sealed")
+        );
+    crate::common::commit_config(&root, &toml, "a task with a sealed split");
+    let s = open(&root);
+    let eve = Caller::new("eve", Role::Worker);
+    let n = s
+        .call(
+            &eve,
+            "branch",
+            json!({"parents": ["n0"], "title": "tripwire"}),
+        )
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let eval = |task: &str| {
+        s.call(
+            &eve,
+            "evaluate",
+            json!({"node": n, "checkpoint": "base", "task": task, "split": "test"}),
+        )
+        .expect("evaluate")
+    };
+    // A fair test split: scored, published, not suspected.
+    let fair = eval("add2");
+    assert_eq!(fair["job"]["state"], "succeeded", "{fair}");
+    assert!(fair["metrics"]["exact_match"].is_number(), "{fair}");
+    assert!(fair.get("suspected_contamination").is_none(), "{fair}");
+    // The learned test split: withheld and recorded as suspected.
+    let leaky = eval("leaky");
+    assert_eq!(leaky["job"]["state"], "succeeded", "{leaky}");
+    assert_eq!(leaky["suspected_contamination"], true, "{leaky}");
+    assert_eq!(
+        leaky["metrics"],
+        json!({}),
+        "the score is withheld: {leaky}"
+    );
+    let node = serde_json::to_string(&s.call(&eve, "get_node", json!({"node": n})).expect("node"))
+        .expect("json");
+    assert!(
+        !node.contains("leaky/test/exact_match"),
+        "no score in the node's metrics"
+    );
+    // The owner sees both scores and the test's verdict beside the record.
+    let job = leaky["job"]["id"].as_str().expect("job");
+    let note: Value = serde_json::from_slice(
+        &std::fs::read(root.join(format!(".rsim/tripwire/{job}.json"))).expect("note"),
+    )
+    .expect("json");
+    assert!(
+        note["test"]["score"].as_f64().expect("score") > 0.9,
+        "{note}"
+    );
+    assert!(
+        note["sealed"]["score"].as_f64().expect("score") < 0.5,
+        "{note}"
+    );
+    assert_eq!(note["suspected_contamination"], true);
+    // The audit counts it as a hack that got through.
+    let rep = rsi_master::os::audit::audit(&s).expect("audit");
+    let tw = rep
+        .checks
+        .iter()
+        .find(|c| c.name == "tripwire")
+        .expect("check");
+    assert_eq!((tw.checked, tw.violations.len()), (2, 1), "{tw:#?}");
+    assert_eq!(rep.got_through, 1, "{:#?}", rep.checks);
+    // A changed sealed split is refused like a changed test split.
+    let mut rows = sealed.clone();
+    rows[0].answer = "0".into();
+    std::fs::write(
+        prot.join("sealed.jsonl"),
+        datasets::to_jsonl(&rows).expect("jsonl"),
+    )
+    .expect("write");
+    let m = s
+        .call(
+            &eve,
+            "branch",
+            json!({"parents": ["n0"], "title": "tamper"}),
+        )
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let e = refused_by(
+        &s,
+        &eve,
+        "evaluate",
+        json!({"node": m, "checkpoint": "base", "task": "leaky", "split": "test"}),
+        "eval-set-pinned",
+    );
+    assert!(e.message.contains("sealed split"), "{}", e.message);
+}
