@@ -94,6 +94,25 @@ pub struct TaskConfig {
     pub dev: EvalSet,
     /// Protected split: agents see aggregate scores only.
     pub test: EvalSet,
+    /// The task's own equivalence of items for the contamination gate, used beside n-gram
+    /// overlap: `arithmetic` matches a problem written in any order of a commutative operator's
+    /// operands, in any script's digits or in English number words, with filler words inside.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normal_form: Option<NormalForm>,
+    /// A sealed split drawn from the test split's distribution, never shown to anyone: every test
+    /// evaluation also scores it with the same evaluator, and a test score significantly above
+    /// the sealed score (`policy.tripwire_alpha`) is recorded as suspected contamination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<EvalSet>,
+}
+
+/// A task-defined normal form of items (the gate's extension point: a variant here and its key
+/// function in `policy::normal_form`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NormalForm {
+    /// Binary arithmetic problems: operator and operands (a multiset for `+` and `*`).
+    Arithmetic,
 }
 
 fn default_metric() -> String {
@@ -396,6 +415,27 @@ pub struct PolicyConfig {
     /// Refuse to run jobs when they cannot be cut off from the network.
     #[serde(default)]
     pub require_network_isolation: bool,
+    /// Most rows a dataset may have (registered, or the union one run_sft trains on); checked
+    /// on the request's projected size before any row is materialised.
+    #[serde(default = "default_max_dataset_rows")]
+    pub max_dataset_rows: u64,
+    /// Most bytes of training text (prompt + answer) a dataset may have, likewise.
+    #[serde(default = "default_max_dataset_bytes")]
+    pub max_dataset_bytes: u64,
+    /// Significance level of the sealed-split tripwire's one-sided two-proportion test: a test
+    /// score above the sealed score with a p-value below this is suspected contamination.
+    #[serde(default = "default_tripwire_alpha")]
+    pub tripwire_alpha: f64,
+}
+
+fn default_max_dataset_rows() -> u64 {
+    1_000_000
+}
+fn default_max_dataset_bytes() -> u64 {
+    256 << 20
+}
+fn default_tripwire_alpha() -> f64 {
+    0.001
 }
 
 fn default_ngram() -> u32 {
@@ -424,6 +464,9 @@ impl Default for PolicyConfig {
             contamination_threshold: default_threshold(),
             max_contamination_rejections_per_agent: default_probes(),
             require_network_isolation: false,
+            max_dataset_rows: default_max_dataset_rows(),
+            max_dataset_bytes: default_max_dataset_bytes(),
+            tripwire_alpha: default_tripwire_alpha(),
         }
     }
 }
@@ -483,7 +526,11 @@ impl StudyConfig {
             if let Err(m) = check_slug(name) {
                 return bad(&format!("tasks.{name}"), m);
             }
-            for (split, set) in [("dev", &task.dev), ("test", &task.test)] {
+            let sealed = task.sealed.iter().map(|s| ("sealed", s));
+            for (split, set) in [("dev", &task.dev), ("test", &task.test)]
+                .into_iter()
+                .chain(sealed)
+            {
                 if let Err(m) = check_relative_path(&set.path) {
                     return bad(&format!("tasks.{name}.{split}.path"), m);
                 }
@@ -594,6 +641,19 @@ impl StudyConfig {
         }
         if self.policy.max_parents == 0 {
             return bad("policy.max_parents", "expected at least 1".into());
+        }
+        let a = self.policy.tripwire_alpha;
+        if !(a > 0.0 && a < 0.5) {
+            return bad(
+                "policy.tripwire_alpha",
+                format!("expected a significance level in (0, 0.5), got {a}"),
+            );
+        }
+        if self.policy.max_dataset_rows == 0 || self.policy.max_dataset_bytes == 0 {
+            return bad(
+                "policy.max_dataset_rows",
+                "expected positive dataset bounds (max_dataset_rows, max_dataset_bytes)".into(),
+            );
         }
         Ok(())
     }

@@ -92,8 +92,8 @@ pub enum DatasetSource {
         #[schemars(pattern(NAME_PATTERN))]
         source: String,
     },
-    /// The built-in arithmetic generator. Rows that would reproduce a protected test item are
-    /// left out (counted in the result as `decontaminated`).
+    /// The built-in arithmetic generator: exactly `n` rows, none of which reproduces a protected
+    /// test item (such draws are skipped, silently: how many is never reported).
     Arith(ArithParams),
     /// Rows sampled from registered datasets, shuffled together.
     Mixture {
@@ -151,9 +151,6 @@ pub struct RegisterDatasetResult {
     pub dataset: String,
     pub sha256: String,
     pub rows: u64,
-    /// Generated rows left out because they reproduced a protected test item.
-    #[serde(default)]
-    pub decontaminated: u64,
     pub commit: String,
 }
 
@@ -236,6 +233,10 @@ pub struct EvaluateResult {
     /// Per-item results, only for the visible dev split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<Vec<EvalItem>>,
+    /// Test split only: the score was significantly above the task's sealed split (the
+    /// contamination tripwire), so it is withheld (`metrics` is empty) and the audit counts it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspected_contamination: bool,
     pub commit: String,
 }
 

@@ -89,16 +89,23 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     crate::os::genesis::create_study(&root)
 }
 
-/// Generate a task's eval splits into `.rsim/protected/<task>/`; returns their sha256 pins.
-fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 2]> {
+/// Generate a task's eval splits into `.rsim/protected/<task>/`: dev (visible), test (protected)
+/// and sealed (the tripwire's: drawn from the test split's distribution, never shown to anyone);
+/// returns their sha256 pins.
+fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 3]> {
     let prot = root.join(STATE_DIR).join("protected").join(task);
     fs::create_dir_all(&prot).at("cannot create", &prot)?;
-    let mut pins = [String::new(), String::new()];
-    // Dev and test are disjoint by construction: test items are drawn from what dev does not hold.
+    let mut pins = [String::new(), String::new(), String::new()];
+    // Disjoint by construction: each split is drawn from what the earlier ones do not hold, so
+    // per-item dev results reveal no test or sealed item.
     let mut seen = std::collections::HashSet::new();
-    for (i, (split, n, seed)) in [("dev", 200u64, 1001), ("test", 500, 2002)]
-        .into_iter()
-        .enumerate()
+    for (i, (split, n, seed)) in [
+        ("dev", 200u64, 1001),
+        ("test", 500, 2002),
+        ("sealed", 500, 3003),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let rows: Vec<_> = crate::train::datasets::generate_arith(&ArithParams {
             op: ArithOp::Add,
@@ -119,12 +126,13 @@ fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 2]> 
     Ok(pins)
 }
 
-fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 2]) -> Result<()> {
+fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 3]) -> Result<()> {
     let evaluator =
         crate::os::evaluator_fingerprint(root, &["@rsim".into(), "job".into(), "eval".into()])?;
     let toml = toml
         .replace("@DEV_SHA256@", &pins[0])
         .replace("@TEST_SHA256@", &pins[1])
+        .replace("@SEALED_SHA256@", &pins[2])
         .replace("@EVALUATOR_SHA256@", &evaluator);
     fs::write(root.join(CONFIG_FILE), toml).at("cannot write", root)?;
     fs::write(root.join("README.md"), readme).at("cannot write", root)?;

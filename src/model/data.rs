@@ -1,6 +1,8 @@
 //! Data types that both the agent API and the job side use: rows, the arithmetic generator's
 //! parameters, training schedules and adapters, evaluated items. Plain data, no behaviour beyond
-//! names.
+//! names — and one function both sides must share: `training_text`, the exact text a trainer
+//! learns from a row, which the contamination gate also scans (so the two can never disagree
+//! about where a prompt ends and its answer begins).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -13,6 +15,22 @@ pub struct Row {
     pub prompt: String,
     #[schemars(length(max = 20000))]
     pub answer: String,
+}
+
+/// The text a trainer learns from a row: the prompt immediately followed by the answer, as one
+/// sequence (the embedded trainers add only their end marker). Every trainer builds its input
+/// with this function, and the contamination gate scans exactly this text — a test item cut at
+/// another place between prompt and answer is the same text here.
+pub fn training_text(row: &Row) -> String {
+    let mut text = String::with_capacity(row.prompt.len() + row.answer.len());
+    text.push_str(&row.prompt);
+    text.push_str(&row.answer);
+    text
+}
+
+/// How many characters of `training_text(row)` are the prompt (the context of answer-only loss).
+pub fn prompt_chars(row: &Row) -> usize {
+    row.prompt.chars().count()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -45,3 +45,7 @@ pub fn fingerprints_dir(root: &Path) -> PathBuf {
 pub fn protected_dir(root: &Path) -> PathBuf {
     state_dir(root).join("protected")
 }
+/// The study's secret salt (the generator's draws cannot be recomputed outside the study).
+pub fn secret_path(root: &Path) -> PathBuf {
+    state_dir(root).join("secret")
+}

@@ -37,7 +37,10 @@ rules! {
     BudgetNodes = "budget-nodes",
     DatasetNameTaken = "dataset-name-taken",
     InlineRowsLimit = "inline-rows-limit",
-    /// Data that reproduces protected eval items.
+    /// A dataset (or the union one run_sft trains on) larger than the study's bounds, refused on
+    /// its projected size before anything is allocated.
+    DatasetSizeLimit = "dataset-size-limit",
+    /// Data that reproduces protected eval items (registered, or the union one run_sft trains on).
     Contamination = "contamination",
     /// Using the contamination gate as an oracle for test membership.
     ContaminationProbing = "contamination-probing",

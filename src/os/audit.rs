@@ -3,7 +3,7 @@
 //! integrity, evaluator, test-secrecy, contamination or pinned-environment checks when re-checked
 //! from the record alone.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -66,7 +66,8 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
     let pin = study.config().jobs.evaluator_sha256.clone();
     let mut known: std::collections::BTreeSet<String> =
         std::collections::BTreeSet::from([base.clone()]);
-    let mut registered: HashSet<String> = HashSet::new();
+    // Registered datasets by name: their stored rows' hash.
+    let mut registered: HashMap<String, String> = HashMap::new();
     let mut provenance = Check {
         name: "provenance",
         counts: true,
@@ -98,7 +99,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
     let mut contamination = Check {
         name: "contamination",
         counts: true,
-        what: "no registered dataset overlaps a protected eval set (re-scanned now)",
+        what: "no registered dataset, and no union of datasets a run_sft trained on, overlaps a protected eval set (re-scanned now)",
         checked: 0,
         violations: Vec::new(),
     };
@@ -113,6 +114,13 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         name: "pinned-environment",
         counts: true,
         what: "every recorded job names what it ran in: a host fingerprint or a Nix flake pinned by its narHash",
+        checked: 0,
+        violations: Vec::new(),
+    };
+    let mut tripwire = Check {
+        name: "tripwire",
+        counts: true,
+        what: "no test score was significantly above its task's sealed split (suspected contamination the gate missed; the score was withheld)",
         checked: 0,
         violations: Vec::new(),
     };
@@ -146,12 +154,35 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                         .push(format!("{at}: trained from unknown checkpoint {b}"));
                 }
                 data.checked += 1;
+                let mut union = Vec::new();
                 for d in r.request["datasets"].as_array().into_iter().flatten() {
                     let name = d.as_str().unwrap_or_default();
-                    if !registered.contains(name) {
-                        data.violations
-                            .push(format!("{at}: trained on unregistered dataset {name:?}"));
+                    match registered.get(name) {
+                        Some(sha) => union.push((name.to_string(), sha.clone())),
+                        None => data
+                            .violations
+                            .push(format!("{at}: trained on unregistered dataset {name:?}")),
                     }
+                }
+                // What trained is the union: scanned as the one sequence the trainer read.
+                contamination.checked += 1;
+                let mut parts = Vec::new();
+                for (name, sha) in &union {
+                    match study.store().get(sha) {
+                        Ok(bytes) => parts.push(crate::train::datasets::parse_jsonl(&bytes, name)?),
+                        Err(e) => contamination
+                            .violations
+                            .push(format!("{at}: dataset {name:?}: {}", e.message)),
+                    }
+                }
+                let views: Vec<&[crate::model::data::Row]> =
+                    parts.iter().map(Vec::as_slice).collect();
+                let hits = study.scan_union(&views)?;
+                if !hits.is_empty() {
+                    contamination.violations.push(format!(
+                        "{at}: the union of its datasets reproduces {} protected item(s)",
+                        hits.len()
+                    ));
                 }
                 for art in r
                     .artifacts
@@ -203,6 +234,24 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                             "{at}: a test-split result carries per-item results"
                         ));
                     }
+                    let task = r.request["task"].as_str().unwrap_or_default();
+                    if study
+                        .config()
+                        .tasks
+                        .get(task)
+                        .is_some_and(|t| t.sealed.is_some())
+                    {
+                        tripwire.checked += 1;
+                    }
+                    let suspected = r
+                        .result
+                        .as_ref()
+                        .is_some_and(|v| v["suspected_contamination"] == true);
+                    if suspected {
+                        tripwire.violations.push(format!(
+                            "{at}: the test score on {task} was significantly above the sealed split's (withheld)"
+                        ));
+                    }
                     let n = test_evals.entry(a.node.clone()).or_default();
                     *n += 1;
                     if *n > study.config().budgets.test_evaluations_per_node {
@@ -219,7 +268,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                     .iter()
                     .filter(|x| x.kind == ArtifactKind::Dataset)
                 {
-                    registered.insert(art.name.clone());
+                    registered.insert(art.name.clone(), art.sha256.clone());
                     contamination.checked += 1;
                     match study.store().get(&art.sha256) {
                         Ok(bytes) => {
@@ -271,6 +320,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         contamination,
         data,
         environment,
+        tripwire,
     ];
     let got_through = checks
         .iter()

@@ -1,8 +1,22 @@
-//! Datasets as the OS sees them: registered rows, protected test items, the contamination scan.
+//! Datasets as the OS sees them: registered rows and their sizes, protected test items, the
+//! contamination scan, and the generator's draws outside the protected items.
 
 use std::fs;
+use std::io::Write;
 
 use super::*;
+use crate::policy::SizeFact;
+use crate::policy::contamination::{EvalSet, Hit, ScanConfig, Scanner};
+
+/// Most hits a scan collects (evidence lists a few; the count says how many items matched).
+const HIT_LIMIT: usize = 50;
+
+/// Bytes of training text (prompt + answer) of rows: what `policy.max_dataset_bytes` bounds.
+pub(in crate::os) fn text_bytes(rows: &[types::Row]) -> u64 {
+    rows.iter()
+        .map(|r| (r.prompt.len() + r.answer.len()) as u64)
+        .sum()
+}
 
 impl Study {
     /// The rows of a registered dataset (hash-verified), or None if no dataset has that name.
@@ -16,74 +30,145 @@ impl Study {
         }
     }
 
-    /// Every task's protected test split: (task, items).
-    pub(in crate::os) fn protected_test_items(&self) -> Result<Vec<(String, Vec<types::Row>)>> {
+    /// A registered dataset's size without reading it: (rows, stored bytes). Stored JSON Lines
+    /// are never shorter than their training text, so the bytes bound the text from above.
+    pub(in crate::os) fn dataset_size(&self, name: &str) -> Result<Option<(u64, u64)>> {
+        match self.index.dataset(name)? {
+            Some((sha, _, rows)) => {
+                let path = self.store.path(&sha);
+                let bytes = fs::metadata(&path)
+                    .at("cannot stat dataset object", &path)?
+                    .len();
+                Ok(Some((rows, bytes)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Whether a projected size is within the study's dataset bounds.
+    pub(in crate::os) fn within_bounds(&self, s: &SizeFact) -> bool {
+        s.rows <= self.config.policy.max_dataset_rows
+            && s.bytes <= self.config.policy.max_dataset_bytes
+    }
+
+    /// Every task's protected splits — the test split and, where the task has one, the sealed
+    /// split (never shown to anyone; protected like the test split so that the tripwire compares
+    /// like with like): (task, split, items).
+    pub(in crate::os) fn protected_items(
+        &self,
+    ) -> Result<Vec<(String, &'static str, Vec<types::Row>)>> {
         let mut out = Vec::new();
         for (name, task) in &self.config.tasks {
-            let path = self.study_file(&task.test.path)?;
-            let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
-            out.push((
-                name.clone(),
-                datasets::parse_jsonl(&bytes, &format!("task {name} test split"))?,
-            ));
+            let sealed = task.sealed.iter().map(|s| ("sealed", s));
+            for (split, set) in std::iter::once(("test", &task.test)).chain(sealed) {
+                let path = self.study_file(&set.path)?;
+                let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
+                out.push((
+                    name.clone(),
+                    split,
+                    datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))?,
+                ));
+            }
         }
         Ok(out)
     }
 
-    /// Every task's protected test split, prepared for the contamination scan.
-    pub(in crate::os) fn protected_sets(
-        &self,
-    ) -> Result<Vec<crate::policy::contamination::EvalSet>> {
+    /// Every task's protected splits, prepared for the contamination scan (with the task's
+    /// normal form, if it names one).
+    pub(in crate::os) fn protected_sets(&self) -> Result<Vec<EvalSet>> {
         let cfg = self.scan_config();
         Ok(self
-            .protected_test_items()?
+            .protected_items()?
             .iter()
-            .map(|(name, items)| {
-                crate::policy::contamination::EvalSet::new(name, "test", items, cfg)
+            .map(|(name, split, items)| {
+                let form = self.config.tasks.get(name).and_then(|t| t.normal_form);
+                EvalSet::new(name, split, items, cfg, form)
             })
             .collect())
     }
 
-    pub(in crate::os) fn scan_config(&self) -> crate::policy::contamination::ScanConfig {
-        crate::policy::contamination::ScanConfig {
+    pub(in crate::os) fn scan_config(&self) -> ScanConfig {
+        ScanConfig {
             ngram: self.config.policy.contamination_ngram as usize,
             threshold: self.config.policy.contamination_threshold,
         }
     }
 
     /// Rows that reproduce protected eval items (evidence for the contamination rule).
-    pub fn scan_for_contamination(
-        &self,
-        rows: &[types::Row],
-    ) -> Result<Vec<crate::policy::contamination::Hit>> {
-        Ok(crate::policy::contamination::scan(
-            rows,
-            &self.protected_sets()?,
-            self.scan_config(),
-            50,
-        ))
+    pub fn scan_for_contamination(&self, rows: &[types::Row]) -> Result<Vec<Hit>> {
+        self.scan_union(&[rows])
     }
 
-    /// Generated rows minus those whose prompt is a protected test item's (after normalization).
-    pub(in crate::os) fn decontaminate(
+    /// The union of several datasets, scanned as the one sequence a run_sft trains on.
+    pub fn scan_union(&self, parts: &[&[types::Row]]) -> Result<Vec<Hit>> {
+        let sets = self.protected_sets()?;
+        Ok(Scanner::new(&sets, self.scan_config()).scan_parts(parts, HIT_LIMIT))
+    }
+
+    /// The study's secret salt (created on first use; in `.rsim/`, never in the record).
+    fn secret(&self) -> Result<Vec<u8>> {
+        let path = paths::secret_path(&self.root);
+        if let Ok(s) = fs::read(&path) {
+            return Ok(s);
+        }
+        let fresh = format!(
+            "{:016x}{:016x}",
+            rand::random::<u64>(),
+            rand::random::<u64>()
+        );
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                f.write_all(fresh.as_bytes())
+                    .at("cannot write the study secret", &path)?;
+                Ok(fresh.into_bytes())
+            }
+            // Another process created it first: use theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                fs::read(&path).at("cannot read the study secret", &path)
+            }
+            Err(e) => Err(e).at("cannot create the study secret", &path),
+        }
+    }
+
+    /// The generator's rows for a request: `n` rows drawn from a seed salted with the study's
+    /// secret, skipping every row the gate would refuse on its own (a protected item in any form
+    /// the gate knows). Neither the number skipped nor an empty result ever reaches the caller:
+    /// the result has exactly `n` rows, and which rows were drawn cannot be recomputed outside
+    /// the study (so a dataset's hash says nothing about which draws were skipped).
+    pub(in crate::os) fn generate_outside_protected(
         &self,
-        rows: Vec<types::Row>,
-    ) -> Result<(Vec<types::Row>, u64)> {
-        let protected: std::collections::HashSet<Vec<String>> = self
-            .protected_test_items()?
-            .iter()
-            .flat_map(|(_, items)| {
-                items
-                    .iter()
-                    .map(|i| crate::policy::contamination::tokens(&i.prompt))
-            })
-            .collect();
-        let before = rows.len();
-        let kept: Vec<types::Row> = rows
-            .into_iter()
-            .filter(|r| !protected.contains(&crate::policy::contamination::tokens(&r.prompt)))
-            .collect();
-        let dropped = (before - kept.len()) as u64;
-        Ok((kept, dropped))
+        p: &types::ArithParams,
+    ) -> Result<Vec<types::Row>> {
+        let mut salted = self.secret()?;
+        salted.extend_from_slice(b"\0arith\0");
+        salted.extend_from_slice(&p.seed.to_le_bytes());
+        let digest = crate::util::hash::sha256_hex(&salted);
+        let seed = u64::from_str_radix(&digest[..16], 16)
+            .map_err(|e| Error::internal(format!("salted seed: {e}")))?;
+        let sets = self.protected_sets()?;
+        let scanner = Scanner::new(&sets, self.scan_config());
+        let n = p.n as usize;
+        // Protected items are a vanishing share of any problem space the generator has (one
+        // digit: 100 problems); a request that cannot be met in 4n + 10000 draws is refused
+        // without saying which draws were skipped.
+        let attempts = n.saturating_mul(4).saturating_add(10_000);
+        let mut rows = Vec::with_capacity(n);
+        for row in datasets::arith_stream(p, seed).take(attempts) {
+            if !scanner.row_reproduces(&row) {
+                rows.push(row);
+                if rows.len() == n {
+                    return Ok(rows);
+                }
+            }
+        }
+        Err(Error::invalid(format!(
+            "source: the generator could not draw {n} rows outside the protected eval sets in \
+             {attempts} draws (digits {} may be too few for the protected items)",
+            p.digits
+        )))
     }
 }

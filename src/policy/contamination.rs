@@ -1,15 +1,37 @@
-//! The contamination gate: before a dataset is registered, every row is scanned against every
-//! protected eval set by normalized n-gram overlap. Normalization lowercases, drops punctuation and
-//! whitespace differences, and (in a second, "skeleton" pass) replaces identifier-like tokens with a
-//! placeholder, so verbatim copies and light disguises (renamed identifiers, changed whitespace,
-//! case or punctuation) are caught. Paraphrases that share no n-grams are not (a known limit).
+//! The contamination gate: rows are scanned against every protected eval set before they are
+//! registered, and the union of datasets one run_sft trains on is scanned again before it runs.
+//!
+//! What is scanned is the canonical scan text (`canon`): the trainer's own input text
+//! (`model::data::training_text`, prompt immediately followed by answer) after Unicode NFKC,
+//! with invisible characters removed, digits of every script made ASCII, look-alikes folded,
+//! case and whitespace folded. Each item is then matched three ways, plus a fourth where its task
+//! names a normal form:
+//!
+//! - `normalized`: the share of the item's token n-grams (prompt + answer) found in the rows;
+//! - `prompt`: the same for the item's prompt alone (the test problem with any answer);
+//! - `skeleton`: n-grams with identifier-like words replaced by a placeholder (renamed code);
+//! - `normal-form`: the task's own equivalence (`normal_form`), e.g. for arithmetic the operator
+//!   and its operands as a multiset, numbers in any script or in words, filler words skipped.
+//!
+//! Windows run over each row and over every pair of adjacent rows (the tail of one row followed
+//! by the next), so an item split across two rows is found, and one scan can run over several
+//! datasets in the order a run_sft reads them (`scan_parts`). Items shorter than n tokens are
+//! matched whole, at their own length. Items are indexed, rows streamed: memory is the eval sets',
+//! not the dataset's.
+//!
+//! A `Hit` names the row (its dataset's position and row number), the share and the method —
+//! never the text of the row or of the item: evidence must not print a protected item, and the
+//! rows of a declared source or a mixture are protected items when they match.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde::Serialize;
 
+use crate::config::NormalForm;
 use crate::model::data::Row;
+use crate::policy::canon::{self, canonical, tokens};
+use crate::policy::normal_form;
 
 /// Scan settings (from `rsim.toml` `[policy]`).
 #[derive(Debug, Clone, Copy)]
@@ -20,42 +42,20 @@ pub struct ScanConfig {
     pub threshold: f64,
 }
 
-/// One piece of evidence: a dataset row that reproduces a protected eval item.
+/// One piece of evidence: where a protected eval item is reproduced. No text of either side.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Hit {
     /// Task and split of the protected item (never its text).
     pub task: String,
     pub split: String,
-    /// 0-based index of the offending dataset row, and its prompt (the caller's own text).
+    /// Position of the dataset in the scanned list (0 for a single dataset) and the 0-based row
+    /// in it where the match was completed.
+    pub part: usize,
     pub row: usize,
-    pub row_prompt: String,
-    /// Share of the item's n-grams found in the dataset.
+    /// Share of the item's n-grams (or normal-form keys) found.
     pub overlap: f64,
-    /// Which normalization matched: `normalized` or `skeleton` (identifiers renamed).
+    /// Which method matched: `normalized`, `prompt`, `skeleton` or `normal-form`.
     pub how: &'static str,
-}
-
-/// Lowercase word/number tokens; punctuation and whitespace only separate tokens.
-/// Operators that carry meaning in arithmetic and code (`+ - * / = < > %`) are kept as tokens.
-pub fn tokens(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    for c in text.chars() {
-        if c.is_alphanumeric() || c == '_' {
-            cur.extend(c.to_lowercase());
-        } else {
-            if !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-            }
-            if matches!(c, '+' | '-' | '*' | '/' | '=' | '<' | '>' | '%') {
-                out.push(c.to_string());
-            }
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
 }
 
 /// Words that carry a program's structure; every other word counts as a renameable identifier.
@@ -67,21 +67,20 @@ const KEYWORDS: &[&str] = &[
     "self", "print", "len", "range",
 ];
 
-/// The skeleton of a text: punctuation kept as tokens, numbers and keywords kept, every other word
-/// replaced by `#` — so renaming identifiers does not change it.
-pub fn skeleton(text: &str) -> Vec<String> {
+/// The skeleton of a canonical text: punctuation kept as tokens, numbers and keywords kept, every
+/// other word replaced by `#` — so renaming identifiers does not change it.
+pub fn skeleton(canonical_text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let push_word = |cur: &mut String, out: &mut Vec<String>| {
         if cur.is_empty() {
             return;
         }
-        let w = cur.to_lowercase();
-        let keep = w.chars().all(|c| c.is_ascii_digit()) || KEYWORDS.contains(&w.as_str());
-        out.push(if keep { w } else { "#".to_string() });
+        let keep = cur.chars().all(|c| c.is_ascii_digit()) || KEYWORDS.contains(&cur.as_str());
+        out.push(if keep { cur.clone() } else { "#".to_string() });
         cur.clear();
     };
-    for c in text.chars() {
+    for c in canonical_text.chars() {
         if c.is_alphanumeric() || c == '_' {
             cur.push(c);
         } else {
@@ -101,73 +100,114 @@ fn structured(skel: &[String], n: usize) -> bool {
     skel.len() >= n && kept * 2 >= skel.len() && skel.iter().any(|t| t == "#")
 }
 
-fn hash(ts: &[String]) -> u64 {
-    let mut s = DefaultHasher::new();
-    ts.hash(&mut s);
-    s.finish()
+fn token_ids(toks: &[String]) -> Vec<u64> {
+    toks.iter()
+        .map(|t| {
+            let mut s = DefaultHasher::new();
+            t.hash(&mut s);
+            s.finish()
+        })
+        .collect()
+}
+
+/// A window's hash: FNV-style over the token hashes, then a final mix (windows are hashed by
+/// the million; the token hashes are SipHash already).
+fn hash(ids: &[u64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ ids.len() as u64;
+    for &x in ids {
+        h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 /// The n-grams of a token list; a list shorter than `n` is one gram (matched whole).
-fn grams(toks: &[String], n: usize) -> Vec<u64> {
-    if toks.is_empty() {
+fn grams(ids: &[u64], n: usize) -> Vec<u64> {
+    if ids.is_empty() {
         return Vec::new();
     }
-    if toks.len() <= n {
-        return vec![hash(toks)];
+    if ids.len() <= n {
+        return vec![hash(ids)];
     }
-    toks.windows(n).map(hash).collect()
+    let mut g: Vec<u64> = ids.windows(n).map(hash).collect();
+    g.sort_unstable();
+    g.dedup();
+    g
 }
 
-fn row_text(r: &Row) -> String {
-    format!("{} {}", r.prompt, r.answer)
-}
-
-/// One protected item, prepared: normalized grams of prompt+answer and of the prompt alone, and
-/// skeleton grams (empty when the item has too little structure for a skeleton to mean anything).
+/// One protected item, prepared: normalized grams of its training text and of its prompt,
+/// skeleton grams (empty when the item has too little structure for a skeleton to mean anything),
+/// and its normal-form keys (empty without a form).
 struct Item {
     full: Vec<u64>,
     prompt: Vec<u64>,
     skeleton: Vec<u64>,
-    /// Token counts of `full`/`prompt` when shorter than n (rows are windowed at these lengths too).
-    short_lens: Vec<usize>,
+    keys: Vec<String>,
 }
 
 /// A protected eval set prepared for scanning.
 pub struct EvalSet {
     pub task: String,
     pub split: String,
+    form: Option<NormalForm>,
     items: Vec<Item>,
+    /// Token counts of short items (rows are windowed at these lengths too).
+    short_lens: Vec<usize>,
 }
 
 impl EvalSet {
-    pub fn new(task: &str, split: &str, items: &[Row], cfg: ScanConfig) -> EvalSet {
+    pub fn new(
+        task: &str,
+        split: &str,
+        items: &[Row],
+        cfg: ScanConfig,
+        form: Option<NormalForm>,
+    ) -> EvalSet {
         let n = cfg.ngram;
+        let mut short_lens = Vec::new();
         let items = items
             .iter()
             .map(|r| {
-                let full_t = tokens(&row_text(r));
-                let prompt_t = tokens(&r.prompt);
-                let skel = skeleton(&row_text(r));
-                let short_lens = [full_t.len(), prompt_t.len()]
-                    .into_iter()
-                    .filter(|&l| l > 0 && l < n)
-                    .collect();
+                let text = canon::row_text(r);
+                let full_t = tokens(&text);
+                let prompt_t = tokens(&canonical(&r.prompt));
+                let skel = skeleton(&text);
+                for l in [full_t.len(), prompt_t.len()] {
+                    if l > 0 && l < n {
+                        short_lens.push(l);
+                    }
+                }
+                let keys = form
+                    .map(|f| {
+                        let k = normal_form::keys(f, &prompt_t);
+                        if k.is_empty() {
+                            normal_form::keys(f, &full_t)
+                        } else {
+                            k
+                        }
+                    })
+                    .unwrap_or_default();
                 Item {
-                    full: grams(&full_t, n),
-                    prompt: grams(&prompt_t, n),
+                    full: grams(&token_ids(&full_t), n),
+                    prompt: grams(&token_ids(&prompt_t), n),
                     skeleton: if structured(&skel, n) {
-                        grams(&skel, n)
+                        grams(&token_ids(&skel), n)
                     } else {
                         Vec::new()
                     },
-                    short_lens,
+                    keys,
                 }
             })
             .collect();
+        short_lens.sort_unstable();
+        short_lens.dedup();
         EvalSet {
             task: task.into(),
             split: split.into(),
+            form,
             items,
+            short_lens,
         }
     }
 
@@ -180,73 +220,211 @@ impl EvalSet {
     }
 }
 
-/// Scan `rows` against protected eval sets; one hit per contaminated eval item (at most `limit`).
-pub fn scan(rows: &[Row], sets: &[EvalSet], cfg: ScanConfig, limit: usize) -> Vec<Hit> {
-    let n = cfg.ngram;
-    // Rows are windowed at n and at every length of a short item, so a short item embedded in a
-    // longer row (`Q: 12+34= A: 46`) is found too.
-    let mut lens: Vec<usize> = sets
-        .iter()
-        .flat_map(|s| s.items.iter().flat_map(|i| i.short_lens.iter().copied()))
-        .collect();
-    lens.push(n);
-    lens.sort_unstable();
-    lens.dedup();
-    // gram → first row that has it, for each normalization.
-    let mut norm: HashMap<u64, usize> = HashMap::new();
-    let mut skel: HashMap<u64, usize> = HashMap::new();
-    for (i, r) in rows.iter().enumerate() {
-        let toks = tokens(&row_text(r));
-        for &l in &lens {
-            if toks.len() < l {
-                continue;
-            }
-            for w in toks.windows(l) {
-                norm.entry(hash(w)).or_insert(i);
-            }
-        }
-        if !toks.is_empty() && toks.len() < n {
-            norm.entry(hash(&toks)).or_insert(i);
-        }
-        let sk = skeleton(&row_text(r));
-        for g in grams(&sk, n) {
-            skel.entry(g).or_insert(i);
+/// Where a gram or key was first seen: (dataset position, row).
+type At = (usize, usize);
+
+/// The protected sets, indexed for streaming rows past them.
+pub struct Scanner<'a> {
+    sets: &'a [EvalSet],
+    cfg: ScanConfig,
+    /// Window lengths of the normalized pass: n and every short item's length.
+    lens: Vec<usize>,
+    norm: HashSet<u64>,
+    skel: HashSet<u64>,
+    keys: HashSet<String>,
+    forms: Vec<NormalForm>,
+}
+
+/// What one pass over rows found: the first place each wanted gram or key occurred.
+#[derive(Default)]
+struct Found {
+    norm: HashMap<u64, At>,
+    skel: HashMap<u64, At>,
+    keys: HashMap<String, At>,
+}
+
+/// The previous row's tokens, for windows across a pair of adjacent rows.
+#[derive(Default, Clone)]
+struct Tail {
+    toks: Vec<String>,
+    ids: Vec<u64>,
+    skel: Vec<u64>,
+}
+
+impl<'a> Scanner<'a> {
+    pub fn new(sets: &'a [EvalSet], cfg: ScanConfig) -> Scanner<'a> {
+        let mut lens: Vec<usize> = sets
+            .iter()
+            .flat_map(|s| s.short_lens.iter().copied())
+            .collect();
+        lens.push(cfg.ngram);
+        lens.sort_unstable();
+        lens.dedup();
+        let mut forms: Vec<NormalForm> = sets.iter().filter_map(|s| s.form).collect();
+        forms.dedup();
+        let items = || sets.iter().flat_map(|s| s.items.iter());
+        Scanner {
+            sets,
+            cfg,
+            lens,
+            norm: items()
+                .flat_map(|i| i.full.iter().chain(&i.prompt).copied())
+                .collect(),
+            skel: items().flat_map(|i| i.skeleton.iter().copied()).collect(),
+            keys: items().flat_map(|i| i.keys.iter().cloned()).collect(),
+            forms,
         }
     }
-    let mut hits = Vec::new();
-    for set in sets {
-        for item in &set.items {
-            let checks = [
-                (&item.full, &norm, "normalized"),
-                (&item.prompt, &norm, "prompt"),
-                (&item.skeleton, &skel, "skeleton"),
-            ];
-            for (grams, table, how) in checks {
-                if grams.is_empty() {
+
+    /// Look at one row (and the pair it forms with the previous one, if any), in each reading.
+    fn visit(&self, row: &Row, at: At, tails: &mut [Tail; 2], found: &mut Found) {
+        let readings = canon::row_readings(row);
+        for (text, tail) in readings.iter().zip(tails.iter_mut()) {
+            self.visit_text(text, at, tail, found);
+        }
+        if readings.len() == 1 {
+            // The second reading of this row is the first.
+            tails[1] = tails[0].clone();
+        }
+    }
+
+    fn visit_text(&self, text: &str, at: At, tail: &mut Tail, found: &mut Found) {
+        let toks = tokens(text);
+        let ids = token_ids(&toks);
+        let skel = if self.skel.is_empty() {
+            Vec::new()
+        } else {
+            token_ids(&skeleton(text))
+        };
+        let n = self.cfg.ngram;
+        let longest = self.lens.last().copied().unwrap_or(n).max(n);
+        // Windows of length l that end in this row: over the previous row's last l-1 tokens and
+        // this row's.
+        let scan = |wanted: &HashSet<u64>,
+                    map: &mut HashMap<u64, At>,
+                    prev: &[u64],
+                    cur: &[u64],
+                    lens: &[usize]| {
+            if wanted.is_empty() {
+                return;
+            }
+            let keep = prev.len().min(longest.saturating_sub(1));
+            let mut joined: Vec<u64> = prev[prev.len() - keep..].to_vec();
+            joined.extend_from_slice(cur);
+            for &l in lens {
+                if l == 0 || joined.len() < l {
                     continue;
                 }
-                let found: Vec<usize> =
-                    grams.iter().filter_map(|g| table.get(g).copied()).collect();
-                let overlap = found.len() as f64 / grams.len() as f64;
-                if overlap >= cfg.threshold {
-                    let row = found.iter().copied().min().unwrap_or(0);
+                // first window start that still reaches into this row
+                let start = keep.saturating_sub(l - 1);
+                for w in joined[start..].windows(l) {
+                    let h = hash(w);
+                    if wanted.contains(&h) {
+                        map.entry(h).or_insert(at);
+                    }
+                }
+            }
+        };
+        scan(&self.norm, &mut found.norm, &tail.ids, &ids, &self.lens);
+        scan(&self.skel, &mut found.skel, &tail.skel, &skel, &[n]);
+        if !self.keys.is_empty() {
+            let prev = &tail.toks[tail.toks.len().saturating_sub(8)..];
+            for &f in &self.forms {
+                for k in normal_form::keys_across(f, prev, &toks) {
+                    if self.keys.contains(&k) {
+                        found.keys.entry(k).or_insert(at);
+                    }
+                }
+            }
+        }
+        *tail = Tail { toks, ids, skel };
+    }
+
+    /// The hits of what was found: one per contaminated item, at most `limit`.
+    fn judge(&self, found: &Found, limit: usize) -> Vec<Hit> {
+        let mut hits = Vec::new();
+        for set in self.sets {
+            for item in &set.items {
+                if hits.len() >= limit {
+                    return hits;
+                }
+                let checks: [(&[u64], &HashMap<u64, At>, &'static str); 3] = [
+                    (&item.full, &found.norm, "normalized"),
+                    (&item.prompt, &found.norm, "prompt"),
+                    (&item.skeleton, &found.skel, "skeleton"),
+                ];
+                let mut hit = None;
+                for (grams, table, how) in checks {
+                    if grams.is_empty() {
+                        continue;
+                    }
+                    let at: Vec<At> = grams.iter().filter_map(|g| table.get(g).copied()).collect();
+                    let overlap = at.len() as f64 / grams.len() as f64;
+                    if overlap >= self.cfg.threshold {
+                        hit = Some((at.into_iter().max(), overlap, how));
+                        break;
+                    }
+                }
+                if hit.is_none() && !item.keys.is_empty() {
+                    let at: Vec<At> = item
+                        .keys
+                        .iter()
+                        .filter_map(|k| found.keys.get(k).copied())
+                        .collect();
+                    if at.len() == item.keys.len() {
+                        hit = Some((at.into_iter().max(), 1.0, "normal-form"));
+                    }
+                }
+                if let Some((at, overlap, how)) = hit {
+                    let (part, row) = at.unwrap_or((0, 0));
                     hits.push(Hit {
                         task: set.task.clone(),
                         split: set.split.clone(),
+                        part,
                         row,
-                        row_prompt: rows.get(row).map(|r| r.prompt.clone()).unwrap_or_default(),
                         overlap: (overlap * 1000.0).round() / 1000.0,
                         how,
                     });
-                    break;
                 }
             }
-            if hits.len() >= limit {
-                return hits;
+        }
+        hits
+    }
+
+    /// Scan datasets as one sequence, in order (the union a run_sft trains on): each row, each
+    /// pair of adjacent rows, and the share of every item's grams over all of them.
+    pub fn scan_parts(&self, parts: &[&[Row]], limit: usize) -> Vec<Hit> {
+        let mut found = Found::default();
+        let mut tails = [Tail::default(), Tail::default()];
+        for (p, rows) in parts.iter().enumerate() {
+            for (i, r) in rows.iter().enumerate() {
+                self.visit(r, (p, i), &mut tails, &mut found);
             }
         }
+        self.judge(&found, limit)
     }
-    hits
+
+    /// Whether one row on its own reproduces a protected item (the generator leaves such rows
+    /// out). The same matching as a scan of a one-row dataset.
+    pub fn row_reproduces(&self, row: &Row) -> bool {
+        let mut found = Found::default();
+        self.visit(
+            row,
+            (0, 0),
+            &mut [Tail::default(), Tail::default()],
+            &mut found,
+        );
+        if found.norm.is_empty() && found.skel.is_empty() && found.keys.is_empty() {
+            return false;
+        }
+        !self.judge(&found, 1).is_empty()
+    }
+}
+
+/// Scan one dataset's rows against protected eval sets; one hit per contaminated item (at most
+/// `limit`).
+pub fn scan(rows: &[Row], sets: &[EvalSet], cfg: ScanConfig, limit: usize) -> Vec<Hit> {
+    Scanner::new(sets, cfg).scan_parts(&[rows], limit)
 }
 
 #[cfg(test)]
@@ -265,11 +443,16 @@ mod tests {
         threshold: 0.5,
     };
 
+    fn hits(rows: &[Row], set: &EvalSet) -> Vec<Hit> {
+        scan(rows, std::slice::from_ref(set), CFG, 10)
+    }
+
     #[test]
     fn normalization_ignores_case_whitespace_and_punctuation() {
-        assert_eq!(tokens("Hello,  World!"), tokens("hello world"));
-        assert_eq!(tokens("12+34="), vec!["12", "+", "34", "="]);
-        assert_eq!(tokens("12 + 34 ="), tokens("12+34="));
+        let t = |s: &str| tokens(&canonical(s));
+        assert_eq!(t("Hello,  World!"), t("hello world"));
+        assert_eq!(t("12+34="), vec!["12", "+", "34", "="]);
+        assert_eq!(t("12 + 34 ="), t("12+34="));
     }
 
     #[test]
@@ -281,74 +464,126 @@ mod tests {
             ),
             row("12+34=", "46"),
         ];
-        let set = EvalSet::new("t", "test", &eval, CFG);
+        let set = EvalSet::new("t", "test", &eval, CFG, None);
         // verbatim
-        assert_eq!(
-            scan(&[eval[1].clone()], std::slice::from_ref(&set), CFG, 10).len(),
-            1
-        );
+        assert_eq!(hits(&[eval[1].clone()], &set).len(), 1);
         // whitespace / case / punctuation
-        let hits = scan(
-            &[row("12 + 34 =", " 46 ")],
-            std::slice::from_ref(&set),
-            CFG,
-            10,
-        );
-        assert_eq!(hits.len(), 1);
-        let hits = scan(
+        assert_eq!(hits(&[row("12 + 34 =", " 46 ")], &set).len(), 1);
+        let h = hits(
             &[row(
                 "DEF HAS_CLOSE_ELEMENTS( numbers ,threshold ) :  for idx,elem in enumerate( numbers ):",
                 "return true",
             )],
-            std::slice::from_ref(&set),
-            CFG,
-            10,
+            &set,
         );
-        assert_eq!(hits.len(), 1);
+        assert_eq!(h.len(), 1);
         // renamed identifiers
-        let hits = scan(
+        let h = hits(
             &[row(
                 "def f(xs, eps):\n    for i, e in enumerate(xs):",
                 "return True",
             )],
-            std::slice::from_ref(&set),
-            CFG,
-            10,
+            &set,
         );
-        assert_eq!(hits.len(), 1, "skeleton match");
-        assert_eq!(hits[0].how, "skeleton");
+        assert_eq!(h.len(), 1, "skeleton match");
+        assert_eq!(h[0].how, "skeleton");
         // a short item embedded in a longer row, and the problem with another answer format
-        assert_eq!(
-            scan(
-                &[row("Q: 12 + 34 = ? A:", "46")],
-                std::slice::from_ref(&set),
-                CFG,
-                10
-            )
-            .len(),
-            1
-        );
-        let hits = scan(
-            &[row("12+34=", "4+6+0=0,1+3+1=5|50")],
-            std::slice::from_ref(&set),
-            CFG,
-            10,
-        );
-        assert_eq!(hits.len(), 1, "the test problem itself, with any answer");
-        assert_eq!(hits[0].how, "prompt");
+        assert_eq!(hits(&[row("Q: 12 + 34 = ? A:", "46")], &set).len(), 1);
+        let h = hits(&[row("12+34=", "4+6+0=0,1+3+1=5|50")], &set);
+        assert_eq!(h.len(), 1, "the test problem itself, with any answer");
+        assert_eq!(h[0].how, "prompt");
         // unrelated rows pass
         assert!(
-            scan(
+            hits(
                 &[
                     row("12+35=", "47"),
                     row("112+34=", "146"),
                     row("def other(a):", "pass")
                 ],
-                std::slice::from_ref(&set),
-                CFG,
-                10
+                &set
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn the_cut_between_prompt_and_answer_does_not_matter() {
+        let set = EvalSet::new("t", "test", &[row("12+34=", "46")], CFG, None);
+        for (p, a) in [("12+3", "4=46"), ("1", "2+34=46"), ("12+34=46", "")] {
+            assert_eq!(hits(&[row(p, a)], &set).len(), 1, "{p:?} {a:?}");
+        }
+    }
+
+    #[test]
+    fn items_split_across_adjacent_rows_and_datasets_are_found() {
+        // A completion item (empty answer), long enough for n-grams.
+        let long = row(
+            "def has_close_elements(numbers, threshold):\n    for idx, elem in enumerate(numbers):\n        for idx2, elem2 in enumerate(numbers):\n            if idx != idx2 and abs(elem - elem2) < threshold:\n                return True\n    return False",
+            "",
+        );
+        let set = EvalSet::new("t", "test", std::slice::from_ref(&long), CFG, None);
+        let text = crate::model::data::training_text(&long);
+        // A cut where each half alone is under the threshold …
+        let (a, b) = text
+            .match_indices(' ')
+            .map(|(i, _)| text.split_at(i))
+            .find(|(a, b)| {
+                hits(&[row(a, "")], &set).is_empty() && hits(&[row(b, "")], &set).is_empty()
+            })
+            .expect("a cut that hides the item from a per-row scan");
+        let first = [row(a, "")];
+        let second = [row(b, "")];
+        // … as adjacent rows, or as two datasets trained together, the item is there.
+        assert_eq!(hits(&[row(a, ""), row(b, "")], &set).len(), 1);
+        let scanner = Scanner::new(std::slice::from_ref(&set), CFG);
+        let h = scanner.scan_parts(&[&first, &second], 10);
+        assert_eq!(h.len(), 1);
+        assert_eq!(
+            (h[0].part, h[0].row),
+            (1, 0),
+            "completed in the second dataset"
+        );
+        // A short item split across a row boundary too.
+        let short = EvalSet::new("t", "test", &[row("12+34=", "46")], CFG, None);
+        assert_eq!(
+            hits(&[row("7+1=", "8; 12+"), row("34=", "46")], &short).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn task_normal_forms_catch_what_n_grams_miss() {
+        let items = [row("12+34=", "46")];
+        let plain = EvalSet::new("t", "test", &items, CFG, None);
+        let arith = EvalSet::new("t", "test", &items, CFG, Some(NormalForm::Arithmetic));
+        for r in [
+            row("34+12=", "46"),
+            row("What is twelve plus thirty-four?", "forty-six"),
+            row("12 apples plus 34 apples", "46"),
+        ] {
+            assert!(hits(std::slice::from_ref(&r), &plain).is_empty(), "{r:?}");
+            let h = hits(std::slice::from_ref(&r), &arith);
+            assert_eq!(h.len(), 1, "{r:?}");
+            assert_eq!(h[0].how, "normal-form");
+        }
+        assert!(hits(&[row("12+35=", "47"), row("34-12=", "22")], &arith).is_empty());
+        let scanner = Scanner::new(std::slice::from_ref(&arith), CFG);
+        assert!(scanner.row_reproduces(&row("34 + 12 =", "46")));
+        assert!(!scanner.row_reproduces(&row("34 + 13 =", "47")));
+    }
+
+    #[test]
+    fn unicode_disguises_are_caught() {
+        let set = EvalSet::new("t", "test", &[row("12+34=", "46")], CFG, None);
+        for p in [
+            "１２＋３４＝",
+            "١٢+٣٤=",
+            "1\u{200B}2+3\u{2060}4\u{00AD}=",
+            "𝟏𝟐 ➕ 𝟑𝟒 =",
+            "1 2 + 3 4 =",
+            "9 12+34=",
+        ] {
+            assert_eq!(hits(&[row(p, "46")], &set).len(), 1, "{p:?}");
+        }
     }
 }

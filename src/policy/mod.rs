@@ -2,7 +2,9 @@
 //! Each check is one named rule with a reason a person understands. Faces never call this
 //! directly; the Experiment OS does, and records every rejection.
 
+pub mod canon;
 pub mod contamination;
+pub mod normal_form;
 
 use crate::api::types::{
     BranchRequest, CancelJobRequest, ConcludeRequest, DatasetSource, EvaluateRequest,
@@ -36,6 +38,9 @@ pub struct Facts {
     /// evaluate: the eval set's current hash and the pinned one.
     pub eval_set_actual: Option<String>,
     pub eval_set_pinned: Option<String>,
+    /// evaluate on test: the sealed split's current hash and the pinned one.
+    pub sealed_set_actual: Option<String>,
+    pub sealed_set_pinned: Option<String>,
     /// run_sft / evaluate: why the checkpoint's stored files no longer match their hashes, if they don't.
     pub checkpoint_corrupt: Option<String>,
     /// Job seconds already used by the node and by the calling agent.
@@ -44,8 +49,12 @@ pub struct Facts {
     /// Evaluations already run on the node and by the calling agent.
     pub node_evaluations: u64,
     pub agent_evaluations: u64,
-    /// register_dataset: rows that reproduce protected eval items.
+    /// register_dataset / run_sft: rows that reproduce protected eval items (run_sft: in the
+    /// union of its datasets, `Hit::part` indexing the request's `datasets`).
     pub contamination: Vec<crate::policy::contamination::Hit>,
+    /// register_dataset / run_sft: the projected size of the data, computed before any row is
+    /// materialised (None: not computed).
+    pub size: Option<SizeFact>,
     /// register_dataset: contamination rejections the calling agent already collected.
     pub agent_contamination_rejections: u64,
     /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
@@ -60,6 +69,74 @@ pub struct Facts {
     /// cancel_job: the agent that started the job (None: no such job in this study).
     pub job_agent: Option<String>,
 }
+
+/// A size an agent's request controls, projected before allocation: what it is, its rows, and
+/// an upper bound on its bytes of training text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SizeFact {
+    pub what: String,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// The dataset bounds (`policy.max_dataset_rows`, `policy.max_dataset_bytes`).
+fn size_limit(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
+    let s = facts.size.as_ref()?;
+    let (max_rows, max_bytes) = (cfg.policy.max_dataset_rows, cfg.policy.max_dataset_bytes);
+    if s.rows > max_rows {
+        return Some(Decision::reject(
+            Rule::DatasetSizeLimit,
+            format!(
+                "{} would have {} rows; policy.max_dataset_rows = {max_rows}",
+                s.what, s.rows
+            ),
+        ));
+    }
+    if s.bytes > max_bytes {
+        return Some(Decision::reject(
+            Rule::DatasetSizeLimit,
+            format!(
+                "{} would hold up to {} bytes of text; policy.max_dataset_bytes = {max_bytes}",
+                s.what, s.bytes
+            ),
+        ));
+    }
+    None
+}
+
+/// The contamination rejection. Its evidence never prints text — neither the rows' (a declared
+/// source's or a mixture's rows that match *are* protected items) nor the items': the row
+/// number (only where the rows are the caller's own: inline rows, or registered datasets a
+/// run_sft names), the share of the item matched, and the method.
+fn contamination(facts: &Facts, row_label: impl Fn(&Hit) -> Option<String>) -> Option<Decision> {
+    if facts.contamination.is_empty() {
+        return None;
+    }
+    let evidence: Vec<String> = facts
+        .contamination
+        .iter()
+        .take(5)
+        .map(|h| {
+            format!(
+                "{} reproduces a protected {} item ({:.0}% matched, {})",
+                row_label(h).unwrap_or_else(|| "a row".into()),
+                h.task,
+                h.overlap * 100.0,
+                h.how
+            )
+        })
+        .collect();
+    Some(Decision::reject(
+        Rule::Contamination,
+        format!(
+            "the data overlaps protected eval data ({} item(s) matched): {}",
+            facts.contamination.len(),
+            evidence.join("; ")
+        ),
+    ))
+}
+
+use crate::policy::contamination::Hit;
 
 /// Which roles may perform an action: the role table of the action registry
 /// (`api::actions`); the genesis `init` is the owner's alone.
@@ -271,31 +348,12 @@ fn check_register_dataset(
             ),
         );
     }
-    if !facts.contamination.is_empty() {
-        let evidence: Vec<String> = facts
-                    .contamination
-                    .iter()
-                    .take(5)
-                    .map(|h| {
-                        format!(
-                            "row {} (prompt {:?}) reproduces a protected {}/{} item ({:.0}% of its n-grams, {})",
-                            h.row,
-                            crate::util::text::sanitize_line(&h.row_prompt).chars().take(80).collect::<String>(),
-                            h.task,
-                            h.split,
-                            h.overlap * 100.0,
-                            h.how
-                        )
-                    })
-                    .collect();
-        return Decision::reject(
-            Rule::Contamination,
-            format!(
-                "the dataset overlaps protected eval data ({} item(s) matched): {}",
-                facts.contamination.len(),
-                evidence.join("; ")
-            ),
-        );
+    if let Some(d) = size_limit(cfg, facts) {
+        return d;
+    }
+    let own_rows = matches!(r.source, DatasetSource::Inline { .. });
+    if let Some(d) = contamination(facts, |h| own_rows.then(|| format!("row {}", h.row))) {
+        return d;
     }
     if facts.dataset_name_taken {
         return Decision::reject(
@@ -358,6 +416,18 @@ fn check_run_sft(
             ),
         );
     }
+    if let Some(d) = size_limit(cfg, facts) {
+        return d;
+    }
+    // The union of the datasets is what trains: parts each under the threshold can reproduce
+    // an item together.
+    if let Some(d) = contamination(facts, |h| {
+        r.datasets
+            .get(h.part)
+            .map(|name| format!("dataset {name:?} row {}", h.row))
+    }) {
+        return d;
+    }
     Decision::accept()
 }
 
@@ -400,6 +470,17 @@ fn check_evaluate(
             format!(
                 "the {} split of task {} changed: sha256 {actual}, pinned {pin}",
                 r.split.as_str(),
+                r.task
+            ),
+        );
+    }
+    if let (Some(pin), Some(actual)) = (&facts.sealed_set_pinned, &facts.sealed_set_actual)
+        && pin != actual
+    {
+        return Decision::reject(
+            Rule::EvalSetPinned,
+            format!(
+                "the sealed split of task {} changed: sha256 {actual}, pinned {pin}",
                 r.task
             ),
         );

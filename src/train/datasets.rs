@@ -11,20 +11,40 @@ use crate::util::error::{Error, Result};
 
 /// Generate arithmetic rows deterministically from the parameters (same params → same bytes).
 pub fn generate_arith(p: &ArithParams) -> Vec<Row> {
-    let mut rng = StdRng::seed_from_u64(p.seed);
+    arith_stream(p, p.seed).take(p.n as usize).collect()
+}
+
+/// The generator's endless stream of rows for the parameters (all but `n`), drawn from `seed`:
+/// `generate_arith` takes the first `n`; the Experiment OS draws from a salted seed and skips
+/// protected items.
+pub fn arith_stream(p: &ArithParams, seed: u64) -> impl Iterator<Item = Row> + use<> {
+    let mut rng = StdRng::seed_from_u64(seed);
     let max = 10u64.pow(p.digits);
-    (0..p.n)
-        .map(|_| {
-            let a = rng.random_range(0..max);
-            let b = rng.random_range(0..max);
-            let sub = match p.op {
-                ArithOp::Add => false,
-                ArithOp::Sub => true,
-                ArithOp::Mixed => rng.random_bool(0.5),
-            };
-            arith_row(a, b, sub, p.format)
-        })
-        .collect()
+    let (op, format) = (p.op, p.format);
+    std::iter::repeat_with(move || {
+        let a = rng.random_range(0..max);
+        let b = rng.random_range(0..max);
+        let sub = match op {
+            ArithOp::Add => false,
+            ArithOp::Sub => true,
+            ArithOp::Mixed => rng.random_bool(0.5),
+        };
+        arith_row(a, b, sub, format)
+    })
+}
+
+/// An upper bound on the bytes of one generated row's training text (prompt + answer), known
+/// before anything is generated (the size bound is checked on it).
+pub fn arith_max_row_bytes(p: &ArithParams) -> u64 {
+    let d = u64::from(p.digits);
+    let prompt = 2 * d + 2;
+    let answer = match p.format {
+        AnswerFormat::Plain => d + 1,
+        AnswerFormat::Reversed => d + 2,
+        // d steps of `x+y+c=z`, d-1 commas, `|` and the result
+        AnswerFormat::Scratchpad => 7 * d + d.saturating_sub(1) + 1 + d + 1,
+    };
+    prompt + answer
 }
 
 /// One problem in a format. Subtraction is ordered so the result is non-negative.
@@ -179,5 +199,34 @@ mod tests {
             ..p.clone()
         };
         assert_ne!(generate_arith(&p), generate_arith(&q));
+    }
+
+    #[test]
+    fn generated_rows_stay_within_the_announced_size() {
+        for digits in 1..=6 {
+            for format in AnswerFormat::ALL {
+                for op in [ArithOp::Add, ArithOp::Sub] {
+                    let p = ArithParams {
+                        op,
+                        digits,
+                        format,
+                        n: 300,
+                        seed: u64::from(digits),
+                    };
+                    let bound = arith_max_row_bytes(&p);
+                    for r in generate_arith(&p) {
+                        let len = (r.prompt.len() + r.answer.len()) as u64;
+                        assert!(len <= bound, "{r:?} is {len} bytes, bound {bound}");
+                    }
+                    let worst = arith_row(
+                        10u64.pow(digits) - 1,
+                        10u64.pow(digits) - 1,
+                        op == ArithOp::Sub,
+                        format,
+                    );
+                    assert!((worst.prompt.len() + worst.answer.len()) as u64 <= bound);
+                }
+            }
+        }
     }
 }

@@ -365,9 +365,9 @@ impl Gpt {
         let context = self.config.context;
         let mut encoded = Vec::with_capacity(rows.len());
         for r in rows {
-            let p = self.encode(&r.prompt)?;
-            let mut all = p.clone();
-            all.extend(self.encode(&r.answer)?);
+            // The row's training text (the one the contamination gate scans), then the end marker.
+            let mut all = self.encode(&crate::model::data::training_text(r))?;
+            let p = crate::model::data::prompt_chars(r);
             all.push(0);
             if all.len() > context + 1 {
                 return Err(Error::invalid(format!(
@@ -376,7 +376,7 @@ impl Gpt {
                     all.len() - 1
                 )));
             }
-            encoded.push((p.len(), all));
+            encoded.push((p, all));
         }
         // Pad to the longest row of the batch, not the whole context: causal attention keeps
         // padding from influencing earlier positions, and padded positions carry no loss.

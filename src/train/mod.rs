@@ -18,7 +18,7 @@ use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 
 use crate::jobs::protocol::{self, CheckpointRef, EvalParams, EvalResult, SftParams, TrainMetrics};
-use crate::model::data::{Adapter, EvalItem, Row, Schedule};
+use crate::model::data::{Adapter, EvalItem, Row, Schedule, prompt_chars, training_text};
 use crate::train::datasets::{parse_answer, parse_jsonl};
 use crate::util::error::{Error, IoContext, Result};
 
@@ -50,17 +50,8 @@ impl NGram {
 
     /// Learn one row; with `answer_only` only answer characters (and the end marker) are targets.
     pub fn learn(&mut self, row: &Row, weight: f64, answer_only: bool) {
-        let text: Vec<char> = row
-            .prompt
-            .chars()
-            .chain(row.answer.chars())
-            .chain([END])
-            .collect();
-        let first = if answer_only {
-            row.prompt.chars().count()
-        } else {
-            1
-        };
+        let text: Vec<char> = training_text(row).chars().chain([END]).collect();
+        let first = if answer_only { prompt_chars(row) } else { 1 };
         for pos in first.max(1)..text.len() {
             self.observe(&text, pos, weight);
         }

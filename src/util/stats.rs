@@ -1,4 +1,5 @@
-//! Small statistics for comparisons: mean and a 95% Student-t interval.
+//! Small statistics: mean and a 95% Student-t interval (comparisons), and the one-sided
+//! two-proportion test of the sealed-split tripwire.
 
 /// Two-sided 95% critical values of Student's t for 1..=30 degrees of freedom.
 const T95: [f64; 30] = [
@@ -32,9 +33,104 @@ pub fn mean_ci95(values: &[f64]) -> (Option<f64>, Option<[f64; 2]>) {
     (Some(mean), Some([mean - half, mean + half]))
 }
 
+/// The complementary error function (W. J. Cody's rational Chebyshev form as given in Numerical
+/// Recipes, `erfcc`: fractional error below 1.2e-7 everywhere).
+pub fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let poly = -z * z - 1.265_512_23
+        + t * (1.000_023_68
+            + t * (0.374_091_96
+                + t * (0.096_784_18
+                    + t * (-0.186_288_06
+                        + t * (0.278_868_07
+                            + t * (-1.135_203_98
+                                + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+    let r = t * poly.exp();
+    if x >= 0.0 { r } else { 2.0 - r }
+}
+
+/// P(Z > z) for a standard normal Z.
+pub fn normal_sf(z: f64) -> f64 {
+    0.5 * erfc(z / std::f64::consts::SQRT_2)
+}
+
+/// One-sided p-value of "proportion 1 is above proportion 2" (pooled two-proportion z-test):
+/// `x1` successes of `n1` against `x2` of `n2`. 1.0 when either sample is empty or both
+/// proportions are 0 or 1 (nothing to tell apart).
+pub fn two_proportion_p_above(x1: u64, n1: u64, x2: u64, n2: u64) -> f64 {
+    if n1 == 0 || n2 == 0 {
+        return 1.0;
+    }
+    let (n1f, n2f) = (n1 as f64, n2 as f64);
+    let (p1, p2) = (x1 as f64 / n1f, x2 as f64 / n2f);
+    let pooled = (x1 + x2) as f64 / (n1f + n2f);
+    let se = (pooled * (1.0 - pooled) * (1.0 / n1f + 1.0 / n2f)).sqrt();
+    if se <= 0.0 || !se.is_finite() {
+        return 1.0;
+    }
+    normal_sf((p1 - p2) / se)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normal_tail_matches_tables() {
+        for (z, p) in [
+            (0.0, 0.5),
+            (1.6449, 0.05),
+            (2.3263, 0.01),
+            (3.0902, 0.001),
+            (-1.96, 0.975),
+        ] {
+            assert!(
+                (normal_sf(z) - p).abs() < 2e-5,
+                "z {z}: {} vs {p}",
+                normal_sf(z)
+            );
+        }
+        // 60% of 500 against 50% of 500: z = 3.19, p ≈ 0.0007
+        let p = two_proportion_p_above(300, 500, 250, 500);
+        assert!((p - 0.000_71).abs() < 5e-5, "{p}");
+        assert!(two_proportion_p_above(250, 500, 300, 500) > 0.99);
+        assert_eq!(two_proportion_p_above(0, 500, 0, 500), 1.0);
+        assert_eq!(two_proportion_p_above(5, 0, 0, 500), 1.0);
+    }
+
+    /// The tripwire's false-alarm rate, measured: a clean checkpoint's test and sealed scores are
+    /// two binomial draws with the same success rate; at level alpha the test must fire about
+    /// alpha of the time (pooled z is slightly conservative near 0 and 1). Printed for the docs.
+    #[test]
+    fn false_alarm_rate_is_the_level() {
+        use rand::{RngExt, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(13);
+        // RSIM_TRIPWIRE_TRIALS=20000 for the figures in ARCHITECTURE.md (slow in debug builds).
+        let trials: usize = std::env::var("RSIM_TRIPWIRE_TRIALS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3_000);
+        for (alpha, n) in [(0.001, 500u64), (0.01, 500), (0.001, 200)] {
+            for rate in [0.05, 0.5, 0.9] {
+                let mut draw = |n: u64| (0..n).filter(|_| rng.random_bool(rate)).count() as u64;
+                let alarms = (0..trials)
+                    .filter(|_| {
+                        let (x1, x2) = (draw(n), draw(n));
+                        two_proportion_p_above(x1, n, x2, n) < alpha
+                    })
+                    .count();
+                let measured = alarms as f64 / trials as f64;
+                eprintln!("alpha {alpha} n {n}+{n} rate {rate}: false alarms {measured:.5}");
+                // within 3 binomial standard errors of alpha, or below it
+                let se = (alpha * (1.0 - alpha) / trials as f64).sqrt();
+                assert!(
+                    measured <= alpha + 3.0 * se,
+                    "alpha {alpha} rate {rate}: {measured}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn interval_matches_a_hand_computation() {

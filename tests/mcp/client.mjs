@@ -151,7 +151,7 @@ async function flow(client) {
     // Three-digit sums: the study's protected test split is two-digit addition, so no row is contaminated.
     source: { kind: "inline", rows: Array.from({ length: 50 }, (_, i) => ({ prompt: `${i + 110}+${i + 221}=`, answer: `${2 * i + 331}` })) },
   });
-  if (reg) check("register_dataset keeps or decontaminates every inline row", reg.rows + (reg.decontaminated ?? 0) === 50, short(reg));
+  if (reg) check("register_dataset keeps every clean inline row", reg.rows === 50, short(reg));
   const [sft, nProgress] = await longJob(client, "run_sft (with wait_job if still running)", "run_sft", {
     node,
     base: "base",

@@ -260,8 +260,8 @@ class Session:
                                "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain",
                                           "n": 400, "seed": 1}})
         if reg:
-            c.check("register_dataset counts every generated row (kept + decontaminated)",
-                    reg.get("rows", 0) + reg.get("decontaminated", 0) == 400 and reg.get("dataset") == f"{t}-plain",
+            c.check("register_dataset generates exactly the rows asked for (no skip count)",
+                    reg.get("rows", 0) == 400 and "decontaminated" not in reg and reg.get("dataset") == f"{t}-plain",
                     short(reg))
         sft, n_progress = await self.long_job("run_sft a few thousand steps (with wait_job if it is still running)",
                                               "run_sft",

@@ -1,6 +1,7 @@
 //! The `evaluate` action.
 
 use std::collections::BTreeMap;
+use std::fs;
 
 use serde_json::Value;
 
@@ -48,6 +49,16 @@ impl Study {
             evaluator_pinned: self.config.jobs.evaluator_sha256.clone(),
             eval_set_actual: Some(crate::util::hash::sha256_file(&set_path)?),
             eval_set_pinned: set.sha256.clone(),
+            sealed_set_actual: match (&task.sealed, req.split) {
+                (Some(sealed), Split::Test) => Some(crate::util::hash::sha256_file(
+                    &self.study_file(&sealed.path)?,
+                )?),
+                _ => None,
+            },
+            sealed_set_pinned: match req.split {
+                Split::Test => task.sealed.as_ref().and_then(|s| s.sha256.clone()),
+                Split::Dev => None,
+            },
             ..self.job_facts(caller, &req.node, ck.as_deref())?
         };
         let request = serde_json::to_value(&req)?;
@@ -127,6 +138,31 @@ impl Study {
                 }
             }
         }
+        // The tripwire: a test score is published only when it is not significantly above the
+        // sealed split's, scored by the same pinned evaluator (fails closed: no sealed score, no
+        // test score).
+        let mut suspected_contamination = false;
+        if req.split == Split::Test
+            && job.state == JobState::Succeeded
+            && let Some(sealed) = &task.sealed
+        {
+            match self.sealed_tripwire(spec, &ck, &task, sealed, &metrics, n_items) {
+                Ok((sealed_job, suspected)) => {
+                    job.compute_s = Some(job.charged_s() + sealed_job.charged_s());
+                    suspected_contamination = suspected;
+                }
+                Err(e) => {
+                    job.state = JobState::Failed;
+                    job.error = Some(format!(
+                        "the sealed split could not be scored, so the test score is withheld: {}",
+                        e.message
+                    ));
+                }
+            }
+            if suspected_contamination || job.state != JobState::Succeeded {
+                metrics.clear();
+            }
+        }
         let metric_records: Vec<MetricRecord> = metrics
             .iter()
             .map(|(name, value)| MetricRecord {
@@ -140,13 +176,18 @@ impl Study {
         let result_stored = serde_json::json!({
             "job": job, "task": req.task, "split": req.split, "metrics": metrics, "n_items": n_items,
             "evaluator": evaluator, "items": items,
+            "suspected_contamination": suspected_contamination,
         });
         let (oid, _) =
             self.commit_action(&req.node, caller, ActionName::Evaluate, request, |snap| {
-                let headline = metrics
-                    .get(&task.metric)
-                    .map(|v| format!("{}={v:.4}", task.metric))
-                    .unwrap_or_else(|| format!("job {}", job.state.as_str()));
+                let headline = if suspected_contamination {
+                    "score withheld: suspected contamination (sealed-split tripwire)".to_string()
+                } else {
+                    metrics
+                        .get(&task.metric)
+                        .map(|v| format!("{}={v:.4}", task.metric))
+                        .unwrap_or_else(|| format!("job {}", job.state.as_str()))
+                };
                 let mut p = Prepared::accepted(
                     format!(
                         "{} on {}/{}: {headline}",
@@ -192,7 +233,96 @@ impl Study {
             n_items,
             evaluator,
             items,
+            suspected_contamination,
             commit: oid,
         })
+    }
+
+    /// Score the task's sealed split with the same evaluator command and checkpoint as the test
+    /// job, and test whether the test score is significantly above it (one-sided two-proportion
+    /// test at `policy.tripwire_alpha`). Both scores and the verdict go to
+    /// `.rsim/tripwire/<test job>.json` for the owner; the record gets the verdict only.
+    fn sealed_tripwire(
+        &self,
+        test_spec: &JobSpec,
+        ck: &str,
+        task: &crate::config::TaskConfig,
+        sealed: &crate::config::EvalSet,
+        test_metrics: &BTreeMap<String, f64>,
+        n_test: u64,
+    ) -> Result<(JobRecord, bool)> {
+        let test_score = *test_metrics.get(&task.metric).ok_or_else(|| {
+            Error::invalid(format!("the evaluator reported no {:?} score", task.metric))
+        })?;
+        let JobParams::Evaluate(test_params) = &test_spec.params else {
+            return Err(Error::internal(
+                "a test evaluation without evaluation parameters",
+            ));
+        };
+        let job_id = crate::jobs::new_job_id();
+        let params = JobParams::Evaluate(EvalParams {
+            job: job_id.clone(),
+            checkpoint: self.checkpoint_files(ck)?,
+            eval_set: self.study_file(&sealed.path)?,
+            ..test_params.clone()
+        });
+        // The sealed job runs in the study's environment pinned again now (a flake that can no
+        // longer be pinned fails the tripwire closed: the test score is withheld).
+        let pin = self.pin_environment().map_err(|why| {
+            Error::invalid(format!("the job environment cannot be pinned: {why}"))
+        })?;
+        let spec = self.job_spec(
+            job_id,
+            &self.config.jobs.evaluate.clone(),
+            params,
+            test_spec.timeout_s,
+            pin.as_ref(),
+        )?;
+        let job = self.runner.run(&spec)?;
+        self.mark_recorded(&spec)?;
+        if job.state != JobState::Succeeded {
+            return Err(Error::invalid(format!(
+                "job {} {}{}",
+                job.id,
+                job.state.as_str(),
+                job.error
+                    .as_ref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            )));
+        }
+        let r = protocol::read_eval_result(&spec.out_dir())?;
+        let sealed_score = *r.metrics.get(&task.metric).ok_or_else(|| {
+            Error::invalid(format!("the evaluator reported no {:?} score", task.metric))
+        })?;
+        let successes = |score: f64, n: u64| (score * n as f64).round().clamp(0.0, n as f64) as u64;
+        let p_value = crate::util::stats::two_proportion_p_above(
+            successes(test_score, n_test),
+            n_test,
+            successes(sealed_score, r.n_items),
+            r.n_items,
+        );
+        let alpha = self.config.policy.tripwire_alpha;
+        let suspected = p_value < alpha;
+        let dir = paths::state_dir(&self.root).join("tripwire");
+        fs::create_dir_all(&dir).at("cannot create", &dir)?;
+        let note = dir.join(format!("{}.json", test_spec.id));
+        fs::write(
+            &note,
+            crate::util::hash::json_bytes(&serde_json::json!({
+                "task": test_params.task, "checkpoint": ck, "metric": task.metric,
+                "test": {"score": test_score, "n": n_test, "job": test_spec.id},
+                "sealed": {"score": sealed_score, "n": r.n_items, "job": job.id},
+                "p_value": p_value, "alpha": alpha, "suspected_contamination": suspected,
+            }))?,
+        )
+        .at("cannot write", &note)?;
+        if suspected {
+            tracing::warn!(
+                "tripwire: test {test_score:.4} (n {n_test}) vs sealed {sealed_score:.4} (n {}), p {p_value:.2e} < {alpha}: score withheld",
+                r.n_items
+            );
+        }
+        Ok((job, suspected))
     }
 }

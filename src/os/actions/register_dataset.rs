@@ -2,7 +2,9 @@
 
 use std::fs;
 
+use crate::os::data::text_bytes;
 use crate::os::*;
+use crate::policy::SizeFact;
 
 impl Study {
     pub(in crate::os) fn exec_register_dataset(
@@ -25,58 +27,10 @@ impl Study {
                     .join(", ")
             )));
         }
-        // Materialise the rows first: the contamination scan is a fact the policy decides on.
-        let mut unregistered = Vec::new();
-        let mut decontaminated = 0u64;
-        let rows = match &req.source {
-            DatasetSource::Inline { rows } => rows.clone(),
-            DatasetSource::Arith(p) => {
-                let (rows, dropped) = self.decontaminate(datasets::generate_arith(p))?;
-                decontaminated = dropped;
-                rows
-            }
-            DatasetSource::Declared { source } => {
-                let path = self.study_file(&self.config.datasets[source].path)?;
-                let bytes = fs::read(&path).at("cannot read declared dataset", &path)?;
-                datasets::parse_jsonl(&bytes, &format!("dataset source {source}"))?
-            }
-            DatasetSource::Mixture { parts, seed } => {
-                let mut loaded = Vec::new();
-                for p in parts {
-                    match self.dataset_rows(&p.dataset)? {
-                        Some(rows) => loaded.push((rows, p.rows)),
-                        None => unregistered.push(p.dataset.clone()),
-                    }
-                }
-                datasets::mix(&loaded, *seed)
-            }
-            DatasetSource::Filter {
-                dataset,
-                max_prompt_chars,
-                max_answer_chars,
-                prompt_contains,
-            } => match self.dataset_rows(dataset)? {
-                Some(rows) => rows
-                    .into_iter()
-                    .filter(|r| {
-                        max_prompt_chars.is_none_or(|m| r.prompt.chars().count() as u64 <= m)
-                    })
-                    .filter(|r| {
-                        max_answer_chars.is_none_or(|m| r.answer.chars().count() as u64 <= m)
-                    })
-                    .filter(|r| {
-                        prompt_contains
-                            .as_ref()
-                            .is_none_or(|c| r.prompt.contains(c.as_str()))
-                    })
-                    .collect(),
-                None => {
-                    unregistered.push(dataset.clone());
-                    Vec::new()
-                }
-            },
-        };
-        let contamination = if unregistered.is_empty() {
+        // Project the size first (nothing is materialised past the bounds), then materialise the
+        // rows and scan them: the size and the scan are facts the policy decides on.
+        let (unregistered, size, rows) = self.materialise(&req.source)?;
+        let contamination = if unregistered.is_empty() && self.within_bounds(&size) {
             self.scan_for_contamination(&rows)?
         } else {
             Vec::new()
@@ -86,6 +40,7 @@ impl Study {
             dataset_name_taken: self.index.dataset(&req.name)?.is_some(),
             unregistered_datasets: unregistered,
             contamination,
+            size: Some(size),
             agent_contamination_rejections: self.index.rejection_count(
                 &caller.agent,
                 crate::model::rule::Rule::Contamination.as_str(),
@@ -119,7 +74,7 @@ impl Study {
             |_| {
                 let mut p = Prepared::accepted(
                     format!("{} ({n} rows)", req.name),
-                    serde_json::json!({ "dataset": req.name, "sha256": sha, "rows": n, "decontaminated": decontaminated }),
+                    serde_json::json!({ "dataset": req.name, "sha256": sha, "rows": n }),
                 );
                 p.body = format!(
                     "Dataset {} ({n} rows), sha256 {sha}.\n{}",
@@ -138,8 +93,139 @@ impl Study {
             dataset: req.name,
             sha256: sha,
             rows: n,
-            decontaminated,
             commit: oid,
         })
+    }
+}
+
+impl Study {
+    /// The rows a source stands for, after its projected size was found within the bounds:
+    /// (unregistered inputs, projected size, rows). Past the bounds (or with unregistered
+    /// inputs) the rows are left empty and the policy refuses on the facts.
+    fn materialise(
+        &self,
+        source: &DatasetSource,
+    ) -> Result<(Vec<String>, SizeFact, Vec<types::Row>)> {
+        let mut unregistered = Vec::new();
+        let fact = |what: String, rows: u64, bytes: u64| SizeFact { what, rows, bytes };
+        let (size, rows) = match source {
+            DatasetSource::Inline { rows } => {
+                let size = fact(
+                    "the inline dataset".into(),
+                    rows.len() as u64,
+                    text_bytes(rows),
+                );
+                let rows = if self.within_bounds(&size) {
+                    rows.clone()
+                } else {
+                    Vec::new()
+                };
+                (size, rows)
+            }
+            DatasetSource::Arith(p) => {
+                let size = fact(
+                    "the generated dataset".into(),
+                    p.n,
+                    p.n.saturating_mul(datasets::arith_max_row_bytes(p)),
+                );
+                let rows = if self.within_bounds(&size) {
+                    self.generate_outside_protected(p)?
+                } else {
+                    Vec::new()
+                };
+                (size, rows)
+            }
+            DatasetSource::Declared { source } => {
+                let path = self.study_file(&self.config.datasets[source].path)?;
+                let bytes = fs::metadata(&path)
+                    .at("cannot read declared dataset", &path)?
+                    .len();
+                let mut size = fact(format!("the declared source {source:?}"), 0, bytes);
+                let rows = if self.within_bounds(&size) {
+                    let bytes = fs::read(&path).at("cannot read declared dataset", &path)?;
+                    let rows = datasets::parse_jsonl(&bytes, &format!("dataset source {source}"))?;
+                    size.rows = rows.len() as u64;
+                    rows
+                } else {
+                    Vec::new()
+                };
+                (size, rows)
+            }
+            DatasetSource::Mixture { parts, seed } => {
+                // First what reading the parts costs (their stored sizes), then what the draws
+                // would produce (rows drawn × the longest row of each part).
+                let (mut in_rows, mut in_bytes, mut draws) = (0u64, 0u64, 0u64);
+                let mut seen = std::collections::BTreeSet::new();
+                for p in parts {
+                    draws = draws.saturating_add(p.rows);
+                    match self.dataset_size(&p.dataset)? {
+                        Some((rows, bytes)) => {
+                            if seen.insert(p.dataset.as_str()) {
+                                in_rows = in_rows.saturating_add(rows);
+                                in_bytes = in_bytes.saturating_add(bytes);
+                            }
+                        }
+                        None => unregistered.push(p.dataset.clone()),
+                    }
+                }
+                let inputs = fact("the mixture's parts".into(), in_rows, in_bytes);
+                if !unregistered.is_empty() || !self.within_bounds(&inputs) {
+                    return Ok((unregistered, inputs, Vec::new()));
+                }
+                let mut loaded = Vec::new();
+                let mut out_bytes = 0u64;
+                for p in parts {
+                    let rows = self.dataset_rows(&p.dataset)?.unwrap_or_default();
+                    let longest = rows
+                        .iter()
+                        .map(|r| (r.prompt.len() + r.answer.len()) as u64)
+                        .max()
+                        .unwrap_or(0);
+                    out_bytes = out_bytes.saturating_add(p.rows.saturating_mul(longest));
+                    loaded.push((rows, p.rows));
+                }
+                let size = fact(format!("the mixture ({draws} draws)"), draws, out_bytes);
+                let rows = if self.within_bounds(&size) {
+                    datasets::mix(&loaded, *seed)
+                } else {
+                    Vec::new()
+                };
+                (size, rows)
+            }
+            DatasetSource::Filter {
+                dataset,
+                max_prompt_chars,
+                max_answer_chars,
+                prompt_contains,
+            } => {
+                // A filter keeps at most its input.
+                let Some((in_rows, in_bytes)) = self.dataset_size(dataset)? else {
+                    unregistered.push(dataset.clone());
+                    return Ok((unregistered, fact("the filter".into(), 0, 0), Vec::new()));
+                };
+                let size = fact(format!("the filter of {dataset:?}"), in_rows, in_bytes);
+                let rows = if self.within_bounds(&size) {
+                    self.dataset_rows(dataset)?
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|r| {
+                            max_prompt_chars.is_none_or(|m| r.prompt.chars().count() as u64 <= m)
+                        })
+                        .filter(|r| {
+                            max_answer_chars.is_none_or(|m| r.answer.chars().count() as u64 <= m)
+                        })
+                        .filter(|r| {
+                            prompt_contains
+                                .as_ref()
+                                .is_none_or(|c| r.prompt.contains(c.as_str()))
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                (size, rows)
+            }
+        };
+        Ok((unregistered, size, rows))
     }
 }

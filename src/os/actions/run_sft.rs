@@ -27,6 +27,26 @@ impl Study {
         let pin = self.pin_environment();
         let mut facts = self.job_facts(caller, &req.node, base_sha.as_deref())?;
         facts.node_status = Some(snap.meta.status);
+        // What trains is the union of the datasets, in the order the trainer reads them: its
+        // size is bounded before it is read, and it is scanned as one sequence.
+        let size = crate::policy::SizeFact {
+            what: format!("the union of the run's {} dataset(s)", req.datasets.len()),
+            rows: ds.iter().map(|(_, _, rows)| *rows).sum(),
+            bytes: ds.iter().try_fold(0u64, |acc, (name, _, _)| {
+                Ok::<u64, Error>(
+                    acc.saturating_add(self.dataset_size(name)?.map_or(0, |(_, bytes)| bytes)),
+                )
+            })?,
+        };
+        if unregistered.is_empty() && self.within_bounds(&size) {
+            let mut parts = Vec::with_capacity(ds.len());
+            for (name, _, _) in &ds {
+                parts.push(self.dataset_rows(name)?.unwrap_or_default());
+            }
+            let views: Vec<&[types::Row]> = parts.iter().map(Vec::as_slice).collect();
+            facts.contamination = self.scan_union(&views)?;
+        }
+        facts.size = Some(size);
         facts.unregistered_datasets = unregistered;
         // Every object is re-hashed before it is used: the store's files are only as trustworthy
         // as the last check of their content.

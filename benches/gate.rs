@@ -1,0 +1,208 @@
+//! `cargo bench --bench gate`: what the contamination gate costs per registered row.
+//!
+//! On the tiny-arith example (1,000 protected three-digit items: test and sealed splits,
+//! arithmetic normal form) it times
+//! the scan alone (`Study::scan_for_contamination`: canonical text, every pass, pairs of rows),
+//! a whole `register_dataset` of inline rows (JSON Schema, scan, store, commit), and the
+//! generator (every draw checked against the protected items), per row; and the scan of long
+//! rows (code-like, ~1 kB) per row and per kB. `RSIM_GATE_ROWS` sets the rows (default 100000).
+
+use std::time::Instant;
+
+use rsi_master::api::types::{AnswerFormat, Row};
+use rsi_master::model::{Caller, Role};
+use rsi_master::train::datasets;
+use serde_json::json;
+
+fn main() {
+    let n: u64 = std::env::var("RSIM_GATE_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let d = std::env::temp_dir().join(format!("rsim-gate-{}", std::process::id()));
+    let root = d.join("study");
+    rsi_master::faces::init::init(&root, Some("tiny-arith")).expect("init");
+    let s = rsi_master::Study::open(&root).expect("open");
+    let who = Caller::new("bench", Role::Worker);
+    let node = s
+        .call(&who, "branch", json!({"parents": ["n0"], "title": "gate"}))
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // Four-digit problems (both operands ≥ 1000): clean against three-digit test items.
+    let mut x = 7u64;
+    let mut next = || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        1000 + (x >> 33) % 9000
+    };
+    let rows: Vec<Row> = (0..n)
+        .map(|i| datasets::arith_row(next(), next(), i % 2 == 0, AnswerFormat::Scratchpad))
+        .collect();
+    let per_row = |t: Instant, rows: u64| t.elapsed().as_secs_f64() * 1e6 / rows as f64;
+
+    let t = Instant::now();
+    let hits = s.scan_for_contamination(&rows).expect("scan");
+    let scan_us = per_row(t, n);
+    assert!(hits.is_empty(), "{hits:?}");
+    // The protected items: the test split and the sealed split (the gate protects both).
+    let mut test_items = Vec::new();
+    for split in ["test", "sealed"] {
+        test_items.extend(
+            datasets::parse_jsonl(
+                &std::fs::read(root.join(format!(".rsim/protected/add3/{split}.jsonl")))
+                    .expect("split"),
+                split,
+            )
+            .expect("rows"),
+        );
+    }
+    let t = Instant::now();
+    assert_eq!(baseline::scan(&rows, &test_items, 8), 0);
+    let baseline_us = per_row(t, n);
+
+    let t = Instant::now();
+    let rows_json: Vec<_> = rows
+        .iter()
+        .map(|r| json!({"prompt": r.prompt, "answer": r.answer}))
+        .collect();
+    s.call(
+        &who,
+        "register_dataset",
+        json!({"node": node, "name": "inline", "source": {"kind": "inline", "rows": rows_json}}),
+    )
+    .expect("register");
+    let register_us = per_row(t, n);
+
+    let t = Instant::now();
+    s.call(
+        &who,
+        "register_dataset",
+        json!({"node": node, "name": "gen", "source": {"kind": "arith", "op": "add", "digits": 3, "format": "plain", "n": n, "seed": 1}}),
+    )
+    .expect("generate");
+    let generate_us = per_row(t, n);
+
+    let long: Vec<Row> = (0..n / 10)
+        .map(|i| Row {
+            prompt: format!(
+                "def f_{i}(xs, k):\n    \"\"\"Return the {i} largest values of xs, in order.\"\"\"\n{}",
+                "    total = sum(x * k for x in xs if x > 0)  # accumulate\n".repeat(12)
+            ),
+            answer: "    return sorted(xs)[-k:]\n".into(),
+        })
+        .collect();
+    let kb = long
+        .iter()
+        .map(|r| r.prompt.len() + r.answer.len())
+        .sum::<usize>() as f64
+        / 1024.0;
+    let t = Instant::now();
+    s.scan_for_contamination(&long).expect("scan");
+    let secs = t.elapsed().as_secs_f64();
+    let long_us = secs * 1e6 / long.len() as f64;
+    let kb_us = secs * 1e6 / kb;
+    let t = Instant::now();
+    baseline::scan(&long, &test_items, 8);
+    let baseline_long_us = t.elapsed().as_secs_f64() * 1e6 / long.len() as f64;
+
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&json!({
+            "rows": n,
+            "protected_items": test_items.len(),
+            "scan_us_per_row (4-digit scratchpad rows, ~60 B)": (scan_us * 100.0).round() / 100.0,
+            "baseline_scan_us_per_row (the gate before issue 13, same rows)": (baseline_us * 100.0).round() / 100.0,
+            "register_dataset_us_per_row (inline, whole action)": (register_us * 100.0).round() / 100.0,
+            "generator_us_per_row (3-digit, every draw checked)": (generate_us * 100.0).round() / 100.0,
+            "scan_us_per_long_row (~1 kB code-like)": (long_us * 100.0).round() / 100.0,
+            "baseline_scan_us_per_long_row": (baseline_long_us * 100.0).round() / 100.0,
+            "scan_us_per_kb": (kb_us * 100.0).round() / 100.0,
+        }))
+        .expect("json")
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The scan as it was before issue 13 (prompt and answer joined by a space, lowercase tokens,
+/// every row window in a table, no pairs, no Unicode folding, no normal form), kept here only to
+/// measure what the new gate adds.
+mod baseline {
+    use std::collections::HashMap;
+    use std::hash::{DefaultHasher, Hash, Hasher};
+
+    use rsi_master::api::types::Row;
+
+    fn tokens(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = String::new();
+        for c in text.chars() {
+            if c.is_alphanumeric() || c == '_' {
+                cur.extend(c.to_lowercase());
+            } else {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+                if matches!(c, '+' | '-' | '*' | '/' | '=' | '<' | '>' | '%') {
+                    out.push(c.to_string());
+                }
+            }
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+
+    fn hash(ts: &[String]) -> u64 {
+        let mut s = DefaultHasher::new();
+        ts.hash(&mut s);
+        s.finish()
+    }
+
+    fn grams(toks: &[String], n: usize) -> Vec<u64> {
+        if toks.len() <= n {
+            return vec![hash(toks)];
+        }
+        toks.windows(n).map(hash).collect()
+    }
+
+    /// Items hit (normalized and prompt passes; the skeleton pass is skipped: arithmetic items
+    /// have none).
+    pub fn scan(rows: &[Row], items: &[Row], n: usize) -> usize {
+        let text = |r: &Row| format!("{} {}", r.prompt, r.answer);
+        let prepared: Vec<(Vec<u64>, Vec<u64>, Vec<usize>)> = items
+            .iter()
+            .map(|r| {
+                let (f, p) = (tokens(&text(r)), tokens(&r.prompt));
+                let short = [f.len(), p.len()].into_iter().filter(|&l| l < n).collect();
+                (grams(&f, n), grams(&p, n), short)
+            })
+            .collect();
+        let mut lens: Vec<usize> = prepared.iter().flat_map(|i| i.2.clone()).collect();
+        lens.push(n);
+        lens.sort_unstable();
+        lens.dedup();
+        let mut table: HashMap<u64, usize> = HashMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            let toks = tokens(&text(r));
+            for &l in &lens {
+                if toks.len() >= l {
+                    for w in toks.windows(l) {
+                        table.entry(hash(w)).or_insert(i);
+                    }
+                }
+            }
+        }
+        prepared
+            .iter()
+            .filter(|(f, p, _)| {
+                [f, p]
+                    .iter()
+                    .any(|g| g.iter().filter(|x| table.contains_key(x)).count() * 2 >= g.len())
+            })
+            .count()
+    }
+}

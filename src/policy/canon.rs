@@ -1,0 +1,304 @@
+//! The canonical scan text: what the contamination gate compares, one function for every row and
+//! every protected item. It starts from `model::data::training_text` — the very text the trainers
+//! learn (prompt immediately followed by answer) — and folds every surface difference that does
+//! not change what a model learns from it:
+//!
+//! 1. Unicode NFKC (full-width and mathematical letters, digits and operators, superscripts,
+//!    ligatures, compatibility forms → their plain form);
+//! 2. invisible characters removed: format characters (general category Cf: zero-width space and
+//!    joiners, word joiner, soft hyphen, bidi controls, BOM, tags), combining marks (Mn, Me:
+//!    variation selectors, combining grapheme joiner, diacritics added to digits), other default
+//!    ignorables (Hangul fillers) and control characters that are not whitespace;
+//! 3. decimal digits of every script (Nd: Arabic-Indic, Devanagari, Thai, …) → ASCII digits;
+//! 4. look-alike operators (minus sign, dashes, ×, ÷, ∗, heavy plus …) → `+ - * / =`, and Cyrillic
+//!    and Greek letters that look like Latin ones → the Latin letter;
+//! 5. case folded (lowercase); whitespace folded to one space between word characters and none
+//!    next to punctuation or operators (`12 + 34` → `12+34`).
+//!
+//! Rows are also read a second way, with digit-group separators removed (`join_digit_groups`:
+//! `1 2+3_4` → `12+34`), and scanned in both readings.
+//!
+//! The map is many-to-one on purpose: the gate must not be told apart from the trainer by a
+//! character a reader (or a tokenizer) does not see, and a protected item goes through the same
+//! function, so verbatim copies still match exactly.
+
+use unicode_general_category::{GeneralCategory, get_general_category};
+use unicode_normalization::UnicodeNormalization;
+
+use crate::model::data::{Row, training_text};
+
+/// The canonical scan text of a row: `canonical(training_text(row))`.
+pub fn row_text(row: &Row) -> String {
+    canonical(&training_text(row))
+}
+
+/// Tokens of a canonical text: word and number runs, and the operators that carry meaning in
+/// arithmetic and code (`+ - * / = < > %`); other punctuation and whitespace only separate.
+pub fn tokens(canonical_text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in canonical_text.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            cur.push(c);
+        } else {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            if matches!(c, '+' | '-' | '*' | '/' | '=' | '<' | '>' | '%') {
+                out.push(c.to_string());
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The canonical form of any text (see the module's list).
+pub fn canonical(text: &str) -> String {
+    let mut folded = String::with_capacity(text.len());
+    if text.is_ascii() {
+        // ASCII is its own NFKC, has no format characters, marks, other digits or look-alikes.
+        for c in text.chars() {
+            if c.is_ascii_whitespace() {
+                folded.push(' ');
+            } else if !c.is_ascii_control() {
+                folded.push(c.to_ascii_lowercase());
+            }
+        }
+        return fold_spaces(&folded);
+    }
+    for c in text.nfkc() {
+        if c.is_whitespace() {
+            folded.push(' ');
+            continue;
+        }
+        if invisible(c) {
+            continue;
+        }
+        if let Some(d) = decimal_digit(c) {
+            folded.push(d);
+            continue;
+        }
+        for l in c.to_lowercase() {
+            folded.push(look_alike(l));
+        }
+    }
+    fold_spaces(&folded)
+}
+
+/// Characters a reader does not see: format, combining, other default-ignorable and control
+/// characters (whitespace was handled before).
+fn invisible(c: char) -> bool {
+    use GeneralCategory as G;
+    matches!(
+        get_general_category(c),
+        G::Format | G::NonspacingMark | G::EnclosingMark | G::Control | G::Unassigned
+    ) || matches!(
+        c,
+        '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}' | '\u{180E}' | '\u{2800}'
+    )
+}
+
+/// The ASCII digit of a decimal digit of any script. Unicode allocates every script's decimal
+/// digits as one contiguous run from zero to nine, so a digit's value is its distance from the
+/// start of its run (mod 10, for runs of several digit sets back to back).
+fn decimal_digit(c: char) -> Option<char> {
+    if c.is_ascii_digit() {
+        return Some(c);
+    }
+    if get_general_category(c) != GeneralCategory::DecimalNumber {
+        return None;
+    }
+    let mut start = c as u32;
+    while let Some(prev) = start.checked_sub(1).and_then(char::from_u32) {
+        if get_general_category(prev) != GeneralCategory::DecimalNumber {
+            break;
+        }
+        start -= 1;
+    }
+    char::from_digit((c as u32 - start) % 10, 10)
+}
+
+/// Operators and letters that look like (or mean) an ASCII one. Applied after lowercasing.
+fn look_alike(c: char) -> char {
+    match c {
+        // minus and dashes
+        '\u{2212}' | '\u{2010}' | '\u{2011}' | '\u{2012}' | '\u{2013}' | '\u{2014}'
+        | '\u{2015}' | '\u{2043}' | '\u{FE63}' | '\u{FF0D}' | '\u{2796}' | '\u{02D7}'
+        | '\u{2CBB}' => '-',
+        // plus
+        '\u{2795}' | '\u{FF0B}' | '\u{FE62}' | '\u{02D6}' | '\u{2214}' | '\u{16ED}' => '+',
+        // times
+        '\u{00D7}' | '\u{2715}' | '\u{2716}' | '\u{2A2F}' | '\u{2217}' | '\u{22C5}'
+        | '\u{00B7}' | '\u{2219}' | '\u{2062}' => '*',
+        // division
+        '\u{00F7}' | '\u{2215}' | '\u{2044}' | '\u{2797}' | '\u{29F8}' => '/',
+        // equals
+        '\u{2550}' | '\u{A78A}' | '\u{2261}' | '\u{2263}' | '\u{2248}' | '\u{30A0}' => '=',
+        // Cyrillic look-alikes of Latin letters
+        'а' => 'a',
+        'в' => 'b',
+        'с' => 'c',
+        'ԁ' => 'd',
+        'е' | 'ё' => 'e',
+        'һ' => 'h',
+        'і' | 'ї' => 'i',
+        'ј' => 'j',
+        'к' => 'k',
+        'м' => 'm',
+        'н' => 'h',
+        'о' => 'o',
+        'р' => 'p',
+        'ԛ' => 'q',
+        'ѕ' => 's',
+        'т' => 't',
+        'у' => 'y',
+        'ԝ' => 'w',
+        'х' => 'x',
+        'ү' => 'y',
+        // Greek look-alikes
+        'α' => 'a',
+        'β' => 'b',
+        'ε' => 'e',
+        'ι' => 'i',
+        'κ' => 'k',
+        'ν' => 'v',
+        'ο' => 'o',
+        'ρ' => 'p',
+        'τ' => 't',
+        'υ' => 'u',
+        'χ' => 'x',
+        'ζ' => 'z',
+        'η' => 'n',
+        other => other,
+    }
+}
+
+/// Fold whitespace: one space between two word characters, none next to punctuation or
+/// operators (`12 + 34` → `12+34`).
+fn fold_spaces(text: &str) -> String {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut pending = false;
+    for c in text.chars() {
+        if c == ' ' {
+            pending = true;
+            continue;
+        }
+        if pending && word(c) && out.chars().next_back().is_some_and(word) {
+            out.push(' ');
+        }
+        pending = false;
+        out.push(c);
+    }
+    out
+}
+
+/// The other reading of digits: digit-group separators removed — a space, `_` or `'` between two
+/// digits, and `,` followed by exactly three digits (`1 234`, `1_234`, `1'234`, `1,234` → `1234`).
+/// Rows are scanned in both readings (a digit written before an item, `9 12+34=`, must not hide
+/// it; spaces inside its numbers, `1 2+3 4=`, must not either).
+pub fn join_digit_groups(canonical_text: &str) -> String {
+    let chars: Vec<char> = canonical_text.chars().collect();
+    let mut out = String::with_capacity(canonical_text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let after_digit = out.ends_with(|p: char| p.is_ascii_digit());
+        let next_digit = |j: usize| chars.get(j).is_some_and(char::is_ascii_digit);
+        if after_digit && matches!(c, ' ' | '_' | '\'') && next_digit(i + 1) {
+            i += 1;
+            continue;
+        }
+        if after_digit && c == ',' {
+            let digits = chars[i + 1..]
+                .iter()
+                .take_while(|d| d.is_ascii_digit())
+                .count();
+            if digits == 3 {
+                i += 1;
+                continue;
+            }
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// The readings of a row a scan looks at: its canonical text and, when different, the same with
+/// digit groups joined.
+pub fn row_readings(row: &Row) -> Vec<String> {
+    let text = row_text(row);
+    let joined = join_digit_groups(&text);
+    if joined == text {
+        vec![text]
+    } else {
+        vec![text, joined]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trainer_text_is_the_scanned_text() {
+        // Cut anywhere between prompt and answer: the same training text, the same scan text.
+        let a = Row {
+            prompt: "12+34=".into(),
+            answer: "46".into(),
+        };
+        let b = Row {
+            prompt: "12+3".into(),
+            answer: "4=46".into(),
+        };
+        assert_eq!(training_text(&a), training_text(&b));
+        assert_eq!(row_text(&a), row_text(&b));
+        assert_eq!(row_text(&a), "12+34=46");
+    }
+
+    #[test]
+    fn look_alikes_and_invisibles_fold_away() {
+        let plain = "12+34=46";
+        for disguised in [
+            "１２＋３４＝４６",                 // full-width
+            "𝟏𝟐+𝟑𝟒=𝟒𝟔",                         // mathematical bold digits
+            "١٢+٣٤=٤٦",                         // Arabic-Indic digits
+            "१२+३४=४६",                         // Devanagari digits
+            "๑๒+๓๔=๔๖",                         // Thai digits
+            "1\u{200B}2+3\u{2060}4=4\u{00AD}6", // zero-width space, word joiner, soft hyphen
+            "1\u{FE0F}2+3\u{034F}4=\u{FEFF}46", // variation selector, CGJ, BOM
+            "12\u{2795}34\u{FF1D}46",           // heavy plus, full-width equals
+            "¹²+³⁴=⁴⁶",                         // superscripts
+        ] {
+            assert_eq!(canonical(disguised), canonical(plain), "{disguised:?}");
+        }
+        assert_eq!(canonical("46\u{2212}12"), "46-12");
+        assert_eq!(canonical("6×7"), "6*7");
+        // Digit groups: a second reading.
+        assert_eq!(canonical("1 2 + 3_4 = 4'6"), "1 2+3_4=4'6");
+        assert_eq!(join_digit_groups(&canonical("1 2 + 3_4 = 4'6")), plain);
+        assert_eq!(join_digit_groups("1,234+5"), "1234+5");
+        assert_eq!(join_digit_groups("9 12+34"), "912+34");
+        assert_eq!(
+            row_readings(&Row {
+                prompt: "9 12+34=".into(),
+                answer: "46".into()
+            }),
+            vec!["9 12+34=46".to_string(), "912+34=46".to_string()]
+        );
+        assert_eq!(canonical("f(1, 23)"), "f(1,23)");
+        assert_eq!(canonical("a, b"), "a,b");
+        // Case and whitespace fold; Cyrillic letters that look Latin read as Latin.
+        assert_eq!(canonical("  Def   F(X):\n\treturn X "), "def f(x):return x");
+        assert_eq!(canonical("dеf"), "def");
+        // The ASCII fast path agrees with the general one.
+        for t in ["A\tb\u{7}C  +1", "x = [1, 2]\n"] {
+            let general: String = t.chars().chain(['é']).collect();
+            assert_eq!(format!("{}é", canonical(t)), canonical(&general), "{t:?}");
+        }
+    }
+}

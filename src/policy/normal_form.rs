@@ -1,0 +1,334 @@
+//! Task-defined normal forms: the gate's extension point for equivalences n-grams cannot see.
+//!
+//! A task in `rsim.toml` may name a normal form (`[tasks.NAME] normal_form = "arithmetic"`). The
+//! gate then computes `keys(form, tokens)` of each protected item's prompt and of every row (and
+//! every pair of adjacent rows, and the union a run_sft trains on); a row that has all the keys
+//! of an item reproduces it, whatever its surface form. Keys are plain strings, so a form can be
+//! anything that maps two texts the task counts as one item to a shared key.
+//!
+//! Adding a form: a variant of `config::NormalForm`, its arm in `keys`, tests here (what it must
+//! equate, and what it must keep apart), and a line in ARCHITECTURE.md.
+
+use crate::config::NormalForm;
+
+/// The keys of a canonical token stream (`canon::tokens` of a `canon::canonical` text).
+pub fn keys(form: NormalForm, toks: &[String]) -> Vec<String> {
+    match form {
+        NormalForm::Arithmetic => arithmetic::keys(&arithmetic::symbols(toks)),
+    }
+}
+
+/// The symbols of a row under a form, for joining a row's tail with the next row (pairs of
+/// adjacent rows): keys of `tail(prev) ++ symbols(row)`.
+pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {
+    match form {
+        NormalForm::Arithmetic => {
+            let p = arithmetic::symbols(prev);
+            let mut s: Vec<_> = p[p.len().saturating_sub(3)..].to_vec();
+            s.extend(arithmetic::symbols(toks));
+            arithmetic::keys(&s)
+        }
+    }
+}
+
+/// Binary arithmetic problems: `a op b` in any surface form. Numbers in digits (of any script:
+/// the canonical text made them ASCII) or English words (`twelve`, `thirty-four`, `one hundred
+/// and five`, digit by digit `one two`); operators as symbols or words (`plus`, `sum of`,
+/// `subtract … from`, `times`, `divided by`). Words that are neither are filler and skipped, so
+/// `12 apples plus 34 apples` is `12+34`. A problem counts only when it stands alone: `3+6+0`
+/// (a scratchpad step) is not the problem `3+6`. The key is the operator and its operands — a
+/// multiset for `+` and `*`, so `34+12` is `12+34`.
+mod arithmetic {
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Sym {
+        Num(String),
+        Op(char),
+        /// `=` and `equals`: ends an operand, harmless next to a problem.
+        Eq,
+        /// A token that blocks adjacency: identifiers with digits or `_`, `<`, `>`.
+        Block,
+    }
+
+    fn unit(w: &str) -> Option<u64> {
+        Some(match w {
+            "zero" => 0,
+            "one" => 1,
+            "two" => 2,
+            "three" => 3,
+            "four" => 4,
+            "five" => 5,
+            "six" => 6,
+            "seven" => 7,
+            "eight" => 8,
+            "nine" => 9,
+            _ => return None,
+        })
+    }
+
+    fn teen_or_tens(w: &str) -> Option<u64> {
+        Some(match w {
+            "ten" => 10,
+            "eleven" => 11,
+            "twelve" => 12,
+            "thirteen" => 13,
+            "fourteen" => 14,
+            "fifteen" => 15,
+            "sixteen" => 16,
+            "seventeen" => 17,
+            "eighteen" => 18,
+            "nineteen" => 19,
+            "twenty" => 20,
+            "thirty" => 30,
+            "forty" | "fourty" => 40,
+            "fifty" => 50,
+            "sixty" => 60,
+            "seventy" => 70,
+            "eighty" => 80,
+            "ninety" => 90,
+            _ => return None,
+        })
+    }
+
+    fn scale(w: &str) -> Option<u64> {
+        Some(match w {
+            "hundred" => 100,
+            "thousand" => 1_000,
+            "million" => 1_000_000,
+            "billion" => 1_000_000_000,
+            _ => return None,
+        })
+    }
+
+    fn op_word(w: &str) -> Option<char> {
+        Some(match w {
+            "plus" | "add" | "added" | "adding" | "sum" | "total" => '+',
+            "minus" | "subtract" | "subtracted" | "subtracting" | "difference" | "less" => '-',
+            "times" | "multiply" | "multiplied" | "multiplying" | "product" | "x" => '*',
+            "divide" | "divided" | "dividing" | "quotient" => '/',
+            _ => return None,
+        })
+    }
+
+    fn is_number_word(w: &str) -> bool {
+        unit(w).is_some() || teen_or_tens(w).is_some() || scale(w).is_some()
+    }
+
+    /// A number without leading zeros, as text (operands may exceed any integer type).
+    fn number(digits: &str) -> String {
+        let t = digits.trim_start_matches('0');
+        if t.is_empty() { "0".into() } else { t.into() }
+    }
+
+    /// Whether `next` continues a number phrase whose last word is `last`: `thirty four`,
+    /// `four hundred`, `hundred and five`, `one two` (digit by digit: units only) — but not
+    /// `thirty-four forty-six`, which is two numbers.
+    fn continues(last: &str, next: &str, digit_by_digit: bool) -> bool {
+        if digit_by_digit {
+            return unit(next).is_some();
+        }
+        if scale(last).is_some() {
+            return is_number_word(next);
+        }
+        if scale(next).is_some() {
+            return true;
+        }
+        match teen_or_tens(last) {
+            Some(v) if v >= 20 => unit(next).is_some_and(|u| u > 0),
+            Some(_) => false,
+            // a unit: only another unit (digit by digit) or a scale
+            None => unit(next).is_some(),
+        }
+    }
+
+    /// Parse a run of number words starting at `i`; returns the number and the index after it.
+    fn words_number(toks: &[String], mut i: usize) -> Option<(String, usize)> {
+        let first = toks.get(i)?.as_str();
+        if !is_number_word(first) {
+            return None;
+        }
+        let mut words: Vec<&str> = vec![first];
+        i += 1;
+        let mut digit_by_digit = false;
+        while i < toks.len() {
+            let last = words[words.len() - 1];
+            let w = toks[i].as_str();
+            // `and` after a scale (`hundred and five`), `-` inside `thirty-four`
+            let joiner = (w == "and" && scale(last).is_some())
+                || (w == "-" && teen_or_tens(last).is_some_and(|v| v >= 20));
+            let (next, skip) = if joiner {
+                (toks.get(i + 1).map(String::as_str), 2)
+            } else {
+                (Some(w), 1)
+            };
+            let Some(next) = next else { break };
+            if !is_number_word(next) || !continues(last, next, digit_by_digit) {
+                break;
+            }
+            if unit(last).is_some() && unit(next).is_some() {
+                digit_by_digit = true;
+            }
+            words.push(next);
+            i += skip;
+        }
+        if digit_by_digit {
+            let digits: String = words
+                .iter()
+                .filter_map(|w| unit(w))
+                .map(|d| char::from(b'0' + d as u8))
+                .collect();
+            return Some((number(&digits), i));
+        }
+        let (mut total, mut current) = (0u64, 0u64);
+        for w in words {
+            if let Some(v) = unit(w).or_else(|| teen_or_tens(w)) {
+                current = current.checked_add(v)?;
+            } else if let Some(s) = scale(w) {
+                let c = if current == 0 { 1 } else { current };
+                if s == 100 {
+                    current = c.checked_mul(100)?;
+                } else {
+                    total = total.checked_add(c.checked_mul(s)?)?;
+                    current = 0;
+                }
+            }
+        }
+        Some((total.checked_add(current)?.to_string(), i))
+    }
+
+    /// Tokens → symbols: numbers (digits or words), operators, `=`, blockers; filler dropped.
+    pub fn symbols(toks: &[String]) -> Vec<Sym> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < toks.len() {
+            let t = toks[i].as_str();
+            if t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty() {
+                out.push(Sym::Num(number(t)));
+            } else if let Some((n, next)) = words_number(toks, i) {
+                out.push(Sym::Num(n));
+                i = next;
+                continue;
+            } else if let Some(op) = op_word(t) {
+                out.push(Sym::Op(op));
+            } else if matches!(t, "+" | "-" | "*" | "/" | "%") {
+                out.push(Sym::Op(t.chars().next().unwrap_or('+')));
+            } else if matches!(t, "=" | "equals" | "equal" | "equaling") {
+                out.push(Sym::Eq);
+            } else if matches!(t, "<" | ">")
+                || t.contains('_')
+                || t.chars().any(|c| c.is_ascii_digit())
+            {
+                out.push(Sym::Block);
+            }
+            // any other word is filler
+            i += 1;
+        }
+        out
+    }
+
+    fn key(op: char, a: &str, b: &str) -> String {
+        format!("{op}:{a}:{b}")
+    }
+
+    /// Keys of the stand-alone binary problems in a symbol stream.
+    pub fn keys(s: &[Sym]) -> Vec<String> {
+        let num = |i: Option<usize>| -> Option<&str> {
+            match i.and_then(|i| s.get(i)) {
+                Some(Sym::Num(n)) => Some(n.as_str()),
+                _ => None,
+            }
+        };
+        let is_op = |i: Option<usize>| matches!(i.and_then(|i| s.get(i)), Some(Sym::Op(_)));
+        let mut out = Vec::new();
+        for (i, sym) in s.iter().enumerate() {
+            let Sym::Op(op) = *sym else { continue };
+            let commutative = matches!(op, '+' | '*');
+            let mut push = |a: &str, b: &str, both: bool| {
+                if commutative {
+                    let (x, y) = if (a.len(), a) <= (b.len(), b) {
+                        (a, b)
+                    } else {
+                        (b, a)
+                    };
+                    out.push(key(op, x, y));
+                } else {
+                    out.push(key(op, a, b));
+                    if both {
+                        out.push(key(op, b, a));
+                    }
+                }
+            };
+            // infix: a op b, standing alone (no operator on either side)
+            if let (Some(a), Some(b)) = (num(i.checked_sub(1)), num(Some(i + 1))) {
+                if !is_op(i.checked_sub(2)) && !is_op(Some(i + 2)) {
+                    push(a, b, false);
+                }
+                continue;
+            }
+            // prefix: op a b (`sum of 12 and 34`, `subtract 12 from 46`: either order)
+            if num(i.checked_sub(1)).is_none()
+                && let (Some(a), Some(b)) = (num(Some(i + 1)), num(Some(i + 2)))
+                && !is_op(Some(i + 3))
+            {
+                push(a, b, true);
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::canon::{canonical, tokens};
+
+    fn k(text: &str) -> Vec<String> {
+        keys(NormalForm::Arithmetic, &tokens(&canonical(text)))
+    }
+
+    #[test]
+    fn arithmetic_equates_surface_forms_of_one_problem() {
+        let want = vec!["+:12:34".to_string()];
+        for text in [
+            "12+34=",
+            "12+34=46",
+            "34+12=",
+            "34 + 12 = 46",
+            "What is twelve plus thirty-four?",
+            "thirty four plus twelve equals forty-six",
+            "one two + three four =",
+            "the sum of 12 and 34",
+            "add 34 to 12",
+            "12 apples plus 34 apples",
+            "１２＋３４＝",
+            "١٢ + ٣٤",
+            "1\u{200B}2+3\u{2060}4=",
+            "Q: 12+34=? A:",
+        ] {
+            assert_eq!(k(text), want, "{text:?}");
+        }
+        assert_eq!(k("46-12="), vec!["-:46:12"]);
+        assert_eq!(k("46 minus 12"), vec!["-:46:12"]);
+        assert!(k("subtract 12 from 46").contains(&"-:46:12".to_string()));
+        assert_eq!(k("one hundred and five plus 7"), vec!["+:7:105"]);
+        assert_eq!(
+            k("what is twelve plus thirty-four?forty-six"),
+            vec!["+:12:34"],
+            "two numbers in words side by side stay two"
+        );
+        assert_eq!(k("two thousand three hundred four + 1"), vec!["+:1:2304"]);
+        assert_eq!(k("6 × 7"), vec!["*:6:7"]);
+    }
+
+    #[test]
+    fn arithmetic_keeps_other_problems_apart() {
+        assert_eq!(k("12+35="), vec!["+:12:35"]);
+        assert_eq!(k("112+34="), vec!["+:34:112"]);
+        assert_eq!(k("12-34="), vec!["-:12:34"], "subtraction is ordered");
+        // Scratchpad steps are chains, not the problem `3+6`.
+        assert_eq!(k("123+456=3+6+0=9,2+5+0=7,1+4+0=5|579"), vec!["+:123:456"]);
+        assert!(k("x_1 + 2").is_empty());
+        assert!(k("no numbers here").is_empty());
+    }
+}
