@@ -38,7 +38,14 @@ impl Study {
                 )
             })?,
         };
-        if unregistered.is_empty() && self.within_bounds(&size) {
+        // Every object is re-hashed before it is used: the store's files are only as trustworthy
+        // as the last check of their content (a changed one is refused, never read or scanned).
+        facts.dataset_corrupt = ds
+            .iter()
+            .filter_map(|(name, sha, _)| self.store.damage(sha).map(|why| format!("{name}: {why}")))
+            .collect();
+        if unregistered.is_empty() && facts.dataset_corrupt.is_empty() && self.within_bounds(&size)
+        {
             let mut parts = Vec::with_capacity(ds.len());
             for (name, _, _) in &ds {
                 parts.push(self.dataset_rows(name)?.unwrap_or_default());
@@ -48,12 +55,6 @@ impl Study {
         }
         facts.size = Some(size);
         facts.unregistered_datasets = unregistered;
-        // Every object is re-hashed before it is used: the store's files are only as trustworthy
-        // as the last check of their content.
-        facts.dataset_corrupt = ds
-            .iter()
-            .filter_map(|(name, sha, _)| self.store.damage(sha).map(|why| format!("{name}: {why}")))
-            .collect();
         facts.environment_unpinned = pin.as_ref().err().cloned();
         let request = serde_json::to_value(&req)?;
         let job_id = crate::jobs::new_job_id();
