@@ -1,7 +1,6 @@
 //! The action registry: every action and query with its description and JSON Schemas, and the
 //! validator that checks incoming JSON against the input schema before serde sees it.
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use schemars::{JsonSchema, Schema};
@@ -117,34 +116,37 @@ pub fn spec(name: &str) -> Option<&'static ActionSpec> {
     ACTIONS.iter().find(|a| a.name == name)
 }
 
-fn validators() -> &'static HashMap<&'static str, jsonschema::Validator> {
-    static V: OnceLock<HashMap<&'static str, jsonschema::Validator>> = OnceLock::new();
-    V.get_or_init(|| {
-        ACTIONS
-            .iter()
-            .filter_map(|a| {
-                let schema = (a.input)().to_value();
-                match jsonschema::validator_for(&schema) {
-                    Ok(v) => Some((a.name, v)),
-                    Err(e) => {
-                        tracing::error!(action = a.name, "input schema does not compile: {e}");
-                        None
-                    }
-                }
-            })
-            .collect()
-    })
+/// The compiled input validator of `action`, built the first time that action is validated in
+/// this process (a CLI process runs one action: it compiles one schema, not every action's).
+fn validator(action: &str) -> Result<&'static jsonschema::Validator> {
+    type Compiled = OnceLock<std::result::Result<jsonschema::Validator, String>>;
+    static V: OnceLock<Vec<Compiled>> = OnceLock::new();
+    let cells = V.get_or_init(|| ACTIONS.iter().map(|_| OnceLock::new()).collect());
+    let i = ACTIONS
+        .iter()
+        .position(|a| a.name == action)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "unknown action {action:?}; actions are: {}",
+                names()
+            ))
+        })?;
+    let a = &ACTIONS[i];
+    cells[i]
+        .get_or_init(|| {
+            jsonschema::validator_for(&(a.input)().to_value()).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| {
+            Error::internal(format!(
+                "the input schema of {action} does not compile: {e}"
+            ))
+        })
 }
 
 /// Validate `args` against the input schema of `action`; the error names each field and the rule it broke.
 pub fn validate(action: &str, args: &Value) -> Result<()> {
-    let v = validators().get(action).ok_or_else(|| {
-        Error::invalid(format!(
-            "unknown action {action:?}; actions are: {}",
-            names()
-        ))
-    })?;
-    validate_with(action, v, args)
+    validate_with(action, validator(action)?, args)
 }
 
 /// Compile the JSON Schema of a request type that is not an action (e.g. a face's own tool).
@@ -236,4 +238,18 @@ pub fn all_schema_files() -> Vec<(String, String)> {
         pretty(schema::<crate::model::NodeMeta>()),
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Validators compile lazily, one per action: make sure every one of them compiles.
+    #[test]
+    fn every_action_input_schema_compiles() {
+        for a in ACTIONS {
+            assert!(validator(a.name).is_ok(), "{}", a.name);
+        }
+        assert!(validator("no_such_action").is_err());
+    }
 }
