@@ -111,7 +111,7 @@ impl Study {
             rsim_bin: None,
         };
         // Recovery must never keep a study from opening: a failure is reported and retried next time.
-        match study.recover_orphaned_jobs() {
+        match study.recover_open_jobs() {
             Ok(0) => {}
             Ok(n) => tracing::warn!(
                 n,
