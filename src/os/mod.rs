@@ -82,12 +82,16 @@ impl Study {
         let root = root
             .canonicalize()
             .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
-        let record = Record::open(&root)?;
+        let mut record = Record::open(&root)?;
         let config = load_committed_config(&record, &root)?;
+        if config.record.fsync {
+            record.enable_fsync()?;
+        }
         let runner = runner.unwrap_or_else(|| runner_for(&config.backend));
         let state = root.join(STATE_DIR);
         fs::create_dir_all(&state).at("cannot create", &state)?;
         let mut index = Index::open(&state.join("index.sqlite"))?;
+        index.set_durable(config.record.fsync)?;
         if index.needs_rebuild {
             tracing::warn!("the index was written by another rsim version; rebuilding it from git");
             index.rebuild(&record)?;

@@ -9,6 +9,7 @@ pub mod index;
 pub mod store;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use git2::{
     ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature,
@@ -79,6 +80,35 @@ pub enum Append {
 
 pub struct Record {
     repo: Repository,
+    /// Whether libgit2 fsynced git writes when this repository was opened (its reference
+    /// database reads the switch once, when it is first used).
+    fsync_at_open: bool,
+}
+
+/// libgit2's process-wide switch that fsyncs git objects and reference updates (with their
+/// directories). It is only ever turned on: a process that opened a study asking for fsync keeps
+/// fsyncing every study it writes.
+static FSYNC_GITDIR: AtomicBool = AtomicBool::new(false);
+
+fn enable_fsync_gitdir() -> Result<()> {
+    if FSYNC_GITDIR.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    // SAFETY: libgit2 is initialised (a repository was opened, which runs git2's init first), and
+    // GIT_OPT_ENABLE_FSYNC_GITDIR takes exactly one int argument. git2 0.21 has no wrapper for it.
+    let rc = unsafe {
+        libgit2_sys::git_libgit2_opts(
+            libgit2_sys::GIT_OPT_ENABLE_FSYNC_GITDIR as std::ffi::c_int,
+            1 as std::ffi::c_int,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::internal(format!(
+            "libgit2 refused to fsync git writes (error {rc})"
+        )));
+    }
+    FSYNC_GITDIR.store(true, Ordering::SeqCst);
+    Ok(())
 }
 
 impl Record {
@@ -93,10 +123,14 @@ impl Record {
                 e.message()
             ))
         })?;
-        Ok(Record { repo })
+        Ok(Record {
+            repo,
+            fsync_at_open: FSYNC_GITDIR.load(Ordering::SeqCst),
+        })
     }
 
     pub fn open(root: &Path) -> Result<Record> {
+        let fsync_at_open = FSYNC_GITDIR.load(Ordering::SeqCst);
         let repo = Repository::open(root).map_err(|e| {
             Error::invalid(format!(
                 "{} is not a study (no git repository: {})",
@@ -104,7 +138,29 @@ impl Record {
                 e.message()
             ))
         })?;
-        Ok(Record { repo })
+        Ok(Record {
+            repo,
+            fsync_at_open,
+        })
+    }
+
+    /// Fsync git writes from now on (`[record] fsync`): objects before the branch that names them
+    /// moves, and the branch update itself. Without it the OS writes them back when it chooses:
+    /// a killed process loses nothing, a power loss can lose or truncate recent objects.
+    pub fn enable_fsync(&mut self) -> Result<()> {
+        if self.fsync_at_open {
+            return Ok(());
+        }
+        enable_fsync_gitdir()?;
+        // The reference database took the switch's old value when it was first used: reopen.
+        let dir = self
+            .repo
+            .workdir()
+            .unwrap_or(self.repo.path())
+            .to_path_buf();
+        self.repo = Repository::open(dir)?;
+        self.fsync_at_open = true;
+        Ok(())
     }
 
     pub fn repo(&self) -> &Repository {
