@@ -390,7 +390,10 @@ impl Record {
             Err(e) if matches!(e.code(), ErrorCode::Exists | ErrorCode::Modified) => {
                 Ok(Create::Taken)
             }
-            Err(e) if e.code() == ErrorCode::Locked => Ok(Create::Busy),
+            Err(e) if e.code() == ErrorCode::Locked => {
+                self.break_stale_ref_lock(&node_ref(&meta.id));
+                Ok(Create::Busy)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -435,12 +438,58 @@ impl Record {
                     ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists
                 ) =>
             {
+                if e.code() == ErrorCode::Locked {
+                    self.break_stale_ref_lock(&node_ref(id));
+                }
                 Ok(Append::Stale)
             }
             Err(e) => Err(e.into()),
         }
     }
+
+    /// Remove the lock file of `refname` when it is older than `STALE_REF_LOCK`: a writer killed
+    /// while updating the ref left it, and otherwise every later write to the node would wait for
+    /// the conflict deadline and fail. The ref itself is intact (it moves by a rename of the lock
+    /// file). The lock is renamed aside first and removed only if it is still the file judged
+    /// stale; a fresh lock taken meanwhile is put back.
+    fn break_stale_ref_lock(&self, refname: &str) {
+        use std::os::unix::fs::MetadataExt;
+        let lock = self.repo.path().join(format!("{refname}.lock"));
+        let Ok(seen) = std::fs::symlink_metadata(&lock) else {
+            return;
+        };
+        let age = seen.modified().ok().and_then(|t| t.elapsed().ok());
+        if age.is_none_or(|a| a < STALE_REF_LOCK) {
+            return;
+        }
+        let mut aside = lock.clone().into_os_string();
+        aside.push(format!(
+            ".stale-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let aside = std::path::PathBuf::from(aside);
+        if std::fs::rename(&lock, &aside).is_err() {
+            return;
+        }
+        match std::fs::symlink_metadata(&aside) {
+            Ok(m) if m.ino() == seen.ino() && m.dev() == seen.dev() => {
+                tracing::warn!(
+                    "removed {} left by a writer killed while updating {refname}",
+                    lock.display()
+                );
+                let _ = std::fs::remove_file(&aside);
+            }
+            _ => {
+                let _ = std::fs::rename(&aside, &lock);
+            }
+        }
+    }
 }
+
+/// A ref lock older than this was left by a killed writer: a live writer holds it only for the
+/// few small writes of one ref update.
+const STALE_REF_LOCK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The `Rsim-*` trailers of a commit message.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -537,4 +586,35 @@ pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> 
         msg.push('\n');
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ref_lock_left_by_a_killed_writer_is_broken_and_a_fresh_one_kept() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let record = Record::init(d.path()).expect("init");
+        let refname = node_ref("n0");
+        let lock = record.repo().path().join(format!("{refname}.lock"));
+        std::fs::create_dir_all(lock.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&lock, b"").expect("lock");
+        record.break_stale_ref_lock(&refname);
+        assert!(lock.exists(), "a fresh lock belongs to a live writer");
+        let old = std::time::SystemTime::now() - STALE_REF_LOCK * 2;
+        std::fs::File::options()
+            .write(true)
+            .open(&lock)
+            .and_then(|f| f.set_modified(old))
+            .expect("age the lock");
+        record.break_stale_ref_lock(&refname);
+        assert!(!lock.exists(), "a stale lock is removed");
+        let left: Vec<_> = std::fs::read_dir(lock.parent().expect("dir"))
+            .expect("read")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "nothing left aside: {left:?}");
+    }
 }
