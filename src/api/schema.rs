@@ -2,7 +2,6 @@
 //! serde sees it (errors name the field and the rule), and the files under `schemas/`. The
 //! registry itself is `actions.rs`.
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use schemars::{JsonSchema, Schema};
@@ -17,34 +16,37 @@ fn schema<T: JsonSchema>() -> Schema {
     schemars::schema_for!(T)
 }
 
-fn validators() -> &'static HashMap<&'static str, jsonschema::Validator> {
-    static V: OnceLock<HashMap<&'static str, jsonschema::Validator>> = OnceLock::new();
-    V.get_or_init(|| {
-        ACTIONS
-            .iter()
-            .filter_map(|a| {
-                let schema = (a.input)().to_value();
-                match jsonschema::validator_for(&schema) {
-                    Ok(v) => Some((a.name, v)),
-                    Err(e) => {
-                        tracing::error!(action = a.name, "input schema does not compile: {e}");
-                        None
-                    }
-                }
-            })
-            .collect()
-    })
+/// The compiled input validator of `action`, built the first time that action is validated in
+/// this process (a CLI process runs one action: it compiles one schema, not every action's).
+fn validator(action: &str) -> Result<&'static jsonschema::Validator> {
+    type Compiled = OnceLock<std::result::Result<jsonschema::Validator, String>>;
+    static V: OnceLock<Vec<Compiled>> = OnceLock::new();
+    let cells = V.get_or_init(|| ACTIONS.iter().map(|_| OnceLock::new()).collect());
+    let i = ACTIONS
+        .iter()
+        .position(|a| a.name == action)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "unknown action {action:?}; actions are: {}",
+                names()
+            ))
+        })?;
+    let a = &ACTIONS[i];
+    cells[i]
+        .get_or_init(|| {
+            jsonschema::validator_for(&(a.input)().to_value()).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| {
+            Error::internal(format!(
+                "the input schema of {action} does not compile: {e}"
+            ))
+        })
 }
 
 /// Validate `args` against the input schema of `action`; the error names each field and the rule it broke.
 pub fn validate(action: &str, args: &Value) -> Result<()> {
-    let v = validators().get(action).ok_or_else(|| {
-        Error::invalid(format!(
-            "unknown action {action:?}; actions are: {}",
-            names()
-        ))
-    })?;
-    validate_with(action, v, args)
+    validate_with(action, validator(action)?, args)
 }
 
 /// Compile the JSON Schema of a request type that is not an action (e.g. a face's own tool).

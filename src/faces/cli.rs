@@ -184,6 +184,23 @@ pub enum Command {
         #[arg(long, requires = "slurm")]
         partition: Option<String>,
     },
+    /// The cost of one CLI call: times separate rsim processes (this binary) for a query
+    /// (`show n0 --json`) and a write (`branch`) on a fresh tiny-arith-ngram study; median and
+    /// p90 wall ms per process, with `[record] fsync` on and off.
+    BenchCli {
+        /// Timed processes per command.
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+        /// Untimed processes per command first.
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+        /// Which `[record] fsync` settings to measure.
+        #[arg(long, value_enum, default_value = "both")]
+        fsync: crate::faces::bench::FsyncChoice,
+        /// Where to create the studies (default: a temporary directory, removed after).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Run a research campaign: Workers explore directions, Reviewers compare evidence and grow the
     /// DAG, a lock-in guard keeps exploration honest. Resumes a campaign already under way.
     Run {
@@ -515,6 +532,12 @@ pub fn run(cli: Cli) -> Result<()> {
                 crate::faces::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json)
             }
         },
+        Command::BenchCli {
+            runs,
+            warmup,
+            fsync,
+            dir: bdir,
+        } => crate::faces::bench::cli(*runs, *warmup, *fsync, bdir.as_deref(), json),
         Command::Run { .. } => run_campaign(&cli, json),
         Command::BenchStrategies {
             example,
@@ -795,7 +818,8 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         | Command::Mcp { .. }
         | Command::Serve { .. }
         | Command::McpConfig { .. }
-        | Command::Bench { .. } => {
+        | Command::Bench { .. }
+        | Command::BenchCli { .. } => {
             return Err(Error::internal("handled before opening the study"));
         }
     };

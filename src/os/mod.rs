@@ -89,12 +89,16 @@ impl Study {
         let root = root
             .canonicalize()
             .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
-        let record = Record::open(&root)?;
+        let mut record = Record::open(&root)?;
         let config = load_committed_config(&record, &root)?;
+        if config.record.fsync {
+            record.enable_fsync()?;
+        }
         let runner = runner.unwrap_or_else(|| crate::jobs::runner_for(&config.backend));
         let state = root.join(STATE_DIR);
         fs::create_dir_all(&state).at("cannot create", &state)?;
         let mut index = Index::open(&state.join("index.sqlite"))?;
+        index.set_durable(config.record.fsync)?;
         if index.needs_rebuild {
             tracing::warn!("the index was written by another rsim version; rebuilding it from git");
             index.rebuild(&record)?;
@@ -118,7 +122,7 @@ impl Study {
             rsim_bin: None,
         };
         // Recovery must never keep a study from opening: a failure is reported and retried next time.
-        let recovered = study.recover_orphaned_jobs();
+        let recovered = study.recover_open_jobs();
         // Claims of writers that died are void now that their jobs are recovered.
         if let Err(e) = study.index.drop_dead_claims() {
             tracing::warn!("could not drop the claims of dead writers: {}", e.message);

@@ -18,98 +18,139 @@ impl Study {
     /// still queued or running it is left alone. Jobs of live processes are left to them.
     /// Returns how many actions were recorded.
     pub fn recover_orphaned_jobs(&self) -> Result<usize> {
-        self.recover_jobs(false)
+        self.recover_jobs(false, true)
     }
 
     /// Like `recover_orphaned_jobs`, but waits for orphaned Slurm jobs that are still queued or
     /// running and records how they end (what a restarted server does in the background).
     pub fn wait_for_orphaned_jobs(&self) -> Result<usize> {
-        self.recover_jobs(true)
+        self.recover_jobs(true, true)
     }
 
-    pub(in crate::os) fn recover_jobs(&self, wait: bool) -> Result<usize> {
+    /// Recover the jobs whose intent is open (`.rsim/jobs/open/`): what every opening of the study
+    /// does. It reads one (usually empty) directory instead of every job directory the study has
+    /// ever had, so a query pays nothing for a long history, and it writes only when a job is
+    /// found orphaned. Job directories from before that registry are scanned once.
+    pub(in crate::os) fn recover_open_jobs(&self) -> Result<usize> {
+        self.recover_jobs(false, false)
+    }
+
+    /// `full`: look at every job directory, not only those with an open intent.
+    pub(in crate::os) fn recover_jobs(&self, wait: bool, full: bool) -> Result<usize> {
         let dir = self.root.join(STATE_DIR).join("jobs");
-        let Ok(entries) = fs::read_dir(&dir) else {
+        if !dir.is_dir() {
             return Ok(0);
-        };
+        }
+        let open = dir.join(OPEN_INTENTS_DIR);
+        let scanned = open.join(SCANNED_FILE);
+        let full = full || !scanned.exists();
+        if full {
+            // The registry exists before a full scan lists the job directories, and writers
+            // register a job before writing its intent: a job the listing misses is registered.
+            fs::create_dir_all(&open).at("cannot create", &open)?;
+        }
+        let names = if full { &dir } else { &open };
+        let mut job_dirs: Vec<std::path::PathBuf> = fs::read_dir(names)
+            .at("cannot read", names)?
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| dir.join(e.file_name()))
+            .collect();
+        job_dirs.sort();
         let mut recorded = 0;
-        for e in entries.flatten() {
-            let jd = e.path();
-            let (intent_path, marker) = (jd.join(INTENT_FILE), jd.join(RECORDED_FILE));
-            if !intent_path.is_file() || marker.exists() {
-                continue;
+        for jd in &job_dirs {
+            if self.recover_job(jd, wait)? {
+                recorded += 1;
             }
-            let intent: JobIntent = match fs::read(&intent_path)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-            {
-                Some(i) => i,
-                None => continue,
-            };
-            if crate::util::proc::process_alive(intent.writer_pid) {
-                continue;
-            }
-            if let Some((_, _, _)) = self.index.job(&intent.job)? {
-                fs::write(&marker, b"").at("cannot write", &marker)?;
-                continue;
-            }
-            // The backend that ran the job, from what its directory holds, says what became of
-            // it: still running, ended (record its real outcome), or lost with its writer.
-            let runner = crate::jobs::runner_of_job(&jd);
-            let node_exists = self.record.node_tip(&intent.node)?.is_some();
-            match runner.reattach(&jd, wait && node_exists)? {
-                Reattach::Running => continue,
-                Reattach::Ended { spec, job } => {
-                    if !node_exists || !claim_recovery(&jd) {
-                        continue;
-                    }
-                    self.record_reattached(&intent, &spec, *job)?;
-                    recorded += 1;
-                    continue;
-                }
-                Reattach::Lost => {}
-            }
-            if !claim_recovery(&jd) {
-                continue;
-            }
-            runner.stop_orphan(&jd, &intent.job);
-            let mut job = crate::jobs::lost_record(
-                &intent.job,
-                intent.kind,
-                &intent.started_at,
-                intent.started.elapsed_s(),
-                &intent.command,
-                &intent.env,
-            );
-            if !node_exists {
-                continue;
-            }
-            job.log = self.store_log_at(&jd.join(JOB_LOG_FILE))?;
-            let caller = Caller::new(intent.agent.clone(), intent.role);
-            let node = intent.node.clone();
-            self.commit_action(
-                &node,
-                &caller,
-                intent.action,
-                intent.request.clone(),
-                |_| {
-                    let mut p = Prepared::accepted(
-                        format!("job {} lost", job.id),
-                        serde_json::json!({ "job": job }),
-                    );
-                    p.body = format!(
-                        "Job {} was lost: {}",
-                        job.id,
-                        job.error.clone().unwrap_or_default()
-                    );
-                    p.attach_job(&job);
-                    Ok(p)
-                },
-            )?;
-            fs::write(&marker, b"").at("cannot write", &marker)?;
-            recorded += 1;
+        }
+        if full && !scanned.exists() {
+            fs::write(&scanned, b"").at("cannot write", &scanned)?;
         }
         Ok(recorded)
+    }
+
+    /// Recover one job directory; true when its action was recorded now.
+    fn recover_job(&self, jd: &Path, wait: bool) -> Result<bool> {
+        let (intent_path, marker) = (jd.join(INTENT_FILE), jd.join(RECORDED_FILE));
+        if marker.exists() {
+            unregister_intent(jd);
+            return Ok(false);
+        }
+        if !intent_path.is_file() {
+            // Registered by a writer that has not written the intent yet, or that died first.
+            if registered_writer(jd).is_some_and(|pid| !crate::util::proc::process_alive(pid)) {
+                unregister_intent(jd);
+            }
+            return Ok(false);
+        }
+        let intent: JobIntent = match fs::read(&intent_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+        {
+            Some(i) => i,
+            None => return Ok(false),
+        };
+        if crate::util::proc::process_alive(intent.writer_pid) {
+            return Ok(false);
+        }
+        if let Some((_, _, _)) = self.index.job(&intent.job)? {
+            write_recorded(jd)?;
+            return Ok(false);
+        }
+        // The backend that ran the job, from what its directory holds, says what became of it:
+        // still running, ended (record its real outcome), or lost with its writer.
+        let runner = crate::jobs::runner_of_job(jd);
+        let node_exists = self.record.node_tip(&intent.node)?.is_some();
+        match runner.reattach(jd, wait && node_exists)? {
+            Reattach::Running => return Ok(false),
+            Reattach::Ended { spec, job } => {
+                if !node_exists || !claim_recovery(jd) {
+                    return Ok(false);
+                }
+                self.record_reattached(&intent, &spec, *job)?;
+                return Ok(true);
+            }
+            Reattach::Lost => {}
+        }
+        if !claim_recovery(jd) {
+            return Ok(false);
+        }
+        runner.stop_orphan(jd, &intent.job);
+        let mut job = crate::jobs::lost_record(
+            &intent.job,
+            intent.kind,
+            &intent.started_at,
+            intent.started.elapsed_s(),
+            &intent.command,
+            &intent.env,
+        );
+        if !node_exists {
+            return Ok(false);
+        }
+        job.log = self.store_log_at(&jd.join(JOB_LOG_FILE))?;
+        let caller = Caller::new(intent.agent.clone(), intent.role);
+        let node = intent.node.clone();
+        self.commit_action(
+            &node,
+            &caller,
+            intent.action,
+            intent.request.clone(),
+            |_| {
+                let mut p = Prepared::accepted(
+                    format!("job {} lost", job.id),
+                    serde_json::json!({ "job": job }),
+                );
+                p.body = format!(
+                    "Job {} was lost: {}",
+                    job.id,
+                    job.error.clone().unwrap_or_default()
+                );
+                p.attach_job(&job);
+                Ok(p)
+            },
+        )?;
+        write_recorded(jd)?;
+        Ok(true)
     }
 
     /// Record the action of a re-attached job that has ended, exactly as its writer would have.
@@ -193,14 +234,60 @@ impl Study {
             writer_pid: std::process::id(),
             evaluator: evaluator.map(str::to_string),
         };
+        // Registered before the intent exists, so that an opener never misses it (see
+        // `recover_open_jobs`); the entry names this process, in case it dies before the intent.
+        if let Some(entry) = open_intent_entry(&spec.dir) {
+            if let Some(open) = entry.parent() {
+                fs::create_dir_all(open).at("cannot create", open)?;
+            }
+            fs::write(&entry, std::process::id().to_string()).at("cannot write", &entry)?;
+        }
         let p = spec.dir.join(INTENT_FILE);
         fs::write(&p, crate::util::hash::json_bytes(&intent)?).at("cannot write", &p)
     }
 
     pub(in crate::os) fn mark_recorded(&self, spec: &JobSpec) -> Result<()> {
-        let p = spec.dir.join(RECORDED_FILE);
-        fs::write(&p, b"").at("cannot write", &p)
+        write_recorded(&spec.dir)
     }
+}
+
+/// Under `.rsim/jobs/`: one empty file per job whose intent may still need recording (named by
+/// the job id, holding its writer's pid). Removed once the job's action is recorded.
+const OPEN_INTENTS_DIR: &str = "open";
+/// In the registry: every job directory written before the registry existed has been looked at.
+const SCANNED_FILE: &str = ".scanned";
+
+/// The registry entry of the job in `job_dir` (`.rsim/jobs/<id>` → `.rsim/jobs/open/<id>`).
+fn open_intent_entry(job_dir: &Path) -> Option<std::path::PathBuf> {
+    Some(
+        job_dir
+            .parent()?
+            .join(OPEN_INTENTS_DIR)
+            .join(job_dir.file_name()?),
+    )
+}
+
+/// The pid of the writer that registered the job in `job_dir`, if it is registered.
+fn registered_writer(job_dir: &Path) -> Option<u32> {
+    fs::read_to_string(open_intent_entry(job_dir)?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn unregister_intent(job_dir: &Path) {
+    if let Some(entry) = open_intent_entry(job_dir) {
+        let _ = fs::remove_file(entry);
+    }
+}
+
+/// The job's action is recorded: mark its directory, then drop it from the registry.
+fn write_recorded(job_dir: &Path) -> Result<()> {
+    let p = job_dir.join(RECORDED_FILE);
+    fs::write(&p, b"").at("cannot write", &p)?;
+    unregister_intent(job_dir);
+    Ok(())
 }
 
 /// Claim the recording of an orphaned job (another process may be opening the study right now);
@@ -270,4 +357,89 @@ pub(in crate::os) fn read_intent(job_dir: &Path) -> Option<JobIntent> {
     fs::read(job_dir.join(INTENT_FILE))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid no process has.
+    const DEAD: u32 = 2_147_483_646;
+
+    fn study() -> (tempfile::TempDir, Study) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path();
+        fs::create_dir_all(root.join("models/base")).expect("mkdir");
+        crate::train::write_base_model(&root.join("models/base")).expect("base model");
+        fs::write(
+            root.join(CONFIG_FILE),
+            "[study]\nname = \"t\"\n[base_model]\nname = \"b\"\npath = \"models/base\"\n\
+             [record]\nfsync = false\n[jobs]\nsft = [\"true\"]\nevaluate = [\"true\"]\n",
+        )
+        .expect("config");
+        crate::os::genesis::create_study(root).expect("init");
+        let s = Study::open(root).expect("open");
+        (d, s)
+    }
+
+    /// The intent of a job whose writer died, in `.rsim/jobs/<id>`, registered as open or not.
+    fn orphan(s: &Study, id: &str, register: bool) -> PathBuf {
+        let jd = s.root.join(STATE_DIR).join("jobs").join(id);
+        fs::create_dir_all(&jd).expect("job dir");
+        if register {
+            let e = open_intent_entry(&jd).expect("entry");
+            fs::create_dir_all(e.parent().expect("registry")).expect("registry");
+            fs::write(&e, DEAD.to_string()).expect("register");
+        }
+        let intent = JobIntent {
+            job: id.into(),
+            kind: JobKind::Sft,
+            action: ActionName::RunSft,
+            node: ROOT_NODE.into(),
+            agent: "w".into(),
+            role: Role::Worker,
+            request: serde_json::json!({}),
+            command: vec!["true".into()],
+            env: "host".into(),
+            started_at: now_rfc3339(),
+            started: Timestamp::now(),
+            writer_pid: DEAD,
+            evaluator: None,
+        };
+        let bytes = crate::util::hash::json_bytes(&intent).expect("json");
+        fs::write(jd.join(INTENT_FILE), bytes).expect("intent");
+        jd
+    }
+
+    #[test]
+    fn opening_reads_open_intents_only_and_older_job_directories_once() {
+        let (_d, s) = study();
+        // Job directories from before the registry: the first opening looks at all of them.
+        let old = orphan(&s, "j-old", false);
+        assert_eq!(s.recover_open_jobs().expect("recover"), 1);
+        assert!(old.join(RECORDED_FILE).exists());
+        // From then on an opening looks at registered intents only (a query reads one directory)...
+        let unregistered = orphan(&s, "j-unregistered", false);
+        assert_eq!(s.recover_open_jobs().expect("recover"), 0);
+        assert!(!unregistered.join(RECORDED_FILE).exists());
+        let registered = orphan(&s, "j-registered", true);
+        assert_eq!(s.recover_open_jobs().expect("recover"), 1);
+        assert!(registered.join(RECORDED_FILE).exists());
+        let entry = open_intent_entry(&registered).expect("entry");
+        assert!(!entry.exists(), "a recorded job leaves the registry");
+        // ...while `rsim recover` still looks at every job directory, and records each job once.
+        assert_eq!(s.recover_orphaned_jobs().expect("recover"), 1);
+        assert_eq!(s.recover_orphaned_jobs().expect("recover"), 0);
+        let n0 = s
+            .index()
+            .actions(Some(ROOT_NODE), true, 100)
+            .expect("actions");
+        assert_eq!(n0.len(), 4, "init and three lost jobs");
+        // A writer that died between registering a job and writing its intent leaves nothing.
+        let never = open_intent_entry(&s.root.join(STATE_DIR).join("jobs").join("j-never"));
+        let never = never.expect("entry");
+        fs::write(&never, DEAD.to_string()).expect("register");
+        assert_eq!(s.recover_open_jobs().expect("recover"), 0);
+        assert!(!never.exists());
+    }
 }

@@ -123,8 +123,16 @@ impl Index {
     }
 
     /// Drop the claims of writers that died (their jobs are recovered from the job directories).
+    /// Writes nothing when there is nothing to drop (opening a study for a query stays a read).
     pub fn drop_dead_claims(&self) -> Result<usize> {
-        self.claims_table()?;
+        let exists: bool = self.conn().query_row(
+            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='claims')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Ok(0);
+        }
         let mut st = self.conn().prepare("SELECT job, pid FROM claims")?;
         let rows: Vec<(String, u32)> = st
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?

@@ -27,10 +27,6 @@ use crate::util::error::{Error, Result};
 /// How long a writer keeps retrying a lost compare-and-swap before answering `conflict`.
 pub const CONFLICT_DEADLINE: Duration = Duration::from_secs(20);
 
-/// A branch's lock file older than this was left by a writer that died holding it (a writer
-/// holds it for the milliseconds between writing the new tip and renaming it into place).
-pub const STALE_REF_LOCK: Duration = Duration::from_secs(5);
-
 /// This process's writes, one at a time.
 static WRITES: Mutex<()> = Mutex::new(());
 
@@ -143,25 +139,6 @@ impl Pacer {
     }
 }
 
-/// Remove the lock file of `node`'s branch if a dead writer left it: git never breaks a ref lock
-/// by itself, so without this one `kill -9` at the wrong moment would make the node unwritable.
-fn clear_stale_ref_lock(record: &Record, node: &str) {
-    let lock = record
-        .repo()
-        .path()
-        .join(format!("{}.lock", record::node_ref(node)));
-    let age = std::fs::metadata(&lock)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.elapsed().ok());
-    if age.is_some_and(|a| a >= STALE_REF_LOCK) && std::fs::remove_file(&lock).is_ok() {
-        tracing::warn!(
-            node,
-            "removed a stale lock on the node's branch left by a writer that died holding it"
-        );
-    }
-}
-
 impl<'a> Writer<'a> {
     pub fn new(record: &'a Record, index: &'a Index) -> Self {
         Writer {
@@ -223,7 +200,6 @@ impl<'a> Writer<'a> {
                     return Ok((oid.to_string(), rec));
                 }
                 Append::Stale => {
-                    clear_stale_ref_lock(self.record, node);
                     if !pacer.again() {
                         return Err(Error::conflict(format!(
                             "node {node}: other writers kept moving the node for {:.1} s; nothing was recorded",
@@ -275,7 +251,6 @@ impl<'a> Writer<'a> {
                     num += 1;
                 }
                 Create::Busy => {
-                    clear_stale_ref_lock(self.record, &id);
                     if !pacer.again() {
                         return Err(Error::conflict(format!(
                             "could not create node {id}: other writers held it for {:.1} s; nothing was recorded",
@@ -393,7 +368,7 @@ mod tests {
         let lock = f.root.join(".git/refs/heads/rsim/n/n0.lock");
         let file = std::fs::File::create(&lock).expect("lock");
         // Left behind long ago.
-        file.set_modified(std::time::SystemTime::now() - 2 * STALE_REF_LOCK)
+        file.set_modified(std::time::SystemTime::now() - Duration::from_secs(60))
             .expect("age the lock");
         drop(file);
         let (_, rec) = append(&f, &Writer::new(&f.record, &f.index)).expect("lands");

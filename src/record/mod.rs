@@ -10,6 +10,7 @@ pub mod index;
 pub mod store;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use git2::{
     ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature,
@@ -80,6 +81,35 @@ pub enum Append {
 
 pub struct Record {
     repo: Repository,
+    /// Whether libgit2 fsynced git writes when this repository was opened (its reference
+    /// database reads the switch once, when it is first used).
+    fsync_at_open: bool,
+}
+
+/// libgit2's process-wide switch that fsyncs git objects and reference updates (with their
+/// directories). It is only ever turned on: a process that opened a study asking for fsync keeps
+/// fsyncing every study it writes.
+static FSYNC_GITDIR: AtomicBool = AtomicBool::new(false);
+
+fn enable_fsync_gitdir() -> Result<()> {
+    if FSYNC_GITDIR.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    // SAFETY: libgit2 is initialised (a repository was opened, which runs git2's init first), and
+    // GIT_OPT_ENABLE_FSYNC_GITDIR takes exactly one int argument. git2 0.21 has no wrapper for it.
+    let rc = unsafe {
+        libgit2_sys::git_libgit2_opts(
+            libgit2_sys::GIT_OPT_ENABLE_FSYNC_GITDIR as std::ffi::c_int,
+            1 as std::ffi::c_int,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::internal(format!(
+            "libgit2 refused to fsync git writes (error {rc})"
+        )));
+    }
+    FSYNC_GITDIR.store(true, Ordering::SeqCst);
+    Ok(())
 }
 
 impl Record {
@@ -94,10 +124,14 @@ impl Record {
                 e.message()
             ))
         })?;
-        Ok(Record { repo })
+        Ok(Record {
+            repo,
+            fsync_at_open: FSYNC_GITDIR.load(Ordering::SeqCst),
+        })
     }
 
     pub fn open(root: &Path) -> Result<Record> {
+        let fsync_at_open = FSYNC_GITDIR.load(Ordering::SeqCst);
         let repo = Repository::open(root).map_err(|e| {
             Error::invalid(format!(
                 "{} is not a study (no git repository: {})",
@@ -105,7 +139,29 @@ impl Record {
                 e.message()
             ))
         })?;
-        Ok(Record { repo })
+        Ok(Record {
+            repo,
+            fsync_at_open,
+        })
+    }
+
+    /// Fsync git writes from now on (`[record] fsync`): objects before the branch that names them
+    /// moves, and the branch update itself. Without it the OS writes them back when it chooses:
+    /// a killed process loses nothing, a power loss can lose or truncate recent objects.
+    pub fn enable_fsync(&mut self) -> Result<()> {
+        if self.fsync_at_open {
+            return Ok(());
+        }
+        enable_fsync_gitdir()?;
+        // The reference database took the switch's old value when it was first used: reopen.
+        let dir = self
+            .repo
+            .workdir()
+            .unwrap_or(self.repo.path())
+            .to_path_buf();
+        self.repo = Repository::open(dir)?;
+        self.fsync_at_open = true;
+        Ok(())
     }
 
     pub fn repo(&self) -> &Repository {
@@ -335,7 +391,10 @@ impl Record {
             Err(e) if matches!(e.code(), ErrorCode::Exists | ErrorCode::Modified) => {
                 Ok(Create::Taken)
             }
-            Err(e) if e.code() == ErrorCode::Locked => Ok(Create::Busy),
+            Err(e) if e.code() == ErrorCode::Locked => {
+                self.break_stale_ref_lock(&node_ref(&meta.id));
+                Ok(Create::Busy)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -380,12 +439,58 @@ impl Record {
                     ErrorCode::Modified | ErrorCode::Locked | ErrorCode::Exists
                 ) =>
             {
+                if e.code() == ErrorCode::Locked {
+                    self.break_stale_ref_lock(&node_ref(id));
+                }
                 Ok(Append::Stale)
             }
             Err(e) => Err(e.into()),
         }
     }
+
+    /// Remove the lock file of `refname` when it is older than `STALE_REF_LOCK`: a writer killed
+    /// while updating the ref left it, and otherwise every later write to the node would wait for
+    /// the conflict deadline and fail. The ref itself is intact (it moves by a rename of the lock
+    /// file). The lock is renamed aside first and removed only if it is still the file judged
+    /// stale; a fresh lock taken meanwhile is put back.
+    fn break_stale_ref_lock(&self, refname: &str) {
+        use std::os::unix::fs::MetadataExt;
+        let lock = self.repo.path().join(format!("{refname}.lock"));
+        let Ok(seen) = std::fs::symlink_metadata(&lock) else {
+            return;
+        };
+        let age = seen.modified().ok().and_then(|t| t.elapsed().ok());
+        if age.is_none_or(|a| a < STALE_REF_LOCK) {
+            return;
+        }
+        let mut aside = lock.clone().into_os_string();
+        aside.push(format!(
+            ".stale-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        let aside = std::path::PathBuf::from(aside);
+        if std::fs::rename(&lock, &aside).is_err() {
+            return;
+        }
+        match std::fs::symlink_metadata(&aside) {
+            Ok(m) if m.ino() == seen.ino() && m.dev() == seen.dev() => {
+                tracing::warn!(
+                    "removed {} left by a writer killed while updating {refname}",
+                    lock.display()
+                );
+                let _ = std::fs::remove_file(&aside);
+            }
+            _ => {
+                let _ = std::fs::rename(&aside, &lock);
+            }
+        }
+    }
 }
+
+/// A ref lock older than this was left by a killed writer: a live writer holds it only for the
+/// few small writes of one ref update.
+const STALE_REF_LOCK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The `Rsim-*` trailers of a commit message.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -511,4 +616,35 @@ pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> 
         msg.push('\n');
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ref_lock_left_by_a_killed_writer_is_broken_and_a_fresh_one_kept() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let record = Record::init(d.path()).expect("init");
+        let refname = node_ref("n0");
+        let lock = record.repo().path().join(format!("{refname}.lock"));
+        std::fs::create_dir_all(lock.parent().expect("dir")).expect("mkdir");
+        std::fs::write(&lock, b"").expect("lock");
+        record.break_stale_ref_lock(&refname);
+        assert!(lock.exists(), "a fresh lock belongs to a live writer");
+        let old = std::time::SystemTime::now() - STALE_REF_LOCK * 2;
+        std::fs::File::options()
+            .write(true)
+            .open(&lock)
+            .and_then(|f| f.set_modified(old))
+            .expect("age the lock");
+        record.break_stale_ref_lock(&refname);
+        assert!(!lock.exists(), "a stale lock is removed");
+        let left: Vec<_> = std::fs::read_dir(lock.parent().expect("dir"))
+            .expect("read")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "nothing left aside: {left:?}");
+    }
 }
