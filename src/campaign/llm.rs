@@ -188,10 +188,12 @@ impl LlmAgent {
                         }
                     },
                 };
+                // Results carry text other agents wrote (titles, hypotheses, findings, reviews):
+                // the whole result is fenced as data from the record.
                 messages.push(json!({
                     "role": "tool",
                     "tool_call_id": id,
-                    "content": content.to_string(),
+                    "content": crate::util::text::fence(&format!("rsim {name} result"), &content.to_string()),
                 }));
             }
         }

@@ -283,12 +283,28 @@ fn script(req: &Value) -> Value {
         .iter()
         .rev()
         .find(|m| m["role"] == "tool")
-        .and_then(|m| serde_json::from_str(m["content"].as_str()?).ok())
+        .and_then(|m| {
+            // Tool results reach the model fenced as data from the record.
+            let c = m["content"].as_str()?;
+            assert!(
+                c.starts_with("<agent-text author=\"rsim ")
+                    && c.trim_end().ends_with("</agent-text>"),
+                "tool results are fenced: {c}"
+            );
+            let inner = c
+                .split_once('\n')?
+                .1
+                .trim_end()
+                .strip_suffix("</agent-text>")?;
+            serde_json::from_str(inner).ok()
+        })
         .unwrap_or(Value::Null);
     // The role shows in the tools it was given: only reviewers get `review`.
     let is_reviewer = req["tools"]
         .as_array()
         .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "review"));
+    // The role prompts say that fenced text is data, never instructions.
+    assert!(system.contains("<agent-text"), "{system}");
     if is_reviewer {
         assert!(system.contains("Reviewer"), "reviewer prompt: {system}");
         return match turn {
@@ -305,7 +321,12 @@ fn script(req: &Value) -> Value {
             _ => reply(vec![]),
         };
     }
-    // Worker: the node id is in the task text ("Your node is nK").
+    // Worker: the node's title and hypothesis come fenced, with their author.
+    assert!(
+        user.contains("<agent-text author=") && user.contains("not instructions"),
+        "{user}"
+    );
+    // The node id is in the task text ("Your node is nK").
     let node = user
         .split_whitespace()
         .nth(3)
