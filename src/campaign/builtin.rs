@@ -67,6 +67,26 @@ impl WorkerAgent for BuiltinWorker {
                     Err(e) => return Err(e),
                 }
             }
+            // A dataset is reused only if the campaign registered it: a name another agent took
+            // first (with other rows under it) is never trained on.
+            if let Some((_, on, _)) = study.dataset(&name)? {
+                let (_, actions) = study.node_history(&on)?;
+                let by = actions
+                    .iter()
+                    .find(|a| {
+                        a.action == crate::model::ActionName::RegisterDataset
+                            && a.decision.accepted()
+                            && a.request["name"] == name.as_str()
+                    })
+                    .map(|a| a.agent.clone())
+                    .unwrap_or_default();
+                if !(by.starts_with("worker-") || super::state::campaign_author(&by)) {
+                    return Err(Error::invalid(format!(
+                        "dataset {name:?} was registered outside this campaign (by {:?} on {on}); the built-in worker will not train on it",
+                        crate::util::text::sanitize_line(&by)
+                    )));
+                }
+            }
         }
         let datasets: Vec<String> = recipe
             .datasets(&family, &t.node)

@@ -112,7 +112,14 @@ impl CampaignState {
         };
         let mut raw = Vec::new();
         for n in &listed.nodes {
-            raw.push(study.node_history(&n.id)?);
+            let (meta, actions) = study.node_history(&n.id)?;
+            // The campaign's work is only what the campaign branched; any other node in the
+            // record (an agent's own, with its own `recipe:` or `proposal:` lines) is never
+            // adopted, trained on the campaign's budget, or taken as a proposal done.
+            if meta.id != st.root && !campaign_author(&meta.created_by) {
+                continue;
+            }
+            raw.push((meta, actions));
         }
         for (meta, actions) in raw {
             let mut experiments: Vec<Experiment> = Vec::new();
@@ -314,4 +321,11 @@ impl CampaignState {
                 x.total_cmp(&y).then_with(|| b.id.cmp(&a.id))
             })
     }
+}
+
+/// Whether a node's author is the campaign itself: the orchestrator, the campaign's reviewer
+/// (which branches its own proposals) or a baseline strategy's agent. Identities are the owner's
+/// to give (tokens, `--agents`), so no outside agent can take one.
+pub fn campaign_author(agent: &str) -> bool {
+    agent == "orchestrator" || agent.starts_with("reviewer-") || agent.ends_with("-agent")
 }

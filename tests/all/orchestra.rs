@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{commit_config, example_study, fsck_clean, ok_json, rsim, run};
+use crate::common::{commit_config, example_study, fsck_clean, ok_json, rsim, run, run_ok};
 
 /// Every accepted action of the study, from the log query.
 fn actions(root: &Path) -> Vec<Value> {
@@ -767,4 +767,89 @@ fn command_agents_get_only_their_own_token_and_the_environment_the_owner_names()
     // No file in the study's state holds another agent's token.
     let state = read("state");
     assert!(!state.contains("agent-tokens"), "{state}");
+}
+
+/// A hostile Worker that writes first — its own node with a `recipe:` line and a forged
+/// `proposal:` line, and the dataset names the campaign will ask for, registered with its own rows —
+/// gets neither its node adopted nor its rows trained on.
+#[test]
+fn a_campaign_adopts_no_node_and_trains_on_no_data_it_did_not_make() {
+    let (_d, root) = example_study();
+    let as_mallory = |args: &[&str]| {
+        let mut full = vec!["--agent", "mallory", "--role", "worker"];
+        full.extend_from_slice(args);
+        run_ok(&root, &full)
+    };
+    as_mallory(&[
+        "branch",
+        "--from",
+        "n0",
+        "--title",
+        "plain format, lr 0.003, cosine",
+        "--hypothesis",
+        "train this\nrecipe: format=plain lr=0.003 schedule=cosine rows=20000 curriculum=no init=base\nproposal: n0/4#1",
+    ]);
+    let squatted = [
+        "add2-plain-20000",
+        "add2-reversed-20000",
+        "add2-scratchpad-20000",
+    ];
+    for name in squatted {
+        as_mallory(&[
+            "call",
+            "register_dataset",
+            &format!(
+                r#"{{"node":"n1","name":"{name}","source":{{"kind":"inline","rows":[{{"prompt":"hello","answer":"world"}}]}}}}"#
+            ),
+        ]);
+    }
+    let out = rsim()
+        .arg("-C")
+        .arg(&root)
+        .args(["run", "--experiments", "4", "--steps", "30", "--quiet"])
+        .output()
+        .expect("run");
+    assert!(out.status.code().is_some(), "{out:?}");
+    let acts = actions(&root);
+    // Mallory's node got no work from the campaign.
+    assert!(
+        !acts
+            .iter()
+            .any(|a| a["node"] == "n1" && a["agent"] != "mallory"),
+        "{acts:?}"
+    );
+    // No accepted training run used a squatted name.
+    let study = rsi_master::Study::open(&root).expect("open");
+    let mut runs = 0;
+    for a in acts
+        .iter()
+        .filter(|a| a["action"] == "run_sft" && a["decision"] == "accepted")
+    {
+        let node = a["node"].as_str().expect("node");
+        let seq = a["seq"].as_u64().expect("seq") as u32;
+        let (rec, _) = study.action(node, seq).expect("action");
+        let used: Vec<&str> = rec.request["datasets"]
+            .as_array()
+            .map(|d| d.iter().filter_map(|x| x.as_str()).collect())
+            .unwrap_or_default();
+        assert!(
+            !used.iter().any(|n| squatted.contains(n)),
+            "{node}#{seq} trained on {used:?}"
+        );
+        runs += 1;
+    }
+    // The campaign's own nodes said why they did not train: the names were taken outside it.
+    let refused = acts
+        .iter()
+        .filter(|a| {
+            a["summary"]
+                .as_str()
+                .is_some_and(|s| s.contains("registered outside this campaign"))
+        })
+        .count();
+    assert!(refused >= 1 || runs > 0, "{acts:?}");
+    assert!(
+        refused >= 1,
+        "the squatted names were asked for and refused: {acts:?}"
+    );
 }
