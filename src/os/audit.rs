@@ -268,7 +268,17 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                     .iter()
                     .filter(|x| x.kind == ArtifactKind::Dataset)
                 {
-                    registered.insert(art.name.clone(), art.sha256.clone());
+                    // A name registered twice: whoever trains on it by name gets rows its
+                    // registering agent never saw.
+                    if registered
+                        .insert(art.name.clone(), art.sha256.clone())
+                        .is_some()
+                    {
+                        data.violations.push(format!(
+                            "{}#{}: dataset name {:?} was registered a second time",
+                            a.node, a.seq, art.name
+                        ));
+                    }
                     contamination.checked += 1;
                     match study.store().get(&art.sha256) {
                         Ok(bytes) => {

@@ -16,6 +16,9 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use crate::record::index::Index;
 use crate::util::error::Result;
 
+const NAMES_SCHEMA: &str =
+    "CREATE TABLE IF NOT EXISTS name_claims(name TEXT PRIMARY KEY, pid INTEGER NOT NULL)";
+
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS claims(
   job TEXT PRIMARY KEY, node TEXT NOT NULL, agent TEXT NOT NULL, evaluation INTEGER NOT NULL,
   test INTEGER NOT NULL, compute_s REAL NOT NULL, pid INTEGER NOT NULL)";
@@ -119,6 +122,38 @@ impl Index {
         self.claims_table()?;
         self.conn()
             .execute("DELETE FROM claims WHERE job=?1", [job])?;
+        Ok(())
+    }
+
+    /// Claim a dataset name for a registration in flight, atomically with the check that no
+    /// dataset has it and no other registration holds it (in this process or another): false if
+    /// it is taken. Checked and then written later, two registrations racing for one name both
+    /// passed, and the second silently replaced the rows the first one's agent trains on.
+    pub fn claim_dataset_name(&self, name: &str) -> Result<bool> {
+        self.conn().execute_batch(NAMES_SCHEMA)?;
+        let tx = rusqlite::Transaction::new_unchecked(self.conn(), TransactionBehavior::Immediate)?;
+        let taken = self.dataset(name)?.is_some()
+            || tx
+                .query_row("SELECT pid FROM name_claims WHERE name=?1", [name], |r| {
+                    r.get::<_, u32>(0)
+                })
+                .optional()?
+                .is_some_and(crate::util::proc::process_alive);
+        if !taken {
+            tx.execute(
+                "INSERT OR REPLACE INTO name_claims(name, pid) VALUES(?1, ?2)",
+                params![name, std::process::id()],
+            )?;
+        }
+        tx.commit()?;
+        Ok(!taken)
+    }
+
+    /// The registration is recorded (the name is in the datasets table) or gave up.
+    pub fn release_dataset_name(&self, name: &str) -> Result<()> {
+        self.conn().execute_batch(NAMES_SCHEMA)?;
+        self.conn()
+            .execute("DELETE FROM name_claims WHERE name=?1", [name])?;
         Ok(())
     }
 

@@ -1593,3 +1593,109 @@ fn the_tripwire_withholds_a_test_score_above_the_sealed_split() {
     );
     assert!(e.message.contains("sealed split"), "{}", e.message);
 }
+
+/// An attacker races a victim for a dataset name from separate processes, so that whoever wins
+/// last replaces the rows the other trains on by name. Exactly one registration is accepted, the
+/// rest are refused by `dataset-name-taken` and recorded; a duplicate written around the API is
+/// counted by the audit.
+#[test]
+fn racing_registrations_cannot_take_one_dataset_name_twice() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    init::init(&root, Some("tiny-arith-ngram")).expect("init");
+    let rsim = env!("CARGO_BIN_EXE_rsim");
+    let out = Command::new(rsim)
+        .arg("-C")
+        .arg(&root)
+        .args(["branch", "--from", "n0", "--title", "t"])
+        .output()
+        .expect("branch");
+    assert!(out.status.success());
+    let children: Vec<_> = (0..6)
+        .map(|i| {
+            Command::new(rsim)
+                .arg("-C")
+                .arg(&root)
+                .args(["--agent", &format!("racer-{i}"), "--role", "worker", "call", "register_dataset"])
+                .arg(format!(
+                    r#"{{"node":"n1","name":"shared","source":{{"kind":"inline","rows":[{{"prompt":"hello {i}","answer":"w{i}"}}]}}}}"#
+                ))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait"))
+        .collect();
+    let accepted = outs.iter().filter(|o| o.status.success()).count();
+    let refused = outs
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.stderr).contains("dataset-name-taken"))
+        .count();
+    assert_eq!((accepted, refused), (1, 5));
+    let s = open(&root);
+    let rep = rsi_master::os::audit::audit(&s).expect("audit");
+    assert_eq!(rep.got_through, 0, "{:#?}", rep.checks);
+
+    // The same name registered a second time by a commit made around the API is counted.
+    let second = json!({"node": "n1", "name": "shared2", "source": {"kind": "inline", "rows": [{"prompt": "a", "answer": "b"}]}});
+    s.call(&agent(), "register_dataset", second)
+        .expect("register shared2");
+    let repo = git2::Repository::open(&root).expect("repo");
+    let tip = repo
+        .find_reference("refs/heads/rsim/n/n1")
+        .expect("ref")
+        .peel_to_commit()
+        .expect("tip");
+    // Copy the last action file under the next seq, renamed to the first dataset's name.
+    let tree = tip.tree().expect("tree");
+    let actions = repo
+        .find_tree(tree.get_name("actions").expect("actions").id())
+        .expect("actions tree");
+    let last = actions.iter().last().expect("an action");
+    let blob = repo.find_blob(last.id()).expect("blob");
+    let mut rec: Value = serde_json::from_slice(blob.content()).expect("json");
+    let seq = rec["seq"].as_u64().expect("seq") + 1;
+    rec["seq"] = json!(seq);
+    rec["request"]["name"] = json!("shared");
+    rec["artifacts"][0]["name"] = json!("shared");
+    let name = format!("{seq:04}-register_dataset.json");
+    let new_blob = repo
+        .blob(&serde_json::to_vec_pretty(&rec).expect("bytes"))
+        .expect("blob");
+    let mut ab = repo.treebuilder(Some(&actions)).expect("tb");
+    ab.insert(&name, new_blob, 0o100644).expect("insert");
+    let new_actions = ab.write().expect("write");
+    let mut tb = repo.treebuilder(Some(&tree)).expect("tb");
+    tb.insert("actions", new_actions, 0o040000).expect("insert");
+    let new_tree = repo.find_tree(tb.write().expect("write")).expect("tree");
+    let sig = git2::Signature::now("mallory", "m@example.invalid").expect("sig");
+    let msg = format!(
+        "register_dataset: shared (1 rows)\n\nRsim-Node: n1\nRsim-Action: register_dataset\nRsim-Seq: {seq}\nRsim-Agent: {}\nRsim-Role: worker\nRsim-Decision: accepted\n",
+        rec["agent"].as_str().expect("agent")
+    );
+    let c = repo
+        .commit(None, &sig, &sig, &msg, &new_tree, &[&tip])
+        .expect("commit");
+    repo.reference("refs/heads/rsim/n/n1", c, true, "forge")
+        .expect("move");
+    let mut s = open(&root);
+    s.reindex().expect("reindex");
+    let rep = rsi_master::os::audit::audit(&s).expect("audit");
+    let data = rep
+        .checks
+        .iter()
+        .find(|c| c.name == "registered-data")
+        .expect("check");
+    assert!(
+        data.violations
+            .iter()
+            .any(|v| v.contains("registered a second time")),
+        "{:#?}",
+        rep.checks
+    );
+    assert!(rep.got_through >= 1);
+}

@@ -35,9 +35,16 @@ impl Study {
         } else {
             Vec::new()
         };
+        // The name is claimed atomically before the policy sees it, and held until the
+        // registration is recorded (or refused): two racing registrations cannot both pass.
+        let claimed = self.index.claim_dataset_name(&req.name)?;
+        let _name = claimed.then(|| NameGuard {
+            index: &self.index,
+            name: req.name.clone(),
+        });
         let facts = Facts {
             node_status: Some(snap.meta.status),
-            dataset_name_taken: self.index.dataset(&req.name)?.is_some(),
+            dataset_name_taken: !claimed,
             unregistered_datasets: unregistered,
             contamination,
             size: Some(size),
@@ -227,5 +234,19 @@ impl Study {
             }
         };
         Ok((unregistered, size, rows))
+    }
+}
+
+/// Releases a dataset-name claim when the registration is done (recorded or refused).
+struct NameGuard<'a> {
+    index: &'a crate::record::index::Index,
+    name: String,
+}
+
+impl Drop for NameGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.index.release_dataset_name(&self.name) {
+            tracing::warn!(name = %self.name, "could not release a dataset-name claim: {}", e.message);
+        }
     }
 }
