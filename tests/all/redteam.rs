@@ -1655,7 +1655,7 @@ fn racing_registrations_cannot_take_one_dataset_name_twice() {
     let actions = repo
         .find_tree(tree.get_name("actions").expect("actions").id())
         .expect("actions tree");
-    let last = actions.iter().last().expect("an action");
+    let last = actions.iter().next_back().expect("an action");
     let blob = repo.find_blob(last.id()).expect("blob");
     let mut rec: Value = serde_json::from_slice(blob.content()).expect("json");
     let seq = rec["seq"].as_u64().expect("seq") + 1;
