@@ -161,7 +161,7 @@ impl Study {
             policy::check(req, caller, &self.config, f)
         })?;
         match admitted {
-            Ok(timeout) => Ok((timeout, ClaimGuard::new(&self.index, job))),
+            Ok(timeout) => Ok((timeout, ClaimGuard::job(&self.index, job))),
             Err(decision) => {
                 let action = ActionName::parse(req.name())
                     .ok_or_else(|| Error::internal("a query was admitted as a job"))?;
@@ -209,14 +209,19 @@ impl Study {
         command: &[String],
         params: JobParams,
         timeout_s: u64,
-        pin: Option<&NixPin>,
+        pin: &std::result::Result<Option<NixPin>, String>,
     ) -> Result<JobSpec> {
+        let pin = pin.as_ref().map_err(|why| {
+            Error::internal(format!(
+                "job {id}: the policy admitted a job whose environment is not pinned: {why}"
+            ))
+        })?;
         let dir = self.root.join(STATE_DIR).join("jobs").join(&id);
         let command = crate::jobs::absolute_command(
             &self.root,
             &expand_command(command, self.rsim_bin.as_deref())?,
         );
-        let (command, env) = match (&self.config.environment, pin) {
+        let (command, env) = match (&self.config.environment, pin.as_ref()) {
             (crate::config::Environment::Host, _) => {
                 let cache = self.root.join(STATE_DIR).join("fingerprints");
                 let env = crate::jobs::host_fingerprint(&self.root, &command, &cache)?;
@@ -279,26 +284,43 @@ impl Study {
     }
 }
 
-/// Releases an admitted job's claim when the action that ran it is done (recorded, or failed
-/// before it could run): from then on the recorded usage counts instead.
+/// Releases what an action claimed in the index — an admitted job's share, a dataset name in
+/// registration — when the action is done (recorded, refused, or failed before it could run):
+/// from then on the record itself counts.
 pub(in crate::os) struct ClaimGuard<'a> {
     index: &'a crate::record::index::Index,
-    job: String,
+    held: Held,
+}
+
+enum Held {
+    Job(String),
+    DatasetName(String),
 }
 
 impl<'a> ClaimGuard<'a> {
-    pub(in crate::os) fn new(index: &'a crate::record::index::Index, job: &str) -> Self {
+    pub(in crate::os) fn job(index: &'a crate::record::index::Index, job: &str) -> Self {
         ClaimGuard {
             index,
-            job: job.to_string(),
+            held: Held::Job(job.to_string()),
+        }
+    }
+
+    pub(in crate::os) fn dataset_name(index: &'a crate::record::index::Index, name: &str) -> Self {
+        ClaimGuard {
+            index,
+            held: Held::DatasetName(name.to_string()),
         }
     }
 }
 
 impl Drop for ClaimGuard<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.index.release_claim(&self.job) {
-            tracing::warn!(job = %self.job, "could not release the job's claim: {}", e.message);
+        let (what, released) = match &self.held {
+            Held::Job(job) => (job, self.index.release_claim(job)),
+            Held::DatasetName(name) => (name, self.index.release_dataset_name(name)),
+        };
+        if let Err(e) = released {
+            tracing::warn!(claim = %what, "could not release a claim: {}", e.message);
         }
     }
 }

@@ -82,17 +82,12 @@ impl Study {
             metric: task.metric.clone(),
             eval_set: set_path,
         });
-        let pin = pin.map_err(|why| {
-            Error::internal(format!(
-                "the policy admitted a job whose environment is not pinned: {why}"
-            ))
-        })?;
         let spec = self.job_spec(
             job_id,
             &self.config.jobs.evaluate.clone(),
             params,
             timeout,
-            pin.as_ref(),
+            &pin,
         )?;
         self.write_intent(
             caller,
@@ -268,15 +263,18 @@ impl Study {
         });
         // The sealed job runs in the study's environment pinned again now (a flake that can no
         // longer be pinned fails the tripwire closed: the test score is withheld).
-        let pin = self.pin_environment().map_err(|why| {
-            Error::invalid(format!("the job environment cannot be pinned: {why}"))
-        })?;
+        let pin = self.pin_environment();
+        if let Err(why) = &pin {
+            return Err(Error::invalid(format!(
+                "the job environment cannot be pinned: {why}"
+            )));
+        }
         let spec = self.job_spec(
             job_id,
             &self.config.jobs.evaluate.clone(),
             params,
             test_spec.timeout_s,
-            pin.as_ref(),
+            &pin,
         )?;
         let job = self.runner.run(&spec)?;
         self.mark_recorded(&spec)?;

@@ -3,6 +3,7 @@
 use std::fs;
 
 use crate::os::data::text_bytes;
+use crate::os::jobrun::ClaimGuard;
 use crate::os::*;
 use crate::policy::SizeFact;
 
@@ -38,10 +39,7 @@ impl Study {
         // The name is claimed atomically before the policy sees it, and held until the
         // registration is recorded (or refused): two racing registrations cannot both pass.
         let claimed = self.index.claim_dataset_name(&req.name)?;
-        let _name = claimed.then(|| NameGuard {
-            index: &self.index,
-            name: req.name.clone(),
-        });
+        let _name = claimed.then(|| ClaimGuard::dataset_name(&self.index, &req.name));
         let facts = Facts {
             node_status: Some(snap.meta.status),
             dataset_name_taken: !claimed,
@@ -234,19 +232,5 @@ impl Study {
             }
         };
         Ok((unregistered, size, rows))
-    }
-}
-
-/// Releases a dataset-name claim when the registration is done (recorded or refused).
-struct NameGuard<'a> {
-    index: &'a crate::record::index::Index,
-    name: String,
-}
-
-impl Drop for NameGuard<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.index.release_dataset_name(&self.name) {
-            tracing::warn!(name = %self.name, "could not release a dataset-name claim: {}", e.message);
-        }
     }
 }

@@ -85,18 +85,7 @@ impl Study {
                 .collect(),
             hyper: train_hyper(&req),
         });
-        let pin = pin.map_err(|why| {
-            Error::internal(format!(
-                "the policy admitted a job whose environment is not pinned: {why}"
-            ))
-        })?;
-        let spec = self.job_spec(
-            job_id,
-            &self.config.jobs.sft.clone(),
-            params,
-            timeout,
-            pin.as_ref(),
-        )?;
+        let spec = self.job_spec(job_id, &self.config.jobs.sft.clone(), params, timeout, &pin)?;
         self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec, None)?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
