@@ -26,6 +26,9 @@ pub struct BenchReport {
     pub action_ms_median: f64,
     pub action_ms_p90: f64,
     pub actions_timed: usize,
+    /// Signing a commit with the study's key (part of every action), and checking one.
+    pub sign_us_median: f64,
+    pub verify_us_median: f64,
     pub nodes: usize,
     pub build_s: f64,
     pub dag_ms_median: f64,
@@ -119,6 +122,10 @@ pub fn run(
         "action: median {action_ms_median:.2} ms, p90 {action_ms_p90:.2} ms over {actions} actions"
     );
 
+    let (sign_us_median, verify_us_median) = signing_cost(&small, &last)?;
+    eprintln!("signing: sign {sign_us_median:.0} µs, verify {verify_us_median:.0} µs per commit");
+    drop(study);
+
     // 2. A large DAG, built through the same API (branch actions), then packed like a real repo.
     let big = base.join("dag");
     let reusing = reuse && big.join(".git").is_dir();
@@ -196,6 +203,8 @@ pub fn run(
         action_ms_median,
         action_ms_p90,
         actions_timed: actions,
+        sign_us_median,
+        verify_us_median,
         nodes,
         build_s,
         dag_ms_median: median(&mut dag_runs.clone()),
@@ -210,6 +219,10 @@ pub fn run(
         println!(
             "accepted action:    median {:.2} ms, p90 {:.2} ms ({} actions)",
             report.action_ms_median, report.action_ms_p90, actions
+        );
+        println!(
+            "commit signature:   sign {:.0} µs, verify {:.0} µs (median of 200)",
+            report.sign_us_median, report.verify_us_median
         );
         println!("build {} nodes:  {:.1} s", nodes, report.build_s);
         println!(
@@ -371,6 +384,26 @@ pub fn run_jobs(
 }
 
 /// A study sized for the benchmark (the example's node budget is far smaller).
+/// What signing costs each action: sign the bytes of `node`'s tip commit with the study's key,
+/// and verify that commit, 200 times each (medians, µs).
+fn signing_cost(root: &Path, node: &str) -> Result<(f64, f64)> {
+    let key = crate::record::signing::StudyKey::load(root)?
+        .ok_or_else(|| Error::internal("the benchmark study has no signing key"))?;
+    let repo = git2::Repository::open(root)?;
+    let tip = repo.refname_to_id(&crate::record::node_ref(node))?;
+    let (_, data) = repo.extract_signature(&tip, None)?;
+    let (mut sign, mut verify) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        let t = Instant::now();
+        key.sign(&data)?;
+        sign.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        key.verify(&repo, tip).map_err(Error::internal)?;
+        verify.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((median(&mut sign), median(&mut verify)))
+}
+
 pub fn bench_study(dir: &Path, max_nodes: usize) -> Result<()> {
     write_study(dir, max_nodes, "kind = \"local\"\n")
 }

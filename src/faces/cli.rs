@@ -684,14 +684,26 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         Command::Show { node } => ("get_node", json!({ "node": node })),
         Command::Reindex => {
             let t = std::time::Instant::now();
-            let n = study.reindex()?;
+            let r = study.reindex()?;
             if json {
-                print_json(&json!({ "nodes": n, "seconds": t.elapsed().as_secs_f64() }))?;
+                print_json(
+                    &json!({ "nodes": r.nodes, "refused": r.refused, "seconds": t.elapsed().as_secs_f64() }),
+                )?;
             } else {
                 println!(
-                    "reindexed {n} nodes from git in {:.2} s",
+                    "reindexed {} nodes from git in {:.2} s",
+                    r.nodes,
                     t.elapsed().as_secs_f64()
                 );
+                for why in &r.refused {
+                    println!("refused {why}");
+                }
+            }
+            if !r.refused.is_empty() {
+                return Err(Error::internal(format!(
+                    "{} node branch(es) are not this study's history and were left out of the index (see above; `rsim fsck` and `rsim audit` report them)",
+                    r.refused.len()
+                )));
             }
             return Ok(());
         }

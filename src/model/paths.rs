@@ -45,6 +45,10 @@ pub fn fingerprints_dir(root: &Path) -> PathBuf {
 pub fn protected_dir(root: &Path) -> PathBuf {
     state_dir(root).join("protected")
 }
+/// The study's record-signing key (never in git; every commit is signed with it).
+pub fn signing_key_path(root: &Path) -> PathBuf {
+    state_dir(root).join("keys").join("record-signing-key")
+}
 /// The study's secret salt (the generator's draws cannot be recomputed outside the study).
 pub fn secret_path(root: &Path) -> PathBuf {
     state_dir(root).join("secret")

@@ -1,8 +1,8 @@
-//! `rsim fsck`: verify the record's invariants — every node's commits form a contiguous action
-//! sequence, each commit records exactly one action whose file matches its trailers, a node's first
-//! commit has its parents' commits as git parents, every referenced artifact is in the object
-//! store with the right hash, every recorded job names a pinned environment, and the index
-//! agrees with git.
+//! `rsim fsck`: verify the record's invariants — every commit is signed by the study's key, every
+//! node's commits form a contiguous action sequence, each commit records exactly one action whose
+//! file matches its trailers, a node's first commit has its parents' commits as git parents,
+//! every referenced artifact is in the object store with the right hash, every recorded job names
+//! a pinned environment, and the index agrees with git.
 
 use std::collections::BTreeSet;
 
@@ -30,6 +30,21 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
     let mut unpinned = Vec::new();
     let tips = record.node_tips()?;
     rep.nodes = tips.len();
+    // `main` (what the owner controls) must be this study's too; node commits are checked as
+    // their history is read.
+    if record.key_fingerprint().is_none() {
+        rep.problems.push(
+            "the study has no signing key (made before rsim signed its record): no commit can be proven to be this study's".into(),
+        );
+    } else if let Ok(main) = record.main_tip() {
+        let mut walk = repo.revwalk()?;
+        walk.push(main)?;
+        for oid in walk {
+            if let Err(why) = record.verify_commit(oid?) {
+                rep.problems.push(format!("main: {why}"));
+            }
+        }
+    }
     for (id, tip) in &tips {
         let snap = record.snapshot(*tip)?;
         if snap.meta.id != *id {

@@ -160,7 +160,7 @@ impl Study {
     }
 
     /// Rebuild the index from git alone.
-    pub fn reindex(&mut self) -> Result<usize> {
+    pub fn reindex(&mut self) -> Result<crate::record::index::Rebuilt> {
         self.index.rebuild(&self.record)
     }
 

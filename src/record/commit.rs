@@ -171,6 +171,7 @@ impl<'a> Writer<'a> {
                 .record
                 .node_tip(node)?
                 .ok_or_else(|| Error::not_found(format!("node: no node {node} in this study")))?;
+            refuse_unproven(self.record, node, tip)?;
             let snap = self.record.snapshot(tip)?;
             let p = prepare(&snap)?;
             let rec = ActionRecord {
@@ -221,6 +222,10 @@ impl<'a> Writer<'a> {
         mut first: impl FnMut(&str) -> Result<FirstAction>,
     ) -> Result<(String, Oid)> {
         let _one = WRITES.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, tip) in parent_tips.iter().enumerate() {
+            let name = parents.get(i).map_or("main", String::as_str);
+            refuse_unproven(self.record, name, *tip)?;
+        }
         let mut pacer = Pacer::new(self.deadline);
         let (mut num, exact) = match id {
             NodeId::Allocate(n) => (n, None),
@@ -261,6 +266,16 @@ impl<'a> Writer<'a> {
             }
         }
     }
+}
+
+/// Nothing is written on top of a commit this study cannot prove it wrote (history fetched in
+/// or forged around rsim): the write is refused, naming the commit, and nothing is recorded.
+fn refuse_unproven(record: &Record, node: &str, tip: git2::Oid) -> Result<()> {
+    record.verify_commit(tip).map_err(|why| {
+        Error::internal(format!(
+            "{node}: {why}; this study's history stops being provable there, so nothing is written on it (`rsim fsck` names every such commit)"
+        ))
+    })
 }
 
 #[cfg(test)]

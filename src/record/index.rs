@@ -284,10 +284,12 @@ impl Index {
         )?)
     }
 
-    /// Rebuild the whole index from git alone.
-    pub fn rebuild(&mut self, record: &Record) -> Result<usize> {
+    /// Rebuild the whole index from git alone. A node whose history cannot be read as this
+    /// study's (a commit not signed by its key, a broken action sequence) is left out and
+    /// named in the answer's `refused`, with why.
+    pub fn rebuild(&mut self, record: &Record) -> Result<Rebuilt> {
         let tips = record.node_tips()?;
-        let tx = self
+        let mut tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for t in [
@@ -303,11 +305,22 @@ impl Index {
         ] {
             tx.execute(&format!("DELETE FROM {t}"), [])?;
         }
+        let mut refused = Vec::new();
         for (id, _) in &tips {
-            sync_node_tx(&tx, record, id)?;
+            let sp = tx.savepoint()?;
+            match sync_node_tx(&sp, record, id) {
+                Ok(()) => sp.commit()?,
+                Err(e) => {
+                    drop(sp);
+                    refused.push(format!("{id}: {}", e.message));
+                }
+            }
         }
         tx.commit()?;
-        Ok(tips.len())
+        Ok(Rebuilt {
+            nodes: tips.len() - refused.len(),
+            refused,
+        })
     }
 
     // ----- queries -----
@@ -666,7 +679,14 @@ fn node_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeRow> {
     })
 }
 
-fn sync_node_tx(tx: &rusqlite::Transaction<'_>, record: &Record, id: &str) -> Result<()> {
+/// What `rebuild` did: nodes indexed, and nodes refused with why.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Rebuilt {
+    pub nodes: usize,
+    pub refused: Vec<String>,
+}
+
+fn sync_node_tx(tx: &rusqlite::Connection, record: &Record, id: &str) -> Result<()> {
     let indexed: Option<(String, u32)> = tx
         .query_row(
             "SELECT tip, action_count FROM nodes WHERE id=?1",
@@ -703,7 +723,7 @@ fn sync_node_tx(tx: &rusqlite::Transaction<'_>, record: &Record, id: &str) -> Re
     Ok(())
 }
 
-fn delete_node(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<()> {
+fn delete_node(tx: &rusqlite::Connection, id: &str) -> Result<()> {
     for t in [
         "nodes WHERE id=?1",
         "node_parents WHERE node=?1",
@@ -719,7 +739,7 @@ fn delete_node(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<()> {
 }
 
 fn upsert_node(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     m: &NodeMeta,
     tip: &str,
     action_count: u32,
@@ -751,7 +771,7 @@ fn upsert_node(
     Ok(())
 }
 
-fn insert_action(tx: &rusqlite::Transaction<'_>, a: &CommittedAction) -> Result<()> {
+fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
     let r = &a.record;
     let json = serde_json::to_string(r)?;
     tx.execute(

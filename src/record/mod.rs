@@ -7,6 +7,7 @@ pub mod claims;
 pub mod commit;
 pub mod dag;
 pub mod index;
+pub mod signing;
 pub mod store;
 
 use std::path::Path;
@@ -81,6 +82,9 @@ pub enum Append {
 
 pub struct Record {
     repo: Repository,
+    /// The study's signing key: every commit is signed with it, and only commits it signed are
+    /// the study's. `None` only for a study made before signing (its genesis is unsigned).
+    key: Option<signing::StudyKey>,
     /// Whether libgit2 fsynced git writes when this repository was opened (its reference
     /// database reads the switch once, when it is first used).
     fsync_at_open: bool,
@@ -124,8 +128,10 @@ impl Record {
                 e.message()
             ))
         })?;
+        let key = signing::StudyKey::create(root)?;
         Ok(Record {
             repo,
+            key: Some(key),
             fsync_at_open: FSYNC_GITDIR.load(Ordering::SeqCst),
         })
     }
@@ -139,10 +145,69 @@ impl Record {
                 e.message()
             ))
         })?;
-        Ok(Record {
+        let key = signing::StudyKey::load(root)?;
+        let record = Record {
             repo,
+            key,
             fsync_at_open,
-        })
+        };
+        if record.key.is_none()
+            && let Ok(main) = record.main_tip()
+            && record.genesis_signed(main)
+        {
+            return Err(Error::invalid(format!(
+                "{}: the study's signing key {} is missing: its record is signed, and without the key rsim can neither prove nor extend it (restore the key from a backup of .rsim/)",
+                root.display(),
+                crate::model::paths::signing_key_path(root).display()
+            )));
+        }
+        Ok(record)
+    }
+
+    /// Whether the first commit of `main` (the study's genesis) is signed.
+    fn genesis_signed(&self, main: Oid) -> bool {
+        let mut c = match self.repo.find_commit(main) {
+            Ok(c) => c,
+            Err(_) => return false,
+        };
+        while let Ok(p) = c.parent(0) {
+            c = p;
+        }
+        signing::is_signed(&self.repo, c.id())
+    }
+
+    /// The study's signing key's fingerprint (`None`: a study made before signing).
+    pub fn key_fingerprint(&self) -> Option<String> {
+        self.key.as_ref().map(|k| k.fingerprint())
+    }
+
+    /// Whether commit `oid` is this study's: signed by its key. A study made before signing
+    /// proves nothing, and says so in fsck.
+    pub fn verify_commit(&self, oid: Oid) -> std::result::Result<(), String> {
+        match &self.key {
+            Some(k) => k.verify(&self.repo, oid),
+            None => Ok(()),
+        }
+    }
+
+    /// Write a commit object (signed with the study's key), moving no reference.
+    fn write_commit(
+        &self,
+        sig: &Signature<'_>,
+        message: &str,
+        tree: &git2::Tree<'_>,
+        parents: &[&git2::Commit<'_>],
+    ) -> Result<Oid> {
+        let Some(key) = &self.key else {
+            return Ok(self.repo.commit(None, sig, sig, message, tree, parents)?);
+        };
+        let buf = self
+            .repo
+            .commit_create_buffer(sig, sig, message, tree, parents)?;
+        let signature = key.sign(&buf)?;
+        let text = std::str::from_utf8(&buf)
+            .map_err(|_| Error::internal("a commit buffer is not UTF-8"))?;
+        Ok(self.repo.commit_signed(text, &signature, None)?)
     }
 
     /// Fsync git writes from now on (`[record] fsync`): objects before the branch that names them
@@ -187,9 +252,7 @@ impl Record {
     pub fn commit_main(&self, files: &[TreeFile], message: &str) -> Result<Oid> {
         let tree = self.fresh_tree(files)?;
         let sig = Self::signature("rsim")?;
-        let oid = self
-            .repo
-            .commit(None, &sig, &sig, message, &self.repo.find_tree(tree)?, &[])?;
+        let oid = self.write_commit(&sig, message, &self.repo.find_tree(tree)?, &[])?;
         self.repo.reference(MAIN_REF, oid, false, "rsim init")?;
         Ok(oid)
     }
@@ -311,6 +374,11 @@ impl Record {
             if t.node.as_deref() != Some(id) {
                 break;
             }
+            if let Err(why) = self.verify_commit(c.id()) {
+                return Err(Error::internal(format!(
+                    "node {id}: {why}: history this study did not write is refused"
+                )));
+            }
             let (Some(seq), Some(action)) = (t.seq, t.action) else {
                 return Err(Error::internal(format!(
                     "commit {} on node {id} lacks Rsim-Seq/Rsim-Action",
@@ -377,9 +445,7 @@ impl Record {
             .collect::<std::result::Result<_, _>>()?;
         let parent_refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
         let sig = Self::signature(&first.agent)?;
-        let oid = self
-            .repo
-            .commit(None, &sig, &sig, message, &tree, &parent_refs)?;
+        let oid = self.write_commit(&sig, message, &tree, &parent_refs)?;
         // Compare-and-swap against "absent" (the zero id), checked under the ref's lock: a plain
         // non-forced create checks existence before locking and can overwrite a racing writer.
         let log = format!("rsim: create node {}", meta.id);
@@ -424,9 +490,7 @@ impl Record {
         }
         let tree = self.repo.find_tree(self.build_tree(&base, &files)?)?;
         let sig = Self::signature(&action.agent)?;
-        let oid = self
-            .repo
-            .commit(None, &sig, &sig, message, &tree, &[&parent])?;
+        let oid = self.write_commit(&sig, message, &tree, &[&parent])?;
         let log = format!("rsim: {} on {id}", action.action);
         match self
             .repo

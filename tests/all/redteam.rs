@@ -670,9 +670,7 @@ fn the_audit_notices_what_bypassed_the_api() {
     let msg = format!(
         "evaluate: forged\n\nRsim-Node: {n}\nRsim-Action: evaluate\nRsim-Seq: 2\nRsim-Agent: mallory\nRsim-Role: worker\nRsim-Decision: accepted\n"
     );
-    let c = repo
-        .commit(None, &sig, &sig, &msg, &tree, &[&parent])
-        .expect("commit");
+    let c = commit_with_stolen_key(&root, &repo, &sig, &msg, &tree, &[&parent]);
     repo.reference(&format!("refs/heads/rsim/n/{n}"), c, true, "forge")
         .expect("ref");
     let mut s = open(&root);
@@ -930,15 +928,141 @@ fn foreign_history_is_reported_and_counted() {
         b.to_str().expect("path"),
         "refs/heads/rsim/n/n1:refs/heads/rsim/n/n1",
     ]);
-    let sa = open(&a);
+    let mut sa = open(&a);
     let rep = rsi_master::os::fsck::fsck(&sa).expect("fsck");
     assert!(
-        rep.problems.iter().any(|p| p.starts_with("n1:")),
+        rep.problems
+            .iter()
+            .any(|p| p.starts_with("n1:") && p.contains("signed by another key")),
         "{:?}",
         rep.problems
     );
     let audit = rsi_master::os::audit::audit(&sa).expect("audit");
     assert!(audit.got_through >= 1, "{:#?}", audit.checks);
+    // Reindex leaves the foreign branch out, naming it; nothing of it is queryable.
+    let rebuilt = sa.reindex().expect("reindex");
+    assert_eq!(rebuilt.nodes, 1, "{rebuilt:?}");
+    assert!(
+        rebuilt.refused.len() == 1 && rebuilt.refused[0].contains("signed by another key"),
+        "{rebuilt:?}"
+    );
+    assert!(sa.index().node("n1").expect("query").is_none());
+    // git itself tells the study's commits from the foreign ones (the allowed-signers file).
+    if Command::new("ssh-keygen").arg("-?").output().is_ok() {
+        for (branch, ok) in [("rsim/n/n0", true), ("rsim/n/n1", false)] {
+            let out = Command::new("git")
+                .arg("-C")
+                .arg(&a)
+                .args(["verify-commit", branch])
+                .output()
+                .expect("git verify-commit");
+            assert_eq!(
+                out.status.success(),
+                ok,
+                "{branch}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// A commit written around rsim without the study's key — an unsigned action appended to a real
+/// node, as anyone with write access to `.git` could — is refused: reindex leaves the node out,
+/// every write to it fails naming the commit, fsck reports it and the audit counts it. A study
+/// whose key is removed (to stop the checks) refuses to open.
+#[test]
+fn unsigned_commits_are_refused_and_a_missing_key_stops_the_study() {
+    let (_d, root, _test) = adversarial_study();
+    let s = open(&root);
+    let n = s
+        .call(
+            &agent(),
+            "branch",
+            json!({"parents": ["n0"], "title": "target"}),
+        )
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    drop(s);
+    let repo = git2::Repository::open(&root).expect("repo");
+    let tip = repo
+        .refname_to_id(&format!("refs/heads/rsim/n/{n}"))
+        .expect("tip");
+    let parent = repo.find_commit(tip).expect("commit");
+    let mut rec: Value = {
+        let tree = parent.tree().expect("tree");
+        let e = tree
+            .get_path(Path::new("actions/0001-branch.json"))
+            .expect("first action");
+        serde_json::from_slice(repo.find_blob(e.id()).expect("blob").content()).expect("json")
+    };
+    rec["seq"] = json!(2);
+    rec["action"] = json!("review");
+    let blob = repo
+        .blob(&serde_json::to_vec_pretty(&rec).expect("bytes"))
+        .expect("blob");
+    let mut tb = git2::build::TreeUpdateBuilder::new();
+    tb.upsert("actions/0002-review.json", blob, git2::FileMode::Blob);
+    let tree = repo
+        .find_tree(
+            tb.create_updated(&repo, &parent.tree().expect("tree"))
+                .expect("tree"),
+        )
+        .expect("tree");
+    let sig = git2::Signature::now("mallory", "m@x").expect("sig");
+    let msg = format!(
+        "review: forged\n\nRsim-Node: {n}\nRsim-Action: review\nRsim-Seq: 2\nRsim-Agent: mallory\nRsim-Role: reviewer\nRsim-Decision: accepted\n"
+    );
+    let c = repo
+        .commit(None, &sig, &sig, &msg, &tree, &[&parent])
+        .expect("commit");
+    repo.reference(&format!("refs/heads/rsim/n/{n}"), c, true, "forge")
+        .expect("ref");
+
+    let mut s = open(&root);
+    let rebuilt = s.reindex().expect("reindex");
+    assert!(
+        rebuilt
+            .refused
+            .iter()
+            .any(|r| r.starts_with(&format!("{n}:")) && r.contains("is not signed")),
+        "{rebuilt:?}"
+    );
+    let err = s
+        .call(
+            &agent(),
+            "branch",
+            json!({"parents": [n.clone()], "title": "child of a forged node"}),
+        )
+        .expect_err("a forged node is not a parent");
+    assert!(
+        err.message.contains(&n),
+        "the refusal names the node: {}",
+        err.message
+    );
+    let rep = rsi_master::os::fsck::fsck(&s).expect("fsck");
+    assert!(
+        rep.problems
+            .iter()
+            .any(|p| p.contains(&c.to_string()) && p.contains("not signed")),
+        "{:?}",
+        rep.problems
+    );
+    let audit = rsi_master::os::audit::audit(&s).expect("audit");
+    assert!(audit.got_through >= 1, "{:#?}", audit.checks);
+    drop(s);
+
+    // Without the key nothing opens the study (not even to read it as if it were fine).
+    let key = root.join(".rsim/keys/record-signing-key");
+    let kept = std::fs::read(&key).expect("key");
+    std::fs::remove_file(&key).expect("rm key");
+    let Err(err) = Study::open(&root) else {
+        panic!("a signed study without its key opened");
+    };
+    assert!(err.message.contains("signing key"), "{}", err.message);
+    std::fs::write(&key, kept).expect("restore");
+    assert!(Study::open(&root).is_ok());
 }
 
 /// Text that would show a person something other than what was written — bidirectional
@@ -1075,8 +1199,30 @@ fn code_thirds(s: &Study) -> [String; 3] {
     ]
 }
 
+/// A commit signed with the study's own key, as someone who stole `.rsim/keys/` could write it
+/// around the API: the audit's checks of what the record says must still catch what it holds.
+/// (A commit without the key is refused outright: `unsigned_or_foreign_commits_are_refused…`.)
+fn commit_with_stolen_key(
+    root: &Path,
+    repo: &git2::Repository,
+    sig: &git2::Signature<'_>,
+    msg: &str,
+    tree: &git2::Tree<'_>,
+    parents: &[&git2::Commit<'_>],
+) -> git2::Oid {
+    let key = rsi_master::record::signing::StudyKey::load(root)
+        .expect("key")
+        .expect("the study has a key");
+    let buf = repo
+        .commit_create_buffer(sig, sig, msg, tree, parents)
+        .expect("buffer");
+    let signature = key.sign(&buf).expect("sign");
+    repo.commit_signed(std::str::from_utf8(&buf).expect("utf8"), &signature, None)
+        .expect("commit")
+}
+
 /// Write an action into a node's branch by hand, as someone with write access to the repository
-/// could (bypassing the API), and reindex.
+/// and the study's key could (bypassing the API), and reindex.
 fn forge_action(root: &Path, node: &str, seq: u64, record: &Value) {
     let repo = git2::Repository::open(root).expect("repo");
     let tip = repo
@@ -1107,9 +1253,7 @@ fn forge_action(root: &Path, node: &str, seq: u64, record: &Value) {
     let msg = format!(
         "{action}: forged\n\nRsim-Node: {node}\nRsim-Action: {action}\nRsim-Seq: {seq}\nRsim-Agent: mallory\nRsim-Role: worker\nRsim-Decision: accepted\n"
     );
-    let c = repo
-        .commit(None, &sig, &sig, &msg, &tree, &[&parent])
-        .expect("commit");
+    let c = commit_with_stolen_key(&root, &repo, &sig, &msg, &tree, &[&parent]);
     repo.reference(&format!("refs/heads/rsim/n/{node}"), c, true, "forge")
         .expect("ref");
     let mut s = open(root);
@@ -1677,9 +1821,7 @@ fn racing_registrations_cannot_take_one_dataset_name_twice() {
         "register_dataset: shared (1 rows)\n\nRsim-Node: n1\nRsim-Action: register_dataset\nRsim-Seq: {seq}\nRsim-Agent: {}\nRsim-Role: worker\nRsim-Decision: accepted\n",
         rec["agent"].as_str().expect("agent")
     );
-    let c = repo
-        .commit(None, &sig, &sig, &msg, &new_tree, &[&tip])
-        .expect("commit");
+    let c = commit_with_stolen_key(&root, &repo, &sig, &msg, &new_tree, &[&tip]);
     repo.reference("refs/heads/rsim/n/n1", c, true, "forge")
         .expect("move");
     let mut s = open(&root);
