@@ -30,8 +30,8 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
     let mut unpinned = Vec::new();
     let tips = record.node_tips()?;
     rep.nodes = tips.len();
-    // `main` (what the owner controls) must be this study's too; node commits are checked as
-    // their history is read.
+    // Node commits are checked as their history is read. `main` is the owner's (they commit
+    // config changes with plain git), but its genesis commit is the study's.
     if record.key_fingerprint().is_none() {
         rep.problems.push(
             "the study has no signing key (made before rsim signed its record): no commit can be proven to be this study's".into(),
@@ -39,10 +39,10 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
     } else if let Ok(main) = record.main_tip() {
         let mut walk = repo.revwalk()?;
         walk.push(main)?;
-        for oid in walk {
-            if let Err(why) = record.verify_commit(oid?) {
-                rep.problems.push(format!("main: {why}"));
-            }
+        if let Some(genesis) = walk.filter_map(|o| o.ok()).last()
+            && let Err(why) = record.verify_commit(genesis)
+        {
+            rep.problems.push(format!("main (genesis): {why}"));
         }
     }
     for (id, tip) in &tips {

@@ -178,10 +178,7 @@ mod tests {
             Repository::init(root).expect("init");
             keys.push(StudyKey::create(root).expect("key"));
         }
-        assert!(
-            StudyKey::create(&a).is_err(),
-            "a key is never replaced"
-        );
+        assert!(StudyKey::create(&a).is_err(), "a key is never replaced");
         let repo = Repository::open(&a).expect("repo");
         let sig = git2::Signature::now("rsim", "rsim@rsim.invalid").expect("sig");
         let tree = repo
@@ -199,7 +196,9 @@ mod tests {
             );
         }
         for oid in &ours {
-            keys[0].verify(&repo, *oid).expect("our own commit verifies");
+            keys[0]
+                .verify(&repo, *oid)
+                .expect("our own commit verifies");
         }
         let theirs = repo
             .commit_signed(text, &keys[1].sign(&buf).expect("sign"), None)
