@@ -3,7 +3,9 @@
 //! 1. query round trip (`get_node`), one client, sequential: p50 / p99 (targets ≤ 2 ms / ≤ 10 ms);
 //! 2. 64 concurrent clients calling queries for a few seconds: calls/s and errors (≥ 2,000/s, 0 errors);
 //! 3. 16 agents × 200 writing actions (`branch`) at once: lost and duplicated records (0 / 0),
-//!    then `fsck` on the study.
+//!    then `fsck` on the study;
+//! 4. server memory per MCP session (RSS over 100 new sessions), then sessions opened until the
+//!    server's limit answers 503, and whether a session opened before still answers.
 //!
 //! Sizes: RSIM_BENCH_CLIENTS (64), RSIM_BENCH_SECS (5), RSIM_BENCH_AGENTS (16), RSIM_BENCH_WRITES (200),
 //! RSIM_BENCH_CALLS (2000). Run the release build (`cargo bench` does).
@@ -65,6 +67,18 @@ async fn call(s: &Session, tool: &str, args: Value) -> Result<Value, String> {
         .ok_or_else(|| "no structured content".into())
 }
 
+/// Resident memory of process `pid` in KB.
+fn rss_kb(pid: u32) -> i64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -102,6 +116,7 @@ fn main() {
         }
     };
     std::thread::spawn(move || for _ in lines {});
+    let pid = child.id();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -190,7 +205,42 @@ fn main() {
             t.await.expect("writer task");
         }
         let wsecs = start.elapsed().as_secs_f64();
+
+        // 4. Sessions: memory per session, and the server at its session limit.
+        let keeper = connect(&url, "bench-latency").await;
+        let http = reqwest::Client::new();
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}).to_string();
+        let rss0 = rss_kb(pid);
+        let (mut opened, mut at_100, mut refusal) = (0u64, None, String::new());
+        for i in 0..512 {
+            let r = http
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("x-rsim-agent", format!("bench-q{}", i % 256))
+                .body(init.clone())
+                .send()
+                .await
+                .expect("post");
+            if r.status().is_success() {
+                opened += 1;
+                if opened == 100 {
+                    at_100 = Some(rss_kb(pid));
+                }
+            } else {
+                refusal = format!("{} {}", r.status(), r.text().await.unwrap_or_default());
+                break;
+            }
+        }
+        let per_session_kb = at_100.map(|r| (r - rss0) as f64 / 100.0);
+        let kept = call(&keeper, "get_node", json!({"node": "n0"})).await.is_ok();
+        println!(
+            "sessions: {} KB of server memory per session (RSS over 100 new sessions); {opened} more opened, then: {refusal}; a session opened before the limit still answers: {kept}",
+            per_session_kb.map_or("n/a".into(), |k| format!("{k:.0}"))
+        );
         json!({
+            "session_kb": per_session_kb, "sessions_opened_to_limit": opened, "at_limit": refusal,
+            "kept_session_answers": kept,
             "p50_ms": p50, "p99_ms": p99, "clients": clients, "calls_per_s": rate, "query_errors": errs,
             "agents": agents, "writes_each": writes, "write_errors": werrs.load(Ordering::Relaxed),
             "write_s": wsecs,

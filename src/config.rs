@@ -40,6 +40,44 @@ pub struct StudyConfig {
     /// How the record is written to disk.
     #[serde(default)]
     pub record: RecordConfig,
+    /// Limits of `rsim serve --http` that no client can exceed.
+    #[serde(default)]
+    pub server: ServerConfig,
+}
+
+/// Resource limits of the HTTP server (`rsim serve --http`): what one agent, or a crowd of slow
+/// clients, can hold at once. Defaults suit a study with a few dozen agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Open TCP connections at once. Further connections are answered 503 and closed. Lowered
+    /// at start to what the process's file-descriptor limit leaves after a reserve for the study
+    /// (git, the index, job logs), so agents already connected keep working.
+    pub max_connections: usize,
+    /// MCP sessions alive at once (each holds ~50 KB); an `initialize` past it is answered 503.
+    pub max_sessions: usize,
+    /// MCP sessions one agent identity may hold at once.
+    pub max_sessions_per_agent: usize,
+    /// A session with no request for this long is closed (the client starts a new one).
+    pub session_idle_s: u64,
+    /// A connection that moves no byte either way for this long is closed (SSE streams send a
+    /// keep-alive every 15 s, so a live stream never idles).
+    pub idle_timeout_s: u64,
+    /// A client must send a request's headers within this many seconds of starting it.
+    pub header_timeout_s: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_connections: 256,
+            max_sessions: 128,
+            max_sessions_per_agent: 16,
+            session_idle_s: 300,
+            idle_timeout_s: 120,
+            header_timeout_s: 10,
+        }
+    }
 }
 
 /// How the record (git) and its index are written to disk.
@@ -581,6 +619,31 @@ impl StudyConfig {
             if let Err(m) = check_relative_path(&src.path) {
                 return bad(&format!("datasets.{name}.path"), m);
             }
+        }
+        let sv = &self.server;
+        for (key, v) in [
+            ("server.max_connections", sv.max_connections as u64),
+            ("server.max_sessions", sv.max_sessions as u64),
+            (
+                "server.max_sessions_per_agent",
+                sv.max_sessions_per_agent as u64,
+            ),
+            ("server.session_idle_s", sv.session_idle_s),
+            ("server.idle_timeout_s", sv.idle_timeout_s),
+            ("server.header_timeout_s", sv.header_timeout_s),
+        ] {
+            if v == 0 {
+                return bad(key, "expected at least 1".into());
+            }
+        }
+        if sv.idle_timeout_s <= 15 {
+            return bad(
+                "server.idle_timeout_s",
+                format!(
+                    "{} s would close live SSE streams between their 15 s keep-alives; use more than 15",
+                    sv.idle_timeout_s
+                ),
+            );
         }
         if self.jobs.sft.is_empty() {
             return bad(

@@ -413,12 +413,14 @@ fn write_study(dir: &Path, max_nodes: usize, backend: &str) -> Result<()> {
     std::fs::create_dir_all(dir.join("models/base"))?;
     std::fs::create_dir_all(dir.join("eval"))?;
     crate::train::write_base_model(&dir.join("models/base"))?;
-    let rows = crate::train::datasets::to_jsonl(&[crate::api::types::Row {
-        prompt: "1+1=".into(),
-        answer: "2".into(),
-    }])?;
-    std::fs::write(dir.join("eval/dev.jsonl"), &rows)?;
-    std::fs::write(dir.join("eval/test.jsonl"), &rows)?;
+    // Disjoint splits (a study whose splits share items is refused at creation).
+    for (split, prompt, answer) in [("dev", "1+1=", "2"), ("test", "2+2=", "4")] {
+        let rows = crate::train::datasets::to_jsonl(&[crate::api::types::Row {
+            prompt: prompt.into(),
+            answer: answer.into(),
+        }])?;
+        std::fs::write(dir.join(format!("eval/{split}.jsonl")), &rows)?;
+    }
     let config = format!(
         "[study]\nname = \"bench\"\n[base_model]\nname = \"base\"\npath = \"models/base\"\n\
          [tasks.add2]\ndev = {{ path = \"eval/dev.jsonl\" }}\ntest = {{ path = \"eval/test.jsonl\" }}\n\

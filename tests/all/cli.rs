@@ -636,3 +636,41 @@ fn recipes_read_exactly_the_job_protocol(recipes: &Path, sft_spec: &Path) {
         "expected a 'sft' job spec",
     );
 }
+
+/// `rsim bench` (the record's benchmark) runs end to end at a small size and reports what it
+/// measured, the commit signature's cost included.
+#[test]
+fn the_record_benchmark_runs_and_reports_its_figures() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let out = rsim()
+        .args([
+            "bench",
+            "--json",
+            "--nodes",
+            "30",
+            "--actions",
+            "9",
+            "--repeat",
+            "1",
+            "--dir",
+        ])
+        .arg(d.path())
+        .output()
+        .expect("rsim bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["actions_timed"], 9);
+    assert_eq!(v["nodes"], 30);
+    for k in [
+        "action_ms_median",
+        "sign_us_median",
+        "verify_us_median",
+        "dag_ms_median",
+    ] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
+}

@@ -595,3 +595,137 @@ fn a_loopback_connection_cannot_name_itself_beyond_what_the_owner_allowed() {
         assert_eq!(ok(&r)["created_by"], "http");
     });
 }
+
+/// The server's limits hold against a crowd: one agent's concurrent `initialize`s cannot pass
+/// its session limit together, the server's session limit holds across agents and frees up when
+/// a session is deleted, clients that open sockets and send nothing are answered 503 past the
+/// connection limit and cut off at the header timeout, after which real clients get in again.
+#[test]
+fn the_server_holds_its_limits_against_crowds_and_slow_clients() {
+    use std::io::{Read, Write};
+    let (_d, study) = example_study();
+    let text = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    crate::common::commit_config(
+        &study,
+        &format!(
+            "{text}\n[server]\nmax_connections = 12\nmax_sessions = 3\nmax_sessions_per_agent = 2\nheader_timeout_s = 1\n"
+        ),
+        "server limits",
+    );
+    let server = serve(&study, &[]);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).to_string();
+    rt().block_on(async {
+        let client = reqwest::Client::new();
+        let post = |agent: &str| {
+            client
+                .post(&server.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("x-rsim-agent", agent)
+                .body(init.clone())
+                .send()
+        };
+        // Eight at once from one agent: exactly its two sessions.
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let (client, url, init) = (client.clone(), server.url.clone(), init.clone());
+            tasks.spawn(async move {
+                client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream")
+                    .header("x-rsim-agent", "agent-1")
+                    .body(init)
+                    .send()
+                    .await
+            });
+        }
+        let mut sessions = Vec::new();
+        let mut refused = 0;
+        while let Some(r) = tasks.join_next().await {
+            let r = r.expect("task").expect("post");
+            if r.status().is_success() {
+                sessions.push(
+                    r.headers()["mcp-session-id"]
+                        .to_str()
+                        .expect("id")
+                        .to_string(),
+                );
+            } else {
+                assert_eq!(r.status(), 503);
+                let body = r.text().await.expect("body");
+                assert!(body.contains("server.max_sessions_per_agent"), "{body}");
+                refused += 1;
+            }
+        }
+        assert_eq!((sessions.len(), refused), (2, 6));
+        // The server's limit (3) across agents.
+        assert!(post("agent-2").await.expect("post").status().is_success());
+        let r = post("agent-3").await.expect("post");
+        assert_eq!(r.status(), 503);
+        assert!(
+            r.text()
+                .await
+                .expect("body")
+                .contains("server.max_sessions")
+        );
+        // Deleting a session frees its place.
+        let del = client
+            .delete(&server.url)
+            .header("x-rsim-agent", "agent-1")
+            .header("mcp-session-id", &sessions[0])
+            .send()
+            .await
+            .expect("delete");
+        assert!(del.status().is_success(), "{}", del.status());
+        let mut ok = false;
+        for _ in 0..50 {
+            if post("agent-3").await.expect("post").status().is_success() {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(ok, "a deleted session's place was not freed");
+    });
+
+    // Slow clients: sockets that never send a request.
+    let addr = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let mut silent: Vec<std::net::TcpStream> = (0..12)
+        .map(|_| std::net::TcpStream::connect(&addr).expect("connect"))
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut extra = std::net::TcpStream::connect(&addr).expect("connect");
+    extra
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let mut busy = String::new();
+    let _ = extra.read_to_string(&mut busy);
+    assert!(
+        busy.starts_with("HTTP/1.1 503") && busy.contains("server.max_connections"),
+        "{busy:?}"
+    );
+    // The header timeout (1 s) closes the silent ones.
+    for s in &mut silent {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        assert!(
+            buf.is_empty() || String::from_utf8_lossy(&buf).contains("408"),
+            "{:?}",
+            String::from_utf8_lossy(&buf)
+        );
+    }
+    // A real client gets in again.
+    let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+    s.write_all(b"GET /nothing HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    let mut got = String::new();
+    s.read_to_string(&mut got).expect("read");
+    assert!(got.starts_with("HTTP/1.1 404"), "{got}");
+}

@@ -10,16 +10,16 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::Deserialize;
 
-use super::{Options, Server, Shared};
+use super::{Options, Server, Shared, limits};
 use crate::model::{Caller, Role};
 use crate::util::error::{Error, IoContext, Result};
 
@@ -220,6 +220,16 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
             }
         };
         let shared: Arc<Shared> = Shared::open(study, opts)?;
+        let lim = shared.server_limits()?;
+        let fd_limit = limits::raise_fd_limit();
+        let max_connections = limits::connection_limit(lim.max_connections, fd_limit);
+        if max_connections < lim.max_connections {
+            eprintln!(
+                "rsim: serving at most {max_connections} connections (server.max_connections = {}), what the file-descriptor limit of {fd_limit} leaves after {} for the study",
+                lim.max_connections,
+                limits::FD_RESERVE
+            );
+        }
         let mut config = StreamableHttpServerConfig::default()
             .with_max_request_body_bytes(MAX_BODY_BYTES)
             .with_sse_keep_alive(Some(std::time::Duration::from_secs(15)));
@@ -230,29 +240,156 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
         }
         let server_ct = config.cancellation_token.clone();
         let sh = shared.clone();
+        let sessions: limits::Sessions = Arc::new(limits::BoundedSessions::new(
+            lim.max_sessions,
+            Duration::from_secs(lim.session_idle_s),
+        ));
         let service = StreamableHttpService::new(
             move || Ok(Server::new(sh.clone(), None)),
-            Arc::new(LocalSessionManager::default()),
+            sessions.clone(),
             config,
         );
+        let session_limits = Arc::new(SessionLimits {
+            sessions,
+            agents: Arc::new(limits::AgentSessions::default()),
+            per_agent: lim.max_sessions_per_agent,
+        });
         let app = axum::Router::new()
             .route_service("/mcp", service)
             .fallback(not_found)
+            .layer(middleware::from_fn_with_state(session_limits, limit_sessions))
             .layer(middleware::from_fn_with_state(Arc::new(auth), authenticate));
         eprintln!("rsim: listening on http://{local}/mcp");
         tracing::info!(%local, study = %shared.root().display(), "serving MCP over HTTP");
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                // End the sessions' open streams so the connections can close.
-                server_ct.cancel();
-            })
-            .await
-            .map_err(|e| Error::internal(format!("HTTP server: {e}")))?;
+        accept_loop(
+            listener,
+            app,
+            Accept {
+                max_connections,
+                idle: Duration::from_secs(lim.idle_timeout_s),
+                header: Duration::from_secs(lim.header_timeout_s),
+            },
+        )
+        .await;
+        // End the sessions' open streams so the connections can close.
+        server_ct.cancel();
         eprintln!("rsim: stopped; recording jobs still running before exit");
         Ok(())
     })
 }
+
+/// The accept loop's limits (`[server]`).
+struct Accept {
+    max_connections: usize,
+    idle: Duration,
+    header: Duration,
+}
+
+/// Serve connections until SIGINT/SIGTERM, each under the connection limit, the header timeout
+/// and the idle timeout; then stop accepting and give open connections 5 s to finish.
+async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router, lim: Accept) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tokio::io::AsyncWriteExt;
+    let permits = Arc::new(tokio::sync::Semaphore::new(lim.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors or a connection reset before accept: keep serving.
+                    tracing::warn!("cannot accept a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            let busy = limits::busy_response(lim.max_connections);
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let _ = tokio::time::timeout(Duration::from_secs(2), stream.write_all(&busy)).await;
+                let _ = stream.shutdown().await;
+            });
+            continue;
+        };
+        let io = TokioIo::new(limits::Idle::new(stream, lim.idle));
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(lim.header)
+            .serve_connection(
+                io,
+                hyper_util::service::TowerToHyperService::new(app.clone()),
+            );
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection closed: {e}");
+            }
+            drop(permit);
+        });
+    }
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+    }
+}
+
+/// The session limits the middleware enforces (the global bound is also exact in
+/// `BoundedSessions` itself).
+struct SessionLimits {
+    sessions: limits::Sessions,
+    agents: Arc<limits::AgentSessions>,
+    per_agent: usize,
+}
+
+/// A request that may start a session (a POST without `Mcp-Session-Id`) is let through only
+/// within the identity's and the server's session limits; otherwise 503 with a JSON-RPC error
+/// naming the limit.
+async fn limit_sessions(
+    State(st): State<Arc<SessionLimits>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let starts_session =
+        req.method() == axum::http::Method::POST && !req.headers().contains_key(SESSION_HEADER);
+    let agent = req.extensions().get::<Caller>().map(|c| c.agent.clone());
+    let (true, Some(agent)) = (starts_session, agent) else {
+        return next.run(req).await;
+    };
+    let opening = match st.agents.begin(&agent, st.per_agent, &st.sessions).await {
+        Ok(o) => o,
+        Err(msg) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::RETRY_AFTER, "5"),
+                ],
+                serde_json::json!({
+                    "jsonrpc": "2.0", "id": null,
+                    "error": { "code": -32000, "message": msg },
+                })
+                .to_string(),
+            )
+                .into_response();
+        }
+    };
+    let resp = next.run(req).await;
+    let session = resp
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    opening.finish(session);
+    resp
+}
+
+/// The MCP session header (streamable HTTP).
+const SESSION_HEADER: &str = "mcp-session-id";
 
 async fn shutdown_signal() {
     let term = async {

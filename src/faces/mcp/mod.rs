@@ -13,6 +13,7 @@
 pub mod config;
 pub mod http;
 pub mod jobs;
+pub mod limits;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -88,6 +89,11 @@ impl Shared {
 
     pub fn root(&self) -> &Path {
         self.pool.root()
+    }
+
+    /// The `[server]` limits of the committed config.
+    pub fn server_limits(&self) -> Result<crate::config::ServerConfig> {
+        self.pool.with(|s| Ok(s.config().server.clone()))
     }
 }
 
