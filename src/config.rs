@@ -2,7 +2,7 @@
 //! the file, the key and what was expected. Its JSON Schema is generated into `schemas/`.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -456,6 +456,38 @@ pub struct PolicyConfig {
     /// score above the sealed score with a p-value below this is suspected contamination.
     #[serde(default = "default_tripwire_alpha")]
     pub tripwire_alpha: f64,
+    /// The sandbox of jobs and command agents (Landlock): `required` refuses to run a job (rule
+    /// `sandbox`) or an agent where it cannot be applied, `best-effort` runs them unconfined there
+    /// and records so, `off` runs them without one.
+    #[serde(default)]
+    pub sandbox: SandboxMode,
+    /// Absolute paths jobs may also read and execute inside the sandbox (a Python environment,
+    /// a CUDA toolkit outside `/usr` and `/opt`, a model cache).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sandbox_read: Vec<PathBuf>,
+}
+
+/// `[policy] sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Refuse what cannot be sandboxed.
+    Required,
+    /// Sandbox where the kernel can, run unconfined (and record it) where it cannot.
+    #[default]
+    BestEffort,
+    /// No sandbox.
+    Off,
+}
+
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Required => "required",
+            SandboxMode::BestEffort => "best-effort",
+            SandboxMode::Off => "off",
+        }
+    }
 }
 
 fn default_max_dataset_rows() -> u64 {
@@ -497,6 +529,8 @@ impl Default for PolicyConfig {
             max_dataset_rows: default_max_dataset_rows(),
             max_dataset_bytes: default_max_dataset_bytes(),
             tripwire_alpha: default_tripwire_alpha(),
+            sandbox: SandboxMode::default(),
+            sandbox_read: Vec::new(),
         }
     }
 }
@@ -677,6 +711,12 @@ impl StudyConfig {
             return bad(
                 "policy.tripwire_alpha",
                 format!("expected a significance level in (0, 0.5), got {a}"),
+            );
+        }
+        if let Some(p) = self.policy.sandbox_read.iter().find(|p| !p.is_absolute()) {
+            return bad(
+                "policy.sandbox_read",
+                format!("expected absolute paths, got {:?}", p.display().to_string()),
             );
         }
         if self.policy.max_dataset_rows == 0 || self.policy.max_dataset_bytes == 0 {

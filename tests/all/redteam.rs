@@ -81,8 +81,10 @@ fn adversarial_study_with(probes: u64) -> (tempfile::TempDir, PathBuf, Vec<Row>)
         root.join("jobs/train.sh"),
         format!(
             "#!/bin/sh\n{rsim} job train \"$1\" || exit 1\nenv > \"$RSIM_JOB_OUT/checkpoint/env.txt\"\n\
-             (python3 -c \"import socket; socket.create_connection(('127.0.0.1', int(open('$RSIM_JOB_DIR/../../port').read())), timeout=2)\" \
-             && echo reachable || echo unreachable) > \"$RSIM_JOB_OUT/checkpoint/net.txt\" 2>&1\n"
+             (python3 -c \"import socket; socket.create_connection(('127.0.0.1', int(open('{port}').read())), timeout=2)\" \
+             && echo reachable || echo unreachable) > \"$RSIM_JOB_OUT/checkpoint/net.txt\" 2>&1\n",
+            // Beside the script, which the job's sandbox lets it read: only the network stops it.
+            port = root.join("jobs/port").display()
         ),
     )
     .expect("train.sh");
@@ -207,7 +209,7 @@ fn every_hack_class_is_stopped_recorded_and_audited() {
     // A loopback listener the jobs must not reach (class 7/9: no network).
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     std::fs::write(
-        root.join(".rsim/port"),
+        root.join("jobs/port"),
         listener.local_addr().expect("addr").port().to_string(),
     )
     .expect("port");
