@@ -89,8 +89,7 @@ pub const PROC_READ: &[&str] = &[
 /// memory and GPUs — never disks or memory (`/dev/vda`, `/dev/mem`), which root could read the
 /// study from.
 pub const DEV_WRITE: &[&str] = &[
-    "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm", "fd", "stdin",
-    "stdout", "stderr", "dri", "kfd",
+    "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm", "dri", "kfd",
 ];
 
 /// The grants below `/proc` (read) and `/dev` (read and write) that exist here.
@@ -199,7 +198,14 @@ pub fn apply(sb: &Sandbox) -> std::result::Result<String, String> {
         .map_err(|err| e("cannot create a ruleset", err))?;
     for (paths, access) in [(&sb.read, read), (&sb.write, all)] {
         for p in paths {
+            // Only directories, files and devices: a link to a pipe or socket (`/dev/stdin`)
+            // is no hierarchy to grant (the kernel refuses such a rule, EBADFD).
+            use std::os::unix::fs::FileTypeExt;
             let Ok(meta) = fs::metadata(p) else { continue };
+            let t = meta.file_type();
+            if !(t.is_dir() || t.is_file() || t.is_char_device() || t.is_block_device()) {
+                continue;
+            }
             let Ok(fd) = PathFd::new(p) else { continue };
             let access = if meta.is_dir() { access } else { access & file };
             rs = rs
