@@ -866,6 +866,25 @@ evaluate = ["true"]
     }
 
     #[test]
+    fn the_sandbox_is_best_effort_by_default_and_its_extra_paths_are_absolute() {
+        let c = StudyConfig::parse(GOOD, "rsim.toml").expect("valid");
+        assert_eq!(c.policy.sandbox, SandboxMode::BestEffort);
+        let with =
+            |policy: &str| StudyConfig::parse(&format!("{GOOD}[policy]\n{policy}\n"), "rsim.toml");
+        let c = with("sandbox = \"required\"\nsandbox_read = [\"/opt/venv\"]").expect("valid");
+        assert_eq!(c.policy.sandbox, SandboxMode::Required);
+        assert_eq!(c.policy.sandbox_read, [PathBuf::from("/opt/venv")]);
+        assert_eq!(
+            with("sandbox = \"off\"").expect("valid").policy.sandbox,
+            SandboxMode::Off
+        );
+        let e = with("sandbox = \"maybe\"").expect_err("unknown mode");
+        assert!(e.message.contains("sandbox"), "{}", e.message);
+        let e = with("sandbox_read = [\"venv\"]").expect_err("relative");
+        assert!(e.message.contains("policy.sandbox_read"), "{}", e.message);
+    }
+
+    #[test]
     fn wrong_type_names_file_key_and_expectation() {
         let text = GOOD.replace("[jobs]", "[budgets]\ncompute_seconds = \"lots\"\n[jobs]");
         let e = StudyConfig::parse(&text, "rsim.toml").unwrap_err();

@@ -653,6 +653,33 @@ mod tests {
     }
 
     #[test]
+    fn a_job_that_cannot_be_sandboxed_is_refused_only_where_the_study_requires_it() {
+        let facts = Facts {
+            checkpoint_known: true,
+            sandbox_unavailable: Some("the kernel has no Landlock".into()),
+            ..Facts::default()
+        };
+        let req = eval_req(Split::Dev);
+        let mut c = cfg();
+        assert!(c.policy.sandbox == crate::config::SandboxMode::BestEffort);
+        assert!(check(Request::Evaluate(&req), &Caller::owner(), &c, &facts).accepted());
+        c.policy.sandbox = crate::config::SandboxMode::Required;
+        let d = check(Request::Evaluate(&req), &Caller::owner(), &c, &facts);
+        assert_eq!(d.rule.as_deref(), Some("sandbox"));
+        assert!(
+            d.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("no Landlock")),
+            "{d:?}"
+        );
+        let available = Facts {
+            sandbox_unavailable: None,
+            ..facts
+        };
+        assert!(check(Request::Evaluate(&req), &Caller::owner(), &c, &available).accepted());
+    }
+
+    #[test]
     fn a_job_whose_environment_cannot_be_pinned_is_refused_with_the_reason() {
         let facts = Facts {
             checkpoint_known: true,
