@@ -468,6 +468,79 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_evaluation_job_may_read_its_split_and_nothing_else_of_the_study() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path().canonicalize().expect("canon");
+        let prot = root.join(".rsim/protected/add2");
+        fs::create_dir_all(&prot).expect("mkdir");
+        for f in ["dev.jsonl", "test.jsonl", "eval.sh"] {
+            fs::write(prot.join(f), b"x").expect("write");
+        }
+        fs::create_dir_all(root.join("recipes")).expect("mkdir");
+        fs::write(root.join("recipes/eval.py"), b"x").expect("write");
+        let dir = root.join(".rsim/jobs/j-1");
+        let params = JobParams::Evaluate(crate::jobs::protocol::EvalParams {
+            eval_set: prot.join("dev.jsonl"),
+            ..match crate::jobs::protocol::example_eval() {
+                JobParams::Evaluate(e) => e,
+                JobParams::Sft(_) => unreachable!("an evaluation spec"),
+            }
+        });
+        let cmd = |args: &[PathBuf]| -> Vec<String> {
+            args.iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect()
+        };
+        let command = cmd(&[
+            PathBuf::from("sh"),
+            prot.join("eval.sh"),
+            root.join("recipes/eval.py"),
+            root.clone(),
+            root.join(".rsim"),
+        ]);
+        let extra = [root.clone(), PathBuf::from("/opt")];
+        let sb = for_job(
+            Path::new("/bin/rsim"),
+            &dir,
+            &params,
+            &command,
+            &root,
+            &extra,
+            true,
+        );
+        let read: BTreeSet<_> = sb.read.iter().cloned().collect();
+        for want in [
+            prot.join("dev.jsonl"),
+            prot.join("eval.sh"),
+            root.join("recipes"),
+            dir.clone(),
+        ] {
+            assert!(read.contains(&want), "{want:?} in {read:?}");
+        }
+        for p in sb.read.iter().chain(&sb.write) {
+            assert!(!root.starts_with(p), "the study or an ancestor: {p:?}");
+            assert!(
+                !p.starts_with(root.join(".rsim/protected")) || p.is_file(),
+                "a protected directory: {p:?}"
+            );
+            assert_ne!(*p, prot.join("test.jsonl"));
+        }
+        assert_eq!(
+            sb.write,
+            [
+                sb.write
+                    .iter()
+                    .filter(|p| p.starts_with("/dev"))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+                vec![dir.join("out"), dir.join("home"), dir.join("tmp")]
+            ]
+            .concat()
+        );
+        assert_eq!(sb.home, Some(dir.join("home")));
+    }
+
+    #[test]
     fn the_complement_of_a_path_leaves_out_its_ancestors_and_links_into_it() {
         let d = tempfile::tempdir().expect("tempdir");
         let root = d.path().canonicalize().expect("canon");
