@@ -2,7 +2,7 @@
 //! the file, the key and what was expected. Its JSON Schema is generated into `schemas/`.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -494,6 +494,38 @@ pub struct PolicyConfig {
     /// score above the sealed score with a p-value below this is suspected contamination.
     #[serde(default = "default_tripwire_alpha")]
     pub tripwire_alpha: f64,
+    /// The sandbox of jobs and command agents (Landlock): `required` refuses to run a job (rule
+    /// `sandbox`) or an agent where it cannot be applied, `best-effort` runs them unconfined there
+    /// and records so, `off` runs them without one.
+    #[serde(default)]
+    pub sandbox: SandboxMode,
+    /// Absolute paths jobs may also read and execute inside the sandbox (a Python environment,
+    /// a CUDA toolkit outside `/usr` and `/opt`, a model cache).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sandbox_read: Vec<PathBuf>,
+}
+
+/// `[policy] sandbox`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Refuse what cannot be sandboxed.
+    Required,
+    /// Sandbox where the kernel can, run unconfined (and record it) where it cannot.
+    #[default]
+    BestEffort,
+    /// No sandbox.
+    Off,
+}
+
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Required => "required",
+            SandboxMode::BestEffort => "best-effort",
+            SandboxMode::Off => "off",
+        }
+    }
 }
 
 fn default_max_dataset_rows() -> u64 {
@@ -535,6 +567,8 @@ impl Default for PolicyConfig {
             max_dataset_rows: default_max_dataset_rows(),
             max_dataset_bytes: default_max_dataset_bytes(),
             tripwire_alpha: default_tripwire_alpha(),
+            sandbox: SandboxMode::default(),
+            sandbox_read: Vec::new(),
         }
     }
 }
@@ -742,6 +776,12 @@ impl StudyConfig {
                 format!("expected a significance level in (0, 0.5), got {a}"),
             );
         }
+        if let Some(p) = self.policy.sandbox_read.iter().find(|p| !p.is_absolute()) {
+            return bad(
+                "policy.sandbox_read",
+                format!("expected absolute paths, got {:?}", p.display().to_string()),
+            );
+        }
         if self.policy.max_dataset_rows == 0 || self.policy.max_dataset_bytes == 0 {
             return bad(
                 "policy.max_dataset_rows",
@@ -886,6 +926,25 @@ evaluate = ["true"]
         assert_eq!(c.budgets.test_evaluations_per_node, 2);
         assert_eq!(c.tasks["add"].metric, "exact_match");
         assert_eq!(c.environment, Environment::Host);
+    }
+
+    #[test]
+    fn the_sandbox_is_best_effort_by_default_and_its_extra_paths_are_absolute() {
+        let c = StudyConfig::parse(GOOD, "rsim.toml").expect("valid");
+        assert_eq!(c.policy.sandbox, SandboxMode::BestEffort);
+        let with =
+            |policy: &str| StudyConfig::parse(&format!("{GOOD}[policy]\n{policy}\n"), "rsim.toml");
+        let c = with("sandbox = \"required\"\nsandbox_read = [\"/opt/venv\"]").expect("valid");
+        assert_eq!(c.policy.sandbox, SandboxMode::Required);
+        assert_eq!(c.policy.sandbox_read, [PathBuf::from("/opt/venv")]);
+        assert_eq!(
+            with("sandbox = \"off\"").expect("valid").policy.sandbox,
+            SandboxMode::Off
+        );
+        let e = with("sandbox = \"maybe\"").expect_err("unknown mode");
+        assert!(e.message.contains("sandbox"), "{}", e.message);
+        let e = with("sandbox_read = [\"venv\"]").expect_err("relative");
+        assert!(e.message.contains("policy.sandbox_read"), "{}", e.message);
     }
 
     #[test]

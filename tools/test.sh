@@ -17,6 +17,8 @@ tools/setup-nix.sh
 # A single-node Slurm cluster for the Slurm-backend tests (idempotent); they may not skip here.
 tools/setup-slurm.sh
 export RSIM_REQUIRE_SLURM=1
+# The sandbox tests attack for real and may not skip here (they need Landlock: Linux 5.13+).
+export RSIM_REQUIRE_SANDBOX=1
 
 # The MCP clients (npm, pip; idempotent): the command-agent test drives rsim through the Python
 # client, and may not skip here.

@@ -8,7 +8,9 @@
 //! `[agents] env` (rsim.toml) and its own `RSIM_*` ones — nothing else is inherited; a private
 //! working directory outside the study, made for its turn and removed after it, holding only its
 //! own MCP config; and only its own token (the server's token file is deleted as soon as the
-//! server has read it). Reading the study's files is not prevented here (that needs a sandbox).
+//! server has read it). Unless the study turns the sandbox off (`[policy] sandbox`), it runs
+//! under `rsim job sandbox` (Landlock, `jobs::sandbox::all_but`): no access to the study
+//! directory, to other agents' private directories, or to other processes' `/proc` entries.
 
 use super::{ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
 use crate::model::{ActionName, Caller};
@@ -194,7 +196,9 @@ impl CommandAgent {
             .try_clone()
             .map_err(|e| Error::internal(format!("{}: {e}", log_path.display())))?;
         let prompt = format!("{role_prompt}\n\n## Your task\n\n{task}\n");
-        let mut cmd = Command::new("sh");
+        // The sandbox's description lives in its own private directory, removed with the turn.
+        let sandbox_dir = TurnDir(private_dir("rsim-sandbox")?);
+        let mut cmd = self.sandboxed_sh(study, dir, &sandbox_dir.0)?;
         cmd.env_clear();
         for name in &study.config().agents.env {
             if let Some(v) = std::env::var_os(name) {
@@ -260,6 +264,46 @@ impl CommandAgent {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+}
+
+impl CommandAgent {
+    /// `sh`, or — unless the study turned the sandbox off — `rsim job sandbox FILE -- sh`: the
+    /// agent may use the machine but not the study directory, nor the other rsim directories
+    /// under the temporary directory (other agents' turns, the server's tokens), nor any other
+    /// process's `/proc` entries (their environments), nor disks and memory devices.
+    fn sandboxed_sh(&self, study: &Study, own: &Path, sandbox_dir: &Path) -> Result<Command> {
+        use crate::config::SandboxMode;
+        use crate::jobs::sandbox;
+        let mode = study.config().policy.sandbox;
+        if mode == SandboxMode::Off {
+            return Ok(Command::new("sh"));
+        }
+        if mode == SandboxMode::Required
+            && let Err(why) = sandbox::landlock_abi()
+        {
+            return Err(Error::invalid(format!(
+                "agent command {:?}: the study requires a sandbox (policy.sandbox = \"required\") and this machine cannot apply one: {why}",
+                self.command
+            )));
+        }
+        let mut deny = vec![self.root.clone()];
+        if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+            deny.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("rsim-"))
+                    .map(|e| e.path())
+                    .filter(|p| p != own),
+            );
+        }
+        let mut sb = sandbox::all_but(&deny, mode == SandboxMode::Required);
+        sb.tmp = Some(own.to_path_buf());
+        let file = sandbox_dir.join(sandbox::SANDBOX_FILE);
+        sandbox::write(&sb, &file)?;
+        let mut cmd = Command::new(crate::os::current_rsim()?);
+        cmd.args(["job", "sandbox"]).arg(&file).args(["--", "sh"]);
+        Ok(cmd)
     }
 }
 

@@ -662,6 +662,7 @@ pub fn training(o: &TrainBenchOptions, dir: Option<&Path>, json_out: bool) -> Re
     let caller = Caller::new("bench", crate::model::Role::Worker);
     let mut ladders = Vec::new();
     let mut start_s = Vec::new();
+    let mut sandbox_ms = (Vec::new(), Vec::new());
     for format in &o.formats {
         let fname = format.name();
         for seed in 0..o.seeds {
@@ -681,6 +682,7 @@ pub fn training(o: &TrainBenchOptions, dir: Option<&Path>, json_out: bool) -> Re
             );
             if start_s.is_empty() {
                 start_s = job_start_overhead(&study, &caller, fname)?;
+                sandbox_ms = sandbox_overhead(&d, 20)?;
             }
             ladders.push(ladder);
         }
@@ -697,10 +699,20 @@ pub fn training(o: &TrainBenchOptions, dir: Option<&Path>, json_out: bool) -> Re
             serde_json::to_string_pretty(&json!({
                 "machine": machine(), "options": o, "formats": rows,
                 "job_start_s_median": start_median, "job_start_s_runs": start_s, "ladders": ladders,
+                "sandbox_ms_runs": sandbox_ms.0, "unsandboxed_ms_runs": sandbox_ms.1,
+                "sandbox_cost_ms_median": median(&mut sandbox_ms.0.clone()) - median(&mut sandbox_ms.1.clone()),
             }))?
         );
     } else {
         print_training(&o, &rows, start_median, &start_s);
+        let (with, without) = (median(&mut sandbox_ms.0), median(&mut sandbox_ms.1));
+        println!(
+            "sandbox cost per job start (a `true` job through the local runner, median of {}): {:.1} ms with, {:.1} ms without: +{:.1} ms",
+            sandbox_ms.1.len(),
+            with,
+            without,
+            with - without
+        );
     }
     if dir.is_none() {
         let _ = std::fs::remove_dir_all(&base);
@@ -917,6 +929,66 @@ fn train_ladder(
         }
     }
     Ok(ladder)
+}
+
+/// What the sandbox adds to a job's start: `n` jobs running `true` through the local runner in
+/// the study's job directory, with the sandbox a job would get (the `rsim job sandbox` exec, the
+/// Landlock ruleset) and without; wall milliseconds of each (with, without).
+fn sandbox_overhead(study: &Path, n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    use crate::jobs::{JobRunner, JobSpec, LocalRunner, sandbox};
+    let rsim = crate::os::current_rsim()?;
+    let root = study.canonicalize()?;
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for i in 0..2 * n {
+        let id = crate::jobs::new_job_id();
+        let dir = root.join(crate::os::STATE_DIR).join("jobs").join(&id);
+        let params =
+            crate::jobs::protocol::JobParams::Evaluate(crate::jobs::protocol::EvalParams {
+                job: id.clone(),
+                checkpoint: crate::jobs::protocol::CheckpointRef {
+                    sha256: String::new(),
+                    files: Default::default(),
+                },
+                task: "bench".into(),
+                split: Split::Dev,
+                metric: "exact_match".into(),
+                eval_set: root.join("rsim.toml"),
+            });
+        let command = vec!["true".to_string()];
+        let sandboxed = i % 2 == 0;
+        let sb =
+            sandboxed.then(|| sandbox::for_job(&rsim, &dir, &params, &command, &root, &[], false));
+        let command = if sandboxed {
+            sandbox::wrap(&rsim, &dir.join(sandbox::SANDBOX_FILE), command)
+        } else {
+            command
+        };
+        let spec = JobSpec {
+            id,
+            command,
+            dir,
+            timeout_s: 60,
+            env: "host".into(),
+            isolate_network: false,
+            require_isolation: false,
+            limits: crate::jobs::JobLimits::default(),
+            slots_dir: None,
+            params,
+            sandbox: sb,
+        };
+        let t = std::time::Instant::now();
+        let job = LocalRunner.run(&spec)?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        if job.state != crate::model::JobState::Succeeded {
+            return Err(Error::internal(format!(
+                "the sandbox benchmark's job failed: {:?}",
+                job.error
+            )));
+        }
+        if sandboxed { &mut with } else { &mut without }.push(ms);
+        let _ = std::fs::remove_dir_all(&spec.dir);
+    }
+    Ok((with, without))
 }
 
 /// Job start overhead: five 1-step runs (spawn, load base and data, one step, save), job seconds.

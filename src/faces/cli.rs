@@ -367,6 +367,14 @@ pub enum JobCommand {
     Train { spec: PathBuf },
     /// Evaluate (a job spec from the runner).
     Eval { spec: PathBuf },
+    /// Run a command in a sandbox (Landlock): the wrapper a job's or an agent's command starts with.
+    Sandbox {
+        /// The sandbox's description (sandbox.json).
+        file: PathBuf,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Build a tiny-gpt base model by a short seeded pretraining.
     Pretrain {
         #[arg(long)]
@@ -474,6 +482,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Job { kind } => match kind {
             JobCommand::Train { spec } => crate::train::train(spec),
             JobCommand::Eval { spec } => crate::train::eval(spec),
+            JobCommand::Sandbox { file, command } => crate::jobs::sandbox::exec(file, command),
             JobCommand::Pretrain { out, seed, steps } => {
                 let report = crate::train::pretrain(out, *seed, *steps)?;
                 print_json(&report)

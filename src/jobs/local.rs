@@ -26,9 +26,8 @@ pub struct LocalRunner;
 
 impl JobRunner for LocalRunner {
     fn run(&self, spec: &JobSpec) -> Result<JobRecord> {
-        fs::create_dir_all(spec.out_dir()).at("cannot create", &spec.out_dir())?;
+        spec.prepare_dir()?;
         let spec_path = spec.spec_path();
-        spec.params.write(&spec_path)?;
         let log_path = spec.log_path();
         let log = File::create(&log_path).at("cannot create", &log_path)?;
         let log2 = log.try_clone().at("cannot open", &log_path)?;
@@ -58,6 +57,7 @@ impl JobRunner for LocalRunner {
                         )),
                         compute_s: None,
                         slurm: None,
+                        sandbox: None,
                     });
                 }
             },
@@ -133,6 +133,7 @@ impl JobRunner for LocalRunner {
             error,
             compute_s: None,
             slurm: None,
+            sandbox: crate::jobs::sandbox::outcome(spec.sandbox.as_ref(), &spec.dir, true),
         };
         let spawned = cmd.spawn();
         if let Ok(c) = &spawned {
@@ -237,6 +238,7 @@ mod tests {
             limits: JobLimits::default(),
             slots_dir: None,
             params: crate::jobs::protocol::example_eval(),
+            sandbox: None,
         }
     }
 

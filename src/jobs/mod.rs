@@ -10,6 +10,7 @@
 pub mod environment;
 pub mod local;
 pub mod protocol;
+pub mod sandbox;
 pub mod slurm;
 
 use std::fs::{self, File};
@@ -56,6 +57,10 @@ pub struct JobSpec {
     pub slots_dir: Option<PathBuf>,
     /// What the job reads, written to `spec.json` for the command to read.
     pub params: JobParams,
+    /// What the job's program may touch, written to `sandbox.json` for the wrapper its command
+    /// starts with (`rsim job sandbox`); none when the study turned the sandbox off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<sandbox::Sandbox>,
 }
 
 impl JobSpec {
@@ -70,6 +75,16 @@ impl JobSpec {
     }
     pub fn spec_path(&self) -> PathBuf {
         self.dir.join(protocol::SPEC_FILE)
+    }
+
+    /// Make the job's directory: `out/`, `spec.json` and, for a sandboxed job, `sandbox.json`.
+    pub fn prepare_dir(&self) -> Result<()> {
+        fs::create_dir_all(self.out_dir()).at("cannot create", &self.out_dir())?;
+        self.params.write(&self.spec_path())?;
+        if let Some(sb) = &self.sandbox {
+            sandbox::write(sb, &self.dir.join(sandbox::SANDBOX_FILE))?;
+        }
+        Ok(())
     }
 }
 
@@ -199,6 +214,7 @@ pub fn lost_record(
         ),
         compute_s: None,
         slurm: None,
+        sandbox: None,
     }
 }
 
@@ -389,6 +405,7 @@ mod tests {
             limits: JobLimits::default(),
             slots_dir: None,
             params: protocol::example_eval(),
+            sandbox: None,
         };
         let e = slurm::SlurmRunner::for_submitted()
             .run(&spec)

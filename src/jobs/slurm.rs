@@ -181,8 +181,7 @@ impl JobRunner for SlurmRunner {
                 spec.id
             )));
         };
-        fs::create_dir_all(spec.out_dir()).at("cannot create", &spec.out_dir())?;
-        spec.params.write(&spec.spec_path())?;
+        spec.prepare_dir()?;
         let log = spec.log_path();
         fs::File::create(&log).at("cannot create", &log)?;
         if spec.dir.join("cancel").exists() {
@@ -723,6 +722,8 @@ fn record(sub: &Submitted, row: &CompletionRow) -> JobRecord {
             queued_s: started.map(|s| round3((s - sub.submitted).max(0.0))),
             elapsed_s: row.elapsed_s,
         }),
+        // The node's own note (it may not be the machine rsim runs on).
+        sandbox: crate::jobs::sandbox::outcome(spec.sandbox.as_ref(), dir, false),
     }
 }
 
@@ -744,6 +745,7 @@ fn never_ran(spec: &JobSpec, at: f64, state: JobState, error: String) -> JobReco
         error: Some(error),
         compute_s: Some(0.0),
         slurm: None,
+        sandbox: None,
     }
 }
 
@@ -863,6 +865,7 @@ mod tests {
             limits: crate::jobs::JobLimits::default(),
             slots_dir: None,
             params: crate::jobs::protocol::example_eval(),
+            sandbox: None,
         };
         let args = sbatch_args(&cfg, &spec);
         for want in [

@@ -323,6 +323,12 @@ pub struct JobRecord {
     /// The Slurm job behind this job, for jobs run by the `slurm` backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmJob>,
+    /// The sandbox the job's program ran under, as it happened: `landlock-abiN` (Landlock ABI N
+    /// enforced), `none: <why>` (it ran unconfined), `refused: <why>` (the sandbox was required
+    /// and could not be applied, so the program never ran), `off` (the study turned it off).
+    /// Unset: the program never started, or the job predates sandboxes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 impl JobRecord {

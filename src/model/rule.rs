@@ -65,6 +65,8 @@ rules! {
     EnvironmentPinned = "environment-pinned",
     /// Cancelling a job that another agent started (owners may cancel any job).
     JobOwner = "job-owner",
+    /// Running a job without its sandbox when the study requires one (`policy.sandbox`).
+    Sandbox = "sandbox",
 }
 
 impl fmt::Display for Rule {

@@ -124,6 +124,14 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         checked: 0,
         violations: Vec::new(),
     };
+    let sandbox_required = study.config().policy.sandbox == crate::config::SandboxMode::Required;
+    let mut sandbox = Check {
+        name: "sandbox",
+        counts: sandbox_required,
+        what: "every job's program ran in the sandbox (Landlock) — counted where the study requires it (policy.sandbox = \"required\"), listed otherwise",
+        checked: 0,
+        violations: Vec::new(),
+    };
     let mut test_evals: HashMap<String, u64> = HashMap::new();
     let resolve = |c: &str| {
         if c == "base" {
@@ -136,6 +144,13 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         let r = &a.record;
         let at = format!("{}#{}", a.node, a.seq);
         if let Some(job) = &r.job {
+            sandbox.checked += 1;
+            if let Some(why) = crate::jobs::sandbox::ran_unconfined(job) {
+                sandbox.violations.push(format!(
+                    "{at}: job {} ran without the sandbox: {why}",
+                    job.id
+                ));
+            }
             environment.checked += 1;
             if !crate::jobs::is_pinned(&job.env) {
                 environment.violations.push(format!(
@@ -331,6 +346,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         data,
         environment,
         tripwire,
+        sandbox,
     ];
     let got_through = checks
         .iter()

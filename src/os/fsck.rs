@@ -2,7 +2,8 @@
 //! node's commits form a contiguous action sequence, each commit records exactly one action whose
 //! file matches its trailers, a node's first commit has its parents' commits as git parents,
 //! every referenced artifact is in the object store with the right hash, every recorded job names
-//! a pinned environment, and the index agrees with git.
+//! a pinned environment (and ran sandboxed, where the study requires it), and the index agrees
+//! with git.
 
 use std::collections::BTreeSet;
 
@@ -28,6 +29,7 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
     let repo = record.repo();
     let mut artifacts = BTreeSet::new();
     let mut unpinned = Vec::new();
+    let sandbox_required = study.config().policy.sandbox == crate::config::SandboxMode::Required;
     let tips = record.node_tips()?;
     rep.nodes = tips.len();
     // Node commits are checked as their history is read. `main` is the owner's (they commit
@@ -160,6 +162,16 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
                 unpinned.push(format!(
                     "{id}#{}: job {} is recorded without a pinned environment: {:?}",
                     a.record.seq, job.id, job.env
+                ));
+            }
+            // Likewise counted by the audit's `sandbox` check, where the study requires one.
+            if let Some(job) = &a.record.job
+                && sandbox_required
+                && let Some(why) = crate::jobs::sandbox::ran_unconfined(job)
+            {
+                unpinned.push(format!(
+                    "{id}#{}: job {} ran without the sandbox the study requires: {why}",
+                    a.record.seq, job.id
                 ));
             }
             if a.record.decision.accepted() {

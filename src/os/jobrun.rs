@@ -90,6 +90,7 @@ impl Study {
             checkpoint_known: checkpoint.is_some(),
             checkpoint_corrupt: checkpoint.and_then(|c| self.store.manifest_damage(c)),
             network_isolation_unavailable: !crate::jobs::network_isolation_available(),
+            sandbox_unavailable: crate::jobs::sandbox::landlock_abi().err(),
             ..Facts::default()
         })
     }
@@ -221,13 +222,37 @@ impl Study {
             &self.root,
             &expand_command(command, self.rsim_bin.as_deref())?,
         );
+        // The sandbox wraps the job's own program, inside its environment (Nix runs outside it).
+        let rsim = match self.rsim_bin.as_deref() {
+            Some(b) => b.to_path_buf(),
+            None => crate::os::current_rsim()?,
+        };
+        let sandbox = match self.config.policy.sandbox {
+            crate::config::SandboxMode::Off => None,
+            mode => Some(crate::jobs::sandbox::for_job(
+                &rsim,
+                &dir,
+                &params,
+                &command,
+                &self.root,
+                &self.config.policy.sandbox_read,
+                mode == crate::config::SandboxMode::Required,
+            )),
+        };
+        let file = dir.join(crate::jobs::sandbox::SANDBOX_FILE);
+        let sandboxed = |command: Vec<String>| match &sandbox {
+            None => command,
+            Some(_) => crate::jobs::sandbox::wrap(&rsim, &file, command),
+        };
         let (command, env) = match (&self.config.environment, pin.as_ref()) {
             (crate::config::Environment::Host, _) => {
                 let cache = self.root.join(STATE_DIR).join("fingerprints");
                 let env = crate::jobs::host_fingerprint(&self.root, &command, &cache)?;
-                (command, env)
+                (sandboxed(command), env)
             }
-            (crate::config::Environment::Nix { .. }, Some(pin)) => (pin.wrap(command), pin.label()),
+            (crate::config::Environment::Nix { .. }, Some(pin)) => {
+                (pin.wrap(sandboxed(command)), pin.label())
+            }
             (crate::config::Environment::Nix { flake }, None) => {
                 return Err(Error::internal(format!(
                     "job {id}: the Nix flake {flake:?} was not pinned before the job was admitted"
@@ -250,6 +275,7 @@ impl Study {
             limits: self.config.backend.limits(),
             slots_dir: Some(self.root.join(STATE_DIR).join("jobs").join("slots")),
             params,
+            sandbox,
         })
     }
 

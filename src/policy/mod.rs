@@ -59,6 +59,8 @@ pub struct Facts {
     pub agent_contamination_rejections: u64,
     /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
     pub network_isolation_unavailable: bool,
+    /// run_sft / evaluate: why this machine cannot sandbox jobs (no Landlock), when it cannot.
+    pub sandbox_unavailable: Option<String>,
     /// evaluate: test-split evaluations the calling agent ran or holds, across nodes.
     pub agent_test_evaluations: u64,
     /// run_sft: registered datasets whose stored objects no longer match their hashes (name: why).
@@ -210,6 +212,17 @@ fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
             Rule::NetworkIsolation,
             "the study requires jobs without network access (policy.require_network_isolation), \
              and this machine cannot give jobs their own network namespace",
+        ));
+    }
+    if cfg.policy.sandbox == crate::config::SandboxMode::Required
+        && let Some(why) = &facts.sandbox_unavailable
+    {
+        return Some(Decision::reject(
+            Rule::Sandbox,
+            format!(
+                "the study requires jobs to run sandboxed (policy.sandbox = \"required\"), and this \
+                 machine cannot sandbox them: {why}"
+            ),
         ));
     }
     // A refusal, not a failed job: like missing isolation, this machine cannot run the job as the
@@ -637,6 +650,33 @@ mod tests {
             &Facts::default(),
         );
         assert!(d.accepted());
+    }
+
+    #[test]
+    fn a_job_that_cannot_be_sandboxed_is_refused_only_where_the_study_requires_it() {
+        let facts = Facts {
+            checkpoint_known: true,
+            sandbox_unavailable: Some("the kernel has no Landlock".into()),
+            ..Facts::default()
+        };
+        let req = eval_req(Split::Dev);
+        let mut c = cfg();
+        assert!(c.policy.sandbox == crate::config::SandboxMode::BestEffort);
+        assert!(check(Request::Evaluate(&req), &Caller::owner(), &c, &facts).accepted());
+        c.policy.sandbox = crate::config::SandboxMode::Required;
+        let d = check(Request::Evaluate(&req), &Caller::owner(), &c, &facts);
+        assert_eq!(d.rule.as_deref(), Some("sandbox"));
+        assert!(
+            d.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("no Landlock")),
+            "{d:?}"
+        );
+        let available = Facts {
+            sandbox_unavailable: None,
+            ..facts
+        };
+        assert!(check(Request::Evaluate(&req), &Caller::owner(), &c, &available).accepted());
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl Drop for FreshNix {
 }
 
 /// A study whose jobs run in the flake `env/` (holding `flake_text`). Its trainer notes that it
-/// ran (the file `ran` in the study), then refuses to run outside the flake's environment.
+/// ran (the file `ran` in its `out/`: the sandbox lets it write nowhere else), then refuses to run outside the flake's environment.
 fn study(flake_text: &str, extra_config: &str) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().expect("tempdir");
     let root = d.path().join("study");
@@ -127,8 +127,7 @@ fn study(flake_text: &str, extra_config: &str) -> (tempfile::TempDir, PathBuf) {
     std::fs::write(
         root.join("jobs/train.sh"),
         format!(
-            "#!/bin/sh\ntouch '{ran}'\necho \"marker=$RSIM_ENV_MARKER\"\n[ \"$RSIM_ENV_MARKER\" = inside-nix ] || exit 7\nexec {rsim} job train \"$1\"\n",
-            ran = root.join("ran").display()
+            "#!/bin/sh\ntouch \"$RSIM_JOB_OUT/ran\"\necho \"marker=$RSIM_ENV_MARKER\"\n[ \"$RSIM_ENV_MARKER\" = inside-nix ] || exit 7\nexec {rsim} job train \"$1\"\n"
         ),
     )
     .expect("train.sh");
@@ -233,7 +232,18 @@ fn assert_pinned(root: &Path, sft: &Value) -> String {
             .expect("msg")
             .contains(&format!("Rsim-Env: {env}"))
     );
-    assert!(root.join("ran").exists());
+    let job = sft["job"]["id"].as_str().expect("job id");
+    assert!(root.join(format!(".rsim/jobs/{job}/out/ran")).exists());
+    // Nix runs outside the sandbox; the job's own program inside it.
+    if rsi_master::jobs::sandbox::landlock_abi().is_ok() {
+        let sandbox = sft["job"]["sandbox"].as_str().unwrap_or_default();
+        assert!(sandbox.starts_with("landlock-abi"), "{sft}");
+        let develop = cmd
+            .iter()
+            .position(|a| *a == "--command")
+            .expect("--command");
+        assert_eq!(cmd[develop + 2..develop + 4], ["job", "sandbox"], "{cmd:?}");
+    }
     env
 }
 
@@ -275,7 +285,6 @@ fn assert_refused_and_not_run(root: &Path, err: &Value) -> String {
         "no environment is recorded: {msg}"
     );
     assert!(!msg.contains("Rsim-Job"), "no job is recorded: {msg}");
-    assert!(!root.join("ran").exists(), "the trainer never ran");
     let jobs: Vec<_> = std::fs::read_dir(root.join(".rsim/jobs"))
         .map(|d| {
             d.filter_map(|e| e.ok())

@@ -853,3 +853,102 @@ fn a_campaign_adopts_no_node_and_trains_on_no_data_it_did_not_make() {
         "the squatted names were asked for and refused: {acts:?}"
     );
 }
+
+/// Issue 14: a command agent cannot read the study's files (the protected splits above all),
+/// another agent's private directory, or its parents' environments — and still reaches the MCP
+/// server. Skips without Landlock unless `RSIM_REQUIRE_SANDBOX` is set.
+#[test]
+fn a_sandboxed_command_agent_cannot_read_the_study_or_other_agents() {
+    if let Err(why) = rsi_master::jobs::sandbox::landlock_abi() {
+        assert!(
+            std::env::var_os("RSIM_REQUIRE_SANDBOX").is_none(),
+            "RSIM_REQUIRE_SANDBOX is set but this machine cannot sandbox agents: {why}"
+        );
+        eprintln!("skipped: no sandbox here: {why}");
+        return;
+    }
+    let (d, root) = example_study();
+    let study = root.canonicalize().expect("canon");
+    let seen = d.path().join("seen");
+    std::fs::create_dir_all(&seen).expect("mkdir");
+    // Another agent's turn directory, as rsim makes them.
+    let other = std::env::temp_dir().join(format!("rsim-agent-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir_all(&other).expect("mkdir");
+    std::fs::write(
+        other.join("reviewer-1.mcp.json"),
+        "Bearer planted-other-token",
+    )
+    .expect("write");
+    let spy = d.path().join("spy.sh");
+    std::fs::write(
+        &spy,
+        format!(
+            r#"#!/bin/sh
+try() {{
+  if out=$(sh -c "$2" 2>/dev/null) && [ -n "$out" ]; then echo "GOT $1 $out"; else echo "DENIED $1"; fi
+}}
+{{
+try protected "cat {study}/.rsim/protected/add2/test.jsonl"
+try study-list "ls {study}"
+try config "cat {study}/rsim.toml"
+try index "exec 3< {study}/.rsim/index.sqlite && echo opened"
+try git "ls {study}/.git"
+try other-agent "cat {other}/reviewer-1.mcp.json"
+i=0; while [ ! -s {seen}/rsim-pid ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+try rsim-environ "tr '\0' '\n' < /proc/$(cat {seen}/rsim-pid)/environ"
+try own-dir "echo ok > ./probe && cat ./probe"
+try mcp "python3 -c 'import os, socket, urllib.parse as u; p = u.urlparse(os.environ[\"RSIM_MCP_URL\"]); socket.create_connection((p.hostname, p.port), timeout=5); print(\"reached\")'"
+}} > {seen}/report
+exit 1
+"#,
+            study = study.display(),
+            other = other.display(),
+            seen = seen.display(),
+        ),
+    )
+    .expect("spy");
+    let child = rsim()
+        .arg("-C")
+        .arg(&root)
+        .args([
+            "run",
+            "--experiments",
+            "1",
+            "--seeds-per-node",
+            "1",
+            "--workers",
+            "1",
+        ])
+        .args(["--worker", &format!("cmd:sh {}", spy.display())])
+        .args(["--quiet", "--agent-timeout", "20"])
+        .env("RSIM_TEST_SECRET_KEY", "sk-do-not-leak")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    // The agent aims at the environment of the rsim process that runs it.
+    std::fs::write(seen.join("rsim-pid"), child.id().to_string()).expect("pid");
+    let out = child.wait_with_output().expect("run");
+    let _ = std::fs::remove_dir_all(&other);
+    assert!(out.status.code().is_some(), "{out:?}");
+    let report = std::fs::read_to_string(seen.join("report")).expect("the agent ran");
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), 9, "{report}");
+    for what in [
+        "protected",
+        "study-list",
+        "config",
+        "index",
+        "git",
+        "other-agent",
+        "rsim-environ",
+    ] {
+        assert!(
+            lines.contains(&format!("DENIED {what}").as_str()),
+            "{what}: {report}"
+        );
+    }
+    assert!(lines.contains(&"GOT own-dir ok"), "{report}");
+    assert!(lines.contains(&"GOT mcp reached"), "{report}");
+    assert!(!report.contains("sk-do-not-leak") && !report.contains("planted-other-token"));
+}

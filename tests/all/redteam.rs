@@ -81,8 +81,10 @@ fn adversarial_study_with(probes: u64) -> (tempfile::TempDir, PathBuf, Vec<Row>)
         root.join("jobs/train.sh"),
         format!(
             "#!/bin/sh\n{rsim} job train \"$1\" || exit 1\nenv > \"$RSIM_JOB_OUT/checkpoint/env.txt\"\n\
-             (python3 -c \"import socket; socket.create_connection(('127.0.0.1', int(open('$RSIM_JOB_DIR/../../port').read())), timeout=2)\" \
-             && echo reachable || echo unreachable) > \"$RSIM_JOB_OUT/checkpoint/net.txt\" 2>&1\n"
+             (python3 -c \"import socket; socket.create_connection(('127.0.0.1', int(open('{port}').read())), timeout=2)\" \
+             && echo reachable || echo unreachable) > \"$RSIM_JOB_OUT/checkpoint/net.txt\" 2>&1\n",
+            // Beside the script, which the job's sandbox lets it read: only the network stops it.
+            port = root.join("jobs/port").display()
         ),
     )
     .expect("train.sh");
@@ -207,7 +209,7 @@ fn every_hack_class_is_stopped_recorded_and_audited() {
     // A loopback listener the jobs must not reach (class 7/9: no network).
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     std::fs::write(
-        root.join(".rsim/port"),
+        root.join("jobs/port"),
         listener.local_addr().expect("addr").port().to_string(),
     )
     .expect("port");
@@ -1840,4 +1842,284 @@ fn racing_registrations_cannot_take_one_dataset_name_twice() {
         rep.checks
     );
     assert!(rep.got_through >= 1);
+}
+
+/// Landlock is needed for the sandbox tests; where the kernel lacks it they skip, unless
+/// `RSIM_REQUIRE_SANDBOX` is set (tools/test.sh sets it), where they fail.
+fn sandbox_available() -> bool {
+    match rsi_master::jobs::sandbox::landlock_abi() {
+        Ok(_) => true,
+        Err(why) => {
+            assert!(
+                std::env::var_os("RSIM_REQUIRE_SANDBOX").is_none(),
+                "RSIM_REQUIRE_SANDBOX is set but this machine cannot sandbox jobs: {why}"
+            );
+            eprintln!("skipped: no sandbox here: {why}");
+            false
+        }
+    }
+}
+
+/// Issue 14, class 5: a hostile trainer — recipe code, or code a checkpoint smuggles in — tries
+/// to read every ancestor's environment, the user's home, the protected splits, the study's
+/// record, index and other jobs, and to write outside its directory. Each try is refused; the
+/// planted secrets reach no log, result, commit, index row or stored object; and a job that ran
+/// without the sandbox is counted by the audit and reported by fsck where the study requires it.
+#[test]
+fn a_sandboxed_job_reads_no_secret_and_nothing_of_the_study_but_its_inputs() {
+    use crate::common::{commit_config, example_study, ok_json, rsim, run};
+    if !sandbox_available() {
+        return;
+    }
+    let (d, root) = example_study();
+    let study = root.canonicalize().expect("canon");
+    let home = d.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    std::fs::write(home.join("credentials"), "planted-home-secret").expect("write");
+    // Beside the recipe, which the job may read: where the ancestors note their pids.
+    let pids = root.join("jobs/pids");
+    std::fs::create_dir_all(&pids).expect("mkdir");
+    let rsim_bin = env!("CARGO_BIN_EXE_rsim");
+    // Each try prints "DENIED <what>" or "GOT <what>"; what it got goes to its log and into the
+    // checkpoint it produces, so a leak would reach the store, the record and the index.
+    let script = format!(
+        r#"#!/bin/sh
+{rsim_bin} job train "$1" || exit 1
+loot="$RSIM_JOB_OUT/checkpoint/loot.txt"
+try() {{
+  if out=$(sh -c "$2" 2>/dev/null) && [ -n "$out" ]; then
+    echo "GOT $1"; printf '%s\n' "$out" >> "$loot"; printf '%s\n' "$out"
+  else
+    echo "DENIED $1"
+  fi
+}}
+try parent-environ "tr '\0' '\n' < /proc/$PPID/environ"
+for p in $(cat {pids}/*); do try "ancestor-environ-$p" "tr '\0' '\n' < /proc/$p/environ"; done
+try init-environ "tr '\0' '\n' < /proc/1/environ"
+try parent-cmdline "cat /proc/$PPID/cmdline"
+try parent-status "cat /proc/$PPID/status"
+try parent-mem "exec 3< /proc/$PPID/mem && echo opened"
+try signal-parent "kill -0 $PPID && echo alive"
+try user-home "cat {home}/credentials"
+try protected-test "cat {study}/.rsim/protected/add2/test.jsonl"
+try protected-sealed "cat {study}/.rsim/protected/add2/sealed.jsonl"
+try protected-list "ls {study}/.rsim/protected"
+try study-config "cat {study}/rsim.toml"
+try study-git "ls {study}/.git"
+try index "exec 3< {study}/.rsim/index.sqlite && echo opened"
+try store "ls {study}/.rsim/objects"
+try other-jobs "ls $RSIM_JOB_DIR/.."
+try secret "cat {study}/.rsim/secret"
+try write-study "echo x > {study}/.rsim/evil && echo wrote"
+try write-tmp "echo x > /tmp/rsim-evil-$$ && echo wrote"
+try write-own-spec "echo x >> $RSIM_JOB_DIR/spec.json && echo wrote"
+try write-sandbox-note "echo landlock-abi99 > $RSIM_JOB_DIR/sandbox && echo wrote"
+for disk in /dev/vda /dev/sda /dev/nvme0n1 /dev/mem; do try "device-$disk" "exec 3< $disk && echo opened"; done
+echo "HOME=$HOME TMPDIR=$TMPDIR"
+try own-spec "cat $1"
+try own-out "echo ok > $RSIM_JOB_OUT/probe && cat $RSIM_JOB_OUT/probe"
+try own-home "echo ok > $HOME/x && cat $HOME/x"
+"#,
+        pids = pids.display(),
+        home = home.display(),
+        study = study.display(),
+    );
+    std::fs::write(root.join("jobs/evil.sh"), script).expect("script");
+    let config = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    let hostile = config
+        .replace(
+            r#"sft = ["@rsim", "job", "train"]"#,
+            r#"sft = ["sh", "jobs/evil.sh"]"#,
+        )
+        .replace("[policy]\n", "[policy]\nsandbox = \"required\"\n");
+    assert_ne!(
+        hostile, config,
+        "the example's trainer and policy were replaced"
+    );
+    commit_config(&root, &hostile, "a hostile trainer");
+    ok_json(
+        &root,
+        &[
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            "t",
+            "--hypothesis",
+            "h",
+        ],
+    );
+    ok_json(
+        &root,
+        &[
+            "call",
+            "register_dataset",
+            r#"{"node":"n1","name":"d","source":{"kind":"arith","op":"add","digits":2,"format":"plain","n":50,"seed":1}}"#,
+        ],
+    );
+    // Secrets in every ancestor: a shell (which notes its pid for the job to aim at) and rsim.
+    let secrets = [
+        "planted-shell-secret",
+        "sk-planted-openai",
+        "planted-hf-token",
+        "planted-rsim-secret",
+        "planted-home-secret",
+    ];
+    let run_sft = |node: &str| {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/shell; \"$0\" \"$@\"; rc=$?; exit $rc",
+                pids.display()
+            ))
+            .arg(rsim_bin)
+            .args(["-C"])
+            .arg(&root)
+            .args([
+                "--json",
+                "run-sft",
+                "--node",
+                node,
+                "--dataset",
+                "d",
+                "--steps",
+                "5",
+                "--batch-size",
+                "4",
+            ])
+            .env_remove("RSIM_STUDY")
+            .env("HOME", &home)
+            .env("SHELL_SECRET", "planted-shell-secret")
+            .env("OPENAI_API_KEY", "sk-planted-openai")
+            .env("HF_TOKEN", "planted-hf-token")
+            .env("RSIM_SECRET", "planted-rsim-secret")
+            .output()
+            .expect("run-sft");
+        std::fs::write(pids.join("test"), std::process::id().to_string()).expect("pid");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("json")
+    };
+    std::fs::write(pids.join("test"), std::process::id().to_string()).expect("pid");
+    let sft = run_sft("n1");
+    assert_eq!(sft["job"]["state"], "succeeded", "{sft}");
+    let label = sft["job"]["sandbox"].as_str().unwrap_or_default();
+    assert!(label.starts_with("landlock-abi"), "{sft}");
+    let job = sft["job"]["id"].as_str().expect("job id");
+    let log = std::fs::read_to_string(root.join(format!(".rsim/jobs/{job}/job.log"))).expect("log");
+    let tries: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("GOT ") || l.starts_with("DENIED "))
+        .collect();
+    // Every try ran (the ancestors too: the shell and this test process).
+    assert_eq!(tries.len(), 29, "{log}");
+    for t in &tries {
+        let allowed = ["GOT own-spec", "GOT own-out", "GOT own-home"];
+        if t.starts_with("GOT ") {
+            assert!(allowed.contains(t), "the sandbox let through {t}: {log}");
+        }
+    }
+    for own in ["own-spec", "own-out", "own-home"] {
+        assert!(
+            tries.contains(&format!("GOT {own}").as_str()),
+            "{own}: {log}"
+        );
+    }
+    let fresh = root.join(format!(".rsim/jobs/{job}/home"));
+    assert!(
+        log.contains(&format!(
+            "HOME={}",
+            study
+                .join(fresh.strip_prefix(&root).expect("in study"))
+                .display()
+        )),
+        "a fresh HOME: {log}"
+    );
+    assert!(!study.join(".rsim/evil").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join(format!(".rsim/jobs/{job}/sandbox"))).expect("note"),
+        label,
+        "the job could not rewrite the wrapper's note"
+    );
+    // No planted secret anywhere: job logs, the record (every branch's patches), the index,
+    // the store, the job directories.
+    let git = std::process::Command::new("git")
+        .args(["log", "-p", "--all"])
+        .current_dir(&root)
+        .output()
+        .expect("git log");
+    let history = String::from_utf8_lossy(&git.stdout).into_owned();
+    assert!(history.contains("sandbox"), "the record names the sandbox");
+    let mut files = vec![root.join(".rsim")];
+    let mut contents = history;
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(
+                std::fs::read_dir(&p)
+                    .expect("dir")
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        } else if let Ok(b) = std::fs::read(&p) {
+            contents.push_str(&String::from_utf8_lossy(&b));
+        }
+    }
+    for s in secrets {
+        assert!(!contents.contains(s), "{s} leaked into the study");
+    }
+
+    // Counted if it were to happen: the owner turns the sandbox off, a job runs unconfined and
+    // reads its parent's environment; under a required sandbox again, the audit counts that job
+    // and fsck reports it.
+    commit_config(
+        &root,
+        &hostile.replace("sandbox = \"required\"", "sandbox = \"off\""),
+        "off",
+    );
+    ok_json(
+        &root,
+        &[
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            "t2",
+            "--hypothesis",
+            "h",
+        ],
+    );
+    let off = run_sft("n2");
+    assert_eq!(off["job"]["sandbox"], "off", "{off}");
+    let job2 = off["job"]["id"].as_str().expect("job id");
+    let log2 =
+        std::fs::read_to_string(root.join(format!(".rsim/jobs/{job2}/job.log"))).expect("log");
+    assert!(
+        log2.contains("GOT parent-environ") && log2.contains("planted-rsim-secret"),
+        "without the sandbox the attack works (the test attacks for real): {log2}"
+    );
+    commit_config(&root, &hostile, "required again");
+    let audit = ok_json(&root, &["audit"]);
+    let check = audit["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "sandbox")
+        .expect("a sandbox check")
+        .clone();
+    assert_eq!(check["checked"], 2, "{check}");
+    let v = check["violations"].as_array().expect("violations");
+    assert_eq!(v.len(), 1, "{check}");
+    assert!(v[0].as_str().unwrap_or_default().contains(job2), "{check}");
+    assert_eq!(audit["got_through"], 1, "{audit}");
+    let fsck = run(&root, &["fsck"]);
+    assert!(!fsck.status.success());
+    assert!(
+        String::from_utf8_lossy(&fsck.stdout).contains("ran without the sandbox"),
+        "{}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    let _ = rsim();
 }

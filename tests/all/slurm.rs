@@ -163,6 +163,11 @@ fn sft_and_evaluate_run_through_slurm_with_a_real_checkpoint_and_score() {
             "cut off from the network on the node too"
         );
     }
+    // Sandboxed on the node as locally (the node's own note, from the wrapper).
+    if rsi_master::jobs::sandbox::landlock_abi().is_ok() {
+        let sandbox = job["sandbox"].as_str().unwrap_or_default();
+        assert!(sandbox.starts_with("landlock-abi"), "{job}");
+    }
     let ck = r["checkpoint"].as_str().expect("a checkpoint");
     assert_eq!(ck.len(), 64);
     // The job's output went into its log, stored as an artifact like a local job's.
