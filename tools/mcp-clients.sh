@@ -208,6 +208,12 @@ declare -A conf_pass conf_total
 
 if wants conformance; then
   "$conf_rsim" init "$tmp/conf-study" --example tiny-arith-ngram >/dev/null 2>>"$tmp/init.log" || die "rsim init failed"
+  # The suite opens a session per scenario (~90), all as the loopback server's one identity, and
+  # never closes them: above the default per-agent and per-server session limits. The owner raises
+  # them for this server (committed on main, as any config change).
+  printf '\n[server]\nmax_sessions = 1000\nmax_sessions_per_agent = 1000\n' >>"$tmp/conf-study/rsim.toml"
+  git -C "$tmp/conf-study" -c user.name=owner -c user.email=owner@example.invalid commit -q -am "server limits for the conformance suite" \
+    || die "cannot commit the conformance study's server limits"
   serve "$conf_rsim" "$tmp/conf-study" conformance-server
   conf_url=$url
   t0=$SECONDS

@@ -252,8 +252,17 @@ impl Record {
     pub fn commit_main(&self, files: &[TreeFile], message: &str) -> Result<Oid> {
         let tree = self.fresh_tree(files)?;
         let sig = Self::signature("rsim")?;
-        let oid = self.write_commit(&sig, message, &self.repo.find_tree(tree)?, &[])?;
+        let tree = self.repo.find_tree(tree)?;
+        let oid = self.write_commit(&sig, message, &tree, &[])?;
         self.repo.reference(MAIN_REF, oid, false, "rsim init")?;
+        // The work tree's git index matches main, so the owner's own `git commit -am` (or
+        // `git add rsim.toml`) changes the config instead of committing every other file's
+        // removal from an empty index.
+        if !self.repo.is_bare() {
+            let mut index = self.repo.index()?;
+            index.read_tree(&tree)?;
+            index.write()?;
+        }
         Ok(oid)
     }
 

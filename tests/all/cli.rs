@@ -674,3 +674,65 @@ fn the_record_benchmark_runs_and_reports_its_figures() {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
     }
 }
+
+/// After `rsim init` the work tree is clean in git's eyes, so the owner changes the config with
+/// plain `git commit -am` — only `rsim.toml` changes on main, nothing else is removed (before,
+/// git's index was empty and the commit removed every other file, and rsim then refused the
+/// study) — and rsim serves with the new config.
+#[test]
+fn the_owner_commits_a_config_change_with_plain_git() {
+    let (_d, study) = crate::common::example_study();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&study)
+            .args([
+                "-c",
+                "user.name=owner",
+                "-c",
+                "user.email=owner@example.invalid",
+            ])
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(
+        git(&["status", "--porcelain"]),
+        "",
+        "a fresh study is clean"
+    );
+    let text = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    std::fs::write(
+        study.join("rsim.toml"),
+        format!("{text}\n[server]\nmax_sessions = 7\n"),
+    )
+    .expect("write");
+    git(&["commit", "-q", "-am", "fewer sessions"]);
+    assert_eq!(
+        git(&["show", "--name-status", "--format=", "HEAD"]).trim(),
+        "M\trsim.toml"
+    );
+    let out = rsim()
+        .arg("-C")
+        .arg(&study)
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut child = out;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stderr.take().expect("stderr")),
+        &mut line,
+    )
+    .expect("read");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("rsim: listening on"), "{line}");
+}
