@@ -190,11 +190,20 @@ pub fn pin_flake(study_root: &Path, flake: &str) -> Result<NixPin> {
         .iter()
         .map(|ms| Duration::from_millis(*ms))
         .collect();
-    pin_with(&[OsStr::new("nix")], &reference, &pauses)
+    pin_with(&[OsStr::new("nix")], &reference, &pauses, PIN_TIMEOUT)
 }
 
+/// How long one `nix flake metadata` may take (an unreachable substituter or a hung daemon
+/// would otherwise hold the agent's action, and the study's write, for ever).
+const PIN_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// `pin_flake` with `nix` as the program and arguments that run Nix (tests run a stand-in).
-fn pin_with(nix: &[&OsStr], reference: &str, pauses: &[Duration]) -> Result<NixPin> {
+fn pin_with(
+    nix: &[&OsStr],
+    reference: &str,
+    pauses: &[Duration],
+    limit: Duration,
+) -> Result<NixPin> {
     let (program, nix_args) = nix
         .split_first()
         .ok_or_else(|| Error::internal("no Nix program to run"))?;
@@ -210,16 +219,24 @@ fn pin_with(nix: &[&OsStr], reference: &str, pauses: &[Duration]) -> Result<NixP
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let out = Command::new(program)
-            .args(nix_args)
-            .args(["flake", "metadata", "--json", reference])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| {
-                Error::invalid(format!(
-                    "cannot run `nix flake metadata {reference}`: {e} (is Nix installed and on PATH?)"
-                ))
-            })?;
+        let out = crate::util::proc::output_within(
+            Command::new(program)
+                .args(nix_args)
+                .args(["flake", "metadata", "--json", reference])
+                .stdin(Stdio::null()),
+            limit,
+        )
+        .map_err(|e| {
+            Error::invalid(format!(
+                "cannot run `nix flake metadata {reference}`: {e} (is Nix installed and on PATH?)"
+            ))
+        })?
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "`nix flake metadata {reference}` did not answer within {} s (a substituter it cannot reach, or a busy Nix daemon?); nothing was started",
+                limit.as_secs()
+            ))
+        })?;
         if out.status.success() {
             return parse_metadata(reference, &out.stdout, nix_vars);
         }
@@ -414,6 +431,25 @@ mod tests {
     }
 
     const PAUSES: &[Duration] = &[Duration::from_millis(1); 5];
+    const LIMIT: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn a_nix_that_never_answers_is_stopped_at_the_time_limit() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let nix = d.path().join("nix");
+        // A Nix that hangs, with a child of its own holding the pipes.
+        fs::write(&nix, "sleep 60 & sleep 60\n").expect("write");
+        let t = std::time::Instant::now();
+        let e = pin_with(
+            &[OsStr::new("sh"), nix.as_os_str()],
+            "path:/s/env",
+            PAUSES,
+            Duration::from_millis(300),
+        )
+        .expect_err("hung");
+        assert!(e.message.contains("did not answer within"), "{}", e.message);
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    }
 
     #[test]
     fn transient_failures_are_retried_and_the_locked_reference_is_what_runs() {
@@ -425,8 +461,13 @@ mod tests {
             "SQLite database '/nix/var/nix/db/db.sqlite' is busy",
             &metadata(Some(&url)),
         );
-        let pin =
-            pin_with(&[OsStr::new("sh"), nix.as_os_str()], "path:/s/env", PAUSES).expect("pinned");
+        let pin = pin_with(
+            &[OsStr::new("sh"), nix.as_os_str()],
+            "path:/s/env",
+            PAUSES,
+            LIMIT,
+        )
+        .expect("pinned");
         assert_eq!(calls(d.path()), 3, "two transient failures, then success");
         assert_eq!(pin.label(), format!("nix:path:/s/env#{HASH}"));
         assert!(is_pinned(&pin.label()));
@@ -453,8 +494,13 @@ mod tests {
             "creating symlink from /nix/var/nix/gcroots/profiles: File exists",
             &metadata(None),
         );
-        let e = pin_with(&[OsStr::new("sh"), nix.as_os_str()], "path:/s/env", PAUSES)
-            .expect_err("never pinned");
+        let e = pin_with(
+            &[OsStr::new("sh"), nix.as_os_str()],
+            "path:/s/env",
+            PAUSES,
+            LIMIT,
+        )
+        .expect_err("never pinned");
         assert_eq!(calls(d.path()), 6, "one attempt and five retries");
         assert!(e.message.contains("(6 attempts)"), "{}", e.message);
         assert!(
@@ -467,8 +513,13 @@ mod tests {
         // An error a retry cannot cure is not retried.
         let d = tempfile::tempdir().expect("tempdir");
         let nix = fake_nix(d.path(), 99, "undefined variable this", &metadata(None));
-        let e = pin_with(&[OsStr::new("sh"), nix.as_os_str()], "path:/s/env", PAUSES)
-            .expect_err("never pinned");
+        let e = pin_with(
+            &[OsStr::new("sh"), nix.as_os_str()],
+            "path:/s/env",
+            PAUSES,
+            LIMIT,
+        )
+        .expect_err("never pinned");
         assert_eq!(calls(d.path()), 1);
         assert_eq!(
             e.message,
@@ -479,6 +530,7 @@ mod tests {
             &[d.path().join("no-nix").as_os_str()],
             "path:/s/env",
             PAUSES,
+            LIMIT,
         )
         .expect_err("no nix");
         assert!(e.message.contains("is Nix installed"), "{}", e.message);
@@ -488,13 +540,23 @@ mod tests {
     fn metadata_without_a_narhash_pins_nothing_and_without_a_url_the_hash_locks_the_reference() {
         let d = tempfile::tempdir().expect("tempdir");
         let nix = fake_nix(d.path(), 0, "", r#"{"locked":{"type":"path"}}"#);
-        let e = pin_with(&[OsStr::new("sh"), nix.as_os_str()], "path:/s/env", PAUSES)
-            .expect_err("no hash");
+        let e = pin_with(
+            &[OsStr::new("sh"), nix.as_os_str()],
+            "path:/s/env",
+            PAUSES,
+            LIMIT,
+        )
+        .expect_err("no hash");
         assert!(e.message.contains("no narHash"), "{}", e.message);
         let d = tempfile::tempdir().expect("tempdir");
         let nix = fake_nix(d.path(), 0, "", &metadata(None));
-        let pin =
-            pin_with(&[OsStr::new("sh"), nix.as_os_str()], "path:/s/env", PAUSES).expect("pinned");
+        let pin = pin_with(
+            &[OsStr::new("sh"), nix.as_os_str()],
+            "path:/s/env",
+            PAUSES,
+            LIMIT,
+        )
+        .expect("pinned");
         assert_eq!(pin.locked, format!("path:/s/env?narHash={HASH}"));
     }
 }
