@@ -21,6 +21,11 @@ max_nodes = 3
 [jobs]
 sft = ["true"]
 evaluate = ["true"]
+# The job sandbox's wrapper is `rsim job sandbox`, and a unit test's "rsim" is the test harness
+# itself (which would run its tests again, filtered by "job sandbox"); the integration tests run
+# the sandbox with the real binary.
+[policy]
+sandbox = "off"
 "#;
 
 /// A study with a one-file base checkpoint, created through genesis.
