@@ -334,9 +334,15 @@ pub enum Command {
         agents: Vec<String>,
     },
     /// Print the MCP client configuration that connects a coding agent to this study.
+    /// With the global --agent, the commits of that connection carry that name; --role picks
+    /// its role (worker by default).
     McpConfig {
         #[arg(long, value_enum)]
         client: McpClient,
+        /// The server's name in the client's configuration (tools appear as mcp__NAME__…): give a
+        /// worker and a reviewer on one study different names.
+        #[arg(long, default_value = "rsim")]
+        name: String,
     },
     /// Job programs run by the job runner (not for agents).
     #[command(hide = true)]
@@ -352,6 +358,8 @@ pub enum McpClient {
     Claude,
     /// Codex CLI (config.toml)
     Codex,
+    /// Gemini CLI (.gemini/settings.json)
+    Gemini,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -514,15 +522,25 @@ pub fn run(cli: Cli) -> Result<()> {
             },
             mcp_options(*job_wait)?,
         ),
-        Command::McpConfig { client } => {
+        Command::McpConfig { client, name } => {
+            use crate::faces::mcp::config::{Client, Connection, snippet};
             let c = match client {
-                McpClient::Claude => crate::faces::mcp::config::Client::Claude,
-                McpClient::Codex => crate::faces::mcp::config::Client::Codex,
+                McpClient::Claude => Client::Claude,
+                McpClient::Codex => Client::Codex,
+                McpClient::Gemini => Client::Gemini,
             };
-            print!(
-                "{}",
-                crate::faces::mcp::config::snippet(c, &dir, agent_role(&cli)?.as_str())?
-            );
+            if cli.json && c == Client::Codex {
+                return Err(Error::invalid(
+                    "--json: Codex's configuration is TOML; run without --json (Claude Code's and Gemini CLI's are JSON already)",
+                ));
+            }
+            let role = agent_role(&cli)?;
+            let conn = Connection {
+                name,
+                role: role.as_str(),
+                agent: cli.agent.as_deref(),
+            };
+            print!("{}", snippet(c, &dir, &conn)?);
             Ok(())
         }
         Command::Bench {
