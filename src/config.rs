@@ -190,8 +190,29 @@ pub struct Budgets {
     /// limit alone lets an agent probe the test split through many nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_test_evaluations: Option<u64>,
+    /// Rows all registered datasets of the study may hold together (derived ones — mixtures,
+    /// filters — included). Reserved at registration, so racing registrations cannot together
+    /// pass it.
+    #[serde(default = "default_dataset_rows")]
+    pub dataset_rows: u64,
+    /// Bytes the stored objects of all registered datasets may take together (JSON Lines, as
+    /// stored), reserved likewise.
+    #[serde(default = "default_dataset_storage_bytes")]
+    pub dataset_storage_bytes: u64,
+    /// Rows the datasets one agent registers may hold together (unset: only the study's limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_dataset_rows: Option<u64>,
+    /// Stored bytes of the datasets one agent registers, together (unset: only the study's limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_dataset_storage_bytes: Option<u64>,
 }
 
+fn default_dataset_rows() -> u64 {
+    5_000_000
+}
+fn default_dataset_storage_bytes() -> u64 {
+    2 << 30
+}
 fn default_compute_seconds() -> u64 {
     36_000
 }
@@ -217,6 +238,10 @@ impl Default for Budgets {
             agent_test_evaluations: None,
             node_evaluations: None,
             agent_evaluations: None,
+            dataset_rows: default_dataset_rows(),
+            dataset_storage_bytes: default_dataset_storage_bytes(),
+            agent_dataset_rows: None,
+            agent_dataset_storage_bytes: None,
         }
     }
 }

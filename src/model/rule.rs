@@ -36,6 +36,11 @@ rules! {
     MaxParents = "max-parents",
     BudgetNodes = "budget-nodes",
     DatasetNameTaken = "dataset-name-taken",
+    /// Registered datasets past the study's row or storage budget (`budgets.dataset_rows`,
+    /// `budgets.dataset_storage_bytes`), counting registrations in flight.
+    BudgetDatasetStorage = "budget-dataset-storage",
+    /// One agent's registered datasets past its row or storage budget.
+    BudgetAgentDatasetStorage = "budget-agent-dataset-storage",
     InlineRowsLimit = "inline-rows-limit",
     /// A dataset (or the union one run_sft trains on) larger than the study's bounds, refused on
     /// its projected size before anything is allocated.

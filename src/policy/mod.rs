@@ -55,7 +55,11 @@ pub struct Facts {
     /// register_dataset / run_sft: the projected size of the data, computed before any row is
     /// materialised (None: not computed).
     pub size: Option<SizeFact>,
-    /// register_dataset: contamination rejections the calling agent already collected.
+    /// register_dataset: what the study's registered datasets (and the caller's) hold, with
+    /// registrations in flight, and what this one would add (None: not computed).
+    pub dataset_storage: Option<StorageFact>,
+    /// register_dataset: contamination rejections the calling agent already collected (recorded,
+    /// and in flight: rejected but not yet recorded).
     pub agent_contamination_rejections: u64,
     /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
     pub network_isolation_unavailable: bool,
@@ -77,6 +81,86 @@ pub struct SizeFact {
     pub what: String,
     pub rows: u64,
     pub bytes: u64,
+}
+
+/// Registered data against the study's and the agent's dataset budgets: what is used (recorded
+/// plus held by registrations in flight), and what a registration would add.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StorageFact {
+    pub used_rows: u64,
+    pub used_bytes: u64,
+    pub agent_used_rows: u64,
+    pub agent_used_bytes: u64,
+    /// Rows and stored bytes (JSON Lines) of the dataset asked for.
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// The dataset budgets (`budgets.dataset_rows`, `budgets.dataset_storage_bytes`, and the
+/// per-agent `budgets.agent_dataset_rows`, `budgets.agent_dataset_storage_bytes`).
+fn storage_budget(cfg: &StudyConfig, caller: &Caller, facts: &Facts) -> Option<Decision> {
+    let s = facts.dataset_storage?;
+    let b = &cfg.budgets;
+    let over =
+        |rule: Rule, whose: String, what: &str, used: u64, asked: u64, key: &str, max: u64| {
+            (used.saturating_add(asked) > max).then(|| {
+                Decision::reject(
+                    rule,
+                    format!(
+                        "{whose} registered datasets hold {used} {what} (registrations in flight \
+                     included); this one would add {asked}, past the limit of {max} ({key})"
+                    ),
+                )
+            })
+        };
+    let study = "the study's".to_string();
+    let agent = format!("agent {:?}'s", caller.agent);
+    over(
+        Rule::BudgetDatasetStorage,
+        study.clone(),
+        "rows",
+        s.used_rows,
+        s.rows,
+        "budgets.dataset_rows",
+        b.dataset_rows,
+    )
+    .or_else(|| {
+        over(
+            Rule::BudgetDatasetStorage,
+            study,
+            "stored bytes",
+            s.used_bytes,
+            s.bytes,
+            "budgets.dataset_storage_bytes",
+            b.dataset_storage_bytes,
+        )
+    })
+    .or_else(|| {
+        b.agent_dataset_rows.and_then(|max| {
+            over(
+                Rule::BudgetAgentDatasetStorage,
+                agent.clone(),
+                "rows",
+                s.agent_used_rows,
+                s.rows,
+                "budgets.agent_dataset_rows",
+                max,
+            )
+        })
+    })
+    .or_else(|| {
+        b.agent_dataset_storage_bytes.and_then(|max| {
+            over(
+                Rule::BudgetAgentDatasetStorage,
+                agent,
+                "stored bytes",
+                s.agent_used_bytes,
+                s.bytes,
+                "budgets.agent_dataset_storage_bytes",
+                max,
+            )
+        })
+    })
 }
 
 /// The dataset bounds (`policy.max_dataset_rows`, `policy.max_dataset_bytes`).
@@ -331,8 +415,9 @@ fn check_register_dataset(
         return Decision::reject(
             Rule::ContaminationProbing,
             format!(
-                "agent {:?} already had {} datasets rejected for contamination \
-                         (policy.max_contamination_rejections_per_agent = {}); it may register no more datasets",
+                "agent {:?} already had {} datasets rejected for contamination, counting \
+                 rejections not yet recorded (policy.max_contamination_rejections_per_agent = {}); \
+                 it may register no more datasets",
                 caller.agent,
                 facts.agent_contamination_rejections,
                 cfg.policy.max_contamination_rejections_per_agent
@@ -349,6 +434,9 @@ fn check_register_dataset(
         );
     }
     if let Some(d) = size_limit(cfg, facts) {
+        return d;
+    }
+    if let Some(d) = storage_budget(cfg, caller, facts) {
         return d;
     }
     let own_rows = matches!(r.source, DatasetSource::Inline { .. });

@@ -2,10 +2,12 @@
 
 use std::fs;
 
+use crate::model::rule::Rule;
 use crate::os::data::text_bytes;
 use crate::os::jobrun::ClaimGuard;
 use crate::os::*;
-use crate::policy::SizeFact;
+use crate::policy::{SizeFact, StorageFact};
+use crate::record::claims::{Hold, HoldKind};
 
 impl Study {
     pub(in crate::os) fn exec_register_dataset(
@@ -36,24 +38,74 @@ impl Study {
         } else {
             Vec::new()
         };
-        // The name is claimed atomically before the policy sees it, and held until the
-        // registration is recorded (or refused): two racing registrations cannot both pass.
-        let claimed = self.index.claim_dataset_name(&req.name)?;
-        let _name = claimed.then(|| ClaimGuard::dataset_name(&self.index, &req.name));
-        let facts = Facts {
-            node_status: Some(snap.meta.status),
-            dataset_name_taken: !claimed,
-            unregistered_datasets: unregistered,
-            contamination,
-            size: Some(size),
-            agent_contamination_rejections: self.index.rejection_count(
-                &caller.agent,
-                crate::model::rule::Rule::Contamination.as_str(),
-            )?,
-            ..Facts::default()
+        // What would be stored (the storage budgets count stored bytes).
+        let bytes = if rows.is_empty() {
+            Vec::new()
+        } else {
+            datasets::to_jsonl(&rows)?
         };
         let request = serde_json::to_value(&req)?;
-        let decision = policy::check(Request::RegisterDataset(&req), caller, &self.config, &facts);
+        // One write transaction of the index counts what is registered plus what registrations
+        // in flight hold (names, rows, bytes, contamination rejections not yet recorded), asks the
+        // policy, and holds this registration's share until it is recorded: racing registrations
+        // cannot together take one name, pass the storage budgets, or collect more contamination
+        // answers than the probing limit allows.
+        let (token, decision) = self.index.with_holds(|index| {
+            let held = index.held(&caller.agent)?;
+            let mut storage = StorageFact {
+                used_rows: held.dataset_rows,
+                used_bytes: held.dataset_bytes,
+                agent_used_rows: held.agent_dataset_rows,
+                agent_used_bytes: held.agent_dataset_bytes,
+                rows: rows.len() as u64,
+                bytes: bytes.len() as u64,
+            };
+            for (_, sha, n, agent) in index.datasets_registered()? {
+                let stored = fs::metadata(self.store.path(&sha)).map_or(0, |m| m.len());
+                storage.used_rows = storage.used_rows.saturating_add(n);
+                storage.used_bytes = storage.used_bytes.saturating_add(stored);
+                if agent == caller.agent {
+                    storage.agent_used_rows = storage.agent_used_rows.saturating_add(n);
+                    storage.agent_used_bytes = storage.agent_used_bytes.saturating_add(stored);
+                }
+            }
+            let facts = Facts {
+                node_status: Some(snap.meta.status),
+                dataset_name_taken: index.dataset(&req.name)?.is_some()
+                    || index.name_held(&req.name)?,
+                unregistered_datasets: unregistered,
+                contamination,
+                size: Some(size),
+                dataset_storage: Some(storage),
+                agent_contamination_rejections: index
+                    .rejection_count(&caller.agent, Rule::Contamination.as_str())?
+                    + held.agent_probes,
+                ..Facts::default()
+            };
+            let decision =
+                policy::check(Request::RegisterDataset(&req), caller, &self.config, &facts);
+            let hold = |kind, name: Option<String>, rows, bytes| Hold {
+                kind,
+                agent: caller.agent.clone(),
+                name,
+                rows,
+                bytes,
+            };
+            let hold = if decision.accepted() {
+                Some(hold(
+                    HoldKind::Dataset,
+                    Some(req.name.clone()),
+                    storage.rows,
+                    storage.bytes,
+                ))
+            } else if decision.rule.as_deref() == Some(Rule::Contamination.as_str()) {
+                Some(hold(HoldKind::Probe, None, 0, 0))
+            } else {
+                None
+            };
+            Ok((hold, decision))
+        })?;
+        let _held = token.map(|t| ClaimGuard::hold(&self.index, t));
         if !decision.accepted() {
             return Err(self.record_rejection(
                 &req.node,
@@ -71,7 +123,7 @@ impl Study {
         let bytes = datasets::to_jsonl(&rows)?;
         let sha = self.store.put_bytes(&bytes)?;
         let n = rows.len() as u64;
-        let (oid, _) = self.commit_action(
+        let (oid, _) = self.commit_on_open_node(
             &req.node,
             caller,
             ActionName::RegisterDataset,
