@@ -68,6 +68,8 @@ rules! {
     NetworkIsolation = "network-isolation",
     /// Running a job whose environment could not be pinned (a Nix flake without its narHash).
     EnvironmentPinned = "environment-pinned",
+    /// Starting a campaign while another orchestrator (another `rsim run`) runs one on the study.
+    CampaignRunning = "campaign-running",
     /// Cancelling a job that another agent started (owners may cancel any job).
     JobOwner = "job-owner",
 }

@@ -7,6 +7,7 @@
 mod actions;
 pub mod audit;
 mod campaign;
+pub use campaign::CampaignLease;
 mod data;
 pub mod fsck;
 pub mod genesis;

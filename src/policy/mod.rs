@@ -70,6 +70,8 @@ pub struct Facts {
     /// run_sft / evaluate: why the study's job environment could not be pinned (Nix's own
     /// message), when it could not.
     pub environment_unpinned: Option<String>,
+    /// campaign: the orchestrators running a campaign on the study now (other `rsim run`s).
+    pub campaigns_running: Vec<String>,
     /// cancel_job: the agent that started the job (None: no such job in this study).
     pub job_agent: Option<String>,
 }
@@ -284,6 +286,32 @@ pub fn check_campaign(caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Deci
         .or_else(|| evaluation_budget(cfg, facts))
         .or_else(|| node_budget(cfg, facts))
         .unwrap_or_else(Decision::accept)
+}
+
+/// Decide on holding a study's campaign (`rsim run`, before it spends anything): the owner's,
+/// and one orchestrator at a time — two spend the same campaign budget twice, each counting only
+/// what was recorded when it started, and repeat each other's seeded experiments.
+pub fn check_campaign_lease(caller: &Caller, facts: &Facts) -> Decision {
+    if caller.role != Role::Owner {
+        return Decision::reject(
+            Rule::Role,
+            format!(
+                "agent {:?} has role {}; only the study owner starts campaigns",
+                caller.agent, caller.role
+            ),
+        );
+    }
+    if !facts.campaigns_running.is_empty() {
+        return Decision::reject(
+            Rule::CampaignRunning,
+            format!(
+                "a campaign is already running on this study ({}); one orchestrator at a time \
+                 spends a campaign — wait for it to end, or stop it and resume",
+                facts.campaigns_running.join(", ")
+            ),
+        );
+    }
+    Decision::accept()
 }
 
 /// Checks shared by every action that runs a job: isolation, a pinned environment, checkpoint

@@ -12,7 +12,7 @@
 //! Quick actions have the same gap between the count and the record without a job: a
 //! registration's rows and bytes against the study's dataset budgets and its name against the
 //! names taken, a contamination rejection against the agent's probing limit, a new node against
-//! the node budget. They take a *hold* in one write transaction with their count, released once
+//! the node budget, a campaign against another orchestrator running one. They take a *hold* in one write transaction with their count, released once
 //! the action (or its rejection) is recorded; a hold of a writer that died is ignored and dropped.
 //!
 //! Claims are not derived from git (they describe jobs not yet recorded), so `rebuild` keeps them.
@@ -56,6 +56,8 @@ pub enum HoldKind {
     Probe,
     /// A node until its branch is created and indexed (counted by the node budget).
     Node,
+    /// A running campaign (`rsim run`): one orchestrator at a time spends a study's campaign.
+    Campaign,
 }
 
 impl HoldKind {
@@ -64,12 +66,18 @@ impl HoldKind {
             HoldKind::Dataset => "dataset",
             HoldKind::Probe => "probe",
             HoldKind::Node => "node",
+            HoldKind::Campaign => "campaign",
         }
     }
     fn parse(s: &str) -> Option<HoldKind> {
-        [HoldKind::Dataset, HoldKind::Probe, HoldKind::Node]
-            .into_iter()
-            .find(|k| k.as_str() == s)
+        [
+            HoldKind::Dataset,
+            HoldKind::Probe,
+            HoldKind::Node,
+            HoldKind::Campaign,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
     }
 }
 
@@ -85,7 +93,7 @@ pub struct Hold {
 }
 
 /// What live holds reserve now.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Held {
     pub dataset_rows: u64,
     pub dataset_bytes: u64,
@@ -95,6 +103,8 @@ pub struct Held {
     pub agent_probes: u64,
     /// Nodes being created.
     pub nodes: u64,
+    /// Campaigns running (their orchestrators' agents).
+    pub campaigns: Vec<String>,
 }
 
 /// What running jobs hold now, for one node and one agent.
@@ -253,6 +263,7 @@ impl Index {
                 }
                 Some(HoldKind::Probe) if who == agent => h.agent_probes += 1,
                 Some(HoldKind::Node) => h.nodes += 1,
+                Some(HoldKind::Campaign) => h.campaigns.push(format!("{who} (pid {pid})")),
                 _ => {}
             }
         }
