@@ -88,9 +88,8 @@ impl StudyKey {
             .key
             .sign(NAMESPACE, HashAlg::Sha512, commit_buffer)
             .map_err(|e| Error::internal(format!("cannot sign a commit: {e}")))?;
-        Ok(sig
-            .to_pem(LineEnding::LF)
-            .map_err(|e| Error::internal(format!("cannot encode a signature: {e}")))?)
+        sig.to_pem(LineEnding::LF)
+            .map_err(|e| Error::internal(format!("cannot encode a signature: {e}")))
     }
 
     /// Whether commit `oid` carries a valid signature by this key; `Err` says why not.

@@ -1253,7 +1253,7 @@ fn forge_action(root: &Path, node: &str, seq: u64, record: &Value) {
     let msg = format!(
         "{action}: forged\n\nRsim-Node: {node}\nRsim-Action: {action}\nRsim-Seq: {seq}\nRsim-Agent: mallory\nRsim-Role: worker\nRsim-Decision: accepted\n"
     );
-    let c = commit_with_stolen_key(&root, &repo, &sig, &msg, &tree, &[&parent]);
+    let c = commit_with_stolen_key(root, &repo, &sig, &msg, &tree, &[&parent]);
     repo.reference(&format!("refs/heads/rsim/n/{node}"), c, true, "forge")
         .expect("ref");
     let mut s = open(root);
