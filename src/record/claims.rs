@@ -374,4 +374,48 @@ mod tests {
         // This process is alive: its claims stay.
         assert_eq!(index.drop_dead_claims().expect("drop"), 0);
     }
+
+    #[test]
+    fn holds_count_until_released_and_a_dead_writers_holds_are_ignored() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let index = Index::open(&d.path().join("index.sqlite")).expect("index");
+        let hold = |kind, agent: &str, name: Option<&str>, rows| Hold {
+            kind,
+            agent: agent.into(),
+            name: name.map(str::to_string),
+            rows,
+            bytes: rows * 10,
+        };
+        let (token, ()) = index
+            .with_holds(|_| Ok((Some(hold(HoldKind::Dataset, "a", Some("x"), 3)), ())))
+            .expect("hold");
+        let token = token.expect("a token");
+        index
+            .with_holds(|_| Ok((Some(hold(HoldKind::Probe, "a", None, 0)), ())))
+            .expect("probe");
+        let a = index.held("a").expect("held");
+        assert_eq!((a.dataset_rows, a.dataset_bytes), (3, 30));
+        assert_eq!((a.agent_dataset_rows, a.agent_probes), (3, 1));
+        let b = index.held("b").expect("held");
+        assert_eq!(
+            (b.dataset_rows, b.agent_dataset_rows, b.agent_probes),
+            (3, 0, 0)
+        );
+        assert!(index.name_held("x").expect("name"));
+        // A writer that died (no such process) holds nothing, and its hold is dropped.
+        index
+            .conn()
+            .execute(
+                "INSERT INTO holds(token,kind,agent,name,rows,bytes,pid)
+                 VALUES('dead','dataset','a','y',5,50,?1)",
+                [i32::MAX as u32],
+            )
+            .expect("dead hold");
+        assert!(!index.name_held("y").expect("name"));
+        assert_eq!(index.held("a").expect("held").dataset_rows, 3);
+        assert_eq!(index.drop_dead_claims().expect("drop"), 1);
+        index.release_hold(&token).expect("release");
+        assert!(!index.name_held("x").expect("name"));
+        assert_eq!(index.held("a").expect("held").dataset_rows, 0);
+    }
 }
