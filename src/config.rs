@@ -199,12 +199,20 @@ pub struct Budgets {
     /// stored), reserved likewise.
     #[serde(default = "default_dataset_storage_bytes")]
     pub dataset_storage_bytes: u64,
-    /// Rows the datasets one agent registers may hold together (unset: only the study's limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_dataset_rows: Option<u64>,
-    /// Stored bytes of the datasets one agent registers, together (unset: only the study's limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_dataset_storage_bytes: Option<u64>,
+    /// Rows the datasets one agent registers may hold together (so one agent cannot take the
+    /// study's whole budget).
+    #[serde(default = "default_agent_dataset_rows")]
+    pub agent_dataset_rows: u64,
+    /// Stored bytes of the datasets one agent registers, together.
+    #[serde(default = "default_agent_dataset_storage_bytes")]
+    pub agent_dataset_storage_bytes: u64,
+}
+
+fn default_agent_dataset_rows() -> u64 {
+    2_000_000
+}
+fn default_agent_dataset_storage_bytes() -> u64 {
+    512 << 20
 }
 
 fn default_dataset_rows() -> u64 {
@@ -240,8 +248,8 @@ impl Default for Budgets {
             agent_evaluations: None,
             dataset_rows: default_dataset_rows(),
             dataset_storage_bytes: default_dataset_storage_bytes(),
-            agent_dataset_rows: None,
-            agent_dataset_storage_bytes: None,
+            agent_dataset_rows: default_agent_dataset_rows(),
+            agent_dataset_storage_bytes: default_agent_dataset_storage_bytes(),
         }
     }
 }

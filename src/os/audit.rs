@@ -200,14 +200,14 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                 ),
                 (
                     mine.0,
-                    budgets.agent_dataset_rows.unwrap_or(u64::MAX),
+                    budgets.agent_dataset_rows,
                     "its agent's",
                     "rows",
                     "budgets.agent_dataset_rows",
                 ),
                 (
                     mine.1,
-                    budgets.agent_dataset_storage_bytes.unwrap_or(u64::MAX),
+                    budgets.agent_dataset_storage_bytes,
                     "its agent's",
                     "stored bytes",
                     "budgets.agent_dataset_storage_bytes",

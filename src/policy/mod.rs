@@ -138,30 +138,26 @@ fn storage_budget(cfg: &StudyConfig, caller: &Caller, facts: &Facts) -> Option<D
         )
     })
     .or_else(|| {
-        b.agent_dataset_rows.and_then(|max| {
-            over(
-                Rule::BudgetAgentDatasetStorage,
-                agent.clone(),
-                "rows",
-                s.agent_used_rows,
-                s.rows,
-                "budgets.agent_dataset_rows",
-                max,
-            )
-        })
+        over(
+            Rule::BudgetAgentDatasetStorage,
+            agent.clone(),
+            "rows",
+            s.agent_used_rows,
+            s.rows,
+            "budgets.agent_dataset_rows",
+            b.agent_dataset_rows,
+        )
     })
     .or_else(|| {
-        b.agent_dataset_storage_bytes.and_then(|max| {
-            over(
-                Rule::BudgetAgentDatasetStorage,
-                agent,
-                "stored bytes",
-                s.agent_used_bytes,
-                s.bytes,
-                "budgets.agent_dataset_storage_bytes",
-                max,
-            )
-        })
+        over(
+            Rule::BudgetAgentDatasetStorage,
+            agent,
+            "stored bytes",
+            s.agent_used_bytes,
+            s.bytes,
+            "budgets.agent_dataset_storage_bytes",
+            b.agent_dataset_storage_bytes,
+        )
     })
 }
 
@@ -893,5 +889,52 @@ mod tests {
             &facts,
         );
         assert_eq!(d.rule.as_deref(), Some("node-concluded"));
+    }
+
+    /// The default budgets: three million-row datasets from one agent are refused at the third
+    /// (per agent), and the study's own budget refuses past 5,000,000 rows whoever asks.
+    #[test]
+    fn default_dataset_budgets_refuse_the_third_million_row_dataset_of_an_agent() {
+        let c = cfg();
+        let req = RegisterDatasetRequest {
+            node: "n1".into(),
+            name: "big".into(),
+            description: String::new(),
+            source: DatasetSource::Arith(ArithParams {
+                op: ArithOp::Add,
+                digits: 3,
+                format: AnswerFormat::Plain,
+                n: 1_000_000,
+                seed: 1,
+            }),
+        };
+        let w = Caller::new("w", Role::Worker);
+        let decide = |used: u64, agent_used: u64| {
+            let facts = Facts {
+                node_status: Some(NodeStatus::Open),
+                dataset_storage: Some(StorageFact {
+                    used_rows: used,
+                    used_bytes: used * 20,
+                    agent_used_rows: agent_used,
+                    agent_used_bytes: agent_used * 20,
+                    rows: 1_000_000,
+                    bytes: 20_000_000,
+                }),
+                ..Facts::default()
+            };
+            check(Request::RegisterDataset(&req), &w, &c, &facts)
+        };
+        assert!(decide(1_000_000, 1_000_000).accepted());
+        let d = decide(2_000_000, 2_000_000);
+        assert_eq!(d.rule.as_deref(), Some("budget-agent-dataset-storage"));
+        let why = d.reason.unwrap_or_default();
+        assert!(
+            why.contains("2000000 rows")
+                && why.contains("would add 1000000")
+                && why.contains("budgets.agent_dataset_rows"),
+            "{why}"
+        );
+        let d = decide(4_500_000, 0);
+        assert_eq!(d.rule.as_deref(), Some("budget-dataset-storage"));
     }
 }
