@@ -205,6 +205,16 @@ fn racing_registrations_cannot_pass_the_dataset_budgets() {
         "{}",
         e.message
     );
+    // Past the budgets, a million generated rows are refused on the request's size, before any
+    // row is generated or scanned.
+    let generated = json!({"node": "n1", "name": "million", "source": {"kind": "arith", "op": "add", "digits": 3, "format": "plain", "n": 1_000_000, "seed": 7}});
+    let e = s
+        .call(&mallory, "register_dataset", generated)
+        .expect_err("past the budgets");
+    // The study's budget (1,000 rows now) is checked before the agent's.
+    assert_eq!(e.rule.as_deref(), Some("budget-dataset-storage"));
+    assert!(e.message.contains("would add 1000000"), "{}", e.message);
+    assert!(e.commit.is_some(), "the refusal is recorded");
 
     // What the policy cannot prevent, the audit counts: the owner lowers the budget below what is
     // registered, and every dataset past it is reported.
