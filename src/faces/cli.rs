@@ -183,6 +183,10 @@ pub enum Command {
         /// Slurm partition for --slurm (default: the cluster's default partition).
         #[arg(long, requires = "slurm")]
         partition: Option<String>,
+        /// Instead, benchmark the size and time of views (dag text and DOT, report text and
+        /// HTML) on a chain N nodes deep and a DAG N nodes wide, built through branch actions.
+        #[arg(long, value_name = "N", conflicts_with = "slurm")]
+        views: Option<usize>,
     },
     /// The cost of one CLI call: times separate rsim processes (this binary) for a query
     /// (`show n0 --json`) and a write (`branch`) on a fresh tiny-arith-ngram study; median and
@@ -551,11 +555,13 @@ pub fn run(cli: Cli) -> Result<()> {
             reuse,
             slurm,
             partition,
-        } => match slurm {
-            Some(n) => {
+            views,
+        } => match (slurm, views) {
+            (_, Some(n)) => crate::faces::bench::views(*n, bdir.as_deref(), json),
+            (Some(n), None) => {
                 crate::faces::bench::run_jobs(*n, partition.as_deref(), bdir.as_deref(), json)
             }
-            None => {
+            (None, None) => {
                 crate::faces::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json)
             }
         },
