@@ -128,7 +128,11 @@ impl Record {
                 e.message()
             ))
         })?;
-        let key = signing::StudyKey::create(root)?;
+        // A genesis that failed before `main` was written left its key: the retry keeps it.
+        let key = match signing::StudyKey::load(root)? {
+            Some(k) if repo.refname_to_id(MAIN_REF).is_err() => k,
+            _ => signing::StudyKey::create(root)?,
+        };
         Ok(Record {
             repo,
             key: Some(key),
