@@ -379,6 +379,14 @@ fn bad_input_gets_a_clear_error_and_the_server_keeps_serving() {
         let r = post(init.clone().into_bytes(), Some("wrong-token-wrong-token")).await.expect("post");
         assert_eq!(r.status(), 401);
         assert!(r.text().await.expect("body").contains("invalid bearer token"));
+        // OAuth discovery is a plain 404 that says to use a bearer token (hosts probe it after
+        // a 401 and would report a JSON-RPC 401 body as broken OAuth metadata).
+        let base = server.url.trim_end_matches("/mcp");
+        for path in ["/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server", "/register"] {
+            let r = http.get(format!("{base}{path}")).send().await.expect("get");
+            assert_eq!(r.status(), 404, "{path}");
+            assert!(r.text().await.expect("body").contains("bearer token"), "{path}");
+        }
         // Malformed JSON-RPC.
         let r = post(b"{this is not json".to_vec(), Some("alice-secret-token-0001")).await.expect("post");
         let status = r.status();
@@ -728,4 +736,55 @@ fn the_server_holds_its_limits_against_crowds_and_slow_clients() {
     let mut got = String::new();
     s.read_to_string(&mut got).expect("read");
     assert!(got.starts_with("HTTP/1.1 404"), "{got}");
+}
+
+/// SSE priming events (empty data, SEP-1699) reach only clients of protocol 2025-11-25 or later,
+/// which resume from them; an earlier client (Gemini CLI's bundled SDK parses every event's data
+/// as JSON) gets its streams without them, from `initialize` on.
+#[test]
+fn priming_events_only_reach_clients_that_expect_them() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &[]);
+    rt().block_on(async {
+        let http = reqwest::Client::new();
+        for (version, wants) in [("2025-03-26", false), ("2025-06-18", false), ("2025-11-25", true)] {
+            let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).to_string();
+            let r = http
+                .post(&server.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(init)
+                .send()
+                .await
+                .expect("post");
+            assert!(r.status().is_success(), "{version}: {}", r.status());
+            let session = r.headers()["mcp-session-id"].to_str().expect("id").to_string();
+            let body = r.text().await.expect("body");
+            let events: Vec<&str> = body.split("\n\n").filter(|e| !e.trim().is_empty()).collect();
+            let empty = events
+                .iter()
+                .filter(|e| e.lines().any(|l| l.trim_end() == "data:"))
+                .count();
+            assert!(body.contains("\"protocolVersion\""), "{version}: {body}");
+            assert_eq!(empty > 0, wants, "{version}: {body:?}");
+            // A later request of the same session (with the version header) as well.
+            let r = http
+                .post(&server.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", version)
+                .body(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string())
+                .send()
+                .await
+                .expect("post");
+            let body = r.text().await.expect("body");
+            assert!(body.contains("branch"), "{version}: {body}");
+            assert_eq!(
+                body.lines().any(|l| l.trim_end() == "data:"),
+                wants,
+                "{version}: {body:?}"
+            );
+        }
+    });
 }

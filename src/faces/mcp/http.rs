@@ -185,12 +185,14 @@ async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next: Nex
     }
 }
 
-async fn not_found() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        "rsim serves MCP at /mcp (streamable HTTP)\n",
-    )
-        .into_response()
+async fn not_found(uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    let text = if path.starts_with("/.well-known/oauth") || path == "/register" {
+        "rsim has no OAuth: send the bearer token the study owner issued you (`Authorization: Bearer <token>`, from the server's --tokens file) with every request to /mcp\n"
+    } else {
+        "rsim serves MCP at /mcp (streamable HTTP)\n"
+    };
+    (StatusCode::NOT_FOUND, text).into_response()
 }
 
 /// Run the HTTP server until interrupted (SIGINT/SIGTERM). Jobs still running then are waited for
@@ -254,11 +256,15 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
             agents: Arc::new(limits::AgentSessions::default()),
             per_agent: lim.max_sessions_per_agent,
         });
+        // Only /mcp is authenticated: OAuth discovery (`/.well-known/oauth-*`, `/register`) and
+        // every other path get a plain 404, so a host without a token reports the 401's reason
+        // instead of failing to parse a JSON-RPC error as OAuth metadata.
         let app = axum::Router::new()
             .route_service("/mcp", service)
-            .fallback(not_found)
-            .layer(middleware::from_fn_with_state(session_limits, limit_sessions))
-            .layer(middleware::from_fn_with_state(Arc::new(auth), authenticate));
+            .route_layer(middleware::from_fn(super::priming::strip_for_old_clients))
+            .route_layer(middleware::from_fn_with_state(session_limits, limit_sessions))
+            .route_layer(middleware::from_fn_with_state(Arc::new(auth), authenticate))
+            .fallback(not_found);
         eprintln!("rsim: listening on http://{local}/mcp");
         tracing::info!(%local, study = %shared.root().display(), "serving MCP over HTTP");
         accept_loop(

@@ -14,6 +14,7 @@ pub mod config;
 pub mod http;
 pub mod jobs;
 pub mod limits;
+pub mod priming;
 
 use std::collections::HashSet;
 use std::path::Path;
