@@ -85,7 +85,7 @@ start_model() {
   "$bin/node" "$root/$dir/model.mjs" --log "$d/model.jsonl" "$@" >"$d/model.out" 2>&1 &
   pids+=($!)
   for i in $(seq 1 100); do
-    model_url=$(sed -n 's|^model: listening on \(http://[^ ]*\)$|\1|p' "$d/model.out")
+    model_url=$(sed -n 's|^model: listening on \(http://[^ ]*\)$|\1|p' "$d/model.out" 2>/dev/null || true)
     [ -n "$model_url" ] && return 0
     sleep 0.1
   done
@@ -100,7 +100,7 @@ serve() {
   "$rsim" serve --http 127.0.0.1:0 --study "$st" --job-wait 30 "$@" 2>"$d/serve.log" &
   pids+=($!)
   for i in $(seq 1 300); do
-    mcp_url=$(sed -n 's|.*rsim: listening on \(http://[^ ]*/mcp\).*|\1|p' "$d/serve.log" | head -1)
+    mcp_url=$(sed -n 's|.*rsim: listening on \(http://[^ ]*/mcp\).*|\1|p' "$d/serve.log" 2>/dev/null | head -1 || true)
     [ -n "$mcp_url" ] && return 0
     sleep 0.1
   done
@@ -156,10 +156,14 @@ run_codex() {
 }
 
 setup_gemini() {
+  # The model: an API key against GOOGLE_GEMINI_BASE_URL (the scripted endpoint; test only).
+  mkdir -p "$HOME/.gemini"
+  echo '{"security": {"auth": {"selectedType": "gemini-api-key"}}, "general": {"disableAutoUpdate": true}, "privacy": {"usageStatisticsEnabled": false}}' \
+    >"$HOME/.gemini/settings.json"
   case $1 in
-    stdio) gemini mcp add rsim "$rsim" mcp --study "$study" --role worker --agent "$agent" ;;
-    http) gemini mcp add --transport http rsim "$mcp_url" ;;
-    tokens) gemini mcp add --transport http rsim "$mcp_url" --header "Authorization: Bearer $token" ;;
+    stdio) gemini mcp add --scope user rsim "$rsim" mcp --study "$study" --role worker --agent "$agent" ;;
+    http) gemini mcp add --scope user --transport http rsim "$mcp_url" ;;
+    tokens) gemini mcp add --scope user --transport http rsim "$mcp_url" --header "Authorization: Bearer $token" ;;
   esac
 }
 run_gemini() {

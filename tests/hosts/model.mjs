@@ -116,7 +116,7 @@ function answerJsonSchema(schema) {
     if (k === "next_speaker") out[k] = "user";
     else if (p.enum) out[k] = p.enum[0];
     else if (p.type === "boolean" || p.type === "BOOLEAN") out[k] = false;
-    else if (["number", "integer", "NUMBER", "INTEGER"].includes(p.type)) out[k] = 0;
+    else if (["number", "integer", "NUMBER", "INTEGER"].includes(p.type)) out[k] = p.minimum ?? 1;
     else if (p.type === "array" || p.type === "ARRAY") out[k] = [];
     else out[k] = "ok";
   }
