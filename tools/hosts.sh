@@ -56,7 +56,9 @@ hosts=",${HOSTS:-claude,codex,gemini},"
 transports=",${HOSTS_TRANSPORTS:-stdio,http,tokens},"
 
 # ---- scratch space, servers ---------------------------------------------------------------------------
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/rsim-hosts.XXXXXX")
+# Not named rsim-*: a command agent's sandbox hides every rsim-* directory in the temporary directory
+# but its own turn's, and the campaigns' hosts keep their HOME here.
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/hosts-run.XXXXXX")
 pids=()
 cleanup() {
   local p
@@ -149,7 +151,7 @@ EOF
     tokens) printf '[mcp_servers.rsim]\nurl = "%s"\nbearer_token_env_var = "RSIM_MCP_TOKEN"\n' "$mcp_url" >>"$CODEX_HOME/config.toml" ;;
   esac
   # Without it `codex exec` refuses `conclude` (destructiveHint) and may ask for others.
-  echo 'default_tools_approval_mode = "approve"' >>"$CODEX_HOME/config.toml"
+  [ "$1" = none ] || echo 'default_tools_approval_mode = "approve"' >>"$CODEX_HOME/config.toml"
 }
 run_codex() {
   SCRIPTED_API_KEY=sk-scripted-endpoint RSIM_MCP_TOKEN=${token:-} timeout 300 codex exec --skip-git-repo-check "$prompt"
@@ -219,6 +221,63 @@ for host in claude codex gemini; do
     run_one "$host" "$transport"
   done
 done
+
+# ---- rsim run --worker 'cmd:HOST …': a short campaign per host --------------------------------------------
+# Each Worker turn is a fresh host process given RSIM_PROMPT (its node), RSIM_MCP_URL, RSIM_MCP_TOKEN and
+# RSIM_MCP_CONFIG; it inherits only the variables rsim.toml's [agents] env names.
+worker_claude='cmd:claude -p "$RSIM_PROMPT" --mcp-config "$RSIM_MCP_CONFIG" --strict-mcp-config --allowedTools mcp__rsim'
+worker_codex='cmd:codex exec --skip-git-repo-check -c mcp_servers.rsim.url="\"$RSIM_MCP_URL\"" -c mcp_servers.rsim.bearer_token_env_var="\"RSIM_MCP_TOKEN\"" -c mcp_servers.rsim.default_tools_approval_mode="\"approve\"" "$RSIM_PROMPT"'
+worker_gemini='cmd:gemini mcp add --transport http rsim "$RSIM_MCP_URL" --header "Authorization: Bearer $RSIM_MCP_TOKEN" >/dev/null && GEMINI_CLI_TRUST_WORKSPACE=true gemini -p "$RSIM_PROMPT" --yolo'
+env_claude='"ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"'
+env_codex='"CODEX_HOME", "SCRIPTED_API_KEY"'
+env_gemini='"GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY"'
+experiments=${HOSTS_EXPERIMENTS:-3}
+
+run_campaign() {
+  local host=$1 t0=$SECONDS rc=0 d w e
+  local label="$host campaign"
+  d=$tmp/$host-campaign
+  mkdir -p "$d/home" "$d/work"
+  study=$d/study
+  "$rsim" init "$study" --example tiny-arith-ngram >/dev/null 2>"$d/init.log" || { cat "$d/init.log" >&2; die "rsim init failed"; }
+  start_model "$d" --tag "$host-campaign" --script campaign
+  w=worker_$host e=env_$host
+  # The owner lets the agents see their model endpoint's variables (a config change, committed on main).
+  printf '\n[agents]\nenv = ["PATH", "HOME", "LANG", %s]\n' "${!e}" >>"$study/rsim.toml"
+  git -C "$study" -c user.name=owner -c user.email=owner@example.invalid commit -q -am "agents see the $host model endpoint's variables"
+  (
+    cd "$d/work"
+    export HOME=$d/home CODEX_HOME=$d/home/.codex
+    case $host in
+      codex) setup_codex none ;;
+      gemini) setup_gemini none ;;
+    esac
+    export ANTHROPIC_BASE_URL=$model_url ANTHROPIC_API_KEY=sk-scripted-endpoint CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
+      SCRIPTED_API_KEY=sk-scripted-endpoint GOOGLE_GEMINI_BASE_URL=$model_url GEMINI_API_KEY=sk-scripted-endpoint
+    timeout 600 "$rsim" run "$study" --experiments "$experiments" --seeds-per-node 1 --workers 1 --steps 100 \
+      --worker "${!w}" --agent-timeout 300 --quiet >"$d/run.out" 2>"$d/run.err" </dev/null
+  ) || rc=$?
+  if [ "$rc" = 0 ]; then pass "$label: rsim run --worker 'cmd:$host …' finished"
+  else fail "$label: rsim run exited $rc"; tail -c 1500 "$d/run.out" "$d/run.err" | sed 's/^/    /' >&2; fi
+  local out
+  out=$("$bin/node" "$root/$dir/check.mjs" --campaign --label "$label" --model-log "$d/model.jsonl" --rsim "$rsim" --study "$study" --experiments "$experiments") || true
+  echo "$out" | grep '^ok ' || true
+  echo "$out" | grep '^FAIL ' || true
+  passed=$((passed + $(echo "$out" | grep -c '^ok ' || true)))
+  failed=$((failed + $(echo "$out" | grep -c '^FAIL ' || true)))
+  if echo "$out" | grep -q '^FAIL '; then tail -c 2000 "$study"/.rsim/agents/*.log 2>/dev/null | sed 's/^/    /' >&2 || true; fi
+  if "$rsim" -C "$study" fsck >"$d/fsck.out" 2>&1; then pass "$label: rsim fsck clean"; else fail "$label: rsim fsck"; tail -5 "$d/fsck.out" >&2; fi
+  if "$rsim" -C "$study" audit >"$d/audit.out" 2>&1 && grep -q '^got through: 0$' "$d/audit.out"; then pass "$label: rsim audit: nothing got through the policy"
+  else fail "$label: rsim audit"; tail -10 "$d/audit.out" >&2; fi
+  log "$label: $((SECONDS - t0)) s"
+}
+
+if [ "${HOSTS_CAMPAIGN:-1}" != 0 ]; then
+  for host in claude codex gemini; do
+    [[ $hosts == *",$host,"* ]] || continue
+    run_campaign "$host"
+  done
+fi
 
 log "done in $((SECONDS - started)) s"
 echo "$passed passed, $failed failed"

@@ -30,6 +30,7 @@ if (!main.length) {
   fail("the host sent the model a request offering rsim's tools", `${reqs.length} requests, none with rsim tools`);
   process.exit(1);
 }
+if (argv.includes("--campaign")) campaign();
 const lastReq = main[main.length - 1];
 const calls = lastReq.calls ?? [];
 const want = ["list_nodes", "branch", "branch", "register_dataset", "run_sft", "wait_job", "evaluate", "conclude"];
@@ -62,3 +63,31 @@ check(!others.length, "rsim log: no action under another agent's name", short(ot
 const authors = execFileSync("git", ["-C", study, "log", "--all", "--format=%an"], { encoding: "utf8" }).trim().split("\n");
 check(authors.filter((a) => a === agent).length === recorded.length, `git log: ${recorded.length} commits by ${agent}`, short(authors));
 process.exit(failed ? 1 : 0);
+
+// `rsim run --worker 'cmd:HOST …'`: every Worker turn (one conversation per node) made its calls once,
+// without an error, and the record holds each worker node's actions once under the turn's agent.
+function campaign() {
+  const want = ["get_node", "register_dataset", "run_sft", "wait_job", "evaluate", "conclude"];
+  // A turn's last request holds its whole conversation: the one whose calls are complete.
+  const turns = main.filter((r) => (r.calls ?? []).length === want.length);
+  const n = Number(opt("experiments"));
+  check(turns.length === n, `${n} Worker turns ran the whole scripted turn`, `${turns.length} of ${main.length} main requests complete`);
+  for (const r of turns) {
+    const seq = r.calls.map((c) => c.tool);
+    check(JSON.stringify(seq) === JSON.stringify(want), `turn on ${r.calls[0]?.args?.node}: every call once, in order`, short(seq));
+    const bad = r.calls.filter((c) => c.error || /^(not found|invalid|rejected|error|rule )/im.test(c.text));
+    check(!bad.length, `turn on ${r.calls[0]?.args?.node}: no call answered with an error`, short(bad.map((c) => `${c.tool}: ${c.text}`)));
+  }
+  const log = JSON.parse(execFileSync(opt("rsim"), ["-C", opt("study"), "log", "--json", "--limit", "5000"], { encoding: "utf8" }));
+  const byWorkers = log.actions.filter((a) => a.role === "worker");
+  const nodes = [...new Set(byWorkers.map((a) => a.node))];
+  check(nodes.length === n, `rsim log: workers acted on ${n} nodes`, short(nodes));
+  for (const node of nodes) {
+    const acts = byWorkers.filter((a) => a.node === node).reverse();
+    const ok1 = JSON.stringify(acts.map((a) => a.action)) === JSON.stringify(["register_dataset", "run_sft", "evaluate", "conclude"]);
+    check(ok1 && new Set(acts.map((a) => a.agent)).size === 1 && acts.every((a) => a.decision === "accepted"), `rsim log: node ${node}: each worker action once, accepted, under one agent`, short(acts.map((a) => `${a.agent}:${a.action}/${a.decision}`)));
+  }
+  const runs = log.actions.filter((a) => a.action === "run_sft" && a.decision === "accepted");
+  check(runs.length === n, `rsim log: ${n} training runs in the campaign`, `${runs.length}`);
+  process.exit(failed ? 1 : 0);
+}
