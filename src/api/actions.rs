@@ -55,7 +55,7 @@ impl ActionSpec {
 }
 
 fn schema<T: JsonSchema>() -> Schema {
-    schemars::schema_for!(T)
+    crate::util::schema::schema_of::<T>()
 }
 
 fn parse_as<T: DeserializeOwned>(action: &str, args: Value) -> Result<T> {

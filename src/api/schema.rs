@@ -13,7 +13,7 @@ pub use super::actions::{ACTIONS, ActionSpec, spec};
 use crate::util::error::{Error, Result};
 
 fn schema<T: JsonSchema>() -> Schema {
-    schemars::schema_for!(T)
+    crate::util::schema::schema_of::<T>()
 }
 
 /// The compiled input validator of `action`, built the first time that action is validated in

@@ -313,7 +313,7 @@ fn parse_progress(line: &str) -> Option<Progress> {
 
 /// `TrainMetrics` is a plain map: its schema gets a name and says what it is.
 fn metrics_schema() -> schemars::Schema {
-    let mut s = schemars::schema_for!(TrainMetrics);
+    let mut s = crate::util::schema::schema_of::<TrainMetrics>();
     s.insert("title".into(), "TrainMetrics".into());
     s.insert(
         "description".into(),
@@ -327,12 +327,12 @@ pub fn schema_files() -> Vec<(String, schemars::Schema)> {
     vec![
         (
             "jobs/spec.json".to_string(),
-            schemars::schema_for!(JobParams),
+            crate::util::schema::schema_of::<JobParams>(),
         ),
         ("jobs/metrics.json".to_string(), metrics_schema()),
         (
             "jobs/result.json".to_string(),
-            schemars::schema_for!(EvalResult),
+            crate::util::schema::schema_of::<EvalResult>(),
         ),
     ]
 }
@@ -425,7 +425,7 @@ mod tests {
         v["hyper"]["node"] = "n1".into();
         let e = serde_json::from_value::<JobParams>(v).expect_err("unknown field");
         assert!(e.to_string().contains("node"), "{e}");
-        let schema = schemars::schema_for!(TrainHyper).to_value();
+        let schema = crate::util::schema::schema_of::<TrainHyper>().to_value();
         let mut props: Vec<&str> = schema["properties"]
             .as_object()
             .expect("properties")

@@ -7,7 +7,7 @@ use crate::api::actions::ACTIONS;
 use crate::model::{ActionRecord, NodeMeta};
 
 fn schema<T: JsonSchema>() -> Schema {
-    schemars::schema_for!(T)
+    crate::util::schema::schema_of::<T>()
 }
 
 /// Every schema file under `schemas/`: (relative path, pretty JSON).

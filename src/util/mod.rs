@@ -4,5 +4,6 @@
 pub mod error;
 pub mod hash;
 pub mod proc;
+pub mod schema;
 pub mod stats;
 pub mod text;

@@ -132,7 +132,7 @@ fn any_of(schemas: Vec<Value>) -> Value {
 }
 
 fn running_schema() -> Value {
-    schemars::schema_for!(JobRunning).to_value()
+    crate::util::schema::schema_of::<JobRunning>().to_value()
 }
 
 fn title_of(name: &str) -> String {
@@ -178,12 +178,12 @@ fn all_tools() -> Result<Vec<(Tool, ToolKind)>> {
         Tool::new_with_raw(
             "wait_job",
             Some("Wait for a job started by run_sft or evaluate (by any agent or process) until its action is recorded, then return the recorded result (the run_sft or evaluate result). Sends progress notifications while it waits. After timeout_s (default 60) answers {job, status: \"running\"}; call again to keep waiting.".into()),
-            gen_schema(schemars::schema_for!(WaitJobRequest))?,
+            gen_schema(crate::util::schema::schema_of::<WaitJobRequest>())?,
         )
         .with_title("Wait for job")
         .with_raw_output_schema(object(any_of(vec![
-            schemars::schema_for!(RunSftResult).to_value(),
-            schemars::schema_for!(EvaluateResult).to_value(),
+            crate::util::schema::schema_of::<RunSftResult>().to_value(),
+            crate::util::schema::schema_of::<EvaluateResult>().to_value(),
             running_schema(),
         ]))?)
         .annotate(
