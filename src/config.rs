@@ -228,8 +228,37 @@ pub struct Budgets {
     /// limit alone lets an agent probe the test split through many nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_test_evaluations: Option<u64>,
+    /// Rows all registered datasets of the study may hold together (derived ones — mixtures,
+    /// filters — included). Reserved at registration, so racing registrations cannot together
+    /// pass it.
+    #[serde(default = "default_dataset_rows")]
+    pub dataset_rows: u64,
+    /// Bytes the stored objects of all registered datasets may take together (JSON Lines, as
+    /// stored), reserved likewise.
+    #[serde(default = "default_dataset_storage_bytes")]
+    pub dataset_storage_bytes: u64,
+    /// Rows the datasets one agent registers may hold together (so one agent cannot take the
+    /// study's whole budget).
+    #[serde(default = "default_agent_dataset_rows")]
+    pub agent_dataset_rows: u64,
+    /// Stored bytes of the datasets one agent registers, together.
+    #[serde(default = "default_agent_dataset_storage_bytes")]
+    pub agent_dataset_storage_bytes: u64,
 }
 
+fn default_agent_dataset_rows() -> u64 {
+    2_000_000
+}
+fn default_agent_dataset_storage_bytes() -> u64 {
+    512 << 20
+}
+
+fn default_dataset_rows() -> u64 {
+    5_000_000
+}
+fn default_dataset_storage_bytes() -> u64 {
+    2 << 30
+}
 fn default_compute_seconds() -> u64 {
     36_000
 }
@@ -255,6 +284,10 @@ impl Default for Budgets {
             agent_test_evaluations: None,
             node_evaluations: None,
             agent_evaluations: None,
+            dataset_rows: default_dataset_rows(),
+            dataset_storage_bytes: default_dataset_storage_bytes(),
+            agent_dataset_rows: default_agent_dataset_rows(),
+            agent_dataset_storage_bytes: default_agent_dataset_storage_bytes(),
         }
     }
 }

@@ -493,11 +493,14 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
     }
     let worker = worker_agent(&opts.worker, &root, &opts)?;
     let reviewer = reviewer_agent(&opts.reviewer, &root, &opts)?;
+    let owner = Caller::new("orchestrator", Role::Owner);
+    // One orchestrator at a time: a second `rsim run` on the study (another process) would count
+    // the same experiments left and spend them again. Held until this run returns.
+    let _lease = study.lease_campaign(&owner, &serde_json::to_value(&opts)?)?;
     if saved_options(&root)?.is_none() {
         save_options(&root, &opts)?;
     }
     let opts = Arc::new(opts);
-    let owner = Caller::new("orchestrator", Role::Owner);
     let reviewer_caller = Caller::new(format!("reviewer-{}", reviewer.name()), Role::Reviewer);
 
     let mut st = CampaignState::load(&study, &opts.task)?;

@@ -230,37 +230,29 @@ impl CampaignState {
                 children.entry(p.clone()).or_default().push(n.id.clone());
             }
         }
+        // Each node's direction (`top`) and lonely depth follow from its first parent's, so one
+        // pass in node order (a parent is always older than its child) computes them all — linear
+        // in the DAG, where walking every node's chain up to the root was quadratic in its depth.
+        let mut ids = ids;
+        ids.sort_by_key(|id| crate::record::index::node_num(id));
+        let mut derived: BTreeMap<String, (String, u32)> = BTreeMap::new();
         for id in ids {
-            // Walk first parents up to the root.
-            let mut chain = vec![id.clone()];
-            let mut cur = id.clone();
-            while let Some(p) = self
-                .nodes
-                .get(&cur)
-                .and_then(|n| n.parents.first())
-                .cloned()
-            {
-                if p == self.root || chain.len() > 10_000 {
-                    break;
+            let first = self.nodes.get(&id).and_then(|n| n.parents.first()).cloned();
+            let (top, depth) = match first {
+                None => (id.clone(), 0),
+                Some(p) if p == self.root => (id.clone(), 0),
+                Some(p) => {
+                    let lonely = children.get(&p).map_or(0, |v| v.len()) <= 1;
+                    // A parent outside the campaign's nodes is its own direction.
+                    let (top, up) = derived.get(&p).cloned().unwrap_or((p.clone(), 0));
+                    (top, if lonely { up + 1 } else { 0 })
                 }
-                chain.push(p.clone());
-                cur = p;
-            }
-            let top = chain.last().cloned().unwrap_or_default();
-            let mut depth = 0;
-            for c in &chain {
-                let Some(p) = self.nodes.get(c).and_then(|n| n.parents.first()) else {
-                    break;
-                };
-                if p == &self.root || children.get(p).map_or(0, |v| v.len()) > 1 {
-                    break;
-                }
-                depth += 1;
-            }
+            };
             if let Some(n) = self.nodes.get_mut(&id) {
-                n.top = top;
+                n.top = top.clone();
                 n.lonely_depth = depth;
             }
+            derived.insert(id, (top, depth));
         }
     }
 

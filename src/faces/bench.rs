@@ -404,6 +404,97 @@ fn signing_cost(root: &Path, node: &str) -> Result<(f64, f64)> {
     Ok((median(&mut sign), median(&mut verify)))
 }
 
+/// One view of one DAG shape: its size and the time to produce it.
+#[derive(Debug, serde::Serialize)]
+pub struct ViewFigure {
+    pub shape: &'static str,
+    pub view: &'static str,
+    pub nodes: usize,
+    pub bytes: usize,
+    pub bytes_per_node: f64,
+    pub ms: f64,
+}
+
+/// `rsim bench --views N`: every text view of a chain N deep and of a DAG N wide (N children of
+/// the root), built through branch actions by the campaign's own author (so the report shows
+/// every node). Views must be linear in the DAG's size: bytes per node stay flat as N grows.
+pub fn views(n: usize, dir: Option<&Path>, json_out: bool) -> Result<()> {
+    let base = bench_dir(dir)?;
+    let author = Caller::new("orchestrator", crate::model::Role::Owner);
+    let mut figures = Vec::new();
+    for shape in ["chain", "wide"] {
+        let root = base.join(shape);
+        if root.exists() {
+            std::fs::remove_dir_all(&root)?;
+        }
+        bench_study(&root, n + 10)?;
+        let study = Study::open(&root)?;
+        let t = Instant::now();
+        let mut last = crate::model::ROOT_NODE.to_string();
+        for i in 0..n {
+            let parent = if shape == "chain" {
+                last.clone()
+            } else {
+                crate::model::ROOT_NODE.to_string()
+            };
+            let r = study.branch(
+                &author,
+                BranchRequest {
+                    parents: vec![parent],
+                    title: format!("step {i}"),
+                    hypothesis: String::new(),
+                },
+            )?;
+            last = r.node;
+        }
+        eprintln!(
+            "{shape}: built {n} nodes in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        let nodes = n + 1;
+        let mut time = |view: &'static str, f: &mut dyn FnMut() -> Result<usize>| -> Result<()> {
+            let t = Instant::now();
+            let bytes = f()?;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            eprintln!("{shape} {view}: {bytes} bytes in {ms:.1} ms");
+            figures.push(ViewFigure {
+                shape,
+                view,
+                nodes,
+                bytes,
+                bytes_per_node: bytes as f64 / nodes as f64,
+                ms,
+            });
+            Ok(())
+        };
+        time("dag text", &mut || Ok(study.dag_graph()?.to_text().len()))?;
+        time("dag dot", &mut || Ok(study.dag_graph()?.to_dot(None).len()))?;
+        time("report text", &mut || {
+            let r = crate::campaign::report::build(&study, None)?;
+            Ok(crate::campaign::report::text(&r).len())
+        })?;
+        time("report html", &mut || {
+            let r = crate::campaign::report::build(&study, None)?;
+            Ok(crate::campaign::report::html(&r).len())
+        })?;
+    }
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        println!("machine: {}", machine());
+        for f in &figures {
+            println!(
+                "{:<6} {:<12} {:>6} nodes  {:>10} bytes  {:>8.1} bytes/node  {:>9.1} ms",
+                f.shape, f.view, f.nodes, f.bytes, f.bytes_per_node, f.ms
+            );
+        }
+    }
+    if dir.is_none() {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    Ok(())
+}
+
 pub fn bench_study(dir: &Path, max_nodes: usize) -> Result<()> {
     write_study(dir, max_nodes, "kind = \"local\"\n")
 }

@@ -183,6 +183,10 @@ pub enum Command {
         /// Slurm partition for --slurm (default: the cluster's default partition).
         #[arg(long, requires = "slurm")]
         partition: Option<String>,
+        /// Instead, benchmark the size and time of views (dag text and DOT, report text and
+        /// HTML) on a chain N nodes deep and a DAG N nodes wide, built through branch actions.
+        #[arg(long, value_name = "N", conflicts_with = "slurm")]
+        views: Option<usize>,
     },
     /// The cost of one CLI call: times separate rsim processes (this binary) for a query
     /// (`show n0 --json`) and a write (`branch`) on a fresh tiny-arith-ngram study; median and
@@ -334,9 +338,15 @@ pub enum Command {
         agents: Vec<String>,
     },
     /// Print the MCP client configuration that connects a coding agent to this study.
+    /// With the global --agent, the commits of that connection carry that name; --role picks
+    /// its role (worker by default).
     McpConfig {
         #[arg(long, value_enum)]
         client: McpClient,
+        /// The server's name in the client's configuration (tools appear as mcp__NAME__…): give a
+        /// worker and a reviewer on one study different names.
+        #[arg(long, default_value = "rsim")]
+        name: String,
     },
     /// Job programs run by the job runner (not for agents).
     #[command(hide = true)]
@@ -352,6 +362,8 @@ pub enum McpClient {
     Claude,
     /// Codex CLI (config.toml)
     Codex,
+    /// Gemini CLI (.gemini/settings.json)
+    Gemini,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -514,15 +526,25 @@ pub fn run(cli: Cli) -> Result<()> {
             },
             mcp_options(*job_wait)?,
         ),
-        Command::McpConfig { client } => {
+        Command::McpConfig { client, name } => {
+            use crate::faces::mcp::config::{Client, Connection, snippet};
             let c = match client {
-                McpClient::Claude => crate::faces::mcp::config::Client::Claude,
-                McpClient::Codex => crate::faces::mcp::config::Client::Codex,
+                McpClient::Claude => Client::Claude,
+                McpClient::Codex => Client::Codex,
+                McpClient::Gemini => Client::Gemini,
             };
-            print!(
-                "{}",
-                crate::faces::mcp::config::snippet(c, &dir, agent_role(&cli)?.as_str())?
-            );
+            if cli.json && c == Client::Codex {
+                return Err(Error::invalid(
+                    "--json: Codex's configuration is TOML; run without --json (Claude Code's and Gemini CLI's are JSON already)",
+                ));
+            }
+            let role = agent_role(&cli)?;
+            let conn = Connection {
+                name,
+                role: role.as_str(),
+                agent: cli.agent.as_deref(),
+            };
+            print!("{}", snippet(c, &dir, &conn)?);
             Ok(())
         }
         Command::Bench {
@@ -533,11 +555,13 @@ pub fn run(cli: Cli) -> Result<()> {
             reuse,
             slurm,
             partition,
-        } => match slurm {
-            Some(n) => {
+            views,
+        } => match (slurm, views) {
+            (_, Some(n)) => crate::faces::bench::views(*n, bdir.as_deref(), json),
+            (Some(n), None) => {
                 crate::faces::bench::run_jobs(*n, partition.as_deref(), bdir.as_deref(), json)
             }
-            None => {
+            (None, None) => {
                 crate::faces::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json)
             }
         },

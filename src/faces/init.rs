@@ -33,6 +33,12 @@ compute_seconds = 36000
 evaluations = 1000
 test_evaluations_per_node = 2
 max_nodes = 10000
+# Registered datasets together (derived ones included): rows and stored bytes.
+dataset_rows = 5000000
+dataset_storage_bytes = 2147483648
+# Per agent (one agent cannot take the study's whole budget).
+agent_dataset_rows = 2000000
+agent_dataset_storage_bytes = 536870912
 
 [jobs]
 # Commands; the job spec JSON path is appended as the last argument.

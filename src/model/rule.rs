@@ -36,6 +36,11 @@ rules! {
     MaxParents = "max-parents",
     BudgetNodes = "budget-nodes",
     DatasetNameTaken = "dataset-name-taken",
+    /// Registered datasets past the study's row or storage budget (`budgets.dataset_rows`,
+    /// `budgets.dataset_storage_bytes`), counting registrations in flight.
+    BudgetDatasetStorage = "budget-dataset-storage",
+    /// One agent's registered datasets past its row or storage budget.
+    BudgetAgentDatasetStorage = "budget-agent-dataset-storage",
     InlineRowsLimit = "inline-rows-limit",
     /// A dataset (or the union one run_sft trains on) larger than the study's bounds, refused on
     /// its projected size before anything is allocated.
@@ -63,6 +68,8 @@ rules! {
     NetworkIsolation = "network-isolation",
     /// Running a job whose environment could not be pinned (a Nix flake without its narHash).
     EnvironmentPinned = "environment-pinned",
+    /// Starting a campaign while another orchestrator (another `rsim run`) runs one on the study.
+    CampaignRunning = "campaign-running",
     /// Cancelling a job that another agent started (owners may cancel any job).
     JobOwner = "job-owner",
     /// Running a job without its sandbox when the study requires one (`policy.sandbox`).

@@ -132,6 +132,114 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         checked: 0,
         violations: Vec::new(),
     };
+    let mut limits = Check {
+        name: "limits",
+        counts: true,
+        what: "the limits checked against counts held together under the budgets committed now: registered datasets within the study's and each agent's row and storage budgets, nodes within budgets.max_nodes, nothing recorded on a node after it was concluded, no agent answered by the contamination gate past its probing limit",
+        checked: 0,
+        violations: Vec::new(),
+    };
+    let budgets = &study.config().budgets;
+    let probe_limit = study.config().policy.max_contamination_rejections_per_agent;
+    let (mut data_rows, mut data_bytes) = (0u64, 0u64);
+    let mut agent_data: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut contamination_answers: HashMap<String, u64> = HashMap::new();
+    let mut concluded: HashMap<String, u64> = HashMap::new();
+    for a in &ordered {
+        let r = &a.record;
+        let at = format!("{}#{}", a.node, a.seq);
+        if r.decision.rule.as_deref() == Some(crate::model::rule::Rule::Contamination.as_str()) {
+            // The probing limit refuses a registration once the agent holds that many answers.
+            let n = contamination_answers.entry(r.agent.clone()).or_default();
+            if r.action == ActionName::RegisterDataset && *n >= probe_limit {
+                limits.violations.push(format!(
+                    "{at}: agent {:?} was answered by the contamination gate after {n} rejections \
+                     (policy.max_contamination_rejections_per_agent = {probe_limit})",
+                    r.agent
+                ));
+            }
+            *n += 1;
+        }
+        if !r.decision.accepted() {
+            continue;
+        }
+        if matches!(r.action, ActionName::RegisterDataset | ActionName::Conclude) {
+            limits.checked += 1;
+            if let Some(seq) = concluded.get(&a.node) {
+                limits.violations.push(format!(
+                    "{at}: {} recorded on node {} after it was concluded (#{seq})",
+                    r.action, a.node
+                ));
+            }
+        }
+        if r.action == ActionName::Conclude {
+            concluded.entry(a.node.clone()).or_insert(a.seq as u64);
+        }
+        for art in r
+            .artifacts
+            .iter()
+            .filter(|x| r.action == ActionName::RegisterDataset && x.kind == ArtifactKind::Dataset)
+        {
+            let rows = r
+                .result
+                .as_ref()
+                .and_then(|v| v["rows"].as_u64())
+                .unwrap_or(0);
+            let bytes = std::fs::metadata(study.store().path(&art.sha256)).map_or(0, |m| m.len());
+            data_rows = data_rows.saturating_add(rows);
+            data_bytes = data_bytes.saturating_add(bytes);
+            let mine = agent_data.entry(r.agent.clone()).or_default();
+            mine.0 = mine.0.saturating_add(rows);
+            mine.1 = mine.1.saturating_add(bytes);
+            let over = [
+                (
+                    data_rows,
+                    budgets.dataset_rows,
+                    "the study's",
+                    "rows",
+                    "budgets.dataset_rows",
+                ),
+                (
+                    data_bytes,
+                    budgets.dataset_storage_bytes,
+                    "the study's",
+                    "stored bytes",
+                    "budgets.dataset_storage_bytes",
+                ),
+                (
+                    mine.0,
+                    budgets.agent_dataset_rows,
+                    "its agent's",
+                    "rows",
+                    "budgets.agent_dataset_rows",
+                ),
+                (
+                    mine.1,
+                    budgets.agent_dataset_storage_bytes,
+                    "its agent's",
+                    "stored bytes",
+                    "budgets.agent_dataset_storage_bytes",
+                ),
+            ];
+            for (used, max, whose, what, key) in over {
+                if used > max {
+                    limits.violations.push(format!(
+                        "{at}: dataset {:?} took {whose} registered datasets to {used} {what}, \
+                         past {key} = {max}",
+                        art.name
+                    ));
+                }
+            }
+        }
+    }
+    let nodes = index.node_count()?;
+    limits.checked += nodes;
+    if nodes > budgets.max_nodes {
+        limits.violations.push(format!(
+            "the study has {nodes} nodes, past budgets.max_nodes = {}",
+            budgets.max_nodes
+        ));
+    }
     let mut test_evals: HashMap<String, u64> = HashMap::new();
     let resolve = |c: &str| {
         if c == "base" {
@@ -347,6 +455,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         environment,
         tripwire,
         sandbox,
+        limits,
     ];
     let got_through = checks
         .iter()

@@ -320,7 +320,7 @@ pub(in crate::os) struct ClaimGuard<'a> {
 
 enum Held {
     Job(String),
-    DatasetName(String),
+    Hold(String),
 }
 
 impl<'a> ClaimGuard<'a> {
@@ -331,10 +331,12 @@ impl<'a> ClaimGuard<'a> {
         }
     }
 
-    pub(in crate::os) fn dataset_name(index: &'a crate::record::index::Index, name: &str) -> Self {
+    /// A hold (`record::claims::Index::with_holds`): a registration's name and storage, a
+    /// contamination rejection in flight, a node being created.
+    pub(in crate::os) fn hold(index: &'a crate::record::index::Index, token: String) -> Self {
         ClaimGuard {
             index,
-            held: Held::DatasetName(name.to_string()),
+            held: Held::Hold(token),
         }
     }
 }
@@ -343,7 +345,7 @@ impl Drop for ClaimGuard<'_> {
     fn drop(&mut self) {
         let (what, released) = match &self.held {
             Held::Job(job) => (job, self.index.release_claim(job)),
-            Held::DatasetName(name) => (name, self.index.release_dataset_name(name)),
+            Held::Hold(token) => (token, self.index.release_hold(token)),
         };
         if let Err(e) = released {
             tracing::warn!(claim = %what, "could not release a claim: {}", e.message);

@@ -7,6 +7,7 @@
 mod actions;
 pub mod audit;
 mod campaign;
+pub use campaign::CampaignLease;
 mod data;
 pub mod fsck;
 pub mod genesis;
@@ -197,6 +198,45 @@ impl Study {
             )),
         }
         e
+    }
+
+    /// Append an action that may not land on a concluded node (`register_dataset`, `conclude`):
+    /// the node's status is checked again on the very tip the commit protocol appends to (under
+    /// its compare-and-swap), so a `conclude` that lands between the policy's check and this
+    /// write turns the action into its recorded `node-concluded` rejection instead of an action
+    /// on a concluded node (two racing concludes: the second is refused).
+    fn commit_on_open_node(
+        &self,
+        node: &str,
+        caller: &Caller,
+        action: ActionName,
+        request: Value,
+        mut prepare: impl FnMut(&NodeSnapshot) -> Result<Prepared>,
+    ) -> Result<(String, ActionRecord)> {
+        let (oid, rec) = self.commit_action(node, caller, action, request, |snap| {
+            if snap.meta.status == NodeStatus::Concluded {
+                return Ok(Prepared::rejected(Decision::reject(
+                    rule::Rule::NodeConcluded,
+                    "the node was concluded while this action was being decided; branch a new \
+                     node from it to continue this direction",
+                )));
+            }
+            prepare(snap)
+        })?;
+        if rec.decision.accepted() {
+            return Ok((oid, rec));
+        }
+        let rule = rec.decision.rule.clone().unwrap_or_default();
+        let mut e = Error::new(
+            ErrorKind::Rejected,
+            format!(
+                "rejected by policy rule {rule}: {}",
+                rec.decision.reason.clone().unwrap_or_default()
+            ),
+        );
+        e.rule = Some(rule);
+        e.commit = Some(oid);
+        Err(e)
     }
 
     /// Append one action to `node` through the commit protocol.

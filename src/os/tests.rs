@@ -187,6 +187,29 @@ fn cancelling_an_unknown_job_as_an_observer_is_a_recorded_role_refusal() {
     assert_eq!(history(&s, ROOT_NODE).len(), h.len());
 }
 
+/// Two orchestrators on one study would each count the experiments left and spend them again:
+/// the campaign is held by one at a time (a hold in the index, across processes), the second is
+/// refused by `campaign-running` and the refusal recorded; once the first ends, it can start.
+#[test]
+fn one_orchestrator_at_a_time_holds_a_campaign() {
+    let (_d, s) = study();
+    let owner = Caller::new("orchestrator", Role::Owner);
+    let lease = s.lease_campaign(&owner, &json!({})).expect("first");
+    let e = s
+        .lease_campaign(&owner, &json!({"strategy": "orchestra"}))
+        .err()
+        .expect("a second orchestrator is refused");
+    assert_eq!(e.rule.as_deref(), Some("campaign-running"), "{}", e.message);
+    assert!(e.commit.is_some(), "the refusal is recorded");
+    let e = s
+        .lease_campaign(&worker("w"), &json!({}))
+        .err()
+        .expect("only the owner");
+    assert_eq!(e.rule.as_deref(), Some("role"));
+    drop(lease);
+    let _again = s.lease_campaign(&owner, &json!({})).expect("free again");
+}
+
 #[test]
 fn a_campaign_start_is_recorded_and_refused_once_a_budget_is_spent() {
     let (_d, s) = study();

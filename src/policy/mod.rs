@@ -55,7 +55,11 @@ pub struct Facts {
     /// register_dataset / run_sft: the projected size of the data, computed before any row is
     /// materialised (None: not computed).
     pub size: Option<SizeFact>,
-    /// register_dataset: contamination rejections the calling agent already collected.
+    /// register_dataset: what the study's registered datasets (and the caller's) hold, with
+    /// registrations in flight, and what this one would add (None: not computed).
+    pub dataset_storage: Option<StorageFact>,
+    /// register_dataset: contamination rejections the calling agent already collected (recorded,
+    /// and in flight: rejected but not yet recorded).
     pub agent_contamination_rejections: u64,
     /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
     pub network_isolation_unavailable: bool,
@@ -68,6 +72,8 @@ pub struct Facts {
     /// run_sft / evaluate: why the study's job environment could not be pinned (Nix's own
     /// message), when it could not.
     pub environment_unpinned: Option<String>,
+    /// campaign: the orchestrators running a campaign on the study now (other `rsim run`s).
+    pub campaigns_running: Vec<String>,
     /// cancel_job: the agent that started the job (None: no such job in this study).
     pub job_agent: Option<String>,
 }
@@ -79,6 +85,82 @@ pub struct SizeFact {
     pub what: String,
     pub rows: u64,
     pub bytes: u64,
+}
+
+/// Registered data against the study's and the agent's dataset budgets: what is used (recorded
+/// plus held by registrations in flight), and what a registration would add.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StorageFact {
+    pub used_rows: u64,
+    pub used_bytes: u64,
+    pub agent_used_rows: u64,
+    pub agent_used_bytes: u64,
+    /// Rows and stored bytes (JSON Lines) of the dataset asked for.
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// The dataset budgets (`budgets.dataset_rows`, `budgets.dataset_storage_bytes`, and the
+/// per-agent `budgets.agent_dataset_rows`, `budgets.agent_dataset_storage_bytes`).
+fn storage_budget(cfg: &StudyConfig, caller: &Caller, facts: &Facts) -> Option<Decision> {
+    let s = facts.dataset_storage?;
+    let b = &cfg.budgets;
+    let over =
+        |rule: Rule, whose: String, what: &str, used: u64, asked: u64, key: &str, max: u64| {
+            (used.saturating_add(asked) > max).then(|| {
+                Decision::reject(
+                    rule,
+                    format!(
+                        "{whose} registered datasets hold {used} {what} (registrations in flight \
+                     included); this one would add {asked}, past the limit of {max} ({key})"
+                    ),
+                )
+            })
+        };
+    let study = "the study's".to_string();
+    let agent = format!("agent {:?}'s", caller.agent);
+    over(
+        Rule::BudgetDatasetStorage,
+        study.clone(),
+        "rows",
+        s.used_rows,
+        s.rows,
+        "budgets.dataset_rows",
+        b.dataset_rows,
+    )
+    .or_else(|| {
+        over(
+            Rule::BudgetDatasetStorage,
+            study,
+            "stored bytes",
+            s.used_bytes,
+            s.bytes,
+            "budgets.dataset_storage_bytes",
+            b.dataset_storage_bytes,
+        )
+    })
+    .or_else(|| {
+        over(
+            Rule::BudgetAgentDatasetStorage,
+            agent.clone(),
+            "rows",
+            s.agent_used_rows,
+            s.rows,
+            "budgets.agent_dataset_rows",
+            b.agent_dataset_rows,
+        )
+    })
+    .or_else(|| {
+        over(
+            Rule::BudgetAgentDatasetStorage,
+            agent,
+            "stored bytes",
+            s.agent_used_bytes,
+            s.bytes,
+            "budgets.agent_dataset_storage_bytes",
+            b.agent_dataset_storage_bytes,
+        )
+    })
 }
 
 /// The dataset bounds (`policy.max_dataset_rows`, `policy.max_dataset_bytes`).
@@ -202,6 +284,32 @@ pub fn check_campaign(caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Deci
         .or_else(|| evaluation_budget(cfg, facts))
         .or_else(|| node_budget(cfg, facts))
         .unwrap_or_else(Decision::accept)
+}
+
+/// Decide on holding a study's campaign (`rsim run`, before it spends anything): the owner's,
+/// and one orchestrator at a time — two spend the same campaign budget twice, each counting only
+/// what was recorded when it started, and repeat each other's seeded experiments.
+pub fn check_campaign_lease(caller: &Caller, facts: &Facts) -> Decision {
+    if caller.role != Role::Owner {
+        return Decision::reject(
+            Rule::Role,
+            format!(
+                "agent {:?} has role {}; only the study owner starts campaigns",
+                caller.agent, caller.role
+            ),
+        );
+    }
+    if !facts.campaigns_running.is_empty() {
+        return Decision::reject(
+            Rule::CampaignRunning,
+            format!(
+                "a campaign is already running on this study ({}); one orchestrator at a time \
+                 spends a campaign — wait for it to end, or stop it and resume",
+                facts.campaigns_running.join(", ")
+            ),
+        );
+    }
+    Decision::accept()
 }
 
 /// Checks shared by every action that runs a job: isolation, a pinned environment, checkpoint
@@ -344,8 +452,9 @@ fn check_register_dataset(
         return Decision::reject(
             Rule::ContaminationProbing,
             format!(
-                "agent {:?} already had {} datasets rejected for contamination \
-                         (policy.max_contamination_rejections_per_agent = {}); it may register no more datasets",
+                "agent {:?} already had {} datasets rejected for contamination, counting \
+                 rejections not yet recorded (policy.max_contamination_rejections_per_agent = {}); \
+                 it may register no more datasets",
                 caller.agent,
                 facts.agent_contamination_rejections,
                 cfg.policy.max_contamination_rejections_per_agent
@@ -362,6 +471,9 @@ fn check_register_dataset(
         );
     }
     if let Some(d) = size_limit(cfg, facts) {
+        return d;
+    }
+    if let Some(d) = storage_budget(cfg, caller, facts) {
         return d;
     }
     let own_rows = matches!(r.source, DatasetSource::Inline { .. });
@@ -817,5 +929,52 @@ mod tests {
             &facts,
         );
         assert_eq!(d.rule.as_deref(), Some("node-concluded"));
+    }
+
+    /// The default budgets: three million-row datasets from one agent are refused at the third
+    /// (per agent), and the study's own budget refuses past 5,000,000 rows whoever asks.
+    #[test]
+    fn default_dataset_budgets_refuse_the_third_million_row_dataset_of_an_agent() {
+        let c = cfg();
+        let req = RegisterDatasetRequest {
+            node: "n1".into(),
+            name: "big".into(),
+            description: String::new(),
+            source: DatasetSource::Arith(ArithParams {
+                op: ArithOp::Add,
+                digits: 3,
+                format: AnswerFormat::Plain,
+                n: 1_000_000,
+                seed: 1,
+            }),
+        };
+        let w = Caller::new("w", Role::Worker);
+        let decide = |used: u64, agent_used: u64| {
+            let facts = Facts {
+                node_status: Some(NodeStatus::Open),
+                dataset_storage: Some(StorageFact {
+                    used_rows: used,
+                    used_bytes: used * 20,
+                    agent_used_rows: agent_used,
+                    agent_used_bytes: agent_used * 20,
+                    rows: 1_000_000,
+                    bytes: 20_000_000,
+                }),
+                ..Facts::default()
+            };
+            check(Request::RegisterDataset(&req), &w, &c, &facts)
+        };
+        assert!(decide(1_000_000, 1_000_000).accepted());
+        let d = decide(2_000_000, 2_000_000);
+        assert_eq!(d.rule.as_deref(), Some("budget-agent-dataset-storage"));
+        let why = d.reason.unwrap_or_default();
+        assert!(
+            why.contains("2000000 rows")
+                && why.contains("would add 1000000")
+                && why.contains("budgets.agent_dataset_rows"),
+            "{why}"
+        );
+        let d = decide(4_500_000, 0);
+        assert_eq!(d.rule.as_deref(), Some("budget-dataset-storage"));
     }
 }

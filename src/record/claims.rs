@@ -9,6 +9,12 @@
 //! recorded (the recorded usage then counts instead), and a claim of a writer that died is
 //! dropped once its jobs have been recovered.
 //!
+//! Quick actions have the same gap between the count and the record without a job: a
+//! registration's rows and bytes against the study's dataset budgets and its name against the
+//! names taken, a contamination rejection against the agent's probing limit, a new node against
+//! the node budget, a campaign against another orchestrator running one. They take a *hold* in one write transaction with their count, released once
+//! the action (or its rejection) is recorded; a hold of a writer that died is ignored and dropped.
+//!
 //! Claims are not derived from git (they describe jobs not yet recorded), so `rebuild` keeps them.
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
@@ -16,8 +22,12 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use crate::record::index::Index;
 use crate::util::error::Result;
 
-const NAMES_SCHEMA: &str =
-    "CREATE TABLE IF NOT EXISTS name_claims(name TEXT PRIMARY KEY, pid INTEGER NOT NULL)";
+/// Holds: what quick actions in flight reserve between their check and their record — a
+/// registration's dataset name, rows and stored bytes; a contamination rejection not yet recorded
+/// (the probing limit counts it); a node being created (the node budget counts it).
+const HOLDS_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS holds(
+  token TEXT PRIMARY KEY, kind TEXT NOT NULL, agent TEXT NOT NULL, name TEXT,
+  rows INTEGER NOT NULL, bytes INTEGER NOT NULL, pid INTEGER NOT NULL)";
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS claims(
   job TEXT PRIMARY KEY, node TEXT NOT NULL, agent TEXT NOT NULL, evaluation INTEGER NOT NULL,
@@ -35,6 +45,66 @@ pub struct Claim {
     pub test: bool,
     /// Compute the job may use at most: wall-clock limit × units held.
     pub compute_s: f64,
+}
+
+/// What a hold reserves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    /// An accepted registration until it is recorded: its name, rows and stored bytes.
+    Dataset,
+    /// A contamination rejection until it is recorded (counted by the probing limit).
+    Probe,
+    /// A node until its branch is created and indexed (counted by the node budget).
+    Node,
+    /// A running campaign (`rsim run`): one orchestrator at a time spends a study's campaign.
+    Campaign,
+}
+
+impl HoldKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            HoldKind::Dataset => "dataset",
+            HoldKind::Probe => "probe",
+            HoldKind::Node => "node",
+            HoldKind::Campaign => "campaign",
+        }
+    }
+    fn parse(s: &str) -> Option<HoldKind> {
+        [
+            HoldKind::Dataset,
+            HoldKind::Probe,
+            HoldKind::Node,
+            HoldKind::Campaign,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// One hold to take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hold {
+    pub kind: HoldKind,
+    pub agent: String,
+    /// The dataset name a registration reserves.
+    pub name: Option<String>,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// What live holds reserve now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Held {
+    pub dataset_rows: u64,
+    pub dataset_bytes: u64,
+    pub agent_dataset_rows: u64,
+    pub agent_dataset_bytes: u64,
+    /// Contamination rejections of the agent not yet recorded.
+    pub agent_probes: u64,
+    /// Nodes being created.
+    pub nodes: u64,
+    /// Campaigns running (their orchestrators' agents).
+    pub campaigns: Vec<String>,
 }
 
 /// What running jobs hold now, for one node and one agent.
@@ -125,54 +195,131 @@ impl Index {
         Ok(())
     }
 
-    /// Claim a dataset name for a registration in flight, atomically with the check that no
-    /// dataset has it and no other registration holds it (in this process or another): false if
-    /// it is taken. Checked and then written later, two registrations racing for one name both
-    /// passed, and the second silently replaced the rows the first one's agent trains on.
-    pub fn claim_dataset_name(&self, name: &str) -> Result<bool> {
-        self.conn().execute_batch(NAMES_SCHEMA)?;
-        let tx = rusqlite::Transaction::new_unchecked(self.conn(), TransactionBehavior::Immediate)?;
-        let taken = self.dataset(name)?.is_some()
-            || tx
-                .query_row("SELECT pid FROM name_claims WHERE name=?1", [name], |r| {
-                    r.get::<_, u32>(0)
-                })
-                .optional()?
-                .is_some_and(crate::util::proc::process_alive);
-        if !taken {
-            tx.execute(
-                "INSERT OR REPLACE INTO name_claims(name, pid) VALUES(?1, ?2)",
-                params![name, std::process::id()],
-            )?;
-        }
-        tx.commit()?;
-        Ok(!taken)
+    fn holds_table(&self) -> Result<()> {
+        self.conn().execute_batch(HOLDS_SCHEMA)?;
+        Ok(())
     }
 
-    /// The registration is recorded (the name is in the datasets table) or gave up.
-    pub fn release_dataset_name(&self, name: &str) -> Result<()> {
-        self.conn().execute_batch(NAMES_SCHEMA)?;
+    /// Run `decide` inside one write transaction of the index: it counts what is recorded plus
+    /// what live holds reserve (`held`, `name_held`), and returns the hold to take (or None).
+    /// No other writer, in this process or another, can count or hold meanwhile. Returns the
+    /// hold's token (to release it once the action is recorded) and `decide`'s answer.
+    pub fn with_holds<T>(
+        &self,
+        decide: impl FnOnce(&Index) -> Result<(Option<Hold>, T)>,
+    ) -> Result<(Option<String>, T)> {
+        self.holds_table()?;
+        let tx = rusqlite::Transaction::new_unchecked(self.conn(), TransactionBehavior::Immediate)?;
+        let (hold, out) = decide(self)?;
+        let token = match hold {
+            Some(h) => {
+                let token = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
+                tx.execute(
+                    "INSERT INTO holds(token,kind,agent,name,rows,bytes,pid)
+                     VALUES(?1,?2,?3,?4,?5,?6,?7)",
+                    params![
+                        token,
+                        h.kind.as_str(),
+                        h.agent,
+                        h.name,
+                        h.rows as i64,
+                        h.bytes as i64,
+                        std::process::id()
+                    ],
+                )?;
+                Some(token)
+            }
+            None => None,
+        };
+        tx.commit()?;
+        Ok((token, out))
+    }
+
+    /// What live holds (of writers still running) reserve, overall and for `agent`.
+    pub fn held(&self, agent: &str) -> Result<Held> {
+        self.holds_table()?;
+        let mut st = self
+            .conn()
+            .prepare("SELECT kind, agent, rows, bytes, pid FROM holds")?;
+        let rows: Vec<(String, String, i64, i64, u32)> = st
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut h = Held::default();
+        for (kind, who, rows, bytes, pid) in rows {
+            if !crate::util::proc::process_alive(pid) {
+                continue;
+            }
+            let (rows, bytes) = (rows.max(0) as u64, bytes.max(0) as u64);
+            match HoldKind::parse(&kind) {
+                Some(HoldKind::Dataset) => {
+                    h.dataset_rows += rows;
+                    h.dataset_bytes += bytes;
+                    if who == agent {
+                        h.agent_dataset_rows += rows;
+                        h.agent_dataset_bytes += bytes;
+                    }
+                }
+                Some(HoldKind::Probe) if who == agent => h.agent_probes += 1,
+                Some(HoldKind::Node) => h.nodes += 1,
+                Some(HoldKind::Campaign) => h.campaigns.push(format!("{who} (pid {pid})")),
+                _ => {}
+            }
+        }
+        Ok(h)
+    }
+
+    /// Whether a live registration in flight holds the dataset name `name`.
+    pub fn name_held(&self, name: &str) -> Result<bool> {
+        self.holds_table()?;
+        let mut st = self
+            .conn()
+            .prepare("SELECT pid FROM holds WHERE kind='dataset' AND name=?1")?;
+        let pids: Vec<u32> = st
+            .query_map([name], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(pids.into_iter().any(crate::util::proc::process_alive))
+    }
+
+    /// The action the hold reserved for is recorded (it counts from the record now) or gave up.
+    pub fn release_hold(&self, token: &str) -> Result<()> {
+        self.holds_table()?;
         self.conn()
-            .execute("DELETE FROM name_claims WHERE name=?1", [name])?;
+            .execute("DELETE FROM holds WHERE token=?1", [token])?;
         Ok(())
     }
 
     /// Drop the claims of writers that died (their jobs are recovered from the job directories).
     /// Writes nothing when there is nothing to drop (opening a study for a query stays a read).
     pub fn drop_dead_claims(&self) -> Result<usize> {
-        let exists: bool = self.conn().query_row(
-            "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name='claims')",
-            [],
-            |r| r.get(0),
-        )?;
-        if !exists {
-            return Ok(0);
+        let table = |name: &str| -> Result<bool> {
+            Ok(self.conn().query_row(
+                "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1)",
+                [name],
+                |r| r.get(0),
+            )?)
+        };
+        let mut dropped = 0;
+        if table("holds")? {
+            let mut st = self.conn().prepare("SELECT token, pid FROM holds")?;
+            let rows: Vec<(String, u32)> = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            for (token, pid) in rows {
+                if !crate::util::proc::process_alive(pid) {
+                    self.release_hold(&token)?;
+                    dropped += 1;
+                }
+            }
+        }
+        if !table("claims")? {
+            return Ok(dropped);
         }
         let mut st = self.conn().prepare("SELECT job, pid FROM claims")?;
         let rows: Vec<(String, u32)> = st
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?;
-        let mut dropped = 0;
         for (job, pid) in rows {
             if !crate::util::proc::process_alive(pid) {
                 self.release_claim(&job)?;
@@ -226,5 +373,49 @@ mod tests {
         );
         // This process is alive: its claims stay.
         assert_eq!(index.drop_dead_claims().expect("drop"), 0);
+    }
+
+    #[test]
+    fn holds_count_until_released_and_a_dead_writers_holds_are_ignored() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let index = Index::open(&d.path().join("index.sqlite")).expect("index");
+        let hold = |kind, agent: &str, name: Option<&str>, rows| Hold {
+            kind,
+            agent: agent.into(),
+            name: name.map(str::to_string),
+            rows,
+            bytes: rows * 10,
+        };
+        let (token, ()) = index
+            .with_holds(|_| Ok((Some(hold(HoldKind::Dataset, "a", Some("x"), 3)), ())))
+            .expect("hold");
+        let token = token.expect("a token");
+        index
+            .with_holds(|_| Ok((Some(hold(HoldKind::Probe, "a", None, 0)), ())))
+            .expect("probe");
+        let a = index.held("a").expect("held");
+        assert_eq!((a.dataset_rows, a.dataset_bytes), (3, 30));
+        assert_eq!((a.agent_dataset_rows, a.agent_probes), (3, 1));
+        let b = index.held("b").expect("held");
+        assert_eq!(
+            (b.dataset_rows, b.agent_dataset_rows, b.agent_probes),
+            (3, 0, 0)
+        );
+        assert!(index.name_held("x").expect("name"));
+        // A writer that died (no such process) holds nothing, and its hold is dropped.
+        index
+            .conn()
+            .execute(
+                "INSERT INTO holds(token,kind,agent,name,rows,bytes,pid)
+                 VALUES('dead','dataset','a','y',5,50,?1)",
+                [i32::MAX as u32],
+            )
+            .expect("dead hold");
+        assert!(!index.name_held("y").expect("name"));
+        assert_eq!(index.held("a").expect("held").dataset_rows, 3);
+        assert_eq!(index.drop_dead_claims().expect("drop"), 1);
+        index.release_hold(&token).expect("release");
+        assert!(!index.name_held("x").expect("name"));
+        assert_eq!(index.held("a").expect("held").dataset_rows, 0);
     }
 }

@@ -210,14 +210,20 @@ impl Dag {
         s
     }
 
-    /// Render as an indented tree; a merge node is drawn under its first parent and referenced under the others.
+    /// Render as an indented tree; a merge node is drawn under its first parent and referenced
+    /// under the others. The output is linear in the DAG's size: an only child is drawn in its
+    /// parent's column (a chain is a column, not a staircase), and indentation deeper than
+    /// `MAX_INDENT` levels starts again from the left margin behind a depth marker (`[+24] `), so
+    /// no line's prefix grows with the DAG's depth.
     pub fn to_text(&self) -> String {
         enum Item {
             Node {
                 ix: NodeIndex,
+                /// What is printed before the glyph (bounded by MAX_INDENT levels + a marker).
                 prefix: String,
-                last: bool,
-                root: bool,
+                /// Indentation levels this line is in (for the marker when folded).
+                level: usize,
+                glyph: &'static str,
             },
             Line(String),
         }
@@ -234,12 +240,12 @@ impl Dag {
             .map(|ix| Item::Node {
                 ix,
                 prefix: String::new(),
-                last: true,
-                root: true,
+                level: 0,
+                glyph: "",
             })
             .collect();
         while let Some(item) = stack.pop() {
-            let (ix, prefix, last, root) = match item {
+            let (ix, prefix, level, glyph) = match item {
                 Item::Line(l) => {
                     out.push_str(&l);
                     continue;
@@ -247,16 +253,11 @@ impl Dag {
                 Item::Node {
                     ix,
                     prefix,
-                    last,
-                    root,
-                } => (ix, prefix, last, root),
+                    level,
+                    glyph,
+                } => (ix, prefix, level, glyph),
             };
             let n = &self.graph[ix];
-            let branch = match (root, last) {
-                (true, _) => "",
-                (false, true) => "└── ",
-                (false, false) => "├── ",
-            };
             let status = match (n.status, n.outcome.as_deref()) {
                 (NodeStatus::Open, _) => "open".to_string(),
                 (NodeStatus::Concluded, Some(o)) => format!("concluded: {o}"),
@@ -268,15 +269,10 @@ impl Dag {
                 String::new()
             };
             out.push_str(&format!(
-                "{prefix}{branch}{}  [{status}]  {}{merge}\n",
+                "{prefix}{glyph}{}  [{status}]  {}{merge}\n",
                 n.id,
                 crate::util::text::display(&n.title)
             ));
-            let child_prefix = if root {
-                String::new()
-            } else {
-                format!("{prefix}{}", if last { "    " } else { "│   " })
-            };
             let mut kids: Vec<NodeIndex> = self
                 .graph
                 .neighbors_directed(ix, Direction::Outgoing)
@@ -284,21 +280,35 @@ impl Dag {
             kids.sort();
             kids.dedup();
             let count = kids.len();
+            // An only child (drawn here, not a merge reference) continues this node's column.
+            let only = count == 1 && self.graph[kids[0]].parents.first() == Some(&n.id);
+            let (base, base_level) = match glyph {
+                "" => (prefix, level),
+                g => {
+                    let level = level + 1;
+                    if level % MAX_INDENT == 0 {
+                        (format!("[+{level}] "), level)
+                    } else {
+                        let bar = if g == "└── " { "    " } else { "│   " };
+                        (format!("{prefix}{bar}"), level)
+                    }
+                }
+            };
             for (i, k) in kids.into_iter().enumerate().rev() {
                 let last = i + 1 == count;
                 let child = &self.graph[k];
+                let b = if last { "└── " } else { "├── " };
                 if child.parents.first() == Some(&n.id) {
                     stack.push(Item::Node {
                         ix: k,
-                        prefix: child_prefix.clone(),
-                        last,
-                        root: false,
+                        prefix: base.clone(),
+                        level: base_level,
+                        glyph: if only { "" } else { b },
                     });
                 } else {
-                    let b = if last { "└── " } else { "├── " };
                     let first = child.parents.first().map_or("", |s| s.as_str());
                     stack.push(Item::Line(format!(
-                        "{child_prefix}{b}↳ {} (merge; drawn under {first})\n",
+                        "{base}{b}↳ {} (merge; drawn under {first})\n",
                         child.id
                     )));
                 }
@@ -307,6 +317,9 @@ impl Dag {
         out
     }
 }
+
+/// Indentation levels `Dag::to_text` draws before it starts again from the left margin.
+pub const MAX_INDENT: usize = 24;
 
 /// Text inside a DOT double-quoted string: quotes and backslashes escaped (a title ending in `\`
 /// cannot leave its label open), control and deceptive characters replaced.
@@ -404,5 +417,58 @@ mod tests {
         assert!(t.contains("↳ n6 (merge; drawn under n3)"), "{t}");
         let dot = d.to_dot(None);
         assert!(dot.contains("n3 -> n6;") && dot.contains("n5 -> n6;"));
+    }
+
+    /// A chain n0 → n1 → … → n{depth}; with `comb`, every chain node also has a leaf child (the
+    /// chain then branches at every level, so indentation alone would grow with depth).
+    fn chain(depth: i64, comb: bool) -> Dag {
+        let mut nodes = Vec::new();
+        let mut edges = Vec::new();
+        for i in 0..=depth {
+            nodes.push(row(&format!("n{i}"), NodeStatus::Open));
+            if i > 0 {
+                edges.push((i - 1, i));
+            }
+        }
+        if comb {
+            for i in 0..depth {
+                let leaf = depth + 1 + i;
+                nodes.push(row(&format!("n{leaf}"), NodeStatus::Open));
+                edges.push((i, leaf));
+            }
+        }
+        Dag::from_rows(nodes, edges)
+    }
+
+    /// Bytes per line, at a depth ten times larger, stay the same: output linear in the size.
+    #[test]
+    fn text_output_is_linear_in_depth_for_chains_and_combs() {
+        for comb in [false, true] {
+            let per_line = |depth: i64| {
+                let t = chain(depth, comb).to_text();
+                let lines = t.lines().count();
+                assert_eq!(lines as i64, if comb { 2 * depth + 1 } else { depth + 1 });
+                let longest = t.lines().map(str::len).max().unwrap_or(0);
+                (t.len() as f64 / lines as f64, longest)
+            };
+            let (small, small_longest) = per_line(500);
+            let (big, big_longest) = per_line(5_000);
+            assert!(
+                big < small * 1.2,
+                "comb={comb}: {big:.1} bytes per line at depth 5000 vs {small:.1} at 500"
+            );
+            // No line's prefix grows with depth: MAX_INDENT levels of 4 columns and a marker.
+            assert!(
+                big_longest <= small_longest.max(4 * MAX_INDENT * 3 + 40),
+                "comb={comb}: longest line {big_longest} at depth 5000 vs {small_longest}"
+            );
+        }
+        let t = chain(3, false).to_text();
+        assert_eq!(
+            t, "n0  [open]  tn0\nn1  [open]  tn1\nn2  [open]  tn2\nn3  [open]  tn3\n",
+            "a chain is a column"
+        );
+        let t = chain(60, true).to_text();
+        assert!(t.contains("[+24] "), "{t}");
     }
 }

@@ -570,6 +570,25 @@ impl Index {
         Ok(rows)
     }
 
+    /// Every registered dataset with the agent that registered it: (name, sha256, rows, agent).
+    pub fn datasets_registered(&self) -> Result<Vec<(String, String, u64, String)>> {
+        let mut st = self.conn.prepare(
+            "SELECT d.name, d.sha256, d.rows, COALESCE(a.agent, '') FROM datasets d
+             LEFT JOIN actions a ON a.node = d.node AND a.seq = d.seq ORDER BY d.name",
+        )?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get::<_, i64>(2)?.max(0) as u64,
+                    r.get(3)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     /// The dataset registered under `name`: (sha256, node, rows).
     pub fn dataset(&self, name: &str) -> Result<Option<(String, String, u64)>> {
         Ok(self

@@ -12,5 +12,6 @@ mod mcp;
 mod nix;
 mod orchestra;
 mod redteam;
+mod redteam_limits;
 mod session;
 mod slurm;

@@ -466,6 +466,99 @@ fn mcp_config_prints_working_client_configs() {
     assert!(out.status.success());
     let t: toml::Value = toml::from_str(&String::from_utf8_lossy(&out.stdout)).expect("toml");
     assert!(t["mcp_servers"]["rsim"]["command"].is_str());
+    // A worker and a reviewer side by side in one Codex config: two names, each its identity.
+    let reviewer = rsim()
+        .arg("-C")
+        .arg(&study)
+        .args([
+            "--agent",
+            "rita",
+            "--role",
+            "reviewer",
+            "mcp-config",
+            "--client",
+            "codex",
+            "--name",
+            "rsim-reviewer",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        reviewer.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reviewer.stderr)
+    );
+    let both = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&reviewer.stdout)
+    );
+    let t: toml::Value = toml::from_str(&both).expect("two servers in one config");
+    let args: Vec<&str> = t["mcp_servers"]["rsim-reviewer"]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--role", "reviewer"]),
+        "{args:?}"
+    );
+    assert!(
+        args.windows(2).any(|w| w == ["--agent", "rita"]),
+        "{args:?}"
+    );
+    // Gemini CLI's settings, and the refusals.
+    let out = rsim()
+        .arg("-C")
+        .arg(&study)
+        .args(["mcp-config", "--client", "gemini", "--name", "lab"])
+        .output()
+        .expect("run");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["mcpServers"]["lab"]["args"][0], "mcp");
+    for bad in [
+        &["--json", "mcp-config", "--client", "codex"][..],
+        &["mcp-config", "--client", "claude", "--name", "a b"][..],
+    ] {
+        let out = rsim()
+            .arg("-C")
+            .arg(&study)
+            .args(bad)
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
+    }
+}
+
+/// Gemini CLI's `wait_for_previous` (a boolean it adds to every call) is dropped before
+/// validation; any other unknown field, or that name with another type, is still refused.
+#[test]
+fn a_hosts_scheduling_argument_is_dropped_and_other_unknown_fields_refused() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &[]);
+    rt().block_on(async {
+        let s = connect(&server.url, &[], None).await;
+        let r = call(
+            &s,
+            "branch",
+            json!({"parents": ["n0"], "title": "from gemini", "wait_for_previous": true}),
+        )
+        .await;
+        assert_eq!(ok(&r)["node"], "n1");
+        for extra in [json!({"wait_for_previous": "yes"}), json!({"bogus": true})] {
+            let mut args = json!({"parents": ["n0"], "title": "typo"});
+            for (k, v) in extra.as_object().expect("obj") {
+                args[k] = v.clone();
+            }
+            let e = err_text(&call(&s, "branch", args).await);
+            assert!(
+                e.contains("wait_for_previous") || e.contains("bogus"),
+                "{e}"
+            );
+        }
+    });
 }
 
 #[test]

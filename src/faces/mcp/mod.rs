@@ -37,6 +37,9 @@ use crate::os::session::Session;
 use crate::util::error::{Error, ErrorKind, Result};
 use jobs::{JobRunning, Registry, WaitJobRequest};
 
+/// The argument Gemini CLI adds to every tool call (see `call_tool`).
+const GEMINI_SCHEDULING_ARG: &str = "wait_for_previous";
+
 /// The Worker role prompt (also for the orchestrator).
 pub const WORKER_PROMPT: &str = include_str!("../../../prompts/worker.md");
 /// The Reviewer role prompt (also for the orchestrator).
@@ -701,7 +704,15 @@ impl ServerHandler for Server {
                 None,
             ));
         };
-        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let mut args = request.arguments.clone().unwrap_or_default();
+        // Gemini CLI adds `wait_for_previous` (a boolean: whether it ran the call after the
+        // previous one) to every tool call it forwards. It is the host's scheduling note, not the
+        // agent's request: dropped here, before validation, so every other unknown field is
+        // still refused (a typo must not pass silently).
+        if matches!(args.get(GEMINI_SCHEDULING_ARG), Some(Value::Bool(_))) {
+            args.remove(GEMINI_SCHEDULING_ARG);
+        }
+        let args = Value::Object(args);
         let result = match (name.as_str(), kind) {
             ("wait_job", _) => {
                 match schema::validate_with("wait_job", &self.shared.wait_validator, &args)

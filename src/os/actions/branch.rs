@@ -2,7 +2,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::os::jobrun::ClaimGuard;
 use crate::os::*;
+use crate::record::claims::{Hold, HoldKind};
 use crate::record::commit::{FirstAction, NodeId};
 
 impl Study {
@@ -26,13 +28,28 @@ impl Study {
             );
         }
         let first = req.parents[0].clone();
-        let facts = Facts {
-            node_status: Some(self.record.snapshot(parent_tips[0])?.meta.status),
-            node_count: self.index.node_count()?,
-            ..Facts::default()
-        };
-        let decision = policy::check(Request::Branch(&req), caller, &self.config, &facts);
+        let node_status = Some(self.record.snapshot(parent_tips[0])?.meta.status);
         let request = serde_json::to_value(&req)?;
+        // The node budget counts the nodes indexed plus the nodes other writers (this process or
+        // another) are creating, and holds this one's place until it is created and indexed, all
+        // in one write transaction of the index: racing branches cannot together pass the budget.
+        let (token, decision) = self.index.with_holds(|index| {
+            let facts = Facts {
+                node_status,
+                node_count: index.node_count()? + index.held(&caller.agent)?.nodes,
+                ..Facts::default()
+            };
+            let decision = policy::check(Request::Branch(&req), caller, &self.config, &facts);
+            let hold = decision.accepted().then(|| Hold {
+                kind: HoldKind::Node,
+                agent: caller.agent.clone(),
+                name: None,
+                rows: 0,
+                bytes: 0,
+            });
+            Ok((hold, decision))
+        })?;
+        let _held = token.map(|t| ClaimGuard::hold(&self.index, t));
         if !decision.accepted() {
             return Err(self.record_rejection(
                 &first,

@@ -38,7 +38,7 @@ impl Study {
             .unwrap_or_default()
             .to_string();
         let (oid, _) =
-            self.commit_action(&req.node, caller, ActionName::Conclude, request, |snap| {
+            self.commit_on_open_node(&req.node, caller, ActionName::Conclude, request, |snap| {
                 let mut meta = snap.meta.clone();
                 meta.status = NodeStatus::Concluded;
                 meta.outcome = Some(req.outcome);

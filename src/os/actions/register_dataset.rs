@@ -2,10 +2,12 @@
 
 use std::fs;
 
+use crate::model::rule::Rule;
 use crate::os::data::text_bytes;
 use crate::os::jobrun::ClaimGuard;
 use crate::os::*;
-use crate::policy::SizeFact;
+use crate::policy::{SizeFact, StorageFact};
+use crate::record::claims::{Hold, HoldKind};
 
 impl Study {
     pub(in crate::os) fn exec_register_dataset(
@@ -28,6 +30,49 @@ impl Study {
                     .join(", ")
             )));
         }
+        let request = serde_json::to_value(&req)?;
+        let status = snap.meta.status;
+        // A request whose exact size already passes a dataset budget (inline rows, generator
+        // rows) is refused before anything is generated or scanned: past its budget, an agent
+        // cannot make the study generate and scan a million rows per call.
+        let projected = match &req.source {
+            DatasetSource::Inline { rows } => Some(SizeFact {
+                what: "the inline dataset".into(),
+                rows: rows.len() as u64,
+                bytes: text_bytes(rows),
+            }),
+            DatasetSource::Arith(p) => Some(SizeFact {
+                what: "the generated dataset".into(),
+                rows: p.n,
+                bytes: p.n.saturating_mul(datasets::arith_max_row_bytes(p)),
+            }),
+            _ => None,
+        };
+        if let Some(size) = projected {
+            let n = size.rows;
+            let (_, decision) = self.decide_registration(
+                caller,
+                &req,
+                status,
+                Vec::new(),
+                Vec::new(),
+                size,
+                (n, 0),
+                false,
+            )?;
+            let budget = [Rule::BudgetDatasetStorage, Rule::BudgetAgentDatasetStorage]
+                .map(Rule::as_str)
+                .contains(&decision.rule.as_deref().unwrap_or_default());
+            if budget {
+                return Err(self.record_rejection(
+                    &req.node,
+                    caller,
+                    ActionName::RegisterDataset,
+                    request,
+                    decision,
+                ));
+            }
+        }
         // Project the size first (nothing is materialised past the bounds), then materialise the
         // rows and scan them: the size and the scan are facts the policy decides on.
         let (unregistered, size, rows) = self.materialise(&req.source)?;
@@ -36,24 +81,23 @@ impl Study {
         } else {
             Vec::new()
         };
-        // The name is claimed atomically before the policy sees it, and held until the
-        // registration is recorded (or refused): two racing registrations cannot both pass.
-        let claimed = self.index.claim_dataset_name(&req.name)?;
-        let _name = claimed.then(|| ClaimGuard::dataset_name(&self.index, &req.name));
-        let facts = Facts {
-            node_status: Some(snap.meta.status),
-            dataset_name_taken: !claimed,
-            unregistered_datasets: unregistered,
-            contamination,
-            size: Some(size),
-            agent_contamination_rejections: self.index.rejection_count(
-                &caller.agent,
-                crate::model::rule::Rule::Contamination.as_str(),
-            )?,
-            ..Facts::default()
+        // What would be stored (the storage budgets count stored bytes).
+        let bytes = if rows.is_empty() {
+            Vec::new()
+        } else {
+            datasets::to_jsonl(&rows)?
         };
-        let request = serde_json::to_value(&req)?;
-        let decision = policy::check(Request::RegisterDataset(&req), caller, &self.config, &facts);
+        let (token, decision) = self.decide_registration(
+            caller,
+            &req,
+            status,
+            unregistered,
+            contamination,
+            size,
+            (rows.len() as u64, bytes.len() as u64),
+            true,
+        )?;
+        let _held = token.map(|t| ClaimGuard::hold(&self.index, t));
         if !decision.accepted() {
             return Err(self.record_rejection(
                 &req.node,
@@ -68,10 +112,9 @@ impl Study {
                 "source: the dataset has no rows (a filter that keeps nothing?)",
             ));
         }
-        let bytes = datasets::to_jsonl(&rows)?;
         let sha = self.store.put_bytes(&bytes)?;
         let n = rows.len() as u64;
-        let (oid, _) = self.commit_action(
+        let (oid, _) = self.commit_on_open_node(
             &req.node,
             caller,
             ActionName::RegisterDataset,
@@ -104,6 +147,83 @@ impl Study {
 }
 
 impl Study {
+    /// Decide on a registration in one write transaction of the index: count what is registered
+    /// plus what registrations in flight hold (names, rows, bytes, contamination rejections not
+    /// yet recorded), ask the policy, and — with `hold` — hold this registration's share until it
+    /// is recorded, so racing registrations cannot together take one name, pass the dataset
+    /// budgets, or collect more contamination answers than the probing limit allows. `asked` is
+    /// the (rows, stored bytes) the registration would add. Returns the hold's token.
+    #[allow(clippy::too_many_arguments)]
+    fn decide_registration(
+        &self,
+        caller: &Caller,
+        req: &RegisterDatasetRequest,
+        status: NodeStatus,
+        unregistered: Vec<String>,
+        contamination: Vec<crate::policy::contamination::Hit>,
+        size: SizeFact,
+        asked: (u64, u64),
+        hold: bool,
+    ) -> Result<(Option<String>, Decision)> {
+        self.index.with_holds(|index| {
+            let held = index.held(&caller.agent)?;
+            let mut storage = StorageFact {
+                used_rows: held.dataset_rows,
+                used_bytes: held.dataset_bytes,
+                agent_used_rows: held.agent_dataset_rows,
+                agent_used_bytes: held.agent_dataset_bytes,
+                rows: asked.0,
+                bytes: asked.1,
+            };
+            for (_, sha, n, agent) in index.datasets_registered()? {
+                let stored = fs::metadata(self.store.path(&sha)).map_or(0, |m| m.len());
+                storage.used_rows = storage.used_rows.saturating_add(n);
+                storage.used_bytes = storage.used_bytes.saturating_add(stored);
+                if agent == caller.agent {
+                    storage.agent_used_rows = storage.agent_used_rows.saturating_add(n);
+                    storage.agent_used_bytes = storage.agent_used_bytes.saturating_add(stored);
+                }
+            }
+            let facts = Facts {
+                node_status: Some(status),
+                dataset_name_taken: index.dataset(&req.name)?.is_some()
+                    || index.name_held(&req.name)?,
+                unregistered_datasets: unregistered,
+                contamination,
+                size: Some(size),
+                dataset_storage: Some(storage),
+                agent_contamination_rejections: index
+                    .rejection_count(&caller.agent, Rule::Contamination.as_str())?
+                    + held.agent_probes,
+                ..Facts::default()
+            };
+            let decision =
+                policy::check(Request::RegisterDataset(req), caller, &self.config, &facts);
+            let take = |kind, name: Option<String>, rows, bytes| Hold {
+                kind,
+                agent: caller.agent.clone(),
+                name,
+                rows,
+                bytes,
+            };
+            let taken = if !hold {
+                None
+            } else if decision.accepted() {
+                Some(take(
+                    HoldKind::Dataset,
+                    Some(req.name.clone()),
+                    storage.rows,
+                    storage.bytes,
+                ))
+            } else if decision.rule.as_deref() == Some(Rule::Contamination.as_str()) {
+                Some(take(HoldKind::Probe, None, 0, 0))
+            } else {
+                None
+            };
+            Ok((taken, decision))
+        })
+    }
+
     /// The rows a source stands for, after its projected size was found within the bounds:
     /// (unregistered inputs, projected size, rows). Past the bounds (or with unregistered
     /// inputs) the rows are left empty and the policy refuses on the facts.
