@@ -33,3 +33,6 @@ cargo test --locked
 # the conformance suite's fixture tools are behind the `conformance` feature, in a second binary.
 cargo build --locked --features conformance && cp target/debug/rsim target/rsim-conformance && cargo build --locked
 RSIM_BIN=target/debug/rsim RSIM_CONFORMANCE_BIN=target/rsim-conformance tools/mcp-clients.sh
+# Real MCP hosts (Claude Code, Codex CLI, Gemini CLI from npm) against a scripted model endpoint on
+# loopback: stdio, HTTP, HTTP with tokens, and `rsim run --worker 'cmd:…'` (about a minute).
+RSIM_BIN=target/debug/rsim tools/hosts.sh
