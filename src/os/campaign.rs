@@ -26,13 +26,9 @@ impl Study {
                 ..Facts::default()
             };
             let decision = policy::check_campaign_lease(caller, &facts);
-            let hold = decision.accepted().then(|| Hold {
-                kind: HoldKind::Campaign,
-                agent: caller.agent.clone(),
-                name: None,
-                rows: 0,
-                bytes: 0,
-            });
+            let hold = decision
+                .accepted()
+                .then(|| Hold::one(HoldKind::Campaign, &caller.agent));
             Ok((hold, decision))
         })?;
         match token {

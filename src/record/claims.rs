@@ -92,6 +92,19 @@ pub struct Hold {
     pub bytes: u64,
 }
 
+impl Hold {
+    /// A hold of one unit of `kind` (a node, a campaign) by `agent`, reserving no data.
+    pub fn one(kind: HoldKind, agent: &str) -> Hold {
+        Hold {
+            kind,
+            agent: agent.to_string(),
+            name: None,
+            rows: 0,
+            bytes: 0,
+        }
+    }
+}
+
 /// What live holds reserve now.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Held {

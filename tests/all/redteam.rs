@@ -155,6 +155,20 @@ fn open(root: &Path) -> Study {
     s
 }
 
+/// A node branched from n0 by the test's agent; its id.
+fn branch_of_n0(root: &Path, title: &str) -> String {
+    open(root)
+        .call(
+            &agent(),
+            "branch",
+            json!({"parents": ["n0"], "title": title}),
+        )
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
 fn agent() -> Caller {
     Caller::new("mallory", Role::Worker)
 }
@@ -629,18 +643,7 @@ fn the_audit_notices_what_bypassed_the_api() {
     // Forge a record entry by hand (as someone with write access to the repo could): an evaluate
     // of a smuggled checkpoint with a score from another evaluator. The audit must flag it.
     let (_d, root, _test) = adversarial_study();
-    let s = open(&root);
-    let n = s
-        .call(
-            &agent(),
-            "branch",
-            json!({"parents": ["n0"], "title": "forger"}),
-        )
-        .expect("branch")["node"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    drop(s);
+    let n = branch_of_n0(&root, "forger");
     let repo = git2::Repository::open(&root).expect("repo");
     let tip = repo
         .refname_to_id(&format!("refs/heads/rsim/n/{n}"))
@@ -975,18 +978,7 @@ fn foreign_history_is_reported_and_counted() {
 #[test]
 fn unsigned_commits_are_refused_and_a_missing_key_stops_the_study() {
     let (_d, root, _test) = adversarial_study();
-    let s = open(&root);
-    let n = s
-        .call(
-            &agent(),
-            "branch",
-            json!({"parents": ["n0"], "title": "target"}),
-        )
-        .expect("branch")["node"]
-        .as_str()
-        .expect("id")
-        .to_string();
-    drop(s);
+    let n = branch_of_n0(&root, "target");
     let repo = git2::Repository::open(&root).expect("repo");
     let tip = repo
         .refname_to_id(&format!("refs/heads/rsim/n/{n}"))

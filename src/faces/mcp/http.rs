@@ -175,11 +175,7 @@ async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next: Nex
                 (header::WWW_AUTHENTICATE, "Bearer realm=\"rsim\""),
                 (header::CONTENT_TYPE, "application/json"),
             ],
-            serde_json::json!({
-                "jsonrpc": "2.0", "id": null,
-                "error": { "code": -32001, "message": msg },
-            })
-            .to_string(),
+            limits::rpc_error(-32001, &msg),
         )
             .into_response(),
     }
@@ -375,11 +371,7 @@ async fn limit_sessions(
                     (header::CONTENT_TYPE, "application/json"),
                     (header::RETRY_AFTER, "5"),
                 ],
-                serde_json::json!({
-                    "jsonrpc": "2.0", "id": null,
-                    "error": { "code": -32000, "message": msg },
-                })
-                .to_string(),
+                limits::rpc_error(-32000, &msg),
             )
                 .into_response();
         }

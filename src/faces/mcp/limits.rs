@@ -61,15 +61,24 @@ pub fn connection_limit(wanted: usize, fd_limit: u64) -> usize {
     wanted.min(usize::try_from(room).unwrap_or(usize::MAX))
 }
 
+/// A JSON-RPC error with no request id: the body of every refusal the HTTP face makes before
+/// rmcp sees a request (401, 503).
+pub fn rpc_error(code: i64, message: &str) -> String {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": null,
+        "error": { "code": code, "message": message },
+    })
+    .to_string()
+}
+
 /// The answer to a connection past `max_connections`, written before closing it.
 pub fn busy_response(max: usize) -> Vec<u8> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0", "id": null,
-        "error": { "code": -32000, "message": format!(
+    let body = rpc_error(
+        -32000,
+        &format!(
             "the server holds its maximum of {max} connections (server.max_connections); retry shortly"
-        )},
-    })
-    .to_string();
+        ),
+    );
     format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 2\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()

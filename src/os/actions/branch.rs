@@ -40,13 +40,9 @@ impl Study {
                 ..Facts::default()
             };
             let decision = policy::check(Request::Branch(&req), caller, &self.config, &facts);
-            let hold = decision.accepted().then(|| Hold {
-                kind: HoldKind::Node,
-                agent: caller.agent.clone(),
-                name: None,
-                rows: 0,
-                bytes: 0,
-            });
+            let hold = decision
+                .accepted()
+                .then(|| Hold::one(HoldKind::Node, &caller.agent));
             Ok((hold, decision))
         })?;
         let _held = token.map(|t| ClaimGuard::hold(&self.index, t));
