@@ -90,9 +90,19 @@ impl JobRunner for LocalRunner {
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
             let (fsize, mem) = (spec.limits.max_file_bytes, spec.limits.max_memory_bytes);
-            // SAFETY: setrlimit(2) is a system call; the closure allocates nothing.
+            let runner = nix::unistd::getpid();
+            // SAFETY: prctl(2), getppid(2) and setrlimit(2) are system calls; the closure
+            // allocates nothing.
             unsafe {
                 cmd.pre_exec(move || {
+                    // The job dies with the thread that runs it (which waits for it to the end):
+                    // a killed rsim leaves no job training on for ever, also when nobody opens
+                    // the study again to stop its orphans (the study may be gone).
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                        .map_err(std::io::Error::from)?;
+                    if nix::unistd::getppid() != runner {
+                        return Err(std::io::Error::other("the rsim that ran the job exited"));
+                    }
                     use nix::sys::resource::{Resource, setrlimit};
                     setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(std::io::Error::from)?;
                     setrlimit(Resource::RLIMIT_FSIZE, fsize, fsize)

@@ -231,6 +231,16 @@ pub fn apply(sb: &Sandbox) -> std::result::Result<String, String> {
 /// cannot be executed).
 pub fn exec(file: &Path, argv: &[String]) -> Result<()> {
     use std::os::unix::process::CommandExt;
+    // The program dies with whatever started the wrapper (rsim, `nix develop`, the batch step):
+    // a job whose runner was killed does not train on for ever.
+    let parent = nix::unistd::getppid();
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| Error::internal(format!("rsim job sandbox: prctl: {e}")))?;
+    if nix::unistd::getppid() != parent {
+        return Err(Error::internal(
+            "rsim job sandbox: the process that started the job exited",
+        ));
+    }
     let bytes = fs::read(file).at("cannot read the sandbox", file)?;
     let sb: Sandbox = serde_json::from_slice(&bytes)
         .map_err(|e| Error::invalid(format!("{}: {e}", file.display())))?;
