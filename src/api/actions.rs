@@ -187,6 +187,9 @@ declare_actions! {
     Log: "log", Query, [],
         LogRequest => LogResult, log / log_checked,
         "Recorded actions, newest first, including rejected ones with the rule and reason.";
+    Diff: "diff", Query, [],
+        DiffRequest => DiffResult, diff / diff_checked,
+        "What differs between two nodes: recipe and hyper-parameters (only in A, only in B, changed), datasets by name and hash with row counts, the environments their jobs ran in, and each metric's difference B - A with its 95% interval (paired over matching seeds, else Welch).";
     GetJob: "get_job", Query, [],
         GetJobRequest => JobInfo, get_job / get_job_checked,
         "A job's state, exit code, duration and log artifact.";

@@ -110,7 +110,7 @@ pub enum Command {
     Dag {
         #[arg(long, value_enum, default_value_t = DagFormat::Text)]
         format: DagFormat,
-        /// full, frontier, children, ancestors, related, best, lineage.
+        /// full, frontier, children, ancestors, related, best, lineage, summary.
         #[arg(long, default_value = "full")]
         view: String,
         #[arg(long)]
@@ -121,6 +121,13 @@ pub enum Command {
         metric: Option<String>,
         #[arg(long)]
         checkpoint: Option<String>,
+        /// Bound of the JSON answer in tokens (bytes / 4; default 8000); `--format text` of the
+        /// full view prints the whole DAG regardless.
+        #[arg(long)]
+        max_tokens: Option<u64>,
+        /// The next_cursor of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Recorded actions, newest first (rejections included).
     Log {
@@ -128,9 +135,18 @@ pub enum Command {
         node: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: u64,
+        /// Bound of the answer in tokens (bytes / 4; default 8000).
+        #[arg(long)]
+        max_tokens: Option<u64>,
+        /// The next_cursor of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// One node in full.
     Show { node: String },
+    /// What differs between two nodes: parameters, datasets, environment, and each metric's
+    /// difference B − A with its 95% interval (paired over matching seeds, else Welch).
+    Diff { a: String, b: String },
     /// Rebuild the SQLite index from git alone.
     Reindex,
     /// Verify the record (commits, action files, artifacts, index).
@@ -693,6 +709,8 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             task,
             metric,
             checkpoint,
+            max_tokens,
+            cursor,
         } => {
             let mut req = json!({ "view": view });
             for (k, v) in [
@@ -700,21 +718,37 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                 ("task", task),
                 ("metric", metric),
                 ("checkpoint", checkpoint),
+                ("cursor", cursor),
             ] {
                 if let Some(v) = v {
                     req[k] = json!(v);
                 }
             }
+            if let Some(m) = max_tokens {
+                req["max_tokens"] = json!(m);
+            }
             return dag(study, req, *format, json);
         }
-        Command::Log { node, limit } => {
+        Command::Log {
+            node,
+            limit,
+            max_tokens,
+            cursor,
+        } => {
             let mut req = json!({ "limit": limit });
             if let Some(n) = node {
                 req["node"] = json!(n);
             }
+            if let Some(m) = max_tokens {
+                req["max_tokens"] = json!(m);
+            }
+            if let Some(c) = cursor {
+                req["cursor"] = json!(c);
+            }
             ("log", req)
         }
         Command::Show { node } => ("get_node", json!({ "node": node })),
+        Command::Diff { a, b } => ("diff", json!({ "a": a, "b": b })),
         Command::Reindex => {
             let t = std::time::Instant::now();
             let r = study.reindex()?;
@@ -898,6 +932,40 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
             Ok(())
         }
         (DagFormat::Text, _) => {
+            if let Some(sm) = out.get("summary") {
+                println!(
+                    "{} nodes, {} edges; frontier {} open node(s)",
+                    sm["nodes"], sm["edges"], sm["frontier"]
+                );
+                for (what, key) in [
+                    ("status", "by_status"),
+                    ("outcome", "by_outcome"),
+                    ("verdict", "by_verdict"),
+                ] {
+                    let counts: Vec<String> = sm[key]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect();
+                    println!("by {what}: {}", counts.join(", "));
+                }
+                if let Some(b) = sm.get("best") {
+                    println!(
+                        "best: {} ({}) via {}",
+                        s(&b["id"]),
+                        b["value"],
+                        sm["best_path"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(s)
+                            .collect::<Vec<_>>()
+                            .join(" → ")
+                    );
+                }
+                println!("frontier:");
+            }
             let mut t = table(&["node", "status", "title", "value / relation"]);
             for n in out["nodes"].as_array().into_iter().flatten() {
                 let extra = n["value"]
@@ -924,6 +992,13 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
                         ))
                 );
             }
+            if let Some(c) = out["next_cursor"].as_str() {
+                println!(
+                    "{} of {} node(s) shown; next page: --cursor {c}",
+                    out["nodes"].as_array().map_or(0, Vec::len),
+                    out["total"]
+                );
+            }
             Ok(())
         }
     }
@@ -936,6 +1011,73 @@ fn s(v: &Value) -> String {
         Value::Null => String::new(),
         other => other.to_string(),
     }
+}
+
+fn print_diff(out: &Value) {
+    let (a, b) = (s(&out["a"]), s(&out["b"]));
+    let f = |v: &Value| {
+        v.as_f64()
+            .map(|x| format!("{x:.4}"))
+            .unwrap_or_else(|| "-".into())
+    };
+    println!(
+        "diff {a} → {b}: {} parameter(s) differ, {} equal",
+        out["params"].as_array().map_or(0, Vec::len),
+        out["params_same"]
+    );
+    let mut t = table(&["parameter", "where", &a, &b]);
+    for p in out["params"].as_array().into_iter().flatten() {
+        t.add_row(vec![s(&p["key"]), s(&p["side"]), s(&p["a"]), s(&p["b"])]);
+    }
+    println!("{t}");
+    let mut t = table(&["dataset", "where", "rows", "sha256"]);
+    for d in out["datasets"].as_array().into_iter().flatten() {
+        let sha = s(&d["sha256"]);
+        t.add_row(vec![
+            s(&d["name"]),
+            s(&d["side"]),
+            s(&d["rows"]),
+            sha[..12.min(sha.len())].to_string(),
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "environment: {} ({a}: {}; {b}: {})",
+        if out["env_same"].as_bool() == Some(true) {
+            "same"
+        } else {
+            "differs"
+        },
+        out["env_a"].as_array().map_or(0, Vec::len),
+        out["env_b"].as_array().map_or(0, Vec::len)
+    );
+    let mut t = table(&[
+        "task/split/metric",
+        "n A",
+        "n B",
+        "mean A",
+        "mean B",
+        "B − A",
+        "95% interval",
+        "method",
+    ]);
+    for m in out["metrics"].as_array().into_iter().flatten() {
+        let ci = m["ci95"]
+            .as_array()
+            .map(|c| format!("[{}, {}]", f(&c[0]), f(&c[1])))
+            .unwrap_or_else(|| "-".into());
+        t.add_row(vec![
+            format!("{}/{}/{}", s(&m["task"]), s(&m["split"]), s(&m["metric"])),
+            s(&m["n_a"]),
+            s(&m["n_b"]),
+            f(&m["mean_a"]),
+            f(&m["mean_b"]),
+            f(&m["difference"]),
+            ci,
+            s(&m["method"]),
+        ]);
+    }
+    println!("{t}");
 }
 
 fn table(header: &[&str]) -> Table {
@@ -986,6 +1128,7 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
                 println!("  {k} = {:.4}", v.as_f64().unwrap_or(f64::NAN));
             }
         }
+        "diff" => print_diff(out),
         "compare" => {
             let mut t = table(&["node", "title", "n", "mean", "95% interval", "best"]);
             for r in out["rows"].as_array().into_iter().flatten() {
@@ -1035,6 +1178,9 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
                 ]);
             }
             println!("{t}");
+            if let Some(c) = out["next_cursor"].as_str() {
+                println!("next page: --cursor {c}");
+            }
         }
         "get_node" => {
             println!("{}  {}", s(&out["id"]), s(&out["title"]));

@@ -420,6 +420,7 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
         | Request::ListNodes(_)
         | Request::Dag(_)
         | Request::Log(_)
+        | Request::Diff(_)
         | Request::GetJob(_) => Decision::accept(),
     }
 }

@@ -758,3 +758,98 @@ fn the_transformer_example_trains_and_evaluates_through_the_actions() {
         .expect("eval lora");
     assert_eq!(dev2["job"]["state"], "succeeded", "{dev2}");
 }
+
+#[test]
+fn diff_names_what_differs_and_pairs_metrics_over_matching_seeds() {
+    let (_d, root) = new_study();
+    let s = open(&root);
+    let a = branch(&s, &["n0"], "lr 0.001");
+    let b = branch(&s, &["n0"], "lr 0.003 with more data");
+    s.call(&owner(), "register_dataset", json!({"node": a, "name": "plain", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 3}})).expect("register");
+    s.call(&owner(), "register_dataset", json!({"node": b, "name": "more", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 1000, "seed": 4}})).expect("register");
+    for (node, lr, datasets) in [
+        (&a, 0.001, json!(["plain"])),
+        (&b, 0.003, json!(["plain", "more"])),
+    ] {
+        for seed in [1, 2] {
+            let sft = s
+                .call(&owner(), "run_sft", json!({"node": node, "base": "base", "datasets": datasets, "learning_rate": lr, "steps": 20, "batch_size": 16, "seed": seed}))
+                .expect("sft");
+            let ck = sft["checkpoint"].as_str().expect("checkpoint");
+            s.call(
+                &owner(),
+                "evaluate",
+                json!({"node": node, "checkpoint": ck, "task": "add2", "split": "dev"}),
+            )
+            .expect("eval");
+        }
+    }
+    let d = s
+        .call(&owner(), "diff", json!({"a": a, "b": b}))
+        .expect("diff");
+    let params = d["params"].as_array().expect("params");
+    let lr = params
+        .iter()
+        .find(|p| p["key"] == "learning_rate")
+        .expect("learning_rate differs");
+    assert_eq!(lr["side"], "changed");
+    assert_eq!(
+        (lr["a"].as_f64(), lr["b"].as_f64()),
+        (Some(0.001), Some(0.003))
+    );
+    assert!(
+        params
+            .iter()
+            .all(|p| p["key"] != "steps" && p["key"] != "seed"),
+        "equal parameters and seeds are not differences: {d}"
+    );
+    assert!(d["params_same"].as_u64().expect("same") >= 4, "{d}");
+    let ds = d["datasets"].as_array().expect("datasets");
+    let side = |name: &str| {
+        ds.iter()
+            .find(|x| x["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {d}"))
+    };
+    assert_eq!(side("plain")["side"], "both");
+    assert_eq!(side("more")["side"], "only_b");
+    assert_eq!(side("more")["rows"], 1000);
+    assert_eq!(side("more")["sha256"].as_str().map(str::len), Some(64));
+    assert_eq!(d["env_same"], true, "{d}");
+    let m = &d["metrics"][0];
+    assert_eq!(
+        (m["task"].as_str(), m["metric"].as_str()),
+        (Some("add2"), Some("exact_match"))
+    );
+    assert_eq!(m["method"], "paired", "{d}");
+    assert_eq!(m["matching_seeds"], json!([1, 2]));
+    assert_eq!((m["n_a"].as_u64(), m["n_b"].as_u64()), (Some(2), Some(2)));
+    let (diff, ma, mb) = (
+        m["difference"].as_f64().expect("difference"),
+        m["mean_a"].as_f64().expect("mean"),
+        m["mean_b"].as_f64().expect("mean"),
+    );
+    assert!((diff - (mb - ma)).abs() < 1e-9, "{m}");
+    let ci = m["ci95"].as_array().expect("interval");
+    assert!(
+        ci[0].as_f64() <= Some(diff) && Some(diff) <= ci[1].as_f64(),
+        "{m}"
+    );
+
+    // Bad input: a clear error, and a query writes nothing.
+    let before = git_state(&root);
+    let e = s
+        .call(&owner(), "diff", json!({"a": a, "b": a}))
+        .expect_err("self");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.contains("two different nodes"), "{}", e.message);
+    let e = s
+        .call(&owner(), "diff", json!({"a": a, "b": "n999"}))
+        .expect_err("unknown");
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert!(e.message.contains("n999"), "{}", e.message);
+    let e = s
+        .call(&owner(), "diff", json!({"a": a}))
+        .expect_err("missing b");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(git_state(&root), before);
+}

@@ -61,6 +61,9 @@ impl Execute for Study {
     fn log_checked(&self, _: &Caller, req: LogRequest) -> Result<LogResult> {
         self.exec_log(req)
     }
+    fn diff_checked(&self, _: &Caller, req: DiffRequest) -> Result<DiffResult> {
+        self.exec_diff(req)
+    }
     fn get_job_checked(&self, _: &Caller, req: GetJobRequest) -> Result<JobInfo> {
         self.exec_get_job(req)
     }
