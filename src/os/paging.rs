@@ -19,6 +19,20 @@ pub fn tokens_of(bytes: usize) -> u64 {
     (bytes as u64).div_ceil(4)
 }
 
+/// The `tokens` field of an answer whose JSON is `len_with_zero` bytes while that field is `0`:
+/// the estimate counts its own digits.
+pub fn tokens_field(len_with_zero: usize) -> u64 {
+    let mut t = tokens_of(len_with_zero);
+    for _ in 0..4 {
+        let next = tokens_of(len_with_zero - 1 + t.to_string().len());
+        if next == t {
+            break;
+        }
+        t = next;
+    }
+    t
+}
+
 /// The fingerprint of a request: its fields but the paging ones.
 fn fingerprint(request: &Value) -> String {
     let mut v = request.clone();

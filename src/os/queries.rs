@@ -76,7 +76,7 @@ impl Study {
         let next = start + nodes.len() as u64;
         out.next_cursor = (next < total).then(|| paging::cursor("list_nodes", &request, next));
         out.nodes = nodes;
-        out.tokens = paging::tokens_of(serde_json::to_vec(&out)?.len());
+        out.tokens = paging::tokens_field(serde_json::to_vec(&out)?.len());
         Ok(out)
     }
 
@@ -265,7 +265,7 @@ impl Study {
             .collect();
         out.nodes = nodes;
         out.next_cursor = (next < total).then(|| paging::cursor("dag", &request, next));
-        out.tokens = paging::tokens_of(serde_json::to_vec(&out)?.len());
+        out.tokens = paging::tokens_field(serde_json::to_vec(&out)?.len());
         Ok(out)
     }
 
@@ -364,7 +364,7 @@ impl Study {
             ));
         }
         out.actions = actions;
-        out.tokens = paging::tokens_of(serde_json::to_vec(&out)?.len());
+        out.tokens = paging::tokens_field(serde_json::to_vec(&out)?.len());
         Ok(out)
     }
 

@@ -853,3 +853,102 @@ fn diff_names_what_differs_and_pairs_metrics_over_matching_seeds() {
     assert_eq!(e.kind, ErrorKind::Invalid);
     assert_eq!(git_state(&root), before);
 }
+
+#[test]
+fn growing_answers_stop_at_their_token_bound_and_page_with_cursors() {
+    let (_d, root) = new_study();
+    let s = open(&root);
+    let mut ids = vec!["n0".to_string()];
+    for i in 0..190 {
+        let p = ids[i / 3].clone();
+        ids.push(branch(
+            &s,
+            &[&p],
+            &format!("direction {i} with a title long enough to count"),
+        ));
+    }
+    // Page through each query: every item exactly once, every page within its bound.
+    let pages = |query: &str, args: Value, list: &str| -> (Vec<Value>, usize) {
+        let mut items = Vec::new();
+        let mut args = args;
+        let mut n = 0;
+        loop {
+            let out = s.call(&owner(), query, args.clone()).expect(query);
+            let bytes = serde_json::to_vec(&out).expect("json").len() as u64;
+            let bound = args["max_tokens"].as_u64().unwrap_or(DEFAULT_MAX_TOKENS);
+            assert!(
+                bytes / 4 <= bound,
+                "{query} page of {bytes} bytes past {bound} tokens"
+            );
+            assert_eq!(out["tokens"].as_u64(), Some(bytes.div_ceil(4)), "{query}");
+            items.extend(out[list].as_array().expect("list").iter().cloned());
+            n += 1;
+            match out["next_cursor"].as_str() {
+                Some(c) => args["cursor"] = json!(c),
+                None => return (items, n),
+            }
+        }
+    };
+    let (nodes, n) = pages("list_nodes", json!({"max_tokens": 1000}), "nodes");
+    let got: Vec<&str> = nodes.iter().filter_map(|x| x["id"].as_str()).collect();
+    assert_eq!(got, ids.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(n > 5, "{n} pages");
+    let (dag, n) = pages("dag", json!({"max_tokens": 1500}), "nodes");
+    assert_eq!(dag.len(), ids.len());
+    assert!(n > 3, "{n} pages");
+    let (log, _) = pages("log", json!({"max_tokens": 800, "limit": 1000}), "actions");
+    let all = s
+        .call(
+            &owner(),
+            "log",
+            json!({"limit": 1000, "max_tokens": 1_000_000}),
+        )
+        .expect("log");
+    assert!(all.get("next_cursor").is_none());
+    assert_eq!(&log, all["actions"].as_array().expect("actions"));
+    // The default bound holds however much is asked for.
+    let big = s
+        .call(&owner(), "list_nodes", json!({"limit": 100000}))
+        .expect("list");
+    assert!(
+        big["tokens"].as_u64() <= Some(DEFAULT_MAX_TOKENS),
+        "{}",
+        big["tokens"]
+    );
+    assert!(
+        big["next_cursor"].is_string() || big["nodes"].as_array().map(Vec::len) == Some(ids.len())
+    );
+    // The summary view: the study in counts, the frontier paged.
+    let sm = s
+        .call(&owner(), "dag", json!({"view": "summary"}))
+        .expect("summary");
+    assert_eq!(sm["summary"]["nodes"], json!(ids.len()));
+    assert_eq!(sm["summary"]["by_status"]["open"], json!(ids.len()));
+    assert_eq!(sm["summary"]["edges"], json!(ids.len() - 1));
+    assert!(sm["tokens"].as_u64() <= Some(DEFAULT_MAX_TOKENS));
+    // A cursor only pages the query that returned it.
+    let first = s
+        .call(&owner(), "list_nodes", json!({"max_tokens": 1000}))
+        .expect("list");
+    let c = first["next_cursor"].as_str().expect("cursor");
+    let before = git_state(&root);
+    let e = s
+        .call(&owner(), "log", json!({"cursor": c}))
+        .expect_err("cursor of another query");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.contains("not log"), "{}", e.message);
+    let e = s
+        .call(
+            &owner(),
+            "list_nodes",
+            json!({"cursor": c, "status": "concluded"}),
+        )
+        .expect_err("cursor of another filter");
+    assert!(e.message.contains("another query"), "{}", e.message);
+    let e = s
+        .call(&owner(), "dag", json!({"cursor": "nonsense"}))
+        .expect_err("not a cursor");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.contains("cursor"), "{}", e.message);
+    assert_eq!(git_state(&root), before);
+}

@@ -27,7 +27,7 @@ from mcp_types import Result
 from pydantic import ConfigDict, TypeAdapter
 
 WRITERS = {"branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "cancel_job"}
-QUERIES = {"get_node", "list_nodes", "dag", "log", "get_job", "wait_job"}
+QUERIES = {"get_node", "list_nodes", "dag", "log", "diff", "get_job", "wait_job"}
 # What each role lists (tests/MCP_CONTRACT.md, "Roles").
 ROLE_TOOLS = {
     "worker": (WRITERS | QUERIES) - {"review"},
