@@ -513,8 +513,9 @@ pub struct DagRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(CHECKPOINT_PATTERN))]
     pub checkpoint: Option<String>,
-    /// Bound on the answer's size in tokens, estimated as its JSON bytes / 4 (default 8000). The
-    /// answer ends before the item that would pass it (one item at least) and gives `next_cursor`.
+    /// Bound on the answer's size in tokens, estimated as its JSON bytes / 4 (default 8000; 1000
+    /// for `summary`). The answer ends before the node that would pass it (one node at least) and
+    /// gives `next_cursor`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 200, max = 10000000))]
     pub max_tokens: Option<u64>,
@@ -589,8 +590,11 @@ pub struct DagSummary {
     /// The node with the best dev value of the first task's metric, and its value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best: Option<DagNode>,
-    /// From the root to `best` (first parents).
+    /// The path to `best` through first parents, ending at it: from the root, or its last 64
+    /// nodes when it is longer.
     pub best_path: Vec<String>,
+    /// Nodes on the whole path from the root to `best` (0 without a best node).
+    pub best_depth: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -242,7 +242,12 @@ impl Study {
                 )
             })
             .collect::<Result<_>>()?;
-        let budget = req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS) as usize * 4;
+        let default = if req.view == DagView::Summary {
+            SUMMARY_MAX_TOKENS
+        } else {
+            DEFAULT_MAX_TOKENS
+        };
+        let budget = req.max_tokens.unwrap_or(default) as usize * 4;
         let mut used = overhead;
         let mut k = 0;
         for c in &cost {
@@ -280,6 +285,7 @@ impl Study {
             frontier: dag.frontier().len() as u64,
             best: None,
             best_path: Vec::new(),
+            best_depth: 0,
         };
         for n in dag.nodes() {
             s.nodes += 1;
@@ -319,11 +325,11 @@ impl Study {
                 });
                 let mut cur = Some(n);
                 while let Some(c) = cur {
-                    s.best_path.push(c.id.clone());
-                    cur = c.parents.first().and_then(|p| dag.node(p));
-                    if s.best_path.len() > 1_000_000 {
-                        break;
+                    s.best_depth += 1;
+                    if s.best_path.len() < BEST_PATH_MAX {
+                        s.best_path.push(c.id.clone());
                     }
+                    cur = c.parents.first().and_then(|p| dag.node(p));
                 }
                 s.best_path.reverse();
             }
@@ -378,6 +384,11 @@ impl Study {
         }
     }
 }
+
+/// The summary view's default bound: counts and a short frontier.
+const SUMMARY_MAX_TOKENS: u64 = 1000;
+/// The summary's path to the best node keeps the nodes nearest it.
+const BEST_PATH_MAX: usize = 64;
 
 pub(in crate::os) fn summary_of(r: crate::record::index::ActionRow) -> ActionSummary {
     ActionSummary {
