@@ -777,3 +777,61 @@ pub struct DiffResult {
     pub env_same: bool,
     pub metrics: Vec<MetricDiff>,
 }
+
+// ---------------------------------------------------------------- reproduce
+
+/// Re-run a recorded `run_sft` from what the record holds — the same base and datasets (by hash),
+/// hyper-parameters and seed, in the same environment — and record whether it came out the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReproduceRequest {
+    /// The node holding the action; the reproduction is recorded there.
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    /// The action's seq on the node (a succeeded run_sft).
+    #[schemars(range(min = 1, max = 1000000))]
+    pub seq: u32,
+    /// Run even if the environment (host fingerprint or pinned flake) differs from the recorded
+    /// one; the result says it changed.
+    #[serde(default)]
+    pub allow_env_change: bool,
+}
+
+/// One number the job reported, recorded and reproduced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetricDelta {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reproduced: Option<f64>,
+    /// reproduced − recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difference: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReproduceResult {
+    pub job: JobRecord,
+    /// The action reproduced.
+    pub action: ActionName,
+    pub seq: u32,
+    /// The checkpoint the record holds.
+    pub recorded_checkpoint: String,
+    /// The checkpoint the re-run made (absent when the job failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// The re-run made the identical checkpoint (every file, byte for byte).
+    pub identical: bool,
+    /// The environment the original job ran in, and whether the re-run's differs.
+    pub recorded_env: String,
+    pub env_changed: bool,
+    /// The trainer's numbers (final loss, …), recorded against reproduced.
+    pub train_metrics: Vec<MetricDelta>,
+    /// What to make of it, in words (the embedded trainers are bit-for-bit repeatable, so a
+    /// different checkpoint in the same environment is a finding).
+    pub verdict: String,
+    pub commit: String,
+}

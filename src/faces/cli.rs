@@ -147,6 +147,17 @@ pub enum Command {
     /// What differs between two nodes: parameters, datasets, environment, and each metric's
     /// difference B − A with its 95% interval (paired over matching seeds, else Welch).
     Diff { a: String, b: String },
+    /// Re-run a node's recorded run_sft jobs (or one, --action SEQ) from what the record holds and
+    /// record whether each gives the identical checkpoint (owner and reviewer).
+    Reproduce {
+        node: String,
+        /// The run_sft's action seq on the node (default: every succeeded run_sft of the node).
+        #[arg(long = "action")]
+        seq: Option<u32>,
+        /// Run even where the environment differs from the recorded one.
+        #[arg(long)]
+        allow_env_change: bool,
+    },
     /// Rebuild the SQLite index from git alone.
     Reindex,
     /// Verify the record (commits, action files, artifacts, index).
@@ -749,6 +760,11 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         }
         Command::Show { node } => ("get_node", json!({ "node": node })),
         Command::Diff { a, b } => ("diff", json!({ "a": a, "b": b })),
+        Command::Reproduce {
+            node,
+            seq,
+            allow_env_change,
+        } => return reproduce(study, who, node, *seq, *allow_env_change, json),
         Command::Reindex => {
             let t = std::time::Instant::now();
             let r = study.reindex()?;
@@ -907,6 +923,80 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         return print_json(&out);
     }
     print_human(action, &out)
+}
+
+/// `rsim reproduce`: one reproduce action per run_sft (each its own job and commit).
+fn reproduce(
+    study: &Study,
+    who: &Caller,
+    node: &str,
+    seq: Option<u32>,
+    allow_env_change: bool,
+    json: bool,
+) -> Result<()> {
+    let seqs: Vec<u32> = match seq {
+        Some(s) => vec![s],
+        None => {
+            let info = study.call(who, "get_node", json!({ "node": node }))?;
+            let seqs: Vec<u32> = info["actions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|a| {
+                    a["action"] == "run_sft" && a["decision"] == "accepted" && a["job"].is_string()
+                })
+                .filter_map(|a| a["seq"].as_u64().map(|s| s as u32))
+                .collect();
+            if seqs.is_empty() {
+                return Err(Error::invalid(format!(
+                    "node: {node} has no run_sft job to reproduce"
+                )));
+            }
+            seqs
+        }
+    };
+    let mut out = Vec::new();
+    let mut all_identical = true;
+    for seq in seqs {
+        let r = study.call(
+            who,
+            "reproduce",
+            json!({ "node": node, "seq": seq, "allow_env_change": allow_env_change }),
+        )?;
+        all_identical &= r["identical"] == true;
+        if !json {
+            println!(
+                "{node} #{seq}: {} (recorded {}, reproduced {}; job {} in {:.1} s)",
+                s(&r["verdict"]),
+                &s(&r["recorded_checkpoint"])[..12.min(s(&r["recorded_checkpoint"]).len())],
+                r["checkpoint"]
+                    .as_str()
+                    .map_or("none".to_string(), |c| c[..12.min(c.len())].to_string()),
+                s(&r["job"]["id"]),
+                r["job"]["duration_s"].as_f64().unwrap_or(0.0)
+            );
+            for m in r["train_metrics"].as_array().into_iter().flatten() {
+                println!(
+                    "  {} recorded {} reproduced {} difference {}",
+                    s(&m["name"]),
+                    m["recorded"],
+                    m["reproduced"],
+                    m["difference"]
+                );
+            }
+        }
+        out.push(r);
+    }
+    if json {
+        print_json(&Value::Array(out))?;
+    }
+    if all_identical {
+        Ok(())
+    } else {
+        Err(Error::internal(
+            "a reproduction did not give the identical checkpoint (see above; recorded with reproduce)",
+        ))
+    }
 }
 
 fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {

@@ -7,6 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::*;
 use crate::util::stats;
 
+/// A metric's key: task, split, name.
+type MetricKey = (String, Split, String);
+/// A metric's values: the seed of the checkpoint (when a run_sft of the node made it), the value.
+type Seeded = Vec<(Option<u64>, f64)>;
+
 /// What one node's record says, gathered for a diff.
 #[derive(Default)]
 struct Side {
@@ -15,7 +20,7 @@ struct Side {
     datasets: BTreeSet<String>,
     envs: BTreeSet<String>,
     /// (task, split, metric) → (seed of the checkpoint, if a run_sft of this node made it; value).
-    metrics: BTreeMap<(String, Split, String), Vec<(Option<u64>, f64)>>,
+    metrics: BTreeMap<MetricKey, Seeded>,
 }
 
 fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
@@ -144,8 +149,7 @@ impl Study {
             });
         }
         let mut metrics = Vec::new();
-        let keys: BTreeSet<&(String, Split, String)> =
-            a.metrics.keys().chain(b.metrics.keys()).collect();
+        let keys: BTreeSet<&MetricKey> = a.metrics.keys().chain(b.metrics.keys()).collect();
         let empty = Vec::new();
         for k in keys {
             let (xa, xb) = (
@@ -171,7 +175,7 @@ impl Study {
 /// B − A for one metric: paired over the seeds both nodes evaluated (a seed's value is the mean
 /// of its evaluations) when there are at least two, else Welch's interval.
 fn metric_diff(
-    (task, split, metric): &(String, Split, String),
+    (task, split, metric): &MetricKey,
     a: &[(Option<u64>, f64)],
     b: &[(Option<u64>, f64)],
 ) -> MetricDiff {

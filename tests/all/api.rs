@@ -953,3 +953,132 @@ fn growing_answers_stop_at_their_token_bound_and_page_with_cursors() {
     assert!(e.message.contains("cursor"), "{}", e.message);
     assert_eq!(git_state(&root), before);
 }
+
+#[test]
+fn reproduce_re_runs_a_recorded_run_sft_to_the_identical_checkpoint() {
+    let (_d, root) = new_study();
+    let s = open(&root);
+    let n = branch(&s, &["n0"], "plain data");
+    let sha = s.call(&owner(), "register_dataset", json!({"node": n, "name": "plain", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 3}})).expect("register")["sha256"].as_str().expect("sha").to_string();
+    let sft = s
+        .call(&owner(), "run_sft", json!({"node": n, "base": "base", "datasets": ["plain"], "learning_rate": 0.001, "steps": 30, "batch_size": 16, "seed": 7}))
+        .expect("sft");
+    let ck = sft["checkpoint"].as_str().expect("checkpoint").to_string();
+    let seq = s
+        .call(&owner(), "get_job", json!({"job": sft["job"]["id"]}))
+        .expect("job")["seq"]
+        .as_u64()
+        .expect("seq");
+    let dev = s
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": n, "checkpoint": ck, "task": "add2", "split": "dev"}),
+        )
+        .expect("eval");
+
+    // The owner and a reviewer reproduce it: the identical checkpoint, the same numbers.
+    let reviewer = Caller::new("rev", Role::Reviewer);
+    for who in [owner(), reviewer.clone()] {
+        let r = s
+            .call(&who, "reproduce", json!({"node": n, "seq": seq}))
+            .expect("reproduce");
+        assert_eq!(r["identical"], true, "{r}");
+        assert_eq!(r["checkpoint"].as_str(), Some(ck.as_str()));
+        assert_eq!(r["recorded_checkpoint"].as_str(), Some(ck.as_str()));
+        assert_eq!(r["env_changed"], false);
+        assert_eq!(r["job"]["state"], "succeeded");
+        let metrics = r["train_metrics"].as_array().expect("metrics");
+        assert!(!metrics.is_empty());
+        for m in metrics {
+            assert_eq!(m["difference"].as_f64(), Some(0.0), "{m}");
+        }
+    }
+    // Same checkpoint, so the same dev metrics: evaluating it again gives the recorded numbers.
+    let again = s
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": n, "checkpoint": ck, "task": "add2", "split": "dev"}),
+        )
+        .expect("eval");
+    assert_eq!(again["metrics"], dev["metrics"]);
+    // It is recorded as its own action, with its job (counted against budgets like any job).
+    let log = s
+        .call(&owner(), "log", json!({"node": n, "limit": 3}))
+        .expect("log");
+    assert!(
+        log["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .any(|a| a["action"] == "reproduce" && a["agent"] == "rev" && a["job"].is_string()),
+        "{log}"
+    );
+    // A worker may not reproduce: a recorded refusal by rule role.
+    let e = s
+        .call(
+            &Caller::new("w", Role::Worker),
+            "reproduce",
+            json!({"node": n, "seq": seq}),
+        )
+        .expect_err("worker");
+    assert_eq!(e.rule.as_deref(), Some("role"), "{}", e.message);
+
+    // Bad input: clear errors, nothing written.
+    let before = git_state(&root);
+    for (args, kind, says) in [
+        (
+            json!({"node": n, "seq": 1}),
+            ErrorKind::Invalid,
+            "runs no training job",
+        ),
+        (
+            json!({"node": "n0", "seq": 1}),
+            ErrorKind::Invalid,
+            "runs no training job",
+        ),
+        (
+            json!({"node": n, "seq": 99}),
+            ErrorKind::NotFound,
+            "no action 99",
+        ),
+        (json!({"node": "n77", "seq": 1}), ErrorKind::NotFound, "n77"),
+    ] {
+        let e = s
+            .call(&owner(), "reproduce", args.clone())
+            .expect_err("bad input");
+        assert_eq!(e.kind, kind, "{args}: {}", e.message);
+        assert!(e.message.contains(says), "{args}: {}", e.message);
+    }
+    assert_eq!(git_state(&root), before);
+
+    // Tampered input: the dataset's object changed after registration — refused and named.
+    let obj = s.store().path(&sha);
+    let mut perms = std::fs::metadata(&obj).expect("meta").permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&obj, perms).expect("chmod");
+    std::fs::write(&obj, b"{\"prompt\":\"1+1=\",\"answer\":\"2\"}\n").expect("tamper");
+    let e = s
+        .call(&owner(), "reproduce", json!({"node": n, "seq": seq}))
+        .expect_err("tampered");
+    assert_eq!(
+        e.rule.as_deref(),
+        Some("dataset-integrity"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("plain"), "{}", e.message);
+    // Garbage-collected: the object is gone.
+    std::fs::remove_file(&obj).expect("gc");
+    let e = s
+        .call(&owner(), "reproduce", json!({"node": n, "seq": seq}))
+        .expect_err("missing");
+    assert_eq!(
+        e.rule.as_deref(),
+        Some("dataset-integrity"),
+        "{}",
+        e.message
+    );
+}

@@ -6,6 +6,7 @@ mod compare;
 mod conclude;
 mod evaluate;
 mod register_dataset;
+mod reproduce;
 mod review;
 mod run_sft;
 
@@ -48,6 +49,9 @@ impl Execute for Study {
         req: CancelJobRequest,
     ) -> Result<CancelJobResult> {
         self.exec_cancel_job(caller, req)
+    }
+    fn reproduce_checked(&self, caller: &Caller, req: ReproduceRequest) -> Result<ReproduceResult> {
+        self.exec_reproduce(caller, req)
     }
     fn get_node_checked(&self, _: &Caller, req: GetNodeRequest) -> Result<NodeInfo> {
         self.exec_get_node(req)
