@@ -1024,6 +1024,17 @@ fn reproduce_re_runs_a_recorded_run_sft_to_the_identical_checkpoint() {
         )
         .expect_err("worker");
     assert_eq!(e.rule.as_deref(), Some("role"), "{}", e.message);
+    // A concluded node's runs can still be reproduced (the outcome is recorded on it).
+    s.call(
+        &owner(),
+        "conclude",
+        json!({"node": n, "outcome": "positive", "findings": "trained"}),
+    )
+    .expect("conclude");
+    let r = s
+        .call(&reviewer, "reproduce", json!({"node": n, "seq": seq}))
+        .expect("reproduce a concluded node's run");
+    assert_eq!(r["identical"], true, "{r}");
 
     // Bad input: clear errors, nothing written.
     let before = git_state(&root);
