@@ -788,7 +788,7 @@ pub struct ReproduceRequest {
     /// The node holding the action; the reproduction is recorded there.
     #[schemars(pattern(NODE_ID_PATTERN))]
     pub node: String,
-    /// The action's seq on the node (a succeeded run_sft).
+    /// The action's seq on the node: a run_sft that made a checkpoint, or an evaluate on dev.
     #[schemars(range(min = 1, max = 1000000))]
     pub seq: u32,
     /// Run even if the environment (host fingerprint or pinned flake) differs from the recorded
@@ -818,17 +818,27 @@ pub struct ReproduceResult {
     /// The action reproduced.
     pub action: ActionName,
     pub seq: u32,
-    /// The checkpoint the record holds.
+    /// The checkpoint the record holds: the one the run_sft made, or the one evaluated.
     pub recorded_checkpoint: String,
-    /// The checkpoint the re-run made (absent when the job failed).
+    /// run_sft: the checkpoint the re-run made (absent when the job failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
-    /// The re-run made the identical checkpoint (every file, byte for byte).
+    /// run_sft: the re-run made the identical checkpoint (every file, byte for byte); evaluate:
+    /// every score is equal.
     pub identical: bool,
+    /// evaluate: the task and split scored again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+    /// evaluate: each score, recorded against reproduced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<MetricDelta>,
     /// The environment the original job ran in, and whether the re-run's differs.
     pub recorded_env: String,
     pub env_changed: bool,
-    /// The trainer's numbers (final loss, …), recorded against reproduced.
+    /// run_sft: the trainer's numbers (final loss, …), recorded against reproduced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub train_metrics: Vec<MetricDelta>,
     /// What to make of it, in words (the embedded trainers are bit-for-bit repeatable, so a
     /// different checkpoint in the same environment is a finding).

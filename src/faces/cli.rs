@@ -147,11 +147,12 @@ pub enum Command {
     /// What differs between two nodes: parameters, datasets, environment, and each metric's
     /// difference B − A with its 95% interval (paired over matching seeds, else Welch).
     Diff { a: String, b: String },
-    /// Re-run a node's recorded run_sft jobs (or one, --action SEQ) from what the record holds and
-    /// record whether each gives the identical checkpoint (owner and reviewer).
+    /// Re-run a node's recorded run_sft and dev evaluate jobs (or one, --action SEQ) from what the
+    /// record holds and record whether each gives the identical checkpoint or scores (owner and
+    /// reviewer; test evaluations are not re-run).
     Reproduce {
         node: String,
-        /// The run_sft's action seq on the node (default: every succeeded run_sft of the node).
+        /// The action's seq on the node (default: every run_sft and dev evaluate of the node).
         #[arg(long = "action")]
         seq: Option<u32>,
         /// Run even where the environment differs from the recorded one.
@@ -934,6 +935,7 @@ fn reproduce(
     allow_env_change: bool,
     json: bool,
 ) -> Result<()> {
+    let seq_given = seq;
     let seqs: Vec<u32> = match seq {
         Some(s) => vec![s],
         None => {
@@ -943,13 +945,15 @@ fn reproduce(
                 .into_iter()
                 .flatten()
                 .filter(|a| {
-                    a["action"] == "run_sft" && a["decision"] == "accepted" && a["job"].is_string()
+                    (a["action"] == "run_sft" || a["action"] == "evaluate")
+                        && a["decision"] == "accepted"
+                        && a["job"].is_string()
                 })
                 .filter_map(|a| a["seq"].as_u64().map(|s| s as u32))
                 .collect();
             if seqs.is_empty() {
                 return Err(Error::invalid(format!(
-                    "node: {node} has no run_sft job to reproduce"
+                    "node: {node} has no run_sft or evaluate job to reproduce"
                 )));
             }
             seqs
@@ -958,11 +962,22 @@ fn reproduce(
     let mut out = Vec::new();
     let mut all_identical = true;
     for seq in seqs {
-        let r = study.call(
+        let r = match study.call(
             who,
             "reproduce",
             json!({ "node": node, "seq": seq, "allow_env_change": allow_env_change }),
-        )?;
+        ) {
+            Ok(r) => r,
+            // A node's own test evaluations and failed jobs are named, not fatal, when every
+            // action of the node is reproduced.
+            Err(e) if seq_given.is_none() && e.kind == crate::util::error::ErrorKind::Invalid => {
+                if !json {
+                    println!("{node} #{seq}: skipped: {}", e.message);
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         all_identical &= r["identical"] == true;
         if !json {
             println!(
@@ -975,7 +990,12 @@ fn reproduce(
                 s(&r["job"]["id"]),
                 r["job"]["duration_s"].as_f64().unwrap_or(0.0)
             );
-            for m in r["train_metrics"].as_array().into_iter().flatten() {
+            let metrics = r["train_metrics"]
+                .as_array()
+                .into_iter()
+                .chain(r["metrics"].as_array())
+                .flatten();
+            for m in metrics {
                 println!(
                     "  {} recorded {} reproduced {} difference {}",
                     s(&m["name"]),

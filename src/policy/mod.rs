@@ -78,6 +78,8 @@ pub struct Facts {
     pub job_agent: Option<String>,
     /// reproduce: the recorded environment and this one, when they differ.
     pub environment_changed: Option<(String, String)>,
+    /// reproduce of an evaluation: the recorded evaluate request (checked as an evaluation).
+    pub reproduced_evaluation: Option<EvaluateRequest>,
 }
 
 /// A size an agent's request controls, projected before allocation: what it is, its rows, and
@@ -415,7 +417,7 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
         Request::RunSft(r) => check_run_sft(r, caller, cfg, facts),
         Request::Evaluate(r) => check_evaluate(r, caller, cfg, facts),
         Request::Conclude(c) => check_conclude(c, caller, cfg, facts),
-        Request::Reproduce(r) => check_reproduce(r, cfg, facts),
+        Request::Reproduce(r) => check_reproduce(r, caller, cfg, facts),
         Request::CancelJob(c) => check_cancel_job(c, caller, cfg, facts),
         Request::Compare(_)
         | Request::Review(_)
@@ -514,9 +516,23 @@ fn check_register_dataset(
 /// the environment the same as recorded unless the request allows a change. The datasets were
 /// scanned for contamination when the original ran; a dataset's name is bound to its hash for good,
 /// and the hash is checked here, so the same union trains.
-fn check_reproduce(r: &ReproduceRequest, cfg: &StudyConfig, facts: &Facts) -> Decision {
+///
+/// Reproducing an evaluation is checked as that evaluation (pinned evaluator and eval set, the
+/// evaluation budgets), then for the environment.
+fn check_reproduce(
+    r: &ReproduceRequest,
+    caller: &Caller,
+    cfg: &StudyConfig,
+    facts: &Facts,
+) -> Decision {
     if let Some(d) = job_checks(cfg, facts) {
         return d;
+    }
+    if let Some(ev) = &facts.reproduced_evaluation {
+        let d = check_evaluate(ev, caller, cfg, facts);
+        if !d.accepted() {
+            return d;
+        }
     }
     if !facts.dataset_corrupt.is_empty() {
         return Decision::reject(

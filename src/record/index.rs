@@ -553,9 +553,12 @@ impl Index {
         agent: Option<&str>,
     ) -> Result<u64> {
         let n: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM actions a WHERE a.action='evaluate' AND a.decision='accepted'
+            "SELECT COUNT(*) FROM actions a WHERE a.decision='accepted'
+               AND (a.action='evaluate' OR (a.action='reproduce'
+                    AND json_extract(a.record,'$.result.action')='evaluate'))
                AND (?1 IS NULL OR a.node=?1)
-               AND (?2 IS NULL OR json_extract(a.record,'$.request.split')=?2)
+               AND (?2 IS NULL OR COALESCE(json_extract(a.record,'$.request.split'),
+                                           json_extract(a.record,'$.result.split'))=?2)
                AND (?3 IS NULL OR a.agent=?3)",
             params![node, split, agent],
             |r| r.get(0),

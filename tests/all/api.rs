@@ -994,15 +994,57 @@ fn reproduce_re_runs_a_recorded_run_sft_to_the_identical_checkpoint() {
             assert_eq!(m["difference"].as_f64(), Some(0.0), "{m}");
         }
     }
-    // Same checkpoint, so the same dev metrics: evaluating it again gives the recorded numbers.
-    let again = s
+    // The dev evaluation reproduces too: every score identical, and not a second node metric.
+    let eval_seq = s
+        .call(&owner(), "get_job", json!({"job": dev["job"]["id"]}))
+        .expect("job")["seq"]
+        .as_u64()
+        .expect("seq");
+    let metrics_before = s
+        .call(&owner(), "get_node", json!({"node": n}))
+        .expect("node")["metrics"]
+        .clone();
+    let r = s
+        .call(&reviewer, "reproduce", json!({"node": n, "seq": eval_seq}))
+        .expect("reproduce the evaluation");
+    assert_eq!(
+        (r["identical"].as_bool(), r["action"].as_str()),
+        (Some(true), Some("evaluate")),
+        "{r}"
+    );
+    assert_eq!(r["recorded_checkpoint"].as_str(), Some(ck.as_str()));
+    let em = r["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .find(|m| m["name"] == "exact_match")
+        .expect("exact_match")
+        .clone();
+    assert_eq!(em["reproduced"], dev["metrics"]["exact_match"], "{r}");
+    assert_eq!(em["difference"].as_f64(), Some(0.0));
+    assert_eq!(
+        s.call(&owner(), "get_node", json!({"node": n}))
+            .expect("node")["metrics"],
+        metrics_before
+    );
+    // A test evaluation is not re-run (it would spend the node's limited test evaluations).
+    let test = s
         .call(
             &owner(),
             "evaluate",
-            json!({"node": n, "checkpoint": ck, "task": "add2", "split": "dev"}),
+            json!({"node": n, "checkpoint": ck, "task": "add2", "split": "test"}),
         )
-        .expect("eval");
-    assert_eq!(again["metrics"], dev["metrics"]);
+        .expect("test eval");
+    let test_seq = s
+        .call(&owner(), "get_job", json!({"job": test["job"]["id"]}))
+        .expect("job")["seq"]
+        .as_u64()
+        .expect("seq");
+    let e = s
+        .call(&owner(), "reproduce", json!({"node": n, "seq": test_seq}))
+        .expect_err("test split");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.contains("test"), "{}", e.message);
     // It is recorded as its own action, with its job (counted against budgets like any job).
     let log = s
         .call(&owner(), "log", json!({"node": n, "limit": 3}))
@@ -1042,12 +1084,12 @@ fn reproduce_re_runs_a_recorded_run_sft_to_the_identical_checkpoint() {
         (
             json!({"node": n, "seq": 1}),
             ErrorKind::Invalid,
-            "runs no training job",
+            "runs no training",
         ),
         (
             json!({"node": "n0", "seq": 1}),
             ErrorKind::Invalid,
-            "runs no training job",
+            "runs no training",
         ),
         (
             json!({"node": n, "seq": 99}),

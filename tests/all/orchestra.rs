@@ -962,6 +962,7 @@ fn every_node_of_a_campaign_reproduces_to_identical_checkpoints() {
     assert_eq!(v["summary"]["experiments"], 6, "{}", v["summary"]);
     let list = ok_json(&root, &["call", "list_nodes", r#"{"limit": 1000}"#]);
     let mut reproduced = 0;
+    let mut evaluations = 0;
     for n in list["nodes"].as_array().expect("nodes") {
         let id = n["id"].as_str().expect("id");
         let info = node(&root, id);
@@ -969,7 +970,10 @@ fn every_node_of_a_campaign_reproduces_to_identical_checkpoints() {
             .as_array()
             .expect("actions")
             .iter()
-            .filter(|a| a["action"] == "run_sft" && a["decision"] == "accepted")
+            .filter(|a| {
+                (a["action"] == "run_sft" || a["action"] == "evaluate")
+                    && a["decision"] == "accepted"
+            })
             .count();
         if runs == 0 {
             continue;
@@ -977,6 +981,13 @@ fn every_node_of_a_campaign_reproduces_to_identical_checkpoints() {
         let r = ok_json(&root, &["--role", "reviewer", "reproduce", id]);
         for x in r.as_array().expect("reproductions") {
             assert_eq!(x["identical"], true, "{id}: {x}");
+            if x["action"] == "evaluate" {
+                for m in x["metrics"].as_array().expect("scores") {
+                    assert_eq!(m["difference"].as_f64(), Some(0.0), "{id}: {m}");
+                }
+                evaluations += 1;
+                continue;
+            }
             for m in x["train_metrics"].as_array().expect("metrics") {
                 if m["name"] == "final_loss" {
                     assert_eq!(m["difference"].as_f64(), Some(0.0), "{id}: {m}");
@@ -986,6 +997,10 @@ fn every_node_of_a_campaign_reproduces_to_identical_checkpoints() {
         }
     }
     assert_eq!(reproduced, 6, "every experiment reproduced");
+    assert!(
+        evaluations >= 6,
+        "every dev evaluation reproduced: {evaluations}"
+    );
     let sm = ok_json(&root, &["dag", "--view", "summary"]);
     let verdicts: u64 = sm["summary"]["by_verdict"]
         .as_object()
