@@ -981,12 +981,23 @@ fn reproduce(
         all_identical &= r["identical"] == true;
         if !json {
             println!(
-                "{node} #{seq}: {} (recorded {}, reproduced {}; job {} in {:.1} s)",
+                "{node} #{seq} {}: {} ({}; job {} in {:.1} s)",
+                s(&r["action"]),
                 s(&r["verdict"]),
-                &s(&r["recorded_checkpoint"])[..12.min(s(&r["recorded_checkpoint"]).len())],
-                r["checkpoint"]
-                    .as_str()
-                    .map_or("none".to_string(), |c| c[..12.min(c.len())].to_string()),
+                match r["checkpoint"].as_str() {
+                    Some(c) => format!(
+                        "recorded {}, reproduced {}",
+                        short(&r["recorded_checkpoint"]),
+                        &c[..12.min(c.len())]
+                    ),
+                    None if r["action"] == "evaluate" => format!(
+                        "checkpoint {} on {}/{}",
+                        short(&r["recorded_checkpoint"]),
+                        s(&r["task"]),
+                        s(&r["split"])
+                    ),
+                    None => format!("recorded {}, none made", short(&r["recorded_checkpoint"])),
+                },
                 s(&r["job"]["id"]),
                 r["job"]["duration_s"].as_f64().unwrap_or(0.0)
             );
@@ -1017,6 +1028,11 @@ fn reproduce(
             "a reproduction did not give the identical checkpoint (see above; recorded with reproduce)",
         ))
     }
+}
+
+/// The first 12 characters of a hash.
+fn short(v: &Value) -> String {
+    s(v).chars().take(12).collect()
 }
 
 fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
