@@ -175,6 +175,9 @@ declare_actions! {
     Conclude: "conclude", Write, [Owner, Worker, Reviewer],
         ConcludeRequest => ConcludeResult, conclude / conclude_checked,
         "Close a node with its findings (written to its notes.md) and outcome. A concluded node takes no more experiments; branch from it to continue.";
+    Reproduce: "reproduce", Job, [Owner, Reviewer],
+        ReproduceRequest => ReproduceResult, reproduce / reproduce_checked,
+        "Re-run a recorded run_sft (node and action seq) from what the record holds: same base and datasets by hash, hyper-parameters, seed and environment (refused by rule environment-changed when the environment differs, unless allow_env_change). Records whether the checkpoint is identical and each trainer metric's difference. Counted against budgets like any job.";
     GetNode: "get_node", Query, [],
         GetNodeRequest => NodeInfo, get_node / get_node_checked,
         "One node: title, hypothesis, parents, children, status, every action and metric, and its findings.";
@@ -187,6 +190,9 @@ declare_actions! {
     Log: "log", Query, [],
         LogRequest => LogResult, log / log_checked,
         "Recorded actions, newest first, including rejected ones with the rule and reason.";
+    Diff: "diff", Query, [],
+        DiffRequest => DiffResult, diff / diff_checked,
+        "What differs between two nodes: recipe and hyper-parameters (only in A, only in B, changed), datasets by name and hash with row counts, the environments their jobs ran in, and each metric's difference B - A with its 95% interval (paired over matching seeds, else Welch).";
     GetJob: "get_job", Query, [],
         GetJobRequest => JobInfo, get_job / get_job_checked,
         "A job's state, exit code, duration and log artifact.";

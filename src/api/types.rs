@@ -23,6 +23,11 @@ pub const NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9_-]{0,63}$";
 pub const CHECKPOINT_PATTERN: &str = r"^(base|[0-9a-f]{64})$";
 /// A job id.
 pub const JOB_ID_PATTERN: &str = r"^j-[0-9a-f]{16}$";
+/// A page cursor: `c1.<query>.<fingerprint of the query's other fields>.<position>`.
+pub const CURSOR_PATTERN: &str = r"^c1\.(list_nodes|log|dag)\.[0-9a-f]{8}\.[0-9]{1,10}$";
+/// Default bound of a growing answer (`list_nodes`, `log`, `dag`), in tokens estimated as the
+/// answer's JSON bytes / 4: well under the 25,000 tokens an agent host keeps of a tool's output.
+pub const DEFAULT_MAX_TOKENS: u64 = 8000;
 
 /// Human wording of each pattern, used in validation errors.
 pub fn describe_pattern(p: &str) -> Option<&'static str> {
@@ -39,6 +44,7 @@ pub fn describe_pattern(p: &str) -> Option<&'static str> {
         }
         CHECKPOINT_PATTERN => "\"base\" or the sha256 of a checkpoint (64 lowercase hex digits)",
         JOB_ID_PATTERN => "a job id such as \"j-0123456789abcdef\"",
+        CURSOR_PATTERN => "the next_cursor of a previous answer to the same query",
         _ => return None,
     })
 }
@@ -420,8 +426,18 @@ pub struct ListNodesRequest {
     #[serde(default = "default_limit")]
     #[schemars(range(min = 1, max = 100000))]
     pub limit: u64,
+    /// First node to list (a `cursor` takes its place).
     #[serde(default)]
     pub offset: u64,
+    /// Bound on the answer's size in tokens, estimated as its JSON bytes / 4 (default 8000). The
+    /// answer ends before the item that would pass it (one item at least) and gives `next_cursor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 200, max = 10000000))]
+    pub max_tokens: Option<u64>,
+    /// The `next_cursor` of the previous page of this same query (its other fields unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(CURSOR_PATTERN))]
+    pub cursor: Option<String>,
 }
 
 fn default_limit() -> u64 {
@@ -444,6 +460,11 @@ pub struct NodeSummary {
 pub struct ListNodesResult {
     pub total: u64,
     pub nodes: Vec<NodeSummary>,
+    /// Pass this back as `cursor` (same query) for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// Estimated tokens of this answer (its JSON bytes / 4).
+    pub tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -464,6 +485,9 @@ pub enum DagView {
     Best,
     /// The chain of checkpoints and run_sft actions from `checkpoint` back to the base model.
     Lineage,
+    /// Counts by status, outcome and latest review verdict, the best node and the path to it,
+    /// and the frontier (open nodes, paged): a whole study in a few hundred tokens.
+    Summary,
 }
 
 /// Query the research DAG.
@@ -489,6 +513,16 @@ pub struct DagRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(CHECKPOINT_PATTERN))]
     pub checkpoint: Option<String>,
+    /// Bound on the answer's size in tokens, estimated as its JSON bytes / 4 (default 8000; 1000
+    /// for `summary`). The answer ends before the node that would pass it (one node at least) and
+    /// gives `next_cursor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 200, max = 10000000))]
+    pub max_tokens: Option<u64>,
+    /// The `next_cursor` of the previous page of this same query (its other fields unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(CURSOR_PATTERN))]
+    pub cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -527,6 +561,40 @@ pub struct DagResult {
     /// For `lineage`: newest first, ending at the base model.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lineage: Vec<LineageStep>,
+    /// For `summary`: the study in counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<DagSummary>,
+    /// Nodes in the view (all pages).
+    pub total: u64,
+    /// Pass this back as `cursor` (same query) for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// Estimated tokens of this answer (its JSON bytes / 4).
+    pub tokens: u64,
+}
+
+/// The `summary` view of the DAG.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DagSummary {
+    pub nodes: u64,
+    pub edges: u64,
+    /// open / concluded → count.
+    pub by_status: BTreeMap<String, u64>,
+    /// Concluded nodes' outcomes (positive, negative, inconclusive) → count.
+    pub by_outcome: BTreeMap<String, u64>,
+    /// Each reviewed node's latest verdict (promising, dead_end, needs_more_seeds) → count.
+    pub by_verdict: BTreeMap<String, u64>,
+    /// Open nodes (the frontier; the page's `nodes` list them).
+    pub frontier: u64,
+    /// The node with the best dev value of the first task's metric, and its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<DagNode>,
+    /// The path to `best` through first parents, ending at it: from the root, or its last 64
+    /// nodes when it is longer.
+    pub best_path: Vec<String>,
+    /// Nodes on the whole path from the root to `best` (0 without a best node).
+    pub best_depth: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -542,6 +610,15 @@ pub struct LogRequest {
     /// Include rejected actions (default true: the audit trail).
     #[serde(default = "yes")]
     pub include_rejected: bool,
+    /// Bound on the answer's size in tokens, estimated as its JSON bytes / 4 (default 8000). The
+    /// answer ends before the item that would pass it (one item at least) and gives `next_cursor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 200, max = 10000000))]
+    pub max_tokens: Option<u64>,
+    /// The `next_cursor` of the previous page of this same query (its other fields unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(CURSOR_PATTERN))]
+    pub cursor: Option<String>,
 }
 
 fn default_log_limit() -> u64 {
@@ -572,6 +649,11 @@ pub struct ActionSummary {
 #[serde(deny_unknown_fields)]
 pub struct LogResult {
     pub actions: Vec<ActionSummary>,
+    /// Pass this back as `cursor` (same query) for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// Estimated tokens of this answer (its JSON bytes / 4).
+    pub tokens: u64,
 }
 
 /// Stop a running or queued job.
@@ -605,4 +687,161 @@ pub struct JobInfo {
     /// Seq of the action that recorded the job.
     pub seq: u32,
     pub job: JobRecord,
+}
+
+// ---------------------------------------------------------------- diff
+
+/// What differs between two nodes: recipe and hyper-parameters, datasets, environment, metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiffRequest {
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub a: String,
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub b: String,
+}
+
+/// Where a parameter or dataset is found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DiffSide {
+    OnlyA,
+    OnlyB,
+    Changed,
+    Both,
+}
+
+/// A recipe or training parameter (the node's accepted run_sft requests, flattened with dotted
+/// keys; a parameter that varies across a node's runs is the list of its distinct values).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ParamDiff {
+    pub key: String,
+    pub side: DiffSide,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub a: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b: Option<serde_json::Value>,
+}
+
+/// A dataset one of the nodes trained on, by name and content hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetDiff {
+    pub name: String,
+    pub sha256: String,
+    pub rows: u64,
+    /// only_a, only_b or both.
+    pub side: DiffSide,
+}
+
+/// One metric on both nodes: B − A with its 95% interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetricDiff {
+    pub task: String,
+    pub split: Split,
+    pub metric: String,
+    pub n_a: u64,
+    pub n_b: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_a: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_b: Option<f64>,
+    /// mean B − mean A (paired: the mean of the per-seed differences).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difference: Option<f64>,
+    /// 95% interval of the difference; absent when there is too little to estimate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci95: Option<[f64; 2]>,
+    /// `paired` (Student t over the seeds both nodes ran, at least two), `welch` (unpaired,
+    /// Welch–Satterthwaite degrees of freedom, at least two values each), or `none`.
+    pub method: String,
+    /// Seeds evaluated on both nodes (the pairs of a paired interval).
+    pub matching_seeds: Vec<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiffResult {
+    pub a: String,
+    pub b: String,
+    /// Parameters that differ (only in A, only in B, changed).
+    pub params: Vec<ParamDiff>,
+    /// Number of parameters equal on both.
+    pub params_same: u64,
+    pub datasets: Vec<DatasetDiff>,
+    /// Environments the nodes' jobs ran in (`host:…`, `nix:<flake>#<narHash>`).
+    pub env_a: Vec<String>,
+    pub env_b: Vec<String>,
+    pub env_same: bool,
+    pub metrics: Vec<MetricDiff>,
+}
+
+// ---------------------------------------------------------------- reproduce
+
+/// Re-run a recorded `run_sft` from what the record holds — the same base and datasets (by hash),
+/// hyper-parameters and seed, in the same environment — and record whether it came out the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReproduceRequest {
+    /// The node holding the action; the reproduction is recorded there.
+    #[schemars(pattern(NODE_ID_PATTERN))]
+    pub node: String,
+    /// The action's seq on the node: a run_sft that made a checkpoint, or an evaluate on dev.
+    #[schemars(range(min = 1, max = 1000000))]
+    pub seq: u32,
+    /// Run even if the environment (host fingerprint or pinned flake) differs from the recorded
+    /// one; the result says it changed.
+    #[serde(default)]
+    pub allow_env_change: bool,
+}
+
+/// One number the job reported, recorded and reproduced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MetricDelta {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reproduced: Option<f64>,
+    /// reproduced − recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difference: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReproduceResult {
+    pub job: JobRecord,
+    /// The action reproduced.
+    pub action: ActionName,
+    pub seq: u32,
+    /// The checkpoint the record holds: the one the run_sft made, or the one evaluated.
+    pub recorded_checkpoint: String,
+    /// run_sft: the checkpoint the re-run made (absent when the job failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// run_sft: the re-run made the identical checkpoint (every file, byte for byte); evaluate:
+    /// every score is equal.
+    pub identical: bool,
+    /// evaluate: the task and split scored again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+    /// evaluate: each score, recorded against reproduced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<MetricDelta>,
+    /// The environment the original job ran in, and whether the re-run's differs.
+    pub recorded_env: String,
+    pub env_changed: bool,
+    /// run_sft: the trainer's numbers (final loss, …), recorded against reproduced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub train_metrics: Vec<MetricDelta>,
+    /// What to make of it, in words (the embedded trainers are bit-for-bit repeatable, so a
+    /// different checkpoint in the same environment is a finding).
+    pub verdict: String,
+    pub commit: String,
 }

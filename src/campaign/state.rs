@@ -104,6 +104,9 @@ impl CampaignState {
                 status: None,
                 limit: 100_000,
                 offset: 0,
+                // The orchestrator reads every node, not an agent's page.
+                max_tokens: Some(10_000_000),
+                cursor: None,
             },
         )?;
         let mut st = CampaignState {

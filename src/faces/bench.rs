@@ -35,6 +35,74 @@ pub struct BenchReport {
     pub dag_ms_runs: Vec<f64>,
     pub reindex_s_median: f64,
     pub reindex_s_runs: Vec<f64>,
+    /// Size of each query's answer an agent gets (default bound) and of the unbounded `dag`,
+    /// in JSON bytes and estimated tokens (bytes / 4).
+    pub answers: Vec<AnswerSize>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct AnswerSize {
+    pub query: String,
+    pub bytes: usize,
+    pub tokens: u64,
+    /// Items in the answer, and whether a next page exists.
+    pub items: usize,
+    pub more: bool,
+}
+
+/// The answers an agent gets from a study, measured through `Study::call` (JSON as MCP sends it).
+pub fn answer_sizes(study: &Study) -> Result<Vec<AnswerSize>> {
+    let who = Caller::new("bench", crate::model::Role::Observer);
+    let mut out = Vec::new();
+    for (label, query, args, list) in [
+        (
+            "dag full, unbounded",
+            "dag",
+            serde_json::json!({"max_tokens": 10_000_000}),
+            "nodes",
+        ),
+        (
+            "dag full (default bound)",
+            "dag",
+            serde_json::json!({}),
+            "nodes",
+        ),
+        (
+            "dag summary",
+            "dag",
+            serde_json::json!({"view": "summary"}),
+            "nodes",
+        ),
+        (
+            "dag frontier",
+            "dag",
+            serde_json::json!({"view": "frontier"}),
+            "nodes",
+        ),
+        (
+            "list_nodes limit 100000",
+            "list_nodes",
+            serde_json::json!({"limit": 100_000}),
+            "nodes",
+        ),
+        (
+            "log limit 100000",
+            "log",
+            serde_json::json!({"limit": 100_000}),
+            "actions",
+        ),
+    ] {
+        let v = study.call(&who, query, args)?;
+        let bytes = serde_json::to_vec(&v)?.len();
+        out.push(AnswerSize {
+            query: label.to_string(),
+            bytes,
+            tokens: (bytes as u64).div_ceil(4),
+            items: v[list].as_array().map_or(0, Vec::len),
+            more: v["next_cursor"].is_string(),
+        });
+    }
+    Ok(out)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -141,6 +209,8 @@ pub fn run(
                 status: None,
                 limit: 1,
                 offset: 0,
+                max_tokens: None,
+                cursor: None,
             },
         )?
         .total as usize;
@@ -183,7 +253,13 @@ pub fn run(
     let mut dag_runs = Vec::new();
     for _ in 0..repeat {
         let t = Instant::now();
-        let r = study.dag(&Caller::owner(), DagRequest::default())?;
+        let r = study.dag(
+            &Caller::owner(),
+            DagRequest {
+                max_tokens: Some(10_000_000),
+                ..DagRequest::default()
+            },
+        )?;
         dag_runs.push(t.elapsed().as_secs_f64() * 1000.0);
         if r.nodes.len() != nodes {
             return Err(Error::internal(format!(
@@ -198,7 +274,9 @@ pub fn run(
         study.reindex()?;
         reindex_runs.push(t.elapsed().as_secs_f64());
     }
+    let answers = answer_sizes(&study)?;
     let report = BenchReport {
+        answers,
         machine: machine(),
         action_ms_median,
         action_ms_p90,
@@ -245,6 +323,17 @@ pub fn run(
                 .map(|x| (x * 100.0).round() / 100.0)
                 .collect::<Vec<_>>()
         );
+        println!("answers at {nodes} nodes (tokens = JSON bytes / 4):");
+        for a in &report.answers {
+            println!(
+                "  {:<26} {:>10} bytes {:>9} tokens {:>7} items{}",
+                a.query,
+                a.bytes,
+                a.tokens,
+                a.items,
+                if a.more { ", next_cursor" } else { "" }
+            );
+        }
     }
     if dir.is_none() {
         let _ = std::fs::remove_dir_all(&base);

@@ -110,7 +110,7 @@ pub enum Command {
     Dag {
         #[arg(long, value_enum, default_value_t = DagFormat::Text)]
         format: DagFormat,
-        /// full, frontier, children, ancestors, related, best, lineage.
+        /// full, frontier, children, ancestors, related, best, lineage, summary.
         #[arg(long, default_value = "full")]
         view: String,
         #[arg(long)]
@@ -121,6 +121,13 @@ pub enum Command {
         metric: Option<String>,
         #[arg(long)]
         checkpoint: Option<String>,
+        /// Bound of the JSON answer in tokens (bytes / 4; default 8000); `--format text` of the
+        /// full view prints the whole DAG regardless.
+        #[arg(long)]
+        max_tokens: Option<u64>,
+        /// The next_cursor of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Recorded actions, newest first (rejections included).
     Log {
@@ -128,9 +135,30 @@ pub enum Command {
         node: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: u64,
+        /// Bound of the answer in tokens (bytes / 4; default 8000).
+        #[arg(long)]
+        max_tokens: Option<u64>,
+        /// The next_cursor of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// One node in full.
     Show { node: String },
+    /// What differs between two nodes: parameters, datasets, environment, and each metric's
+    /// difference B − A with its 95% interval (paired over matching seeds, else Welch).
+    Diff { a: String, b: String },
+    /// Re-run a node's recorded run_sft and dev evaluate jobs (or one, --action SEQ) from what the
+    /// record holds and record whether each gives the identical checkpoint or scores (owner and
+    /// reviewer; test evaluations are not re-run).
+    Reproduce {
+        node: String,
+        /// The action's seq on the node (default: every run_sft and dev evaluate of the node).
+        #[arg(long = "action")]
+        seq: Option<u32>,
+        /// Run even where the environment differs from the recorded one.
+        #[arg(long)]
+        allow_env_change: bool,
+    },
     /// Rebuild the SQLite index from git alone.
     Reindex,
     /// Verify the record (commits, action files, artifacts, index).
@@ -693,6 +721,8 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             task,
             metric,
             checkpoint,
+            max_tokens,
+            cursor,
         } => {
             let mut req = json!({ "view": view });
             for (k, v) in [
@@ -700,21 +730,42 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                 ("task", task),
                 ("metric", metric),
                 ("checkpoint", checkpoint),
+                ("cursor", cursor),
             ] {
                 if let Some(v) = v {
                     req[k] = json!(v);
                 }
             }
+            if let Some(m) = max_tokens {
+                req["max_tokens"] = json!(m);
+            }
             return dag(study, req, *format, json);
         }
-        Command::Log { node, limit } => {
+        Command::Log {
+            node,
+            limit,
+            max_tokens,
+            cursor,
+        } => {
             let mut req = json!({ "limit": limit });
             if let Some(n) = node {
                 req["node"] = json!(n);
             }
+            if let Some(m) = max_tokens {
+                req["max_tokens"] = json!(m);
+            }
+            if let Some(c) = cursor {
+                req["cursor"] = json!(c);
+            }
             ("log", req)
         }
         Command::Show { node } => ("get_node", json!({ "node": node })),
+        Command::Diff { a, b } => ("diff", json!({ "a": a, "b": b })),
+        Command::Reproduce {
+            node,
+            seq,
+            allow_env_change,
+        } => return reproduce(study, who, node, *seq, *allow_env_change, json),
         Command::Reindex => {
             let t = std::time::Instant::now();
             let r = study.reindex()?;
@@ -875,6 +926,115 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
     print_human(action, &out)
 }
 
+/// `rsim reproduce`: one reproduce action per run_sft (each its own job and commit).
+fn reproduce(
+    study: &Study,
+    who: &Caller,
+    node: &str,
+    seq: Option<u32>,
+    allow_env_change: bool,
+    json: bool,
+) -> Result<()> {
+    let seq_given = seq;
+    let seqs: Vec<u32> = match seq {
+        Some(s) => vec![s],
+        None => {
+            let info = study.call(who, "get_node", json!({ "node": node }))?;
+            let seqs: Vec<u32> = info["actions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|a| {
+                    (a["action"] == "run_sft" || a["action"] == "evaluate")
+                        && a["decision"] == "accepted"
+                        && a["job"].is_string()
+                })
+                .filter_map(|a| a["seq"].as_u64().map(|s| s as u32))
+                .collect();
+            if seqs.is_empty() {
+                return Err(Error::invalid(format!(
+                    "node: {node} has no run_sft or evaluate job to reproduce"
+                )));
+            }
+            seqs
+        }
+    };
+    let mut out = Vec::new();
+    let mut all_identical = true;
+    for seq in seqs {
+        let r = match study.call(
+            who,
+            "reproduce",
+            json!({ "node": node, "seq": seq, "allow_env_change": allow_env_change }),
+        ) {
+            Ok(r) => r,
+            // A node's own test evaluations and failed jobs are named, not fatal, when every
+            // action of the node is reproduced.
+            Err(e) if seq_given.is_none() && e.kind == crate::util::error::ErrorKind::Invalid => {
+                if !json {
+                    println!("{node} #{seq}: skipped: {}", e.message);
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        all_identical &= r["identical"] == true;
+        if !json {
+            println!(
+                "{node} #{seq} {}: {} ({}; job {} in {:.1} s)",
+                s(&r["action"]),
+                s(&r["verdict"]),
+                match r["checkpoint"].as_str() {
+                    Some(c) => format!(
+                        "recorded {}, reproduced {}",
+                        short(&r["recorded_checkpoint"]),
+                        &c[..12.min(c.len())]
+                    ),
+                    None if r["action"] == "evaluate" => format!(
+                        "checkpoint {} on {}/{}",
+                        short(&r["recorded_checkpoint"]),
+                        s(&r["task"]),
+                        s(&r["split"])
+                    ),
+                    None => format!("recorded {}, none made", short(&r["recorded_checkpoint"])),
+                },
+                s(&r["job"]["id"]),
+                r["job"]["duration_s"].as_f64().unwrap_or(0.0)
+            );
+            let metrics = r["train_metrics"]
+                .as_array()
+                .into_iter()
+                .chain(r["metrics"].as_array())
+                .flatten();
+            for m in metrics {
+                println!(
+                    "  {} recorded {} reproduced {} difference {}",
+                    s(&m["name"]),
+                    m["recorded"],
+                    m["reproduced"],
+                    m["difference"]
+                );
+            }
+        }
+        out.push(r);
+    }
+    if json {
+        print_json(&Value::Array(out))?;
+    }
+    if all_identical {
+        Ok(())
+    } else {
+        Err(Error::internal(
+            "a reproduction did not give the identical checkpoint (see above; recorded with reproduce)",
+        ))
+    }
+}
+
+/// The first 12 characters of a hash.
+fn short(v: &Value) -> String {
+    s(v).chars().take(12).collect()
+}
+
 fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
     let view = req["view"].as_str().unwrap_or("full").to_string();
     let out = study.call(&Caller::new("cli", Role::Observer), "dag", req)?;
@@ -898,6 +1058,40 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
             Ok(())
         }
         (DagFormat::Text, _) => {
+            if let Some(sm) = out.get("summary") {
+                println!(
+                    "{} nodes, {} edges; frontier {} open node(s)",
+                    sm["nodes"], sm["edges"], sm["frontier"]
+                );
+                for (what, key) in [
+                    ("status", "by_status"),
+                    ("outcome", "by_outcome"),
+                    ("verdict", "by_verdict"),
+                ] {
+                    let counts: Vec<String> = sm[key]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect();
+                    println!("by {what}: {}", counts.join(", "));
+                }
+                if let Some(b) = sm.get("best") {
+                    println!(
+                        "best: {} ({}) via {}",
+                        s(&b["id"]),
+                        b["value"],
+                        sm["best_path"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(s)
+                            .collect::<Vec<_>>()
+                            .join(" → ")
+                    );
+                }
+                println!("frontier:");
+            }
             let mut t = table(&["node", "status", "title", "value / relation"]);
             for n in out["nodes"].as_array().into_iter().flatten() {
                 let extra = n["value"]
@@ -924,6 +1118,13 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
                         ))
                 );
             }
+            if let Some(c) = out["next_cursor"].as_str() {
+                println!(
+                    "{} of {} node(s) shown; next page: --cursor {c}",
+                    out["nodes"].as_array().map_or(0, Vec::len),
+                    out["total"]
+                );
+            }
             Ok(())
         }
     }
@@ -936,6 +1137,73 @@ fn s(v: &Value) -> String {
         Value::Null => String::new(),
         other => other.to_string(),
     }
+}
+
+fn print_diff(out: &Value) {
+    let (a, b) = (s(&out["a"]), s(&out["b"]));
+    let f = |v: &Value| {
+        v.as_f64()
+            .map(|x| format!("{x:.4}"))
+            .unwrap_or_else(|| "-".into())
+    };
+    println!(
+        "diff {a} → {b}: {} parameter(s) differ, {} equal",
+        out["params"].as_array().map_or(0, Vec::len),
+        out["params_same"]
+    );
+    let mut t = table(&["parameter", "where", &a, &b]);
+    for p in out["params"].as_array().into_iter().flatten() {
+        t.add_row(vec![s(&p["key"]), s(&p["side"]), s(&p["a"]), s(&p["b"])]);
+    }
+    println!("{t}");
+    let mut t = table(&["dataset", "where", "rows", "sha256"]);
+    for d in out["datasets"].as_array().into_iter().flatten() {
+        let sha = s(&d["sha256"]);
+        t.add_row(vec![
+            s(&d["name"]),
+            s(&d["side"]),
+            s(&d["rows"]),
+            sha[..12.min(sha.len())].to_string(),
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "environment: {} ({a}: {}; {b}: {})",
+        if out["env_same"].as_bool() == Some(true) {
+            "same"
+        } else {
+            "differs"
+        },
+        out["env_a"].as_array().map_or(0, Vec::len),
+        out["env_b"].as_array().map_or(0, Vec::len)
+    );
+    let mut t = table(&[
+        "task/split/metric",
+        "n A",
+        "n B",
+        "mean A",
+        "mean B",
+        "B − A",
+        "95% interval",
+        "method",
+    ]);
+    for m in out["metrics"].as_array().into_iter().flatten() {
+        let ci = m["ci95"]
+            .as_array()
+            .map(|c| format!("[{}, {}]", f(&c[0]), f(&c[1])))
+            .unwrap_or_else(|| "-".into());
+        t.add_row(vec![
+            format!("{}/{}/{}", s(&m["task"]), s(&m["split"]), s(&m["metric"])),
+            s(&m["n_a"]),
+            s(&m["n_b"]),
+            f(&m["mean_a"]),
+            f(&m["mean_b"]),
+            f(&m["difference"]),
+            ci,
+            s(&m["method"]),
+        ]);
+    }
+    println!("{t}");
 }
 
 fn table(header: &[&str]) -> Table {
@@ -986,6 +1254,7 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
                 println!("  {k} = {:.4}", v.as_f64().unwrap_or(f64::NAN));
             }
         }
+        "diff" => print_diff(out),
         "compare" => {
             let mut t = table(&["node", "title", "n", "mean", "95% interval", "best"]);
             for r in out["rows"].as_array().into_iter().flatten() {
@@ -1035,6 +1304,9 @@ fn print_human(action: &str, out: &Value) -> Result<()> {
                 ]);
             }
             println!("{t}");
+            if let Some(c) = out["next_cursor"].as_str() {
+                println!("next page: --cursor {c}");
+            }
         }
         "get_node" => {
             println!("{}  {}", s(&out["id"]), s(&out["title"]));

@@ -35,10 +35,12 @@ pub enum ActionName {
     /// The owner's orchestrator starts or resumes a campaign (`rsim run`) on the root node, with
     /// its settings; refused while a study-wide budget is spent.
     Campaign,
+    /// Re-run a recorded `run_sft` from what the record holds and record whether it came out the same.
+    Reproduce,
 }
 
 impl ActionName {
-    pub const ALL: [ActionName; 10] = [
+    pub const ALL: [ActionName; 11] = [
         ActionName::Init,
         ActionName::Branch,
         ActionName::RegisterDataset,
@@ -49,6 +51,7 @@ impl ActionName {
         ActionName::Conclude,
         ActionName::CancelJob,
         ActionName::Campaign,
+        ActionName::Reproduce,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +66,7 @@ impl ActionName {
             ActionName::Conclude => "conclude",
             ActionName::CancelJob => "cancel_job",
             ActionName::Campaign => "campaign",
+            ActionName::Reproduce => "reproduce",
         }
     }
 

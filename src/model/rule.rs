@@ -74,6 +74,8 @@ rules! {
     JobOwner = "job-owner",
     /// Running a job without its sandbox when the study requires one (`policy.sandbox`).
     Sandbox = "sandbox",
+    /// Reproducing a job in another environment than the one it ran in, unless asked to.
+    EnvironmentChanged = "environment-changed",
 }
 
 impl fmt::Display for Rule {

@@ -47,25 +47,37 @@ impl Study {
     }
 
     pub(in crate::os) fn exec_list_nodes(&self, req: ListNodesRequest) -> Result<ListNodesResult> {
-        let nodes = self.index.nodes(req.status, req.limit, req.offset)?;
+        let request = serde_json::to_value(&req)?;
+        let start = paging::start("list_nodes", &request, req.cursor.as_deref(), req.offset)?;
+        let nodes = self.index.nodes(req.status, req.limit, start)?;
         let total = match req.status {
             None => self.index.node_count()?,
             Some(s) => self.index.nodes(Some(s), u64::MAX >> 2, 0)?.len() as u64,
         };
-        Ok(ListNodesResult {
+        let mut out = ListNodesResult {
             total,
-            nodes: nodes
-                .into_iter()
-                .map(|n| NodeSummary {
-                    id: n.id,
-                    title: n.title,
-                    status: n.status,
-                    parents: n.parents,
-                    actions: n.action_count,
-                    created_at: n.created_at,
-                })
-                .collect(),
-        })
+            nodes: Vec::new(),
+            next_cursor: None,
+            tokens: 0,
+        };
+        let overhead = serde_json::to_vec(&out)?.len() + paging::PAGE_FIELDS;
+        let mut nodes: Vec<NodeSummary> = nodes
+            .into_iter()
+            .map(|n| NodeSummary {
+                id: n.id,
+                title: n.title,
+                status: n.status,
+                parents: n.parents,
+                actions: n.action_count,
+                created_at: n.created_at,
+            })
+            .collect();
+        nodes.truncate(paging::fit(&nodes, req.max_tokens, overhead)?);
+        let next = start + nodes.len() as u64;
+        out.next_cursor = (next < total).then(|| paging::cursor("list_nodes", &request, next));
+        out.nodes = nodes;
+        out.tokens = paging::tokens_field(serde_json::to_vec(&out)?.len());
+        Ok(out)
     }
 
     pub(in crate::os) fn exec_dag(&self, req: DagRequest) -> Result<DagResult> {
@@ -89,10 +101,6 @@ impl Study {
         let nodes: Vec<DagNode> = match req.view {
             DagView::Full => {
                 // The whole DAG: move the rows out instead of copying 100k titles.
-                let edges = dag
-                    .edges()
-                    .map(|(a, b)| [a.to_string(), b.to_string()])
-                    .collect();
                 let nodes = dag
                     .into_nodes()
                     .into_iter()
@@ -105,12 +113,12 @@ impl Study {
                         relation: None,
                     })
                     .collect();
-                return Ok(DagResult {
-                    view: req.view,
-                    nodes,
-                    edges,
-                    lineage: Vec::new(),
-                });
+                return self.dag_page(&req, nodes, None, Vec::new(), None);
+            }
+            DagView::Summary => {
+                let summary = self.dag_summary(&dag)?;
+                let frontier = pick(dag.frontier());
+                return self.dag_page(&req, frontier, None, Vec::new(), Some(summary));
             }
             DagView::Frontier => pick(dag.frontier()),
             DagView::Children => pick(dag.children(&need_node()?)),
@@ -191,18 +199,142 @@ impl Study {
                 pick(ids)
             }
         };
-        let ids: std::collections::HashSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
-        let edges = dag
-            .edges()
-            .filter(|(a, b)| ids.contains(a) && ids.contains(b))
-            .map(|(a, b)| [a.to_string(), b.to_string()])
-            .collect();
-        Ok(DagResult {
+        let ids: std::collections::HashSet<String> = nodes.iter().map(|n| n.id.clone()).collect();
+        self.dag_page(&req, nodes, Some(&ids), lineage, None)
+    }
+
+    /// One page of a DAG view: the nodes that fit the bound from the cursor on, and the edges into
+    /// them (from any node for `full`, from the view's own nodes otherwise).
+    fn dag_page(
+        &self,
+        req: &DagRequest,
+        mut nodes: Vec<DagNode>,
+        view_ids: Option<&std::collections::HashSet<String>>,
+        lineage: Vec<LineageStep>,
+        summary: Option<DagSummary>,
+    ) -> Result<DagResult> {
+        let request = serde_json::to_value(req)?;
+        let start = paging::start("dag", &request, req.cursor.as_deref(), 0)?;
+        let total = nodes.len() as u64;
+        let mut out = DagResult {
             view: req.view,
-            nodes,
-            edges,
+            nodes: Vec::new(),
+            edges: Vec::new(),
             lineage,
-        })
+            summary,
+            total,
+            next_cursor: None,
+            tokens: 0,
+        };
+        let overhead = serde_json::to_vec(&out)?.len() + paging::PAGE_FIELDS;
+        let from = (start as usize).min(nodes.len());
+        nodes.drain(..from);
+        // A node costs its row and its edges ([p, id] ≈ the two ids and 8 bytes each).
+        let cost: Vec<usize> = nodes
+            .iter()
+            .map(|n| {
+                Ok::<usize, Error>(
+                    serde_json::to_vec(n)?.len()
+                        + n.parents
+                            .iter()
+                            .map(|p| p.len() + n.id.len() + 8)
+                            .sum::<usize>(),
+                )
+            })
+            .collect::<Result<_>>()?;
+        let default = if req.view == DagView::Summary {
+            SUMMARY_MAX_TOKENS
+        } else {
+            DEFAULT_MAX_TOKENS
+        };
+        let budget = req.max_tokens.unwrap_or(default) as usize * 4;
+        let mut used = overhead;
+        let mut k = 0;
+        for c in &cost {
+            used += c + 1;
+            if used > budget && k > 0 {
+                break;
+            }
+            k += 1;
+        }
+        nodes.truncate(k);
+        let next = start.max(from as u64) + k as u64;
+        out.edges = nodes
+            .iter()
+            .flat_map(|n| {
+                n.parents
+                    .iter()
+                    .filter(|p| view_ids.is_none_or(|ids| ids.contains(*p)))
+                    .map(|p| [p.clone(), n.id.clone()])
+            })
+            .collect();
+        out.nodes = nodes;
+        out.next_cursor = (next < total).then(|| paging::cursor("dag", &request, next));
+        out.tokens = paging::tokens_field(serde_json::to_vec(&out)?.len());
+        Ok(out)
+    }
+
+    /// The `summary` view: counts, the best node and its path, the frontier's size.
+    fn dag_summary(&self, dag: &Dag) -> Result<DagSummary> {
+        let mut s = DagSummary {
+            nodes: 0,
+            edges: dag.edges().count() as u64,
+            by_status: Default::default(),
+            by_outcome: Default::default(),
+            by_verdict: Default::default(),
+            frontier: dag.frontier().len() as u64,
+            best: None,
+            best_path: Vec::new(),
+            best_depth: 0,
+        };
+        for n in dag.nodes() {
+            s.nodes += 1;
+            *s.by_status.entry(n.status.as_str().into()).or_default() += 1;
+            if let Some(o) = &n.outcome {
+                *s.by_outcome.entry(o.clone()).or_default() += 1;
+            }
+        }
+        let mut latest: std::collections::HashMap<String, String> = Default::default();
+        for r in self.index.review_requests()? {
+            for v in r["verdicts"].as_array().into_iter().flatten() {
+                if let (Some(n), Some(verdict)) = (v["node"].as_str(), v["verdict"].as_str()) {
+                    latest.insert(n.to_string(), verdict.to_string());
+                }
+            }
+        }
+        for v in latest.into_values() {
+            *s.by_verdict.entry(v).or_default() += 1;
+        }
+        if let Some((task, t)) = self.config.tasks.iter().next() {
+            let best = self
+                .index
+                .best_per_node(task, Split::Dev.as_str(), &t.metric)?
+                .into_iter()
+                .max_by(|a, b| {
+                    a.1.total_cmp(&b.1).then_with(|| {
+                        crate::record::index::node_num(&b.0)
+                            .cmp(&crate::record::index::node_num(&a.0))
+                    })
+                });
+            if let Some((id, v)) = best
+                && let Some(n) = dag.node(&id)
+            {
+                s.best = Some(DagNode {
+                    value: Some(v),
+                    ..dag_node(n)
+                });
+                let mut cur = Some(n);
+                while let Some(c) = cur {
+                    s.best_depth += 1;
+                    if s.best_path.len() < BEST_PATH_MAX {
+                        s.best_path.push(c.id.clone());
+                    }
+                    cur = c.parents.first().and_then(|p| dag.node(p));
+                }
+                s.best_path.reverse();
+            }
+        }
+        Ok(s)
     }
 
     pub(in crate::os) fn exec_log(&self, req: LogRequest) -> Result<LogResult> {
@@ -211,12 +343,35 @@ impl Study {
         {
             return Err(Error::not_found(format!("node: no node {n}")));
         }
-        let rows = self
-            .index
-            .actions(req.node.as_deref(), req.include_rejected, req.limit)?;
-        Ok(LogResult {
-            actions: rows.into_iter().map(summary_of).collect(),
-        })
+        let request = serde_json::to_value(&req)?;
+        let start = paging::start("log", &request, req.cursor.as_deref(), 0)?;
+        let mut rows = self.index.actions_page(
+            req.node.as_deref(),
+            req.include_rejected,
+            req.limit + 1,
+            start,
+        )?;
+        let more = rows.len() as u64 > req.limit;
+        rows.truncate(req.limit as usize);
+        let mut out = LogResult {
+            actions: Vec::new(),
+            next_cursor: None,
+            tokens: 0,
+        };
+        let overhead = serde_json::to_vec(&out)?.len() + paging::PAGE_FIELDS;
+        let mut actions: Vec<ActionSummary> = rows.into_iter().map(summary_of).collect();
+        let fetched = actions.len();
+        actions.truncate(paging::fit(&actions, req.max_tokens, overhead)?);
+        if more || actions.len() < fetched {
+            out.next_cursor = Some(paging::cursor(
+                "log",
+                &request,
+                start + actions.len() as u64,
+            ));
+        }
+        out.actions = actions;
+        out.tokens = paging::tokens_field(serde_json::to_vec(&out)?.len());
+        Ok(out)
     }
 
     pub(in crate::os) fn exec_get_job(&self, req: GetJobRequest) -> Result<JobInfo> {
@@ -229,6 +384,11 @@ impl Study {
         }
     }
 }
+
+/// The summary view's default bound: counts and a short frontier.
+const SUMMARY_MAX_TOKENS: u64 = 1000;
+/// The summary's path to the best node keeps the nodes nearest it.
+const BEST_PATH_MAX: usize = 64;
 
 pub(in crate::os) fn summary_of(r: crate::record::index::ActionRow) -> ActionSummary {
     ActionSummary {

@@ -197,6 +197,10 @@ impl Study {
                     task,
                 )?;
             }
+            ActionName::Reproduce => {
+                let req: ReproduceRequest = serde_json::from_value(intent.request.clone())?;
+                self.finish_reproduce(&caller, &req, intent.request.clone(), spec, job)?;
+            }
             other => {
                 return Err(Error::internal(format!(
                     "job {}: action {} does not run jobs",

@@ -8,7 +8,7 @@ pub mod normal_form;
 
 use crate::api::types::{
     BranchRequest, CancelJobRequest, ConcludeRequest, DatasetSource, EvaluateRequest,
-    RegisterDatasetRequest, RunSftRequest,
+    RegisterDatasetRequest, ReproduceRequest, RunSftRequest,
 };
 use crate::config::StudyConfig;
 use crate::model::rule::Rule;
@@ -76,6 +76,10 @@ pub struct Facts {
     pub campaigns_running: Vec<String>,
     /// cancel_job: the agent that started the job (None: no such job in this study).
     pub job_agent: Option<String>,
+    /// reproduce: the recorded environment and this one, when they differ.
+    pub environment_changed: Option<(String, String)>,
+    /// reproduce of an evaluation: the recorded evaluate request (checked as an evaluation).
+    pub reproduced_evaluation: Option<EvaluateRequest>,
 }
 
 /// A size an agent's request controls, projected before allocation: what it is, its rows, and
@@ -413,6 +417,7 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
         Request::RunSft(r) => check_run_sft(r, caller, cfg, facts),
         Request::Evaluate(r) => check_evaluate(r, caller, cfg, facts),
         Request::Conclude(c) => check_conclude(c, caller, cfg, facts),
+        Request::Reproduce(r) => check_reproduce(r, caller, cfg, facts),
         Request::CancelJob(c) => check_cancel_job(c, caller, cfg, facts),
         Request::Compare(_)
         | Request::Review(_)
@@ -420,6 +425,7 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
         | Request::ListNodes(_)
         | Request::Dag(_)
         | Request::Log(_)
+        | Request::Diff(_)
         | Request::GetJob(_) => Decision::accept(),
     }
 }
@@ -505,6 +511,58 @@ fn check_register_dataset(
 }
 
 /// run_sft: job checks, registered data, checkpoint provenance.
+/// A reproduction runs a recorded `run_sft` again: the job's own checks (budgets, isolation,
+/// sandbox, a pinned environment, the base checkpoint's integrity), its datasets re-hashed, and
+/// the environment the same as recorded unless the request allows a change. The datasets were
+/// scanned for contamination when the original ran; a dataset's name is bound to its hash for good,
+/// and the hash is checked here, so the same union trains.
+///
+/// Reproducing an evaluation is checked as that evaluation (pinned evaluator and eval set, the
+/// evaluation budgets), then for the environment.
+fn check_reproduce(
+    r: &ReproduceRequest,
+    caller: &Caller,
+    cfg: &StudyConfig,
+    facts: &Facts,
+) -> Decision {
+    if let Some(d) = job_checks(cfg, facts) {
+        return d;
+    }
+    if let Some(ev) = &facts.reproduced_evaluation {
+        let d = check_evaluate(ev, caller, cfg, facts);
+        if !d.accepted() {
+            return d;
+        }
+    }
+    if !facts.dataset_corrupt.is_empty() {
+        return Decision::reject(
+            Rule::DatasetIntegrity,
+            format!(
+                "the run cannot be reproduced: a dataset it trained on is no longer what was recorded: {}",
+                facts.dataset_corrupt.join("; ")
+            ),
+        );
+    }
+    if !facts.checkpoint_known {
+        return Decision::reject(
+            Rule::CheckpointProvenance,
+            "the run cannot be reproduced: its base checkpoint is no longer a recorded checkpoint",
+        );
+    }
+    if let Some((was, now)) = &facts.environment_changed
+        && !r.allow_env_change
+    {
+        return Decision::reject(
+            Rule::EnvironmentChanged,
+            format!(
+                "the run was recorded in environment {was} and would run in {now}; pass \
+                 allow_env_change (rsim reproduce --allow-env-change) to reproduce it there anyway"
+            ),
+        );
+    }
+    Decision::accept()
+}
+
 fn check_run_sft(
     r: &RunSftRequest,
     _caller: &Caller,
@@ -726,6 +784,48 @@ mod tests {
             task: "t".into(),
             split,
         }
+    }
+
+    #[test]
+    fn a_reproduction_in_another_environment_needs_allow_env_change() {
+        let mut req = ReproduceRequest {
+            node: "n1".into(),
+            seq: 3,
+            allow_env_change: false,
+        };
+        let facts = Facts {
+            checkpoint_known: true,
+            environment_changed: Some(("host:aaaa".into(), "host:bbbb".into())),
+            ..Facts::default()
+        };
+        let d = check(Request::Reproduce(&req), &Caller::owner(), &cfg(), &facts);
+        assert_eq!(d.rule, Some(Rule::EnvironmentChanged.to_string()));
+        let why = d.reason.unwrap_or_default();
+        assert!(
+            why.contains("host:aaaa") && why.contains("--allow-env-change"),
+            "{why}"
+        );
+        req.allow_env_change = true;
+        assert!(check(Request::Reproduce(&req), &Caller::owner(), &cfg(), &facts).accepted());
+        // Owner and reviewer, not a worker or an observer.
+        let reviewer = Caller::new("r", Role::Reviewer);
+        assert!(check(Request::Reproduce(&req), &reviewer, &cfg(), &facts).accepted());
+        for role in [Role::Worker, Role::Observer] {
+            let d = check(
+                Request::Reproduce(&req),
+                &Caller::new("x", role),
+                &cfg(),
+                &facts,
+            );
+            assert_eq!(d.rule, Some(Rule::Role.to_string()));
+        }
+        // Tampered or missing data is named.
+        let bad = Facts {
+            dataset_corrupt: vec!["plain: missing".into()],
+            ..facts
+        };
+        let d = check(Request::Reproduce(&req), &Caller::owner(), &cfg(), &bad);
+        assert_eq!(d.rule, Some(Rule::DatasetIntegrity.to_string()));
     }
 
     #[test]

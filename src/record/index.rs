@@ -436,20 +436,39 @@ impl Index {
         include_rejected: bool,
         limit: u64,
     ) -> Result<Vec<ActionRow>> {
+        self.actions_page(node, include_rejected, limit, 0)
+    }
+
+    /// Actions, newest first, from position `offset`.
+    pub fn actions_page(
+        &self,
+        node: Option<&str>,
+        include_rejected: bool,
+        limit: u64,
+        offset: u64,
+    ) -> Result<Vec<ActionRow>> {
         let mut st = self.conn.prepare(
             "SELECT node,seq,commit_oid,record FROM actions
              WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
-             ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3",
+             ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3 OFFSET ?4",
         )?;
         let rows = st
-            .query_map(params![node, include_rejected, limit as i64], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, u32>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            })?
+            .query_map(
+                params![
+                    node,
+                    include_rejected,
+                    limit.min(i64::MAX as u64) as i64,
+                    offset as i64
+                ],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, u32>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                    ))
+                },
+            )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         rows.into_iter()
             .map(|(node, seq, commit, rec)| {
@@ -534,9 +553,12 @@ impl Index {
         agent: Option<&str>,
     ) -> Result<u64> {
         let n: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM actions a WHERE a.action='evaluate' AND a.decision='accepted'
+            "SELECT COUNT(*) FROM actions a WHERE a.decision='accepted'
+               AND (a.action='evaluate' OR (a.action='reproduce'
+                    AND json_extract(a.record,'$.result.action')='evaluate'))
                AND (?1 IS NULL OR a.node=?1)
-               AND (?2 IS NULL OR json_extract(a.record,'$.request.split')=?2)
+               AND (?2 IS NULL OR COALESCE(json_extract(a.record,'$.request.split'),
+                                           json_extract(a.record,'$.result.split'))=?2)
                AND (?3 IS NULL OR a.agent=?3)",
             params![node, split, agent],
             |r| r.get(0),
@@ -658,6 +680,22 @@ impl Index {
             .query_map(params![task, split, name], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<Vec<(String, f64)>>>()?;
         Ok(rows)
+    }
+
+    /// Every accepted review's request, oldest first.
+    pub fn review_requests(&self) -> Result<Vec<serde_json::Value>> {
+        let mut st = self.conn.prepare(
+            "SELECT record FROM actions WHERE action='review' AND decision='accepted' ORDER BY at, node, seq",
+        )?;
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        rows.into_iter()
+            .map(|r| {
+                let rec: ActionRecord = serde_json::from_str(&r)?;
+                Ok(rec.request)
+            })
+            .collect()
     }
 
     /// Agents seen in the record.

@@ -33,6 +33,30 @@ pub fn mean_ci95(values: &[f64]) -> (Option<f64>, Option<[f64; 2]>) {
     (Some(mean), Some([mean - half, mean + half]))
 }
 
+/// Welch's 95% interval of mean(b) − mean(a) for two unpaired samples (each needs two values):
+/// the difference, and its interval with Welch–Satterthwaite degrees of freedom (rounded down).
+pub fn welch_ci95(a: &[f64], b: &[f64]) -> Option<(f64, [f64; 2])> {
+    if a.len() < 2 || b.len() < 2 {
+        return None;
+    }
+    let stat = |v: &[f64]| {
+        let n = v.len() as f64;
+        let m = v.iter().sum::<f64>() / n;
+        let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+        (m, var / n, n)
+    };
+    let (ma, sa, na) = stat(a);
+    let (mb, sb, nb) = stat(b);
+    let d = mb - ma;
+    let se2 = sa + sb;
+    if se2 <= 0.0 {
+        return Some((d, [d, d]));
+    }
+    let df = se2 * se2 / (sa * sa / (na - 1.0) + sb * sb / (nb - 1.0));
+    let half = t95((df.floor() as usize).max(1)) * se2.sqrt();
+    Some((d, [d - half, d + half]))
+}
+
 /// The complementary error function (W. J. Cody's rational Chebyshev form as given in Numerical
 /// Recipes, `erfcc`: fractional error below 1.2e-7 everywhere).
 pub fn erfc(x: f64) -> f64 {
@@ -75,6 +99,21 @@ pub fn two_proportion_p_above(x1: u64, n1: u64, x2: u64, n2: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn welch_interval_matches_a_hand_computation() {
+        // a: mean 2, var 1 (n 3); b: mean 5, var 4 (n 3): se² = 1/3 + 4/3 = 5/3,
+        // df = (5/3)² / ((1/9)/2 + (16/9)/2) = 2.94 → 2, t = 4.303.
+        let (d, ci) = welch_ci95(&[1.0, 2.0, 3.0], &[3.0, 5.0, 7.0]).expect("interval");
+        assert!((d - 3.0).abs() < 1e-12);
+        let half = 4.303 * (5.0f64 / 3.0).sqrt();
+        assert!((ci[0] - (3.0 - half)).abs() < 1e-9 && (ci[1] - (3.0 + half)).abs() < 1e-9);
+        assert!(welch_ci95(&[1.0], &[1.0, 2.0]).is_none());
+        assert_eq!(
+            welch_ci95(&[1.0, 1.0], &[2.0, 2.0]),
+            Some((1.0, [1.0, 1.0]))
+        );
+    }
 
     #[test]
     fn normal_tail_matches_tables() {

@@ -758,3 +758,380 @@ fn the_transformer_example_trains_and_evaluates_through_the_actions() {
         .expect("eval lora");
     assert_eq!(dev2["job"]["state"], "succeeded", "{dev2}");
 }
+
+#[test]
+fn diff_names_what_differs_and_pairs_metrics_over_matching_seeds() {
+    let (_d, root) = new_study();
+    let s = open(&root);
+    let a = branch(&s, &["n0"], "lr 0.001");
+    let b = branch(&s, &["n0"], "lr 0.003 with more data");
+    s.call(&owner(), "register_dataset", json!({"node": a, "name": "plain", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 3}})).expect("register");
+    s.call(&owner(), "register_dataset", json!({"node": b, "name": "more", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 1000, "seed": 4}})).expect("register");
+    for (node, lr, datasets) in [
+        (&a, 0.001, json!(["plain"])),
+        (&b, 0.003, json!(["plain", "more"])),
+    ] {
+        for seed in [1, 2] {
+            let sft = s
+                .call(&owner(), "run_sft", json!({"node": node, "base": "base", "datasets": datasets, "learning_rate": lr, "steps": 20, "batch_size": 16, "seed": seed}))
+                .expect("sft");
+            let ck = sft["checkpoint"].as_str().expect("checkpoint");
+            s.call(
+                &owner(),
+                "evaluate",
+                json!({"node": node, "checkpoint": ck, "task": "add2", "split": "dev"}),
+            )
+            .expect("eval");
+        }
+    }
+    let d = s
+        .call(&owner(), "diff", json!({"a": a, "b": b}))
+        .expect("diff");
+    let params = d["params"].as_array().expect("params");
+    let lr = params
+        .iter()
+        .find(|p| p["key"] == "learning_rate")
+        .expect("learning_rate differs");
+    assert_eq!(lr["side"], "changed");
+    assert_eq!(
+        (lr["a"].as_f64(), lr["b"].as_f64()),
+        (Some(0.001), Some(0.003))
+    );
+    assert!(
+        params
+            .iter()
+            .all(|p| p["key"] != "steps" && p["key"] != "seed"),
+        "equal parameters and seeds are not differences: {d}"
+    );
+    assert!(d["params_same"].as_u64().expect("same") >= 4, "{d}");
+    let ds = d["datasets"].as_array().expect("datasets");
+    let side = |name: &str| {
+        ds.iter()
+            .find(|x| x["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {d}"))
+    };
+    assert_eq!(side("plain")["side"], "both");
+    assert_eq!(side("more")["side"], "only_b");
+    assert_eq!(side("more")["rows"], 1000);
+    assert_eq!(side("more")["sha256"].as_str().map(str::len), Some(64));
+    assert_eq!(d["env_same"], true, "{d}");
+    let m = &d["metrics"][0];
+    assert_eq!(
+        (m["task"].as_str(), m["metric"].as_str()),
+        (Some("add2"), Some("exact_match"))
+    );
+    assert_eq!(m["method"], "paired", "{d}");
+    assert_eq!(m["matching_seeds"], json!([1, 2]));
+    assert_eq!((m["n_a"].as_u64(), m["n_b"].as_u64()), (Some(2), Some(2)));
+    let (diff, ma, mb) = (
+        m["difference"].as_f64().expect("difference"),
+        m["mean_a"].as_f64().expect("mean"),
+        m["mean_b"].as_f64().expect("mean"),
+    );
+    assert!((diff - (mb - ma)).abs() < 1e-9, "{m}");
+    let ci = m["ci95"].as_array().expect("interval");
+    assert!(
+        ci[0].as_f64() <= Some(diff) && Some(diff) <= ci[1].as_f64(),
+        "{m}"
+    );
+
+    // Bad input: a clear error, and a query writes nothing.
+    let before = git_state(&root);
+    let e = s
+        .call(&owner(), "diff", json!({"a": a, "b": a}))
+        .expect_err("self");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.contains("two different nodes"), "{}", e.message);
+    let e = s
+        .call(&owner(), "diff", json!({"a": a, "b": "n999"}))
+        .expect_err("unknown");
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert!(e.message.contains("n999"), "{}", e.message);
+    let e = s
+        .call(&owner(), "diff", json!({"a": a}))
+        .expect_err("missing b");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert_eq!(git_state(&root), before);
+}
+
+#[test]
+fn growing_answers_stop_at_their_token_bound_and_page_with_cursors() {
+    let (_d, root) = new_study();
+    let s = open(&root);
+    let mut ids = vec!["n0".to_string()];
+    for i in 0..190 {
+        let p = ids[i / 3].clone();
+        ids.push(branch(
+            &s,
+            &[&p],
+            &format!("direction {i} with a title long enough to count"),
+        ));
+    }
+    // Page through each query: every item exactly once, every page within its bound.
+    let pages = |query: &str, args: Value, list: &str| -> (Vec<Value>, usize) {
+        let mut items = Vec::new();
+        let mut args = args;
+        let mut n = 0;
+        loop {
+            let out = s.call(&owner(), query, args.clone()).expect(query);
+            let bytes = serde_json::to_vec(&out).expect("json").len() as u64;
+            let bound = args["max_tokens"].as_u64().unwrap_or(DEFAULT_MAX_TOKENS);
+            assert!(
+                bytes / 4 <= bound,
+                "{query} page of {bytes} bytes past {bound} tokens"
+            );
+            assert_eq!(out["tokens"].as_u64(), Some(bytes.div_ceil(4)), "{query}");
+            items.extend(out[list].as_array().expect("list").iter().cloned());
+            n += 1;
+            match out["next_cursor"].as_str() {
+                Some(c) => args["cursor"] = json!(c),
+                None => return (items, n),
+            }
+        }
+    };
+    let (nodes, n) = pages("list_nodes", json!({"max_tokens": 1000}), "nodes");
+    let got: Vec<&str> = nodes.iter().filter_map(|x| x["id"].as_str()).collect();
+    assert_eq!(got, ids.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(n > 5, "{n} pages");
+    let (dag, n) = pages("dag", json!({"max_tokens": 1500}), "nodes");
+    assert_eq!(dag.len(), ids.len());
+    assert!(n > 3, "{n} pages");
+    let (log, _) = pages("log", json!({"max_tokens": 800, "limit": 1000}), "actions");
+    let all = s
+        .call(
+            &owner(),
+            "log",
+            json!({"limit": 1000, "max_tokens": 1_000_000}),
+        )
+        .expect("log");
+    assert!(all.get("next_cursor").is_none());
+    assert_eq!(&log, all["actions"].as_array().expect("actions"));
+    // The default bound holds however much is asked for.
+    let big = s
+        .call(&owner(), "list_nodes", json!({"limit": 100000}))
+        .expect("list");
+    assert!(
+        big["tokens"].as_u64() <= Some(DEFAULT_MAX_TOKENS),
+        "{}",
+        big["tokens"]
+    );
+    assert!(
+        big["next_cursor"].is_string() || big["nodes"].as_array().map(Vec::len) == Some(ids.len())
+    );
+    // The summary view: the study in counts, the frontier paged.
+    let sm = s
+        .call(&owner(), "dag", json!({"view": "summary"}))
+        .expect("summary");
+    assert_eq!(sm["summary"]["nodes"], json!(ids.len()));
+    assert_eq!(sm["summary"]["by_status"]["open"], json!(ids.len()));
+    assert_eq!(sm["summary"]["edges"], json!(ids.len() - 1));
+    assert!(sm["tokens"].as_u64() <= Some(1000), "{}", sm["tokens"]);
+    assert!(sm["next_cursor"].is_string(), "the frontier pages");
+    // A cursor only pages the query that returned it.
+    let first = s
+        .call(&owner(), "list_nodes", json!({"max_tokens": 1000}))
+        .expect("list");
+    let c = first["next_cursor"].as_str().expect("cursor");
+    let before = git_state(&root);
+    let e = s
+        .call(&owner(), "log", json!({"cursor": c}))
+        .expect_err("cursor of another query");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.contains("not log"), "{}", e.message);
+    let e = s
+        .call(
+            &owner(),
+            "list_nodes",
+            json!({"cursor": c, "status": "concluded"}),
+        )
+        .expect_err("cursor of another filter");
+    assert!(e.message.contains("another query"), "{}", e.message);
+    let e = s
+        .call(&owner(), "dag", json!({"cursor": "nonsense"}))
+        .expect_err("not a cursor");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.contains("cursor"), "{}", e.message);
+    assert_eq!(git_state(&root), before);
+}
+
+#[test]
+fn reproduce_re_runs_a_recorded_run_sft_to_the_identical_checkpoint() {
+    let (_d, root) = new_study();
+    let s = open(&root);
+    let n = branch(&s, &["n0"], "plain data");
+    let sha = s.call(&owner(), "register_dataset", json!({"node": n, "name": "plain", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 3}})).expect("register")["sha256"].as_str().expect("sha").to_string();
+    let sft = s
+        .call(&owner(), "run_sft", json!({"node": n, "base": "base", "datasets": ["plain"], "learning_rate": 0.001, "steps": 30, "batch_size": 16, "seed": 7}))
+        .expect("sft");
+    let ck = sft["checkpoint"].as_str().expect("checkpoint").to_string();
+    let seq = s
+        .call(&owner(), "get_job", json!({"job": sft["job"]["id"]}))
+        .expect("job")["seq"]
+        .as_u64()
+        .expect("seq");
+    let dev = s
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": n, "checkpoint": ck, "task": "add2", "split": "dev"}),
+        )
+        .expect("eval");
+
+    // The owner and a reviewer reproduce it: the identical checkpoint, the same numbers.
+    let reviewer = Caller::new("rev", Role::Reviewer);
+    for who in [owner(), reviewer.clone()] {
+        let r = s
+            .call(&who, "reproduce", json!({"node": n, "seq": seq}))
+            .expect("reproduce");
+        assert_eq!(r["identical"], true, "{r}");
+        assert_eq!(r["checkpoint"].as_str(), Some(ck.as_str()));
+        assert_eq!(r["recorded_checkpoint"].as_str(), Some(ck.as_str()));
+        assert_eq!(r["env_changed"], false);
+        assert_eq!(r["job"]["state"], "succeeded");
+        let metrics = r["train_metrics"].as_array().expect("metrics");
+        assert!(!metrics.is_empty());
+        for m in metrics {
+            assert_eq!(m["difference"].as_f64(), Some(0.0), "{m}");
+        }
+    }
+    // The dev evaluation reproduces too: every score identical, and not a second node metric.
+    let eval_seq = s
+        .call(&owner(), "get_job", json!({"job": dev["job"]["id"]}))
+        .expect("job")["seq"]
+        .as_u64()
+        .expect("seq");
+    let metrics_before = s
+        .call(&owner(), "get_node", json!({"node": n}))
+        .expect("node")["metrics"]
+        .clone();
+    let r = s
+        .call(&reviewer, "reproduce", json!({"node": n, "seq": eval_seq}))
+        .expect("reproduce the evaluation");
+    assert_eq!(
+        (r["identical"].as_bool(), r["action"].as_str()),
+        (Some(true), Some("evaluate")),
+        "{r}"
+    );
+    assert_eq!(r["recorded_checkpoint"].as_str(), Some(ck.as_str()));
+    let em = r["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .find(|m| m["name"] == "exact_match")
+        .expect("exact_match")
+        .clone();
+    assert_eq!(em["reproduced"], dev["metrics"]["exact_match"], "{r}");
+    assert_eq!(em["difference"].as_f64(), Some(0.0));
+    assert_eq!(
+        s.call(&owner(), "get_node", json!({"node": n}))
+            .expect("node")["metrics"],
+        metrics_before
+    );
+    // A test evaluation is not re-run (it would spend the node's limited test evaluations).
+    let test = s
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": n, "checkpoint": ck, "task": "add2", "split": "test"}),
+        )
+        .expect("test eval");
+    let test_seq = s
+        .call(&owner(), "get_job", json!({"job": test["job"]["id"]}))
+        .expect("job")["seq"]
+        .as_u64()
+        .expect("seq");
+    let e = s
+        .call(&owner(), "reproduce", json!({"node": n, "seq": test_seq}))
+        .expect_err("test split");
+    assert_eq!(e.kind, ErrorKind::Invalid);
+    assert!(e.message.contains("test"), "{}", e.message);
+    // It is recorded as its own action, with its job (counted against budgets like any job).
+    let log = s
+        .call(&owner(), "log", json!({"node": n, "limit": 3}))
+        .expect("log");
+    assert!(
+        log["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .any(|a| a["action"] == "reproduce" && a["agent"] == "rev" && a["job"].is_string()),
+        "{log}"
+    );
+    // A worker may not reproduce: a recorded refusal by rule role.
+    let e = s
+        .call(
+            &Caller::new("w", Role::Worker),
+            "reproduce",
+            json!({"node": n, "seq": seq}),
+        )
+        .expect_err("worker");
+    assert_eq!(e.rule.as_deref(), Some("role"), "{}", e.message);
+    // A concluded node's runs can still be reproduced (the outcome is recorded on it).
+    s.call(
+        &owner(),
+        "conclude",
+        json!({"node": n, "outcome": "positive", "findings": "trained"}),
+    )
+    .expect("conclude");
+    let r = s
+        .call(&reviewer, "reproduce", json!({"node": n, "seq": seq}))
+        .expect("reproduce a concluded node's run");
+    assert_eq!(r["identical"], true, "{r}");
+
+    // Bad input: clear errors, nothing written.
+    let before = git_state(&root);
+    for (args, kind, says) in [
+        (
+            json!({"node": n, "seq": 1}),
+            ErrorKind::Invalid,
+            "runs no training",
+        ),
+        (
+            json!({"node": "n0", "seq": 1}),
+            ErrorKind::Invalid,
+            "runs no training",
+        ),
+        (
+            json!({"node": n, "seq": 99}),
+            ErrorKind::NotFound,
+            "no action 99",
+        ),
+        (json!({"node": "n77", "seq": 1}), ErrorKind::NotFound, "n77"),
+    ] {
+        let e = s
+            .call(&owner(), "reproduce", args.clone())
+            .expect_err("bad input");
+        assert_eq!(e.kind, kind, "{args}: {}", e.message);
+        assert!(e.message.contains(says), "{args}: {}", e.message);
+    }
+    assert_eq!(git_state(&root), before);
+
+    // Tampered input: the dataset's object changed after registration — refused and named.
+    let obj = s.store().path(&sha);
+    let mut perms = std::fs::metadata(&obj).expect("meta").permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&obj, perms).expect("chmod");
+    std::fs::write(&obj, b"{\"prompt\":\"1+1=\",\"answer\":\"2\"}\n").expect("tamper");
+    let e = s
+        .call(&owner(), "reproduce", json!({"node": n, "seq": seq}))
+        .expect_err("tampered");
+    assert_eq!(
+        e.rule.as_deref(),
+        Some("dataset-integrity"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("plain"), "{}", e.message);
+    // Garbage-collected: the object is gone.
+    std::fs::remove_file(&obj).expect("gc");
+    let e = s
+        .call(&owner(), "reproduce", json!({"node": n, "seq": seq}))
+        .expect_err("missing");
+    assert_eq!(
+        e.rule.as_deref(),
+        Some("dataset-integrity"),
+        "{}",
+        e.message
+    );
+}

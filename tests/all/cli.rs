@@ -680,6 +680,83 @@ fn the_record_benchmark_runs_and_reports_its_figures() {
     ] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
     }
+    // Answer sizes an agent gets: bounded answers stay within the default bound.
+    let answers = v["answers"].as_array().expect("answers");
+    assert!(answers.len() >= 5, "{v}");
+    for a in answers {
+        if !a["query"].as_str().is_some_and(|q| q.contains("unbounded")) {
+            assert!(a["tokens"].as_u64() <= Some(8000), "{a}");
+        }
+    }
+}
+
+#[test]
+fn diff_reproduce_and_paged_answers_from_the_cli() {
+    let (_d, s) = example_study();
+    ok_json(&s, &["branch", "--from", "n0", "--title", "A"]);
+    ok_json(&s, &["branch", "--from", "n0", "--title", "B"]);
+    ok_json(
+        &s,
+        &[
+            "call",
+            "register_dataset",
+            r#"{"node":"n1","name":"plain","source":{"kind":"arith","op":"add","digits":2,"format":"plain","n":500,"seed":1}}"#,
+        ],
+    );
+    for (node, lr) in [("n1", "0.001"), ("n2", "0.002")] {
+        ok_json(
+            &s,
+            &[
+                "run-sft",
+                "--node",
+                node,
+                "--base",
+                "base",
+                "--dataset",
+                "plain",
+                "--lr",
+                lr,
+                "--steps",
+                "10",
+                "--batch-size",
+                "8",
+                "--seed",
+                "1",
+            ],
+        );
+    }
+    let d = ok_json(&s, &["diff", "n1", "n2"]);
+    assert!(
+        d["params"]
+            .as_array()
+            .expect("params")
+            .iter()
+            .any(|p| p["key"] == "learning_rate"),
+        "{d}"
+    );
+    let out = run(&s, &["diff", "n1", "n2"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("learning_rate"));
+    let out = run(&s, &["diff", "n1", "n1"]);
+    assert_eq!(out.status.code(), Some(2), "diff of a node with itself");
+    // reproduce: every run_sft of n1, the identical checkpoint; exit 0.
+    let r = ok_json(&s, &["reproduce", "n1"]);
+    assert_eq!(r[0]["identical"], true, "{r}");
+    let out = run(&s, &["reproduce", "n1", "--action", "1"]);
+    assert_eq!(out.status.code(), Some(2), "a branch is no run_sft");
+    let out = run(&s, &["--role", "worker", "reproduce", "n1"]);
+    assert_eq!(out.status.code(), Some(4), "workers may not reproduce");
+    // Paged answers: a cursor for the next page, refused by another query.
+    let page = ok_json(&s, &["log", "--max-tokens", "200"]);
+    let c = page["next_cursor"].as_str().expect("cursor").to_string();
+    let next = ok_json(&s, &["log", "--max-tokens", "200", "--cursor", &c]);
+    assert_ne!(next["actions"][0], page["actions"][0]);
+    let out = run(&s, &["dag", "--json", "--cursor", &c]);
+    assert_eq!(out.status.code(), Some(2), "a log cursor given to dag");
+    let sm = ok_json(&s, &["dag", "--view", "summary"]);
+    assert_eq!(sm["summary"]["nodes"], 3);
+    let out = run(&s, &["dag", "--view", "summary"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("frontier"));
 }
 
 /// After `rsim init` the work tree is clean in git's eyes, so the owner changes the config with

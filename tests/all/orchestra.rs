@@ -952,3 +952,64 @@ exit 1
     assert!(lines.contains(&"GOT mcp reached"), "{report}");
     assert!(!report.contains("sk-do-not-leak") && !report.contains("planted-other-token"));
 }
+
+/// Every run of a campaign can be re-made from the record: `rsim reproduce` of every node gives
+/// the identical checkpoints (so the same metrics), and the summary view counts its verdicts.
+#[test]
+fn every_node_of_a_campaign_reproduces_to_identical_checkpoints() {
+    let (_d, root) = example_study();
+    let v = ok_json(&root, &["run", "--experiments", "6", "--quiet"]);
+    assert_eq!(v["summary"]["experiments"], 6, "{}", v["summary"]);
+    let list = ok_json(&root, &["call", "list_nodes", r#"{"limit": 1000}"#]);
+    let mut reproduced = 0;
+    let mut evaluations = 0;
+    for n in list["nodes"].as_array().expect("nodes") {
+        let id = n["id"].as_str().expect("id");
+        let info = node(&root, id);
+        let runs = info["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .filter(|a| {
+                (a["action"] == "run_sft" || a["action"] == "evaluate")
+                    && a["decision"] == "accepted"
+            })
+            .count();
+        if runs == 0 {
+            continue;
+        }
+        let r = ok_json(&root, &["--role", "reviewer", "reproduce", id]);
+        for x in r.as_array().expect("reproductions") {
+            assert_eq!(x["identical"], true, "{id}: {x}");
+            if x["action"] == "evaluate" {
+                for m in x["metrics"].as_array().expect("scores") {
+                    assert_eq!(m["difference"].as_f64(), Some(0.0), "{id}: {m}");
+                }
+                evaluations += 1;
+                continue;
+            }
+            for m in x["train_metrics"].as_array().expect("metrics") {
+                if m["name"] == "final_loss" {
+                    assert_eq!(m["difference"].as_f64(), Some(0.0), "{id}: {m}");
+                }
+            }
+            reproduced += 1;
+        }
+    }
+    assert_eq!(reproduced, 6, "every experiment reproduced");
+    assert!(
+        evaluations >= 6,
+        "every dev evaluation reproduced: {evaluations}"
+    );
+    let sm = ok_json(&root, &["dag", "--view", "summary"]);
+    let verdicts: u64 = sm["summary"]["by_verdict"]
+        .as_object()
+        .expect("verdicts")
+        .values()
+        .filter_map(Value::as_u64)
+        .sum();
+    assert!(verdicts > 0, "{sm}");
+    assert!(sm["summary"]["best"]["id"].is_string(), "{sm}");
+    assert!(sm["tokens"].as_u64() <= Some(1000), "{sm}");
+    fsck_clean(&root);
+}

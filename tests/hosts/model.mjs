@@ -82,7 +82,7 @@ function worker(calls, prompt) {
 }
 
 // ---- helpers ----------------------------------------------------------------------------------------
-const RSIM_TOOLS = ["branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "get_node", "list_nodes", "dag", "log", "get_job", "wait_job", "cancel_job"];
+const RSIM_TOOLS = ["branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "get_node", "list_nodes", "dag", "log", "diff", "reproduce", "get_job", "wait_job", "cancel_job"];
 // A host's name for an rsim tool: `branch`, `mcp__rsim__branch`, `mcp_rsim_branch`, `rsim__branch`…
 function rsimName(offered) {
   for (const t of RSIM_TOOLS) {

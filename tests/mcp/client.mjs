@@ -26,7 +26,7 @@ if (!args.rsim || !args.study) {
 }
 
 const WRITERS = ["branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "cancel_job"];
-const QUERIES = ["get_node", "list_nodes", "dag", "log", "get_job", "wait_job"];
+const QUERIES = ["get_node", "list_nodes", "dag", "log", "diff", "get_job", "wait_job"];
 // A worker lists every tool but `review` (tests/MCP_CONTRACT.md, "Roles").
 const EXPECTED = new Set([...WRITERS, ...QUERIES].filter((n) => n !== "review"));
 const label = `ts ${args.url ? "http" : "stdio"}`;

@@ -27,17 +27,18 @@ from mcp_types import Result
 from pydantic import ConfigDict, TypeAdapter
 
 WRITERS = {"branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "cancel_job"}
-QUERIES = {"get_node", "list_nodes", "dag", "log", "get_job", "wait_job"}
+QUERIES = {"get_node", "list_nodes", "dag", "log", "diff", "get_job", "wait_job"}
 # What each role lists (tests/MCP_CONTRACT.md, "Roles").
 ROLE_TOOLS = {
     "worker": (WRITERS | QUERIES) - {"review"},
-    "reviewer": {"branch", "compare", "review", "conclude"} | QUERIES,
+    "reviewer": {"branch", "compare", "review", "conclude", "reproduce"} | QUERIES,
     "observer": QUERIES,
 }
 # (readOnlyHint, destructiveHint, idempotentHint) per tool; openWorldHint is false everywhere.
 ANNOTATIONS = {name: (True, False, True) for name in QUERIES}
 ANNOTATIONS.update({name: (False, False, False) for name in WRITERS})
 ANNOTATIONS["conclude"] = (False, True, False)
+ANNOTATIONS["reproduce"] = (False, False, False)
 ANNOTATIONS["cancel_job"] = (False, True, True)
 SHA = "0123456789abcdef" * 4
 

@@ -615,7 +615,10 @@ fn read_uri(study: &crate::os::Study, uri: &str) -> Result<(&'static str, String
         }
         ["job", id, "log"] => {
             schema::validate("get_job", &json!({ "job": id }))?;
-            Ok(("text/plain", study.job_log(id, 1 << 20)?))
+            // Bounded like every growing answer: the log's last DEFAULT_MAX_TOKENS × 4 bytes
+            // (its end is where a job says why it failed).
+            let max = crate::api::types::DEFAULT_MAX_TOKENS * 4;
+            Ok(("text/plain", study.job_log(id, max)?))
         }
         _ => Err(bad()),
     }

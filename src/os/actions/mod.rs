@@ -6,6 +6,7 @@ mod compare;
 mod conclude;
 mod evaluate;
 mod register_dataset;
+mod reproduce;
 mod review;
 mod run_sft;
 
@@ -49,6 +50,9 @@ impl Execute for Study {
     ) -> Result<CancelJobResult> {
         self.exec_cancel_job(caller, req)
     }
+    fn reproduce_checked(&self, caller: &Caller, req: ReproduceRequest) -> Result<ReproduceResult> {
+        self.exec_reproduce(caller, req)
+    }
     fn get_node_checked(&self, _: &Caller, req: GetNodeRequest) -> Result<NodeInfo> {
         self.exec_get_node(req)
     }
@@ -60,6 +64,9 @@ impl Execute for Study {
     }
     fn log_checked(&self, _: &Caller, req: LogRequest) -> Result<LogResult> {
         self.exec_log(req)
+    }
+    fn diff_checked(&self, _: &Caller, req: DiffRequest) -> Result<DiffResult> {
+        self.exec_diff(req)
     }
     fn get_job_checked(&self, _: &Caller, req: GetJobRequest) -> Result<JobInfo> {
         self.exec_get_job(req)

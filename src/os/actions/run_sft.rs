@@ -172,7 +172,7 @@ impl Study {
 /// What the trainer is told from the agent's request: its training parameters only. The request
 /// is taken apart field by field, so a field added to it must be placed here on purpose (into
 /// the job's spec, or not) rather than silently reaching every recipe.
-fn train_hyper(req: &RunSftRequest) -> TrainHyper {
+pub(super) fn train_hyper(req: &RunSftRequest) -> TrainHyper {
     let RunSftRequest {
         node: _,
         base: _,
