@@ -7,13 +7,18 @@
 //! - Some hosts (Codex) strip `pattern`, bounds, `default` and `format` before their model sees a
 //!   schema, so the model never learns what a node id or a job id looks like. Every schema with a
 //!   constraint says it in its `description` too ("Form: …").
+//! - A schema of any value (`true`, from `serde_json::Value`) is written `{}`: hosts that map tool
+//!   schemas onto a dialect of objects refuse a bare `true` (the MCP Inspector's `--strict`).
 
 use schemars::{JsonSchema, Schema};
 use serde_json::{Map, Value};
 
 /// The schema of `T`, portable and self-describing (see the module).
 pub fn schema_of<T: JsonSchema>() -> Schema {
+    let mut bools = schemars::transform::ReplaceBoolSchemas::default();
+    bools.skip_additional_properties = true;
     schemars::generate::SchemaSettings::draft2020_12()
+        .with_transform(bools)
         .with_transform(schemars::transform::RecursiveTransform(portable))
         .into_generator()
         .into_root_schema_for::<T>()
