@@ -892,3 +892,61 @@ fn priming_events_only_reach_clients_that_expect_them() {
         }
     });
 }
+
+/// `diff` and `reproduce` over MCP, as a reviewer connection: the same actions as the CLI's, the
+/// structured answers the schemas promise, a worker refused `reproduce` by its role.
+#[test]
+fn diff_and_reproduce_over_mcp() {
+    let (_d, study) = example_study();
+    let cli = |args: &[&str]| crate::common::ok_json(&study, args);
+    cli(&["branch", "--from", "n0", "--title", "A"]);
+    cli(&["branch", "--from", "n0", "--title", "B"]);
+    cli(&[
+        "call",
+        "register_dataset",
+        r#"{"node":"n1","name":"plain","source":{"kind":"arith","op":"add","digits":2,"format":"plain","n":300,"seed":1}}"#,
+    ]);
+    for (node, lr) in [("n1", "0.001"), ("n2", "0.002")] {
+        cli(&[
+            "run-sft",
+            "--node",
+            node,
+            "--base",
+            "base",
+            "--dataset",
+            "plain",
+            "--lr",
+            lr,
+            "--steps",
+            "10",
+            "--batch-size",
+            "8",
+            "--seed",
+            "1",
+        ]);
+    }
+    let reviewer = serve(&study, &["--role", "reviewer"]);
+    let worker = serve(&study, &[]);
+    rt().block_on(async {
+        let r = connect(&reviewer.url, &[], None).await;
+        let d = call(&r, "diff", json!({"a": "n1", "b": "n2"})).await;
+        let d = ok(&d);
+        assert!(
+            d["params"]
+                .as_array()
+                .expect("params")
+                .iter()
+                .any(|p| p["key"] == "learning_rate"),
+            "{d}"
+        );
+        let e = err_text(&call(&r, "diff", json!({"a": "n1", "b": "n1"})).await);
+        assert!(e.contains("n1"), "{e}");
+        let rep = call(&r, "reproduce", json!({"node": "n1", "seq": 3})).await;
+        let rep = ok(&rep);
+        assert_eq!(rep["identical"], true, "{rep}");
+        let w = connect(&worker.url, &[], None).await;
+        let e = err_text(&call(&w, "reproduce", json!({"node": "n1", "seq": 3})).await);
+        assert!(e.contains("role"), "{e}");
+    });
+    fsck_clean(&study);
+}
