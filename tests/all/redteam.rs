@@ -2115,3 +2115,90 @@ try own-home "echo ok > $HOME/x && cat $HOME/x"
     );
     let _ = rsim();
 }
+
+/// `reproduce` is a second way to start an evaluation job, so an attacker tries it to evaluate
+/// past the study's evaluation budget: six reviewer processes reproduce one dev evaluation at
+/// once with room for two more. Exactly two run; the rest are refused by the same budget rule as
+/// `evaluate`, each refusal recorded; nothing got through by the audit.
+#[test]
+fn reproducing_an_evaluation_cannot_spend_past_the_evaluation_budget() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    init::init(&root, Some("tiny-arith-ngram")).expect("init");
+    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    assert!(
+        text.contains("evaluations = 500"),
+        "the example's budget moved"
+    );
+    crate::common::commit_config(
+        &root,
+        &text.replace("evaluations = 500", "evaluations = 3"),
+        "three evaluations",
+    );
+    let s = open(&root);
+    let owner = Caller::owner();
+    s.call(&owner, "branch", json!({"parents": ["n0"], "title": "t"}))
+        .expect("branch");
+    s.call(&owner, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 200, "seed": 3}}))
+        .expect("register");
+    let sft = s
+        .call(&owner, "run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.001, "steps": 10, "batch_size": 8}))
+        .expect("run_sft");
+    let ck = sft["checkpoint"].as_str().expect("checkpoint").to_string();
+    let ev = s
+        .call(
+            &owner,
+            "evaluate",
+            json!({"node": "n1", "checkpoint": ck, "task": "add2", "split": "dev"}),
+        )
+        .expect("evaluate");
+    let seq = s.node_history("n1").expect("history").1.len() as u64;
+    assert!(ev["metrics"].is_object(), "{ev}");
+    drop(s);
+    let racers: Vec<_> = (0..6)
+        .map(|_| {
+            crate::common::rsim()
+                .arg("-C")
+                .arg(&root)
+                .args(["--role", "reviewer", "--agent", "rita", "call", "reproduce"])
+                .arg(json!({"node": "n1", "seq": seq}).to_string())
+                .output()
+        })
+        .collect();
+    let (mut ran, mut refused) = (0, 0);
+    for out in racers {
+        let out = out.expect("rsim");
+        match out.status.code() {
+            Some(0) => ran += 1,
+            Some(4) => {
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    err.contains(rsi_master::model::rule::Rule::BudgetEvaluations.as_str()),
+                    "{err}"
+                );
+                refused += 1;
+            }
+            other => panic!("{other:?}: {}", String::from_utf8_lossy(&out.stderr)),
+        }
+    }
+    assert_eq!((ran, refused), (2, 4));
+    let s = open(&root);
+    let history = s.node_history("n1").expect("history").1;
+    let reproduces: Vec<_> = history
+        .iter()
+        .filter(|a| a.action == rsi_master::model::ActionName::Reproduce)
+        .collect();
+    assert_eq!(reproduces.len(), 6, "every attempt is recorded");
+    assert_eq!(
+        reproduces.iter().filter(|a| a.decision.accepted()).count(),
+        2
+    );
+    let audit = rsi_master::os::audit::audit(&s).expect("audit");
+    assert_eq!(audit.got_through, 0, "{:#?}", audit.checks);
+    assert!(
+        rsi_master::os::fsck::fsck(&s)
+            .expect("fsck")
+            .problems
+            .is_empty()
+    );
+}
