@@ -190,7 +190,8 @@ pub fn run(
         "action: median {action_ms_median:.2} ms, p90 {action_ms_p90:.2} ms over {actions} actions"
     );
 
-    let (sign_us_median, verify_us_median) = signing_cost(&small, &last)?;
+    let (mut sign, mut verify) = study.signing_cost(&last, 200)?;
+    let (sign_us_median, verify_us_median) = (median(&mut sign), median(&mut verify));
     eprintln!("signing: sign {sign_us_median:.0} µs, verify {verify_us_median:.0} µs per commit");
     drop(study);
 
@@ -473,26 +474,6 @@ pub fn run_jobs(
 }
 
 /// A study sized for the benchmark (the example's node budget is far smaller).
-/// What signing costs each action: sign the bytes of `node`'s tip commit with the study's key,
-/// and verify that commit, 200 times each (medians, µs).
-fn signing_cost(root: &Path, node: &str) -> Result<(f64, f64)> {
-    let key = crate::record::signing::StudyKey::load(root)?
-        .ok_or_else(|| Error::internal("the benchmark study has no signing key"))?;
-    let repo = git2::Repository::open(root)?;
-    let tip = repo.refname_to_id(&crate::record::node_ref(node))?;
-    let (_, data) = repo.extract_signature(&tip, None)?;
-    let (mut sign, mut verify) = (Vec::new(), Vec::new());
-    for _ in 0..200 {
-        let t = Instant::now();
-        key.sign(&data)?;
-        sign.push(t.elapsed().as_secs_f64() * 1e6);
-        let t = Instant::now();
-        key.verify(&repo, tip).map_err(Error::internal)?;
-        verify.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    Ok((median(&mut sign), median(&mut verify)))
-}
-
 /// One view of one DAG shape: its size and the time to produce it.
 #[derive(Debug, serde::Serialize)]
 pub struct ViewFigure {

@@ -162,6 +162,11 @@ impl Study {
         &self.store
     }
 
+    /// Timed signatures and verifications of `node`'s tip commit, µs each (`rsim bench`).
+    pub fn signing_cost(&self, node: &str, n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+        self.record.signing_cost(node, n)
+    }
+
     /// Rebuild the index from git alone.
     pub fn reindex(&mut self) -> Result<crate::record::index::Rebuilt> {
         self.index.rebuild(&self.record)

@@ -194,6 +194,29 @@ impl Record {
         }
     }
 
+    /// What signing costs: `n` signatures of the bytes of `node`'s tip commit and `n`
+    /// verifications of that commit, each timed in µs (for `rsim bench`).
+    pub fn signing_cost(&self, node: &str, n: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+        let key = self
+            .key
+            .as_ref()
+            .ok_or_else(|| Error::invalid("the study has no signing key"))?;
+        let tip = self
+            .node_tip(node)?
+            .ok_or_else(|| Error::not_found(format!("node: no node {node} in this study")))?;
+        let (_, data) = self.repo.extract_signature(&tip, None)?;
+        let (mut sign, mut verify) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for _ in 0..n {
+            let t = std::time::Instant::now();
+            key.sign(&data)?;
+            sign.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = std::time::Instant::now();
+            key.verify(&self.repo, tip).map_err(Error::internal)?;
+            verify.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok((sign, verify))
+    }
+
     /// Write a commit object (signed with the study's key), moving no reference.
     fn write_commit(
         &self,
