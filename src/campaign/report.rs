@@ -171,6 +171,7 @@ fn verdict_name(v: ReviewVerdict) -> &'static str {
         ReviewVerdict::Promising => "promising",
         ReviewVerdict::DeadEnd => "dead_end",
         ReviewVerdict::NeedsMoreSeeds => "needs_more_seeds",
+        ReviewVerdict::StillLearning => "still_learning",
     }
 }
 
@@ -327,6 +328,7 @@ pub fn html(r: &Report) -> String {
             Some(ReviewVerdict::Promising) => "#b7e4c7",
             Some(ReviewVerdict::DeadEnd) => "#f4c2c2",
             Some(ReviewVerdict::NeedsMoreSeeds) => "#ffe5a0",
+            Some(ReviewVerdict::StillLearning) => "#bcd7f5",
             None => "#e8e8f0",
         };
         let stroke = if Some(*id) == best {
