@@ -470,6 +470,24 @@ impl ReviewerAgent for BuiltinReviewer {
                 }
             }
         }
+        // The ladder: while a direction climbs the rungs, the budget its next rungs need is kept
+        // from exploration (refinements, merges, replications), as successive halving keeps it
+        // for promotions.
+        let seeds = u64::from(t.opts.seeds_per_node.max(1));
+        let rung_of = |n: &NodeState| n.recipe.as_ref().map_or(0, |r| r.rung);
+        let climbing = to_continue
+            .iter()
+            .map(|(n, _, _)| rung_of(n) + 1)
+            .chain(
+                st.campaign_nodes()
+                    .filter(|n| n.status == NodeStatus::Open && rung_of(n) > 0)
+                    .map(rung_of),
+            )
+            .max();
+        let reserve = climbing.map_or(0, |r| u64::from(MAX_RUNG.saturating_sub(r)) * seeds);
+        let continuing = to_continue.len() as u64 * seeds;
+        let explore_slots = (t.budget_left.saturating_sub(continuing + reserve) / seeds) as usize;
+        let fixed = proposals.len();
         // Keep every worker slot busy: when this group has too few promising nodes, refine the
         // campaign's best earlier promising ones too (dev evidence only, never dead ends).
         let mut to_refine = promising.clone();
@@ -533,6 +551,7 @@ impl ReviewerAgent for BuiltinReviewer {
                 });
             }
         }
+        proposals.truncate(fixed + explore_slots);
         // Under an active guard the new direction goes first, so the budget cannot cut it.
         if t.guard_active {
             proposals.sort_by_key(|p| p.parents != [st.root.clone()]);
@@ -540,7 +559,8 @@ impl ReviewerAgent for BuiltinReviewer {
         proposals.truncate(slots.min(16));
         let summary = format!(
             "Reviewed {} node(s) against {} related node(s) on {} dev {}. Best mean so far \
-             {best_mean:.3}. {} promising, {} proposal(s). Lock-in index: {:.0}% of experiments \
+             {best_mean:.3}. {} promising, {} continued at a larger budget (successive halving; \
+             {reserve} run(s) kept for the rungs above), {} proposal(s). Lock-in index: {:.0}% of experiments \
              under the largest top-level direction ({}), longest refinement chain without a \
              sibling {}, {} direction(s) open{}.",
             t.targets.len(),
@@ -548,6 +568,7 @@ impl ReviewerAgent for BuiltinReviewer {
             t.opts.task,
             t.opts.metric,
             promising.len(),
+            to_continue.len(),
             proposals.len(),
             100.0 * lock.top_share,
             lock.top_direction.as_deref().unwrap_or("-"),
@@ -577,7 +598,7 @@ const HALVING_ETA: usize = 3;
 /// Below this dev score exact match has not left the floor: the training loss is the evidence.
 const DEV_FLOOR: f64 = 0.05;
 /// A dev gain per 1,000 steps at least this large is still learning.
-const MIN_GAIN_PER_1K: f64 = 0.1;
+const MIN_GAIN_PER_1K: f64 = 0.2;
 /// Rungs a direction may climb: at most 4 × steps of training behind one checkpoint.
 const MAX_RUNG: u32 = 3;
 
@@ -923,6 +944,7 @@ mod tests {
             proposal: None,
             experiments: Vec::new(),
             verdict: None,
+            verdict_reason: None,
             top: "n3".into(),
             lonely_depth: 0,
         }

@@ -20,6 +20,8 @@ pub struct NodeRow {
     pub parents: Vec<String>,
     pub status: NodeStatus,
     pub verdict: Option<ReviewVerdict>,
+    /// The latest verdict's reason: the evidence it rests on.
+    pub verdict_reason: Option<String>,
     pub runs: usize,
     pub dev: Vec<f64>,
     pub dev_mean: Option<f64>,
@@ -131,6 +133,7 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
                 parents: n.parents.clone(),
                 status: n.status,
                 verdict: n.verdict,
+                verdict_reason: n.verdict_reason.clone(),
                 runs: n.experiments.len(),
                 dev: n.dev_scores(),
                 dev_mean: n.mean_dev(),
@@ -261,6 +264,9 @@ pub fn text(r: &Report) -> String {
             crate::util::text::display(&n.title),
             n.parents.join(" + ")
         );
+        if let Some(why) = &n.verdict_reason {
+            let _ = writeln!(s, "        {}", crate::util::text::display(why));
+        }
     }
     let _ = writeln!(s, "\n{}", r.dag_text);
     s
@@ -390,12 +396,13 @@ pub fn html(r: &Report) -> String {
     for n in &r.nodes {
         let _ = write!(
             rows,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             n.id,
             esc(&n.title),
             n.parents.join(" + "),
             format!("{:?}", n.status).to_lowercase(),
             n.verdict.map_or("-", verdict_name),
+            esc(n.verdict_reason.as_deref().unwrap_or("")),
             n.runs,
             f3(n.dev_mean)
         );
@@ -408,7 +415,7 @@ pub fn html(r: &Report) -> String {
          <h1>rsim report — {}</h1><pre>{summary}</pre>\
          <h2>Research DAG</h2><p>Green: promising, red: dead end, yellow: needs more seeds; the best node has a thick border. Labels: mean dev {}.</p>{svg}\
          <h2>Dev scores per node</h2><p>Each dot is one experiment (one seed); the dashed line is the base model.</p>{plot}\
-         <h2>Nodes</h2><table><tr><th>node</th><th>title</th><th>parents</th><th>status</th><th>verdict</th><th>runs</th><th>dev mean</th></tr>{rows}</table>\
+         <h2>Nodes</h2><table><tr><th>node</th><th>title</th><th>parents</th><th>status</th><th>verdict</th><th>evidence</th><th>runs</th><th>dev mean</th></tr>{rows}</table>\
          </body></html>\n",
         esc(&r.study),
         esc(&r.study),
