@@ -929,11 +929,11 @@ mod tests {
     use crate::api::types::Estimate;
 
     fn node(rung: u32) -> NodeState {
-        let mut r = Recipe::default();
-        r.rung = rung;
-        if rung > 0 {
-            r.init = Init::Parent;
-        }
+        let r = Recipe {
+            rung,
+            init: if rung > 0 { Init::Parent } else { Init::Base },
+            ..Recipe::default()
+        };
         NodeState {
             id: "n3".into(),
             title: r.title(),
