@@ -118,65 +118,76 @@ impl WorkerAgent for BuiltinWorker {
             .count();
         let mut k = node.experiments.len();
         let mut errors = Vec::new();
+        // The seeds a node still needs run side by side (the backend's job slots bound how many
+        // train at once): a direction climbing the rungs alone keeps both slots busy.
         while scored.len() < t.opts.seeds_per_node as usize && failures < 2 {
-            if !t.budget.claim() {
+            let want = t.opts.seeds_per_node as usize - scored.len();
+            let claimed = (0..want).take_while(|_| t.budget.claim()).count();
+            if claimed == 0 {
                 break;
             }
-            let res = study.run_sft(
-                &t.caller,
-                RunSftRequest {
-                    node: t.node.clone(),
-                    base: base.clone(),
-                    datasets: datasets.clone(),
-                    learning_rate: recipe.lr,
-                    steps: t.opts.steps,
-                    batch_size: t.opts.batch_size,
-                    warmup_steps: (t.opts.steps / 10).min(50),
-                    schedule: recipe.schedule,
-                    adapter: Default::default(),
-                    answer_only_loss: true,
-                    seed: experiment_seed(t.opts.seed, &t.node, k),
-                    // A dev score half-way and at the end: how the run was still moving.
-                    eval_every: (t.opts.steps / 2).max(1),
-                    eval_task: Some(task.clone()),
-                },
-            );
-            k += 1;
-            match res {
-                Ok(r) => match r.checkpoint {
-                    Some(c) => {
-                        // The run scored its final checkpoint already (eval_every), unless that
-                        // evaluation was refused or failed.
-                        let scored_at_end = r
-                            .dev_curve
-                            .iter()
-                            .find(|p| p.checkpoint == c)
-                            .and_then(|p| p.metrics.get(&t.opts.metric).copied());
-                        let v = match scored_at_end {
-                            Some(v) => v,
-                            None => evaluate_dev(study, t, &c)?,
-                        };
-                        scored.push((c, v));
-                    }
-                    None => {
+            let req = |i: usize| RunSftRequest {
+                node: t.node.clone(),
+                base: base.clone(),
+                datasets: datasets.clone(),
+                learning_rate: recipe.lr,
+                steps: t.opts.steps,
+                batch_size: t.opts.batch_size,
+                warmup_steps: (t.opts.steps / 10).min(50),
+                schedule: recipe.schedule,
+                adapter: Default::default(),
+                answer_only_loss: true,
+                seed: experiment_seed(t.opts.seed, &t.node, k + i),
+                // A dev score half-way and at the end: how the run was still moving.
+                eval_every: (t.opts.steps / 2).max(1),
+                eval_task: Some(task.clone()),
+            };
+            let root = study.root().to_path_buf();
+            let root = &root;
+            let outcomes: Vec<Result<SeedRun>> = if claimed == 1 {
+                vec![one_seed(study, t, req(0))]
+            } else {
+                std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..claimed)
+                        .map(|i| {
+                            let r = req(i);
+                            scope.spawn(move || Study::open(root).and_then(|s| one_seed(&s, t, r)))
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| {
+                            h.join().unwrap_or_else(|_| {
+                                Err(Error::internal("a worker thread panicked"))
+                            })
+                        })
+                        .collect()
+                })
+            };
+            k += claimed;
+            let mut stop = None;
+            for o in outcomes {
+                match o {
+                    Ok(SeedRun::Scored(c, v)) => scored.push((c, v)),
+                    Ok(SeedRun::Failed(why)) => {
                         failures += 1;
-                        errors.push(format!(
-                            "job {} {}: {}",
-                            r.job.id,
-                            r.job.state.as_str(),
-                            r.job.error.unwrap_or_default()
-                        ));
+                        errors.push(why);
                     }
-                },
-                Err(e) if e.kind == ErrorKind::Rejected => {
-                    t.budget.release();
-                    errors.push(e.message);
-                    break;
+                    Ok(SeedRun::Refused(why)) => {
+                        t.budget.release();
+                        errors.push(why);
+                        stop = Some(None);
+                    }
+                    Err(e) => {
+                        t.budget.release();
+                        stop = Some(Some(e));
+                    }
                 }
-                Err(e) => {
-                    t.budget.release();
-                    return Err(e);
-                }
+            }
+            match stop {
+                Some(Some(e)) => return Err(e),
+                Some(None) => break,
+                None => {}
             }
         }
         let parent_mean = node
@@ -201,6 +212,45 @@ impl WorkerAgent for BuiltinWorker {
             },
         )?;
         Ok(())
+    }
+}
+
+/// What one seed's run came to.
+enum SeedRun {
+    /// Its checkpoint and dev score.
+    Scored(String, f64),
+    /// Its job failed (the budget was spent).
+    Failed(String),
+    /// The policy refused it (nothing ran).
+    Refused(String),
+}
+
+/// Train one seed and score its checkpoint on dev (the run's own `eval_every` scored it, unless
+/// that evaluation was refused or failed).
+fn one_seed(study: &Study, t: &WorkerTask, req: RunSftRequest) -> Result<SeedRun> {
+    match study.run_sft(&t.caller, req) {
+        Ok(r) => match r.checkpoint {
+            Some(c) => {
+                let scored_at_end = r
+                    .dev_curve
+                    .iter()
+                    .find(|p| p.checkpoint == c)
+                    .and_then(|p| p.metrics.get(&t.opts.metric).copied());
+                let v = match scored_at_end {
+                    Some(v) => v,
+                    None => evaluate_dev(study, t, &c)?,
+                };
+                Ok(SeedRun::Scored(c, v))
+            }
+            None => Ok(SeedRun::Failed(format!(
+                "job {} {}: {}",
+                r.job.id,
+                r.job.state.as_str(),
+                r.job.error.unwrap_or_default()
+            ))),
+        },
+        Err(e) if e.kind == ErrorKind::Rejected => Ok(SeedRun::Refused(e.message)),
+        Err(e) => Err(e),
     }
 }
 

@@ -30,7 +30,7 @@ SPEC_FIELDS = {
 CHECKPOINT_FIELDS = {"sha256", "files"}
 DATASET_FIELDS = {"name", "sha256", "rows", "path"}
 HYPER_FIELDS = {"learning_rate", "steps", "batch_size", "warmup_steps", "schedule", "adapter",
-                "answer_only_loss", "seed"}
+                "answer_only_loss", "seed", "save_every"}
 ADAPTER_FIELDS = {"full": {"kind"}, "lora": {"kind", "rank", "alpha"}}
 SCHEDULES = ("constant", "linear", "cosine")
 SPLITS = ("dev", "test")
@@ -79,7 +79,7 @@ def _hyper(path: str, h) -> None:
     lr = h["learning_rate"]
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         fail(f"{path}: hyper learning_rate must be a positive number")
-    for key, least in [("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0)]:
+    for key, least in [("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0), ("save_every", 0)]:
         if not _int(h[key], least):
             fail(f"{path}: hyper {key} must be an integer >= {least}")
     if h["schedule"] not in SCHEDULES:
@@ -93,6 +93,8 @@ def _hyper(path: str, h) -> None:
     _fields(path, "hyper adapter", a, ADAPTER_FIELDS[kind])
     if kind == "lora" and not (_int(a["rank"], 1) and isinstance(a["alpha"], (int, float))):
         fail(f"{path}: a lora adapter needs an integer rank >= 1 and a number alpha")
+    if kind == "lora" and h["save_every"] > 0:
+        fail(f"{path}: save_every keeps whole checkpoints part-way through a run; it needs a full adapter")
 
 
 def load_spec(path: str, kind: str) -> dict:

@@ -24,6 +24,15 @@ def lr_at(schedule: str, base: float, step: int, steps: int, warmup: int) -> flo
     return base * {"constant": 1.0, "linear": 1.0 - t, "cosine": 0.5 * (1 + math.cos(math.pi * t))}[schedule]
 
 
+def save_checkpoint(model, ck: Path, tok, spec: dict) -> None:
+    """A whole checkpoint rsim can store: the weights and a config naming the vocabulary and base."""
+    model.save_pretrained(ck)
+    saved = json.loads((ck / "config.json").read_text())
+    saved["rsim_vocab"] = tok.vocab
+    saved["rsim_base"] = spec["base"]["sha256"]
+    (ck / "config.json").write_text(json.dumps(saved, indent=2))
+
+
 def main() -> None:
     spec_path, spec, check = spec_from_argv(sys.argv[1:], "sft", "sft.py")
     if check:
@@ -85,19 +94,17 @@ def main() -> None:
         opt.step()
         last = (last + [out.loss.item()])[-20:]
         if (step + 1) % 50 == 0 or step + 1 == steps:
-            print(f"step {step + 1}/{steps} loss {out.loss.item():.4f}", file=sys.stderr, flush=True)
+            # The mean of the last 20 steps, as rsim's embedded trainer logs it: the learning curve.
+            print(f"step {step + 1}/{steps} loss {sum(last) / len(last):.4f}", file=sys.stderr, flush=True)
+        if h["save_every"] and (step + 1) % h["save_every"] == 0 and step + 1 < steps:
+            save_checkpoint(model, out_dir(spec_path) / "steps" / str(step + 1), tok, spec)
     if device == "cuda":
         torch.cuda.synchronize()
     secs = max(time.time() - start, 1e-9)
     if h["adapter"]["kind"] == "lora":
         model = model.merge_and_unload()
     out = out_dir(spec_path)
-    ck = out / "checkpoint"
-    model.save_pretrained(ck)
-    saved = json.loads((ck / "config.json").read_text())
-    saved["rsim_vocab"] = tok.vocab
-    saved["rsim_base"] = spec["base"]["sha256"]
-    (ck / "config.json").write_text(json.dumps(saved, indent=2))
+    save_checkpoint(model, out / "checkpoint", tok, spec)
     metrics = {"final_loss": sum(last) / max(1, len(last)), "steps_per_s": steps / secs,
                "tokens_per_s": steps * bs * ctx / secs, "rows": float(len(rows))}
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))

@@ -379,7 +379,7 @@ mod tests {
             serde_json::json!({
                 "learning_rate": 0.002, "steps": 30, "batch_size": 8, "warmup_steps": 3,
                 "schedule": "linear", "adapter": {"kind": "lora", "rank": 4, "alpha": 8.0},
-                "answer_only_loss": false, "seed": 11,
+                "answer_only_loss": false, "seed": 11, "save_every": 0,
             })
         );
         // The request itself is not a valid hyper: the job side cannot be handed it by mistake.
