@@ -18,6 +18,7 @@ macro_rules! print {
 
 pub mod bench;
 pub mod cli;
+pub mod dagview;
 pub mod init;
 pub mod mcp;
 
