@@ -55,6 +55,8 @@ impl JobRunner for NotifyingRunner {
 pub struct Session {
     root: PathBuf,
     idle: Mutex<Vec<(Study, Option<git2::Oid>)>>,
+    /// The record-change ticker, started by the first `watch()`.
+    watcher: std::sync::Arc<Mutex<Option<tokio::sync::watch::Sender<u64>>>>,
 }
 
 impl Session {
@@ -63,6 +65,7 @@ impl Session {
         let s = Session {
             root: root.to_path_buf(),
             idle: Mutex::new(Vec::new()),
+            watcher: Default::default(),
         };
         let one = s.open_one()?;
         s.put(one);
@@ -119,4 +122,65 @@ impl Session {
             r
         })
     }
+
+    /// A receiver that ticks (its value grows) whenever the record changes, whoever wrote it:
+    /// this process, another rsim process, an MCP agent, `rsim run`. Every recorded action syncs
+    /// the index, so the index's files changing is the signal; a thread polls their size and
+    /// time every `WATCH_POLL` and stops when every receiver is gone.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut slot = self.watcher.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = slot.as_ref() {
+            return tx.subscribe();
+        }
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let ticker = tx.clone();
+        *slot = Some(tx);
+        let shared = self.watcher.clone();
+        let root = self.root.clone();
+        let spawned = std::thread::Builder::new()
+            .name("rsim-watch".into())
+            .spawn(move || {
+                let mut last = record_stamp(&root);
+                loop {
+                    std::thread::sleep(WATCH_POLL);
+                    {
+                        // Under the lock `watch()` subscribes under: no receiver can appear
+                        // between this check and the thread's end.
+                        let mut slot = shared.lock().unwrap_or_else(|e| e.into_inner());
+                        if ticker.is_closed() {
+                            *slot = None;
+                            return;
+                        }
+                    }
+                    let now = record_stamp(&root);
+                    if now != last {
+                        last = now;
+                        ticker.send_modify(|v| *v += 1);
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the record watcher: {e}");
+            *slot = None;
+        }
+        rx
+    }
+}
+
+/// How often the watcher looks at the record.
+pub const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Sizes and modification times of the index and its write-ahead log: they change with every
+/// recorded action (the commit protocol syncs the index), in any process.
+fn record_stamp(root: &Path) -> Vec<(u64, Option<std::time::SystemTime>)> {
+    let index = crate::model::paths::index_path(root);
+    let mut wal = index.clone().into_os_string();
+    wal.push("-wal");
+    [index, PathBuf::from(wal)]
+        .iter()
+        .map(|p| match std::fs::metadata(p) {
+            Ok(m) => (m.len(), m.modified().ok()),
+            Err(_) => (0, None),
+        })
+        .collect()
 }
