@@ -650,7 +650,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let study = Study::open(&dir)?;
             let rep = crate::campaign::report::build(&study, task.as_deref())?;
             if let Some(h) = html {
-                write_html(h, &rep)?;
+                write_html(h, &study)?;
             }
             if json {
                 print_json(&serde_json::to_value(&rep)?)
@@ -1409,8 +1409,9 @@ fn schemas(out: &Path, check: bool) -> Result<()> {
     Ok(())
 }
 
-fn write_html(path: &Path, rep: &crate::campaign::report::Report) -> Result<()> {
-    std::fs::write(path, crate::campaign::report::html(rep))
+/// The web page as one self-contained file (what `rsim serve` shows, as of now).
+fn write_html(path: &Path, study: &Study) -> Result<()> {
+    std::fs::write(path, crate::faces::web::page::static_page(study)?)
         .map_err(|e| Error::invalid(format!("--html {}: {e}", path.display())))?;
     eprintln!("HTML report: {}", path.display());
     Ok(())
@@ -1513,7 +1514,7 @@ fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
     let study = Study::open(&root)?;
     let rep = crate::campaign::report::build(&study, None)?;
     if let Some(h) = html {
-        write_html(h, &rep)?;
+        write_html(h, &study)?;
     }
     if json {
         print_json(&json!({ "summary": summary, "report": rep }))
