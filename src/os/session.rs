@@ -1,4 +1,4 @@
-//! The session layer every face uses (CLI, MCP, the orchestrator, and next LSP and the web page):
+//! The session layer every face uses (CLI, MCP, the orchestrator, the web page, and next LSP):
 //! study handles shared by many callers, long jobs whose start the face learns about at once,
 //! and the reads a face needs about jobs (progress, log, recorded result).
 //!

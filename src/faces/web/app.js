@@ -91,6 +91,10 @@ async function loadDag() {
       : `${layout.shown} of ${layout.total} nodes shown${layout.summarised ? " (concluded subtrees collapsed)" : ""} · frontier ${layout.frontier.length}` +
         (layout.best ? ` · best ${layout.best}` : "");
     document.body.dataset.nodes = String(layout.shown);
+    // First paint (ms since navigation), for tools/web-bench.sh: the frame after the first draw.
+    if (!document.body.dataset.firstPaint) {
+      requestAnimationFrame(() => { document.body.dataset.firstPaint = performance.now().toFixed(0); });
+    }
   } catch (e) {
     showError("DAG: " + e.message);
   }

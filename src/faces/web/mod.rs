@@ -71,7 +71,11 @@ pub struct Web {
     tick: tokio::sync::watch::Receiver<u64>,
     /// The overview at a tick: a hundred pages reloading on one change read the index once.
     cache: Mutex<Option<(u64, Arc<DagOverview>)>>,
+    /// The default view's JSON at a tick (what every page asks first).
+    layout_cache: Mutex<Option<(u64, Arc<String>)>>,
     study: String,
+    /// A fixed DAG instead of the study's (`rsim bench --web`: a made-up DAG of any size).
+    fixed: Option<Arc<DagOverview>>,
 }
 
 impl Web {
@@ -92,7 +96,24 @@ impl Web {
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             tick,
             cache: Mutex::new(None),
+            layout_cache: Mutex::new(None),
             study,
+            fixed: None,
+        })
+    }
+
+    /// A page whose DAG is `overview` whatever the study holds (benchmarks only).
+    pub fn with_overview(session: Arc<Session>, overview: DagOverview) -> Arc<Web> {
+        let tick = session.watch();
+        Arc::new(Web {
+            session,
+            auth: WebAuth::Observer,
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_EVENT_STREAMS)),
+            tick,
+            cache: Mutex::new(None),
+            layout_cache: Mutex::new(None),
+            study: format!("synthetic DAG of {} nodes", overview.nodes.len()),
+            fixed: Some(Arc::new(overview)),
         })
     }
 
@@ -117,6 +138,9 @@ impl Web {
     }
 
     fn overview(&self) -> crate::util::error::Result<Arc<DagOverview>> {
+        if let Some(o) = &self.fixed {
+            return Ok(o.clone());
+        }
         let tick = *self.tick.borrow();
         if let Some((t, o)) = self
             .cache
@@ -499,17 +523,41 @@ async fn api(
                 Err(m) => return error_response(StatusCode::BAD_REQUEST, &m),
             };
             let w2 = w.clone();
-            ok_json(
-                blocking(move || {
-                    let o = w2.overview()?;
-                    let opts = LayoutOptions {
-                        expand: expand.into_iter().collect::<HashSet<_>>(),
-                        ..Default::default()
-                    };
-                    Ok(dagview::layout(&o, &opts))
-                })
-                .await,
-            )
+            let r = blocking(move || {
+                let tick = *w2.tick.borrow();
+                let default = expand.is_empty();
+                if default
+                    && let Some((t, j)) = w2
+                        .layout_cache
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_ref()
+                    && *t == tick
+                {
+                    return Ok(j.clone());
+                }
+                let o = w2.overview()?;
+                let opts = LayoutOptions {
+                    expand: expand.into_iter().collect::<HashSet<_>>(),
+                    ..Default::default()
+                };
+                let j = Arc::new(serde_json::to_string(&dagview::layout(&o, &opts))?);
+                if default {
+                    *w2.layout_cache.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((tick, j.clone()));
+                }
+                Ok(j)
+            })
+            .await;
+            match r {
+                Ok(j) => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+                    j.as_str().to_owned(),
+                )
+                    .into_response(),
+                Err(e) => from_error(&e),
+            }
         }
         "overview" => ok_json(blocking(move || s.with(page::overview_data)).await),
         "compare" => {
