@@ -19,6 +19,7 @@ macro_rules! print {
 pub mod bench;
 pub mod cli;
 pub mod init;
+pub mod lsp;
 pub mod mcp;
 
 /// Write command output to stdout. A closed pipe ends the process quietly (status 0): the
