@@ -36,3 +36,6 @@ RSIM_BIN=target/debug/rsim RSIM_CONFORMANCE_BIN=target/rsim-conformance tools/mc
 # Real MCP hosts (Claude Code, Codex CLI, Gemini CLI from npm) against a scripted model endpoint on
 # loopback: stdio, HTTP, HTTP with tokens, and `rsim run --worker 'cmd:…'` (about a minute).
 RSIM_BIN=target/debug/rsim tools/hosts.sh
+# The web page in headless Chromium against a real `rsim serve` while a campaign runs (under a
+# minute; installs chromium and playwright-core when missing); screenshots in test-output/web/.
+RSIM_BIN=target/debug/rsim tools/web.sh

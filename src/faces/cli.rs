@@ -215,6 +215,18 @@ pub enum Command {
         /// HTML) on a chain N nodes deep and a DAG N nodes wide, built through branch actions.
         #[arg(long, value_name = "N", conflicts_with = "slurm")]
         views: Option<usize>,
+        /// Instead, serve the web page over a made-up DAG of N nodes (at --http) until
+        /// interrupted, for tools/web-bench.sh to time its first paint in Chromium.
+        #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views"])]
+        web: Option<usize>,
+        /// Address for --web.
+        #[arg(
+            long,
+            value_name = "ADDR",
+            default_value = "127.0.0.1:0",
+            requires = "web"
+        )]
+        http: String,
     },
     /// The cost of one CLI call: times separate rsim processes (this binary) for a query
     /// (`show n0 --json`) and a write (`branch`) on a fresh tiny-arith-ngram study; median and
@@ -599,6 +611,22 @@ pub fn run(cli: Cli) -> Result<()> {
             slurm,
             partition,
             views,
+            web: Some(n),
+            http,
+        } if slurm.is_none() && views.is_none() => {
+            let _ = (nodes, actions, repeat, reuse, partition);
+            crate::faces::bench::web(*n, http, bdir.as_deref())
+        }
+        Command::Bench {
+            nodes,
+            actions,
+            repeat,
+            dir: bdir,
+            reuse,
+            slurm,
+            partition,
+            views,
+            ..
         } => match (slurm, views) {
             (_, Some(n)) => crate::faces::bench::views(*n, bdir.as_deref(), json),
             (Some(n), None) => {
@@ -665,7 +693,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let study = Study::open(&dir)?;
             let rep = crate::campaign::report::build(&study, task.as_deref())?;
             if let Some(h) = html {
-                write_html(h, &rep)?;
+                write_html(h, &study)?;
             }
             if json {
                 print_json(&serde_json::to_value(&rep)?)
@@ -1425,8 +1453,9 @@ fn schemas(out: &Path, check: bool) -> Result<()> {
     Ok(())
 }
 
-fn write_html(path: &Path, rep: &crate::campaign::report::Report) -> Result<()> {
-    std::fs::write(path, crate::campaign::report::html(rep))
+/// The web page as one self-contained file (what `rsim serve` shows, as of now).
+fn write_html(path: &Path, study: &Study) -> Result<()> {
+    std::fs::write(path, crate::faces::web::page::static_page(study)?)
         .map_err(|e| Error::invalid(format!("--html {}: {e}", path.display())))?;
     eprintln!("HTML report: {}", path.display());
     Ok(())
@@ -1529,7 +1558,7 @@ fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
     let study = Study::open(&root)?;
     let rep = crate::campaign::report::build(&study, None)?;
     if let Some(h) = html {
-        write_html(h, &rep)?;
+        write_html(h, &study)?;
     }
     if json {
         print_json(&json!({ "summary": summary, "report": rep }))

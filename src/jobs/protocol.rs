@@ -282,6 +282,11 @@ pub fn progress_in(log: &str) -> Option<Progress> {
     log.lines().rev().find_map(parse_progress)
 }
 
+/// Every progress line of a log, in order: a job's learning curve as it logged it.
+pub fn progress_all(log: &str) -> Vec<Progress> {
+    log.lines().filter_map(parse_progress).collect()
+}
+
 fn parse_progress(line: &str) -> Option<Progress> {
     let l = line.trim();
     let rest = l

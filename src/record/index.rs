@@ -711,6 +711,53 @@ impl Index {
         Ok(rows)
     }
 
+    /// Mean and count of a metric's values per node, for the nodes that have it.
+    pub fn mean_per_node(
+        &self,
+        task: &str,
+        split: &str,
+        name: &str,
+    ) -> Result<Vec<(String, f64, u64)>> {
+        let mut st = self.conn.prepare(
+            "SELECT node, AVG(value), COUNT(*) FROM metrics WHERE task=?1 AND split=?2 AND name=?3 GROUP BY node ORDER BY node",
+        )?;
+        let rows = st
+            .query_map(params![task, split, name], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64))
+            })?
+            .collect::<rusqlite::Result<Vec<(String, f64, u64)>>>()?;
+        Ok(rows)
+    }
+
+    /// Every accepted review that names `node` (its LIKE pre-filter is exact once parsed: the
+    /// caller checks the verdicts), oldest first.
+    pub fn reviews_naming(&self, node: &str) -> Result<Vec<ActionRow>> {
+        let mut st = self.conn.prepare(
+            "SELECT node,seq,commit_oid,record FROM actions WHERE action='review' AND decision='accepted' AND instr(record, ?1) > 0 ORDER BY at, node, seq",
+        )?;
+        let needle = format!("\"{node}\"");
+        let rows = st
+            .query_map([needle], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(node, seq, commit, rec)| {
+                Ok(ActionRow {
+                    node,
+                    seq,
+                    commit,
+                    record: serde_json::from_str(&rec)?,
+                })
+            })
+            .collect()
+    }
+
     /// Every accepted review's request, oldest first.
     pub fn review_requests(&self) -> Result<Vec<serde_json::Value>> {
         let mut st = self.conn.prepare(
