@@ -361,6 +361,11 @@ pub enum Command {
         #[arg(long, default_value_t = 5.0)]
         job_wait: f64,
     },
+    /// Serve an editor over stdio as a language server (what the VS Code extension spawns):
+    /// rsim.toml diagnostics, node hovers, the research DAG and owner commands as the editor's
+    /// user (--agent/--role, default owner). The study: -C or $RSIM_STUDY, else the editor's
+    /// workspace folder (or its nearest ancestor holding .rsim/).
+    Lsp,
     /// Serve the study to many MCP clients over streamable HTTP at /mcp.
     Serve {
         /// Address to listen on, e.g. 127.0.0.1:8765 (port 0 picks a free one; the address is printed on stderr).
@@ -549,6 +554,16 @@ pub fn run(cli: Cli) -> Result<()> {
                 agent_role(&cli)?,
             );
             crate::faces::mcp::serve_stdio(&dir, who, mcp_options(*job_wait)?)
+        }
+        Command::Lsp => {
+            let root = cli
+                .study
+                .clone()
+                .or_else(|| std::env::var_os("RSIM_STUDY").map(PathBuf::from));
+            crate::faces::lsp::serve_stdio(crate::faces::lsp::Options {
+                root,
+                caller: caller(&cli)?,
+            })
         }
         Command::Serve {
             http,
@@ -940,6 +955,7 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         | Command::BenchStrategies { .. }
         | Command::BenchTrain { .. }
         | Command::Mcp { .. }
+        | Command::Lsp
         | Command::Serve { .. }
         | Command::McpConfig { .. }
         | Command::Bench { .. }

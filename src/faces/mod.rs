@@ -20,6 +20,7 @@ pub mod bench;
 pub mod cli;
 pub mod dagview;
 pub mod init;
+pub mod lsp;
 pub mod mcp;
 pub mod web;
 

@@ -261,6 +261,20 @@ const OPEN_INTENTS_DIR: &str = "open";
 /// In the registry: every job directory written before the registry existed has been looked at.
 const SCANNED_FILE: &str = ".scanned";
 
+/// The directories of the jobs whose intent is open (the registry): what is running now (or
+/// orphaned until a recovery records it). Reads one usually small directory.
+pub(in crate::os) fn open_job_dirs(root: &Path) -> Vec<std::path::PathBuf> {
+    let dir = root.join(STATE_DIR).join("jobs");
+    let Ok(entries) = fs::read_dir(dir.join(OPEN_INTENTS_DIR)) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| dir.join(e.file_name()))
+        .collect()
+}
+
 /// The registry entry of the job in `job_dir` (`.rsim/jobs/<id>` → `.rsim/jobs/open/<id>`).
 fn open_intent_entry(job_dir: &Path) -> Option<std::path::PathBuf> {
     Some(

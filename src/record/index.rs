@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::model::{ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict};
 use crate::record::{CommittedAction, Record};
@@ -179,6 +179,35 @@ fn set_up(conn: &Connection) -> Result<bool> {
 fn set_synchronous(conn: &Connection, durable: bool) -> Result<()> {
     conn.pragma_update(None, "synchronous", if durable { "FULL" } else { "NORMAL" })?;
     Ok(())
+}
+
+/// Tells whether the index changed since it last asked — a commit by any connection, in this
+/// process or another — without reading a table: SQLite's `PRAGMA data_version` on a connection of
+/// its own that never writes (a connection's own commits do not move its `data_version`). The
+/// commit protocol syncs the index with every recorded action, so a change of the record is a
+/// change here; claims, holds and pending markers of writers in flight move it too. Its cost does
+/// not depend on the size of the study (one read of the WAL index header).
+pub struct Changes {
+    conn: Connection,
+}
+
+impl Changes {
+    /// Open the study's index read-only (it must exist: the study was opened before).
+    pub fn open(path: &Path) -> Result<Changes> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        Ok(Changes { conn })
+    }
+
+    /// A number that differs from the last one read exactly when another connection committed.
+    pub fn version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
 }
 
 impl Index {
@@ -1022,5 +1051,26 @@ mod tests {
         assert!(ix.pending().expect("pending").is_empty());
         drop(ix);
         assert!(!Index::open(&path).expect("open").needs_rebuild);
+    }
+
+    #[test]
+    fn changes_sees_another_connections_commit_and_nothing_else() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let path = d.path().join("index.sqlite");
+        let writer = Index::open(&path).expect("create");
+        let changes = Changes::open(&path).expect("watch");
+        let v0 = changes.version().expect("version");
+        assert_eq!(
+            changes.version().expect("version"),
+            v0,
+            "moved without a write"
+        );
+        writer.mark_pending("n1").expect("mark");
+        let v1 = changes.version().expect("version");
+        assert_ne!(v1, v0, "a commit by another connection was not seen");
+        // A second handle, as another process would hold.
+        let other = Index::open(&path).expect("open");
+        other.mark_pending("n2").expect("mark");
+        assert_ne!(changes.version().expect("version"), v1);
     }
 }
