@@ -20,7 +20,8 @@
 // click a collapsed node (it shows "+N") → onExpand(node.expand, node) when given (pass that id
 // back in the layout request's expand list), else onSelect;
 // double-click the background to fit; hover shows the node's title. Nodes are coloured by their
-// latest review verdict (promising green, needs_more_seeds amber, dead_end red; unreviewed: open
+// latest review verdict (promising green, needs_more_seeds amber, still_learning light blue,
+// dead_end red; unreviewed: open
 // blue, concluded grey) and labelled with their id and mean dev score when zoomed in enough.
 // Every string is drawn as text (canvas fillText, DOM textContent), never parsed as HTML, and
 // bidirectional-override characters are shown as "?" so a title cannot reorder what is shown.
@@ -28,6 +29,7 @@
 const COLORS = {
   promising: "#2e9d4c",
   needs_more_seeds: "#d69a00",
+  still_learning: "#5aa0e6",
   dead_end: "#c8423b",
   open: "#2f6fd6",
   concluded: "#8a8f98",

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub use environment::{NixPin, host_fingerprint, is_pinned, pin_flake};
 pub use local::LocalRunner;
-pub use protocol::{JobParams, Progress, progress_all, progress_in};
+pub use protocol::{JobParams, Progress, progress_in};
 
 use crate::model::{JobKind, JobRecord};
 use crate::util::error::{Error, IoContext, Result};

@@ -99,7 +99,8 @@ impl Study {
     }
 }
 
-/// One training run's loss per logged step (from its job's progress lines).
+/// One training run's loss per logged step: the curve its run_sft result records, or for a run
+/// still going (or recorded before results carried curves) its job's progress lines.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LossCurve {
     pub node: String,
@@ -175,6 +176,16 @@ impl Study {
         }
     }
 
+    /// A job's loss per logged step from its log (live while it runs).
+    fn log_curve(&self, job: &str) -> Vec<[f64; 2]> {
+        self.loss_curve(job, CURVE_LOG_BYTES)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, l)| l.is_finite())
+            .map(|(s, l)| [s as f64, l])
+            .collect()
+    }
+
     /// The loss curves of a node's training runs (accepted `run_sft` actions with a job).
     pub fn loss_curves(&self, node: &str) -> Result<Vec<LossCurve>> {
         self.need_node(node)?;
@@ -185,11 +196,25 @@ impl Study {
                 continue;
             }
             let Some(job) = &rec.job else { continue };
-            let log = self.job_log(&job.id, CURVE_LOG_BYTES).unwrap_or_default();
-            let points = crate::jobs::progress_all(&log)
-                .into_iter()
-                .filter_map(|p| p.loss.filter(|l| l.is_finite()).map(|l| [p.step as f64, l]))
-                .collect();
+            // The curve run_sft recorded with its result; a run recorded before results
+            // carried one: its job's progress lines.
+            let recorded: Vec<[f64; 2]> = rec
+                .result
+                .as_ref()
+                .and_then(|v| v.get("curve"))
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| Some([p.get("step")?.as_f64()?, p.get("loss")?.as_f64()?]))
+                        .filter(|p| p[1].is_finite())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let points = if recorded.is_empty() {
+                self.log_curve(&job.id)
+            } else {
+                recorded
+            };
             out.push(LossCurve {
                 node: node.to_string(),
                 seq: r.seq,
@@ -203,14 +228,10 @@ impl Study {
             if j.action != ActionName::RunSft {
                 continue;
             }
-            let log = self.job_log(&j.job, CURVE_LOG_BYTES).unwrap_or_default();
             out.push(LossCurve {
                 node: node.to_string(),
                 seq: 0,
-                points: crate::jobs::progress_all(&log)
-                    .into_iter()
-                    .filter_map(|p| p.loss.filter(|l| l.is_finite()).map(|l| [p.step as f64, l]))
-                    .collect(),
+                points: self.log_curve(&j.job),
                 job: j.job,
                 seed: j.seed,
                 state: "running".into(),

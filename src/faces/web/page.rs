@@ -78,7 +78,7 @@ const BODY: &str = r#"<header class="top">
   <section class="dag-pane">
     <div class="toolbar">
       <button id="fit" type="button">fit</button>
-      <span class="legend"><i class="k promising"></i>promising <i class="k needs_more_seeds"></i>needs more seeds <i class="k dead_end"></i>dead end <i class="k open"></i>open <i class="k concluded"></i>concluded <i class="k best"></i>best path <span class="muted">▪ +N collapsed (click to expand)</span></span>
+      <span class="legend"><i class="k promising"></i>promising <i class="k needs_more_seeds"></i>needs more seeds <i class="k still_learning"></i>still learning <i class="k dead_end"></i>dead end <i class="k open"></i>open <i class="k concluded"></i>concluded <i class="k best"></i>best path <span class="muted">▪ +N collapsed (click to expand)</span></span>
     </div>
     <div id="dag" class="dag"></div>
   </section>
