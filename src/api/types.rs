@@ -381,8 +381,8 @@ pub struct Trend {
     /// started from (absent when fewer than two of them were scored on this task and split).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gain_per_1k: Option<Estimate>,
-    /// The training loss is still falling: the slope is below -0.1 (10% per 1,000 steps) and,
-    /// over two or more runs, so is the upper end of its interval.
+    /// The training loss is still falling: its slope is below -0.1 (10% per 1,000 steps) on
+    /// average and below 0 in every run.
     pub still_learning: bool,
 }
 

@@ -929,13 +929,11 @@ mod tests {
     use crate::api::types::Estimate;
 
     fn node(rung: u32) -> NodeState {
-        let mut r = Recipe {
+        let r = Recipe {
             rung,
-            ..Default::default()
+            init: if rung > 0 { Init::Parent } else { Init::Base },
+            ..Recipe::default()
         };
-        if rung > 0 {
-            r.init = Init::Parent;
-        }
         NodeState {
             id: "n3".into(),
             title: r.title(),

@@ -326,7 +326,7 @@ pub enum Command {
         experiments: u64,
         #[arg(long, default_value_t = 150)]
         steps: u64,
-        /// Strategies to run (default: all three).
+        /// Strategies to run (default: all four).
         #[arg(long, value_enum)]
         strategy: Vec<crate::campaign::Strategy>,
         /// Keep the studies here (default: a temporary directory, removed after).

@@ -555,7 +555,8 @@ pub fn train(
             recent.pop_front();
         }
         if (step + 1) % 50 == 0 || step + 1 == steps {
-            progress(step + 1, l);
+            // The mean over the last 20 steps: one batch's loss is too noisy for a curve.
+            progress(step + 1, recent.iter().sum::<f64>() / recent.len() as f64);
         }
         if save_every > 0 && (step + 1) % save_every == 0 && step + 1 < steps {
             save(step + 1)?;
