@@ -187,7 +187,8 @@ function renderPanel(d) {
       : el("p", { class: "muted" }, "no job"));
   const curveSec = section("Learning curves", curveChart([{ node: n.id, curves: d.curves }]));
   const write = writeForm(n);
-  panel.replaceChildren(head, dev, hyp, notes, reviews, curveSec, jobSec, actions, write);
+  // replaceChildren would write a null as the text "null".
+  panel.replaceChildren(...[head, dev, hyp, notes, reviews, curveSec, jobSec, actions, write].filter(Boolean));
   const live = jobs.find((j) => j.running);
   if (live && !STATIC) showLog(live, logBox);
 }
@@ -263,7 +264,7 @@ function curveChart(groups) {
       const hi = steps.map((x) => [x, Math.max(...by.get(x))]);
       const band = hi.concat(lo.reverse()).map(([x, y]) => sx(x) + "," + sy(y)).join(" ");
       root.appendChild(svg("polygon", { points: band, fill: color, "fill-opacity": 0.15, stroke: "none", class: "band" }));
-      root.appendChild(svg("polyline", { points: mean.map(([x, y]) => sx(x) + "," + sy(y)).join(" "), fill: "none", stroke: color, "stroke-width": 2.5, class: "mean" }));
+      root.appendChild(svg("polyline", { points: mean.map(([x, y]) => sx(x) + "," + sy(y)).join(" "), fill: "none", stroke: color, "stroke-width": 2.5, class: "mean-line" }));
     }
   });
   const legend = el("div", { class: "legend" }, groups.map((g, gi) => {
