@@ -454,6 +454,9 @@ async fn login(w: &Web, headers: &HeaderMap, body: Body) -> Response {
     let form = query(std::str::from_utf8(&bytes).ok());
     let token = form.get("token").map(|t| t.trim()).unwrap_or("");
     if token.is_empty() || !map.contains_key(token) {
+        // A wrong token costs its sender a pause (tokens are 16+ characters; this only slows a
+        // guesser on one connection further).
+        tokio::time::sleep(Duration::from_millis(250)).await;
         return html(StatusCode::UNAUTHORIZED, "That token is not valid.");
     }
     let cookie = format!(
