@@ -23,8 +23,10 @@ pub const NAME_PATTERN: &str = r"^[a-z0-9][a-z0-9_-]{0,63}$";
 pub const CHECKPOINT_PATTERN: &str = r"^(base|[0-9a-f]{64})$";
 /// A job id.
 pub const JOB_ID_PATTERN: &str = r"^j-[0-9a-f]{16}$";
-/// A page cursor: `c1.<query>.<fingerprint of the query's other fields>.<position>`.
-pub const CURSOR_PATTERN: &str = r"^c1\.(list_nodes|log|dag)\.[0-9a-f]{8}\.[0-9]{1,10}$";
+/// A page cursor: `c1.<query>.<fingerprint of the query's other fields>.<position>`, the position
+/// a count of items given or (`log`) `k` and the hex of the last item's sort key.
+pub const CURSOR_PATTERN: &str =
+    r"^c1\.(list_nodes|log|dag)\.[0-9a-f]{8}\.([0-9]{1,10}|k[0-9a-f]{2,512})$";
 /// Default bound of a growing answer (`list_nodes`, `log`, `dag`), in tokens estimated as the
 /// answer's JSON bytes / 4: well under the 25,000 tokens an agent host keeps of a tool's output.
 pub const DEFAULT_MAX_TOKENS: u64 = 8000;
@@ -344,8 +346,9 @@ pub struct CompareRow {
     pub ci95: Option<[f64; 2]>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best: Option<f64>,
-    /// The scores the mean is over: evaluations of the node's checkpoints, except those kept
-    /// part-way through a run (`eval_every`), which go into `trend.gain_per_1k`.
+    /// The scores the mean is over, oldest first: evaluations of the node's checkpoints, except
+    /// those kept part-way through a run (`eval_every`), which go into `trend.gain_per_1k`. At
+    /// most the last 50 are listed (the answer stays bounded); `n` counts them all.
     pub values: Vec<f64>,
     /// How the node's runs were still moving at their end (absent when no run recorded a
     /// learning curve).

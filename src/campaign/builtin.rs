@@ -308,6 +308,17 @@ impl ReviewerAgent for BuiltinReviewer {
         if let Some(b) = st.best_by_dev(false) {
             related.insert(b.id.clone());
         }
+        // And the other nodes of each target's rung: promotion to the next rung is among them.
+        let rung_of = |n: &NodeState| n.recipe.as_ref().map_or(0, |r| r.rung);
+        for id in &t.targets {
+            if let Some(n) = st.nodes.get(id)
+                && rung_of(n) > 0
+            {
+                for p in st.campaign_nodes().filter(|p| rung_of(p) == rung_of(n)) {
+                    related.insert(p.id.clone());
+                }
+            }
+        }
         let compared: Vec<String> = related.into_iter().take(64).collect();
         let rows = if compared.len() >= 2 {
             study
@@ -364,31 +375,49 @@ impl ReviewerAgent for BuiltinReviewer {
                 reason: judged.reason,
             });
         }
-        // Successive halving (as in ASHA): above the first rung, only the better third of the
-        // nodes a rung has seen so far — by projected dev score — go on to the next. At the first
-        // rung every direction still learning goes on: at a small budget exact match lags the loss
-        // (a format can score 0.01 at 600 steps and 0.75 at 1,200).
-        to_continue.retain(|(n, projected, _)| {
-            let rung = n.recipe.as_ref().map_or(0, |r| r.rung);
-            if rung == 0 {
-                return true;
+        // Successive halving above the first rung: when the last node of a rung concludes, the
+        // better third of the rung (η = 3, by projected dev, among those still learning) goes on
+        // to the next; until then its nodes wait. At the first rung every direction still learning
+        // goes on: at a small budget exact match lags the loss (a format can score 0.01 at 600
+        // steps and 0.75 at 1,200).
+        to_continue.retain(|(n, _, _)| rung_of(n) == 0);
+        let rungs: BTreeSet<u32> = t
+            .targets
+            .iter()
+            .filter_map(|id| st.nodes.get(id))
+            .map(rung_of)
+            .filter(|r| *r > 0)
+            .collect();
+        for rung in rungs {
+            let peers: Vec<&NodeState> =
+                st.campaign_nodes().filter(|p| rung_of(p) == rung).collect();
+            if peers.iter().any(|p| p.status == NodeStatus::Open) {
+                continue;
             }
-            let mut peers: Vec<f64> = st
-                .campaign_nodes()
-                .filter(|p| p.recipe.as_ref().is_some_and(|r| r.rung == rung))
-                .filter_map(|p| {
-                    let m = mean_of(&p.id)?.0;
-                    let g = trend_of(&p.id)
-                        .and_then(|t| t.gain_per_1k)
-                        .map_or(0.0, |g| g.mean.max(0.0));
-                    Some(project(m, g, t.opts.steps))
+            let mut judged: Vec<(&NodeState, Judged)> = peers
+                .iter()
+                .map(|p| {
+                    (
+                        *p,
+                        judge(p, mean_of(&p.id), trend_of(&p.id), best_mean, t.opts.steps),
+                    )
                 })
                 .collect();
-            peers.sort_by(|a, b| b.total_cmp(a));
+            judged.sort_by(|a, b| {
+                b.1.projected
+                    .total_cmp(&a.1.projected)
+                    .then_with(|| a.0.id.cmp(&b.0.id))
+            });
             let keep = peers.len().div_ceil(HALVING_ETA).max(1);
-            let rank = peers.iter().filter(|p| **p > *projected + 1e-12).count();
-            rank < keep
-        });
+            for (p, j) in judged.into_iter().take(keep) {
+                let continued_already = st
+                    .campaign_nodes()
+                    .any(|c| c.parents.first() == Some(&p.id) && rung_of(c) == rung + 1);
+                if j.continue_it && !continued_already {
+                    to_continue.push((p, j.projected, j.evidence));
+                }
+            }
+        }
         to_continue.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
         promising.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
 
@@ -409,8 +438,11 @@ impl ReviewerAgent for BuiltinReviewer {
                     &c,
                     &format!(
                         "Continue {} from its best checkpoint for {} more steps (rung {} of \
-                         successive halving): {evidence}; projected dev {projected:.3}.",
-                        n.id, t.opts.steps, c.rung
+                         successive halving): {evidence}; projected dev {:.3}.",
+                        n.id,
+                        t.opts.steps,
+                        c.rung,
+                        projected.min(1.0)
                     ),
                 ));
             }
@@ -474,7 +506,6 @@ impl ReviewerAgent for BuiltinReviewer {
         // from exploration (refinements, merges, replications), as successive halving keeps it
         // for promotions.
         let seeds = u64::from(t.opts.seeds_per_node.max(1));
-        let rung_of = |n: &NodeState| n.recipe.as_ref().map_or(0, |r| r.rung);
         let climbing = to_continue
             .iter()
             .map(|(n, _, _)| rung_of(n) + 1)
@@ -614,9 +645,11 @@ struct Judged {
     evidence: String,
 }
 
-/// Dev score after `steps` more steps at `gain` per 1,000 (never above 1).
+/// Dev score after `steps` more steps at `gain` per 1,000, extrapolated linearly. It ranks who
+/// gains most from more budget, so it is not capped at 1 (a steep learner ranks above a flat one
+/// even when both would pass 1); it is shown capped.
 fn project(mean: f64, gain: f64, steps: u64) -> f64 {
-    (mean + gain.max(0.0) * steps as f64 / 1000.0).min(1.0)
+    mean + gain.max(0.0) * steps as f64 / 1000.0
 }
 
 fn ci_text(ci: Option<[f64; 2]>, digits: usize) -> String {
@@ -695,7 +728,8 @@ fn judge(
                 "not yet rather than no: exact match has not left the floor, but the training loss is still falling at a small budget".to_string()
             } else {
                 format!(
-                    "not yet rather than no: dev is still rising at a small budget (projected {projected:.3} after {steps} more steps)"
+                    "not yet rather than no: dev is still rising at a small budget (projected {:.3} after {steps} more steps)",
+                    projected.min(1.0)
                 )
             },
         )

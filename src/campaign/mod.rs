@@ -573,7 +573,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                         targets: targets.clone(),
                         caller: reviewer_caller.clone(),
                         opts: opts.clone(),
-                        budget_left: left,
+                        budget_left: free_budget(&st, &opts, left),
                         guard_active: guard,
                         lock_in: lock.clone(),
                         opening,
@@ -740,7 +740,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     targets,
                     caller: reviewer_caller.clone(),
                     opts: opts.clone(),
-                    budget_left: budget.left(),
+                    budget_left: free_budget(&st, &opts, budget.left()),
                     guard_active: true,
                     lock_in: lock,
                     opening: false,
@@ -1025,6 +1025,20 @@ fn anchor_of(st: &CampaignState, targets: &[String]) -> String {
     }
 }
 
+/// Runs open directions still need (seeds not yet run).
+fn open_needs(st: &CampaignState, opts: &RunOptions) -> u64 {
+    st.campaign_nodes()
+        .filter(|n| n.status == NodeStatus::Open)
+        .map(|n| (opts.seeds_per_node as u64).saturating_sub(n.experiments.len() as u64))
+        .sum()
+}
+
+/// The budget a reviewer may propose new work with: what is left, less what open directions
+/// still need.
+fn free_budget(st: &CampaignState, opts: &RunOptions, left: u64) -> u64 {
+    left.saturating_sub(open_needs(st, opts))
+}
+
 /// Branch the reviewers' proposals that are not branched yet, within the budget. Under an active
 /// lock-in guard, refinements inside the dominant direction wait until a review opened another.
 fn branch_proposals(
@@ -1036,14 +1050,7 @@ fn branch_proposals(
     progress: &Progress,
 ) -> Result<()> {
     let done = st.branched_proposals();
-    let open_needs: u64 = st
-        .campaign_nodes()
-        .filter(|n| n.status == NodeStatus::Open)
-        .map(|n| (opts.seeds_per_node as u64).saturating_sub(n.experiments.len() as u64))
-        .sum();
-    let mut room = left
-        .saturating_sub(open_needs)
-        .div_ceil(opts.seeds_per_node.max(1) as u64);
+    let mut room = free_budget(st, opts, left).div_ceil(opts.seeds_per_node.max(1) as u64);
     let lock = st.lock_in();
     let guard = guard_active(opts, st, &lock);
     for rv in &st.reviews {

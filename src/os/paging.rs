@@ -4,8 +4,11 @@
 //!
 //! A cursor is `c1.<query>.<fingerprint>.<position>`: the fingerprint is the first 8 hex digits
 //! of the sha256 of the query's other fields, so a cursor passed to another query (or to the same
-//! query with another filter) is refused instead of silently paging something else. Positions are
-//! positions in the answer's order: an action recorded between two pages of `log` shifts it by one.
+//! query with another filter) is refused instead of silently paging something else. The position
+//! is either a count of items already given (`list_nodes`, `dag`: their order only grows at the
+//! end) or, for `log` (newest first, so new actions arrive at the front), `k` and the hex of the
+//! last item's sort key: the next page starts strictly after that item, whatever was recorded
+//! between the pages.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -68,6 +71,41 @@ pub fn start(query: &str, request: &Value, cursor: Option<&str>, offset: u64) ->
         .map_err(|_| Error::invalid(format!("cursor: {c:?} is not a cursor")))
 }
 
+/// Where a keyset-paged answer (`log`) starts: after the item whose sort key the cursor holds,
+/// or at the top without a cursor.
+pub fn start_after(query: &str, request: &Value, cursor: Option<&str>) -> Result<Option<Value>> {
+    let Some(c) = cursor else {
+        return Ok(None);
+    };
+    let bad = || Error::invalid(format!("cursor: {c:?} is not a cursor"));
+    let parts: Vec<&str> = c.split('.').collect();
+    let [_, q, fp, pos] = parts[..] else {
+        return Err(bad());
+    };
+    if q != query {
+        return Err(Error::invalid(format!(
+            "cursor: this cursor pages a {q} answer, not {query}; pass it back to the query that returned it"
+        )));
+    }
+    if fp != fingerprint(request) {
+        return Err(Error::invalid(
+            "cursor: this cursor belongs to another query (its filters differ); page with the same fields as the answer that returned it",
+        ));
+    }
+    let key = pos.strip_prefix('k').ok_or_else(bad)?;
+    let bytes = hex::decode(key).map_err(|_| bad())?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|_| bad())
+}
+
+/// A cursor that starts the next page after the item with this sort key.
+pub fn key_cursor(query: &str, request: &Value, key: &Value) -> String {
+    format!(
+        "c1.{query}.{}.k{}",
+        fingerprint(request),
+        hex::encode(key.to_string())
+    )
+}
+
 pub fn cursor(query: &str, request: &Value, position: u64) -> String {
     format!("c1.{query}.{}.{position}", fingerprint(request))
 }
@@ -106,6 +144,26 @@ mod tests {
         let other = json!({"status": "concluded", "limit": 100});
         let e = start("list_nodes", &other, Some(&c), 0).expect_err("other filter");
         assert!(e.message.contains("another query"), "{}", e.message);
+    }
+
+    #[test]
+    fn key_cursors_carry_the_last_item_and_belong_to_their_query() {
+        let req = json!({"node": "n3", "limit": 100});
+        let key = json!(["2026-12-01T11:56:38.812Z", "n3", 7]);
+        let c = key_cursor("log", &req, &key);
+        assert_eq!(
+            start_after("log", &req, Some(&c)).expect("start"),
+            Some(key)
+        );
+        assert_eq!(start_after("log", &req, None).expect("start"), None);
+        let e = start_after("log", &json!({"node": "n4", "limit": 100}), Some(&c))
+            .expect_err("other filter");
+        assert!(e.message.contains("another query"), "{}", e.message);
+        let positional = cursor("log", &req, 40);
+        assert!(start_after("log", &req, Some(&positional)).is_err());
+        let garbage = format!("{}.kzz", c.rsplit_once('.').expect("dots").0);
+        let e = start_after("log", &req, Some(&garbage)).expect_err("garbage");
+        assert!(e.message.contains("not a cursor"), "{}", e.message);
     }
 
     #[test]

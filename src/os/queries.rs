@@ -336,12 +336,23 @@ impl Study {
             return Err(Error::not_found(format!("node: no node {n}")));
         }
         let request = serde_json::to_value(&req)?;
-        let start = paging::start("log", &request, req.cursor.as_deref(), 0)?;
+        let after = paging::start_after("log", &request, req.cursor.as_deref())?;
+        let after = match &after {
+            Some(k) => Some(match (k[0].as_str(), k[1].as_str(), k[2].as_u64()) {
+                (Some(at), Some(node), Some(seq)) => (at, node, seq as u32),
+                _ => {
+                    return Err(Error::invalid(
+                        "cursor: it does not hold a log position; pass back the next_cursor log returned",
+                    ));
+                }
+            }),
+            None => None,
+        };
         let mut rows = self.index.actions_page(
             req.node.as_deref(),
             req.include_rejected,
             req.limit + 1,
-            start,
+            after,
         )?;
         let more = rows.len() as u64 > req.limit;
         rows.truncate(req.limit as usize);
@@ -354,12 +365,11 @@ impl Study {
         let mut actions: Vec<ActionSummary> = rows.into_iter().map(summary_of).collect();
         let fetched = actions.len();
         actions.truncate(paging::fit(&actions, req.max_tokens, overhead)?);
-        if more || actions.len() < fetched {
-            out.next_cursor = Some(paging::cursor(
-                "log",
-                &request,
-                start + actions.len() as u64,
-            ));
+        if (more || actions.len() < fetched)
+            && let Some(last) = actions.last()
+        {
+            let key = serde_json::json!([last.at, last.node, last.seq]);
+            out.next_cursor = Some(paging::key_cursor("log", &request, &key));
         }
         out.actions = actions;
         out.tokens = paging::tokens_field(serde_json::to_vec(&out)?.len());

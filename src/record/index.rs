@@ -465,29 +465,39 @@ impl Index {
         include_rejected: bool,
         limit: u64,
     ) -> Result<Vec<ActionRow>> {
-        self.actions_page(node, include_rejected, limit, 0)
+        self.actions_page(node, include_rejected, limit, None)
     }
 
     /// Actions, newest first, from position `offset`.
+    /// Actions newest first (by time, then node and seq, descending), optionally only those
+    /// strictly after `after` — the sort key `(at, node, seq)` of the last action of the previous
+    /// page — so a page never repeats or skips one whatever is recorded between pages.
     pub fn actions_page(
         &self,
         node: Option<&str>,
         include_rejected: bool,
         limit: u64,
-        offset: u64,
+        after: Option<(&str, &str, u32)>,
     ) -> Result<Vec<ActionRow>> {
         let mut st = self.conn.prepare(
             "SELECT node,seq,commit_oid,record FROM actions
              WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
-             ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3 OFFSET ?4",
+               AND (?4 IS NULL OR (at, length(node), node, seq) < (?4, length(?5), ?5, ?6))
+             ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3",
         )?;
+        let (at, after_node, after_seq) = match after {
+            Some((a, n, q)) => (Some(a), Some(n), Some(q)),
+            None => (None, None, None),
+        };
         let rows = st
             .query_map(
                 params![
                     node,
                     include_rejected,
                     limit.min(i64::MAX as u64) as i64,
-                    offset as i64
+                    at,
+                    after_node,
+                    after_seq
                 ],
                 |r| {
                     Ok((

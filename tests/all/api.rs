@@ -955,6 +955,24 @@ fn growing_answers_stop_at_their_token_bound_and_page_with_cursors() {
     assert_eq!(e.kind, ErrorKind::Invalid);
     assert!(e.message.contains("cursor"), "{}", e.message);
     assert_eq!(git_state(&root), before);
+    // An action recorded between two pages of the log (newest first) neither repeats nor skips
+    // one: the cursor holds the last action given, not a count.
+    let first = s
+        .call(&owner(), "log", json!({"max_tokens": 800, "limit": 1000}))
+        .expect("log");
+    let given = first["actions"].as_array().expect("actions").len();
+    branch(&s, &["n0"], "recorded between two pages");
+    let second = s
+        .call(
+            &owner(),
+            "log",
+            json!({"max_tokens": 800, "limit": 1000, "cursor": first["next_cursor"]}),
+        )
+        .expect("next page");
+    assert_eq!(
+        second["actions"][0], all["actions"][given],
+        "the page after the first starts where it stopped"
+    );
 }
 
 #[test]

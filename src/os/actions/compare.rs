@@ -2,6 +2,9 @@
 
 use crate::os::*;
 
+/// Scores listed per row of a comparison (all of them count in its mean and interval).
+const MAX_LISTED_VALUES: usize = 50;
+
 impl Study {
     pub(in crate::os) fn exec_compare(
         &self,
@@ -32,14 +35,16 @@ impl Study {
                 .iter()
                 .copied()
                 .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
+            let n_values = values.len() as u64;
+            let listed = values[values.len().saturating_sub(MAX_LISTED_VALUES)..].to_vec();
             rows.push(CompareRow {
                 node: n.clone(),
                 title: node.title,
-                n: values.len() as u64,
+                n: n_values,
                 mean,
                 ci95,
                 best,
-                values,
+                values: listed,
                 trend,
             });
         }
