@@ -9,7 +9,6 @@ import {
   LanguageClient,
   LanguageClientOptions,
   ServerOptions,
-  TransportKind,
 } from "vscode-languageclient/node";
 
 let client: LanguageClient | undefined;
@@ -243,7 +242,7 @@ export async function activate(ctx: vscode.ExtensionContext) {
     return;
   }
   const args = study ? ["-C", study, "lsp"] : ["lsp"];
-  const serverOptions: ServerOptions = { command: rsim, args, transport: TransportKind.stdio };
+  const serverOptions: ServerOptions = { command: rsim, args };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [
       { scheme: "file", pattern: "**/rsim.toml" },
@@ -253,8 +252,20 @@ export async function activate(ctx: vscode.ExtensionContext) {
     ],
     outputChannel: out,
   };
+  const tree = new ResearchTree();
+  const view = vscode.window.createTreeView("rsimResearch", { treeDataProvider: tree });
+  ctx.subscriptions.push(view);
+  const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 10);
+  status.command = "rsim.openDag";
+  ctx.subscriptions.push(status);
+
   client = new LanguageClient("rsim", "rsim", serverOptions, clientOptions);
-  await client.start();
+  try {
+    await client.start();
+  } catch (e: any) {
+    view.message = `rsim lsp did not start: ${e.message ?? e} (see the "rsim" output; settings rsim.path, rsim.studyFolder)`;
+    return;
+  }
 
   // Read-only node documents.
   const docs = new (class implements vscode.TextDocumentContentProvider {
@@ -266,13 +277,6 @@ export async function activate(ctx: vscode.ExtensionContext) {
     }
   })();
   ctx.subscriptions.push(vscode.workspace.registerTextDocumentContentProvider("rsim", docs));
-
-  const tree = new ResearchTree();
-  const view = vscode.window.createTreeView("rsimResearch", { treeDataProvider: tree });
-  ctx.subscriptions.push(view);
-  const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 10);
-  status.command = "rsim.openDag";
-  ctx.subscriptions.push(status);
 
   let pending: NodeJS.Timeout | undefined;
   const refresh = async () => {
