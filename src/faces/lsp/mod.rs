@@ -35,6 +35,8 @@ use crate::util::error::{Error, Result};
 
 /// Documents larger than this are not kept or checked (a clear diagnostic says so).
 pub const MAX_DOCUMENT_BYTES: usize = 4 << 20;
+/// Open documents kept at once (beyond it, a newly opened document is not kept: no hovers there).
+pub const MAX_DOCUMENTS: usize = 256;
 /// Nodes a workspace-symbol search looks through (beyond it, narrow the query in the DAG view).
 const SYMBOL_SCAN_NODES: usize = 20_000;
 /// Symbols a search answers with.
@@ -351,8 +353,9 @@ impl Backend {
                 severity: Some(DiagnosticSeverity::WARNING),
                 source: Some("rsim".into()),
                 message: format!(
-                    "not checked: the document is larger than {} MiB",
-                    MAX_DOCUMENT_BYTES >> 20
+                    "not checked: the document is larger than {} MiB, or {} documents are open",
+                    MAX_DOCUMENT_BYTES >> 20,
+                    MAX_DOCUMENTS
                 ),
                 ..Diagnostic::default()
             }],
@@ -363,10 +366,13 @@ impl Backend {
     async fn set_document(&self, uri: Uri, text: String, version: i32) {
         let key = uri.as_str().to_string();
         let fits = text.len() <= MAX_DOCUMENT_BYTES;
-        if fits {
-            lock(&self.s.docs).insert(key.clone(), text);
-        } else {
-            lock(&self.s.docs).remove(&key);
+        {
+            let mut docs = lock(&self.s.docs);
+            if fits && (docs.len() < MAX_DOCUMENTS || docs.contains_key(&key)) {
+                docs.insert(key.clone(), text);
+            } else {
+                docs.remove(&key);
+            }
         }
         if config::is_config_uri(&key) {
             let t = fits
