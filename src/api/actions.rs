@@ -168,10 +168,10 @@ declare_actions! {
         "Evaluate a checkpoint on a task's dev split (per-item results) or protected test split (aggregate scores only, limited per node) with the study's pinned evaluator, as a job.";
     Compare: "compare", Write, [Owner, Worker, Reviewer],
         CompareRequest => CompareResult, compare / compare_checked,
-        "Compare one metric across related nodes: per node the number of evaluations, mean, 95% interval and best value. Recorded on `node`.";
+        "Compare one metric across related nodes: per node the number of evaluations, mean, 95% interval and best value, and the trend at the end of its runs (training-loss slope and metric gain per 1,000 steps with 95% intervals across runs, steps trained, still learning or not). Recorded on `node`.";
     Review: "review", Write, [Owner, Reviewer],
         ReviewRequest => ReviewResult, review / review_checked,
-        "Reviewers only: record verdicts (promising, dead_end, needs_more_seeds) on related nodes and propose new directions, which may have two parents.";
+        "Reviewers only: record verdicts (promising, dead_end, needs_more_seeds, still_learning) on related nodes and propose new directions, which may have two parents.";
     Conclude: "conclude", Write, [Owner, Worker, Reviewer],
         ConcludeRequest => ConcludeResult, conclude / conclude_checked,
         "Close a node with its findings (written to its notes.md) and outcome. A concluded node takes no more experiments; branch from it to continue.";

@@ -192,10 +192,55 @@ pub struct RunSftRequest {
     pub answer_only_loss: bool,
     #[serde(default)]
     pub seed: u64,
+    /// Keep a checkpoint every this many steps and score each, and the final one, on the dev
+    /// split of `eval_task` with the pinned evaluator (0, the default: no intermediate
+    /// checkpoints). Each score is an `evaluate` action of its own, recorded after this run and
+    /// counted against the evaluation budget; never the test split.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = 10000000))]
+    pub eval_every: u64,
+    /// The task whose dev split `eval_every` scores (required with `eval_every`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(NAME_PATTERN))]
+    pub eval_task: Option<String>,
 }
 
 fn yes() -> bool {
     true
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// One point of a training run's learning curve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LossPoint {
+    pub step: u64,
+    /// Training loss the trainer logged at that step.
+    pub loss: f64,
+}
+
+/// A checkpoint kept part-way through a run (`eval_every`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepCheckpoint {
+    pub step: u64,
+    pub checkpoint: String,
+}
+
+/// One dev score of a run's checkpoint at a step (`eval_every`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DevPoint {
+    pub step: u64,
+    pub checkpoint: String,
+    /// The evaluation's scores (empty when it was refused or its job failed).
+    pub metrics: BTreeMap<String, f64>,
+    /// Why there is no score: the policy's refusal or the job's failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -207,6 +252,17 @@ pub struct RunSftResult {
     pub checkpoint: Option<String>,
     /// Numbers the trainer reported (e.g. final loss).
     pub train_metrics: BTreeMap<String, f64>,
+    /// The learning curve: the training loss at each step the trainer logged (its progress
+    /// lines), at most 200 points.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub curve: Vec<LossPoint>,
+    /// Checkpoints kept part-way through the run (`eval_every`), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intermediate: Vec<StepCheckpoint>,
+    /// Dev scores of the intermediate checkpoints and the final one (`eval_every`), each recorded
+    /// as its own `evaluate` action after this run's commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dev_curve: Vec<DevPoint>,
     pub commit: String,
 }
 
@@ -288,7 +344,46 @@ pub struct CompareRow {
     pub ci95: Option<[f64; 2]>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best: Option<f64>,
+    /// The scores the mean is over: evaluations of the node's checkpoints, except those kept
+    /// part-way through a run (`eval_every`), which go into `trend.gain_per_1k`.
     pub values: Vec<f64>,
+    /// How the node's runs were still moving at their end (absent when no run recorded a
+    /// learning curve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trend: Option<Trend>,
+}
+
+/// A mean over a node's runs with its 95% interval (Student t; absent from a single run).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Estimate {
+    pub mean: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci95: Option<[f64; 2]>,
+}
+
+/// The trend of a node's training runs over the last half of each run: is it still learning?
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Trend {
+    /// Runs with a learning curve.
+    pub runs: u64,
+    /// Training steps behind the node's checkpoints: a run's steps plus those behind the
+    /// checkpoint it started from (the most over its runs).
+    pub trained_steps: u64,
+    /// The last logged training loss.
+    pub loss_end: Estimate,
+    /// Relative change of the training loss per 1,000 steps over the last half of each run
+    /// (least-squares slope over the mean loss there): -0.5 is falling by half per 1,000 steps.
+    pub loss_slope_per_1k: Estimate,
+    /// Gain of the compared metric per 1,000 steps over the last half of each run, from the
+    /// scores of its intermediate checkpoints (`eval_every`), its final one and the checkpoint it
+    /// started from (absent when fewer than two of them were scored on this task and split).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gain_per_1k: Option<Estimate>,
+    /// The training loss is still falling: its slope is below -0.1 (10% per 1,000 steps) on
+    /// average and below 0 in every run.
+    pub still_learning: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -309,6 +404,9 @@ pub enum ReviewVerdict {
     Promising,
     DeadEnd,
     NeedsMoreSeeds,
+    /// Not yet, rather than no: still learning at the budget it had, and worth a larger one
+    /// (continued training from its checkpoint).
+    StillLearning,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -9,9 +9,9 @@ use super::state::{CampaignState, NodeState};
 use super::{ReviewTask, ReviewerAgent, WorkerAgent, WorkerTask};
 use crate::api::types::{
     CompareRequest, ConcludeRequest, EvaluateRequest, NodeVerdict, Proposal, ReviewRequest,
-    ReviewVerdict, RunSftRequest,
+    ReviewVerdict, RunSftRequest, Trend,
 };
-use crate::model::{JobState, Outcome, Split};
+use crate::model::{JobState, NodeStatus, Outcome, Split};
 use crate::os::Execute;
 use crate::os::Study;
 use crate::util::error::{Error, ErrorKind, Result};
@@ -136,13 +136,26 @@ impl WorkerAgent for BuiltinWorker {
                     adapter: Default::default(),
                     answer_only_loss: true,
                     seed: experiment_seed(t.opts.seed, &t.node, k),
+                    // A dev score half-way and at the end: how the run was still moving.
+                    eval_every: (t.opts.steps / 2).max(1),
+                    eval_task: Some(task.clone()),
                 },
             );
             k += 1;
             match res {
                 Ok(r) => match r.checkpoint {
                     Some(c) => {
-                        let v = evaluate_dev(study, t, &c)?;
+                        // The run scored its final checkpoint already (eval_every), unless that
+                        // evaluation was refused or failed.
+                        let scored_at_end = r
+                            .dev_curve
+                            .iter()
+                            .find(|p| p.checkpoint == c)
+                            .and_then(|p| p.metrics.get(&t.opts.metric).copied());
+                        let v = match scored_at_end {
+                            Some(v) => v,
+                            None => evaluate_dev(study, t, &c)?,
+                        };
                         scored.push((c, v));
                     }
                     None => {
@@ -295,6 +308,17 @@ impl ReviewerAgent for BuiltinReviewer {
         if let Some(b) = st.best_by_dev(false) {
             related.insert(b.id.clone());
         }
+        // And the other nodes of each target's rung: promotion to the next rung is among them.
+        let rung_of = |n: &NodeState| n.recipe.as_ref().map_or(0, |r| r.rung);
+        for id in &t.targets {
+            if let Some(n) = st.nodes.get(id)
+                && rung_of(n) > 0
+            {
+                for p in st.campaign_nodes().filter(|p| rung_of(p) == rung_of(n)) {
+                    related.insert(p.id.clone());
+                }
+            }
+        }
         let compared: Vec<String> = related.into_iter().take(64).collect();
         let rows = if compared.len() >= 2 {
             study
@@ -326,62 +350,77 @@ impl ReviewerAgent for BuiltinReviewer {
             .filter_map(|id| mean_of(id).map(|m| m.0))
             .fold(0.0f64, f64::max);
 
+        let trend_of = |id: &str| rows.iter().find(|r| r.node == id).and_then(|r| r.trend);
+
         let mut verdicts = Vec::new();
         let mut promising: Vec<(&NodeState, f64)> = Vec::new();
         let mut replicate: Vec<&NodeState> = Vec::new();
+        // Nodes that earn a larger budget (continued training), with their projected score.
+        let mut to_continue: Vec<(&NodeState, f64, String)> = Vec::new();
         for id in &t.targets {
             let Some(n) = st.nodes.get(id) else { continue };
-            let (verdict, reason) = match mean_of(id) {
-                None => (
-                    ReviewVerdict::DeadEnd,
-                    "no successful, scored experiment".to_string(),
-                ),
-                Some((m, k, ci)) => {
-                    let ci_txt =
-                        ci.map_or(String::new(), |c| format!(" [{:.3}, {:.3}]", c[0], c[1]));
-                    if best_mean <= 0.0 {
-                        (
-                            ReviewVerdict::NeedsMoreSeeds,
-                            format!(
-                                "mean {m:.3}{ci_txt} over {k}: nothing has learned the task yet"
-                            ),
-                        )
-                    } else if m >= 0.8 * best_mean {
-                        (
-                            ReviewVerdict::Promising,
-                            format!(
-                                "mean {m:.3}{ci_txt} over {k}, within 20% of the best {best_mean:.3}"
-                            ),
-                        )
-                    } else if k < 2 && m >= 0.5 * best_mean {
-                        (
-                            ReviewVerdict::NeedsMoreSeeds,
-                            format!(
-                                "mean {m:.3} from a single run, {:.0}% of the best {best_mean:.3}",
-                                100.0 * m / best_mean
-                            ),
-                        )
-                    } else {
-                        (
-                            ReviewVerdict::DeadEnd,
-                            format!(
-                                "mean {m:.3}{ci_txt} over {k}, far below the best {best_mean:.3}"
-                            ),
-                        )
-                    }
-                }
-            };
-            match verdict {
-                ReviewVerdict::Promising => promising.push((n, mean_of(id).map_or(0.0, |m| m.0))),
+            let trend = trend_of(id);
+            let judged = judge(n, mean_of(id), trend, best_mean, t.opts.steps);
+            match judged.verdict {
+                ReviewVerdict::Promising => promising.push((n, judged.mean)),
                 ReviewVerdict::NeedsMoreSeeds => replicate.push(n),
-                ReviewVerdict::DeadEnd => {}
+                ReviewVerdict::DeadEnd | ReviewVerdict::StillLearning => {}
+            }
+            if judged.continue_it {
+                to_continue.push((n, judged.projected, judged.evidence.clone()));
             }
             verdicts.push(NodeVerdict {
                 node: id.clone(),
-                verdict,
-                reason,
+                verdict: judged.verdict,
+                reason: judged.reason,
             });
         }
+        // Successive halving above the first rung: when the last node of a rung concludes, the
+        // better third of the rung (η = 3, by projected dev, among those still learning) goes on
+        // to the next; until then its nodes wait. At the first rung every direction still learning
+        // goes on: at a small budget exact match lags the loss (a format can score 0.01 at 600
+        // steps and 0.75 at 1,200).
+        to_continue.retain(|(n, _, _)| rung_of(n) == 0);
+        let rungs: BTreeSet<u32> = t
+            .targets
+            .iter()
+            .filter_map(|id| st.nodes.get(id))
+            .map(rung_of)
+            .filter(|r| *r > 0)
+            .collect();
+        for rung in rungs {
+            let peers: Vec<&NodeState> = st
+                .campaign_nodes()
+                .filter(|p| rung_of(p) == rung)
+                .collect();
+            if peers.iter().any(|p| p.status == NodeStatus::Open) {
+                continue;
+            }
+            let mut judged: Vec<(&NodeState, Judged)> = peers
+                .iter()
+                .map(|p| {
+                    (
+                        *p,
+                        judge(p, mean_of(&p.id), trend_of(&p.id), best_mean, t.opts.steps),
+                    )
+                })
+                .collect();
+            judged.sort_by(|a, b| {
+                b.1.projected
+                    .total_cmp(&a.1.projected)
+                    .then_with(|| a.0.id.cmp(&b.0.id))
+            });
+            let keep = peers.len().div_ceil(HALVING_ETA).max(1);
+            for (p, j) in judged.into_iter().take(keep) {
+                let continued_already = st
+                    .campaign_nodes()
+                    .any(|c| c.parents.first() == Some(&p.id) && rung_of(c) == rung + 1);
+                if j.continue_it && !continued_already {
+                    to_continue.push((p, j.projected, j.evidence));
+                }
+            }
+        }
+        to_continue.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
         promising.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
 
         // Proposals, within the budget that is left.
@@ -391,6 +430,25 @@ impl ReviewerAgent for BuiltinReviewer {
             .campaign_nodes()
             .filter_map(|n| n.recipe.as_ref().map(|r| r.to_string()))
             .collect();
+        // A larger budget for what is still learning comes first: the evidence says "not yet".
+        for (n, projected, evidence) in &to_continue {
+            let Some(r) = &n.recipe else { continue };
+            let c = r.continued();
+            if tried.insert(c.to_string()) {
+                proposals.push(proposal(
+                    vec![n.id.clone()],
+                    &c,
+                    &format!(
+                        "Continue {} from its best checkpoint for {} more steps (rung {} of \
+                         successive halving): {evidence}; projected dev {:.3}.",
+                        n.id,
+                        t.opts.steps,
+                        c.rung,
+                        projected.min(1.0)
+                    ),
+                ));
+            }
+        }
         let lock = st.lock_in();
         if t.guard_active {
             // Open a different direction first: a format no top-level direction has used, or the
@@ -446,6 +504,23 @@ impl ReviewerAgent for BuiltinReviewer {
                 }
             }
         }
+        // The ladder: while a direction climbs the rungs, the budget its next rungs need is kept
+        // from exploration (refinements, merges, replications), as successive halving keeps it
+        // for promotions.
+        let seeds = u64::from(t.opts.seeds_per_node.max(1));
+        let climbing = to_continue
+            .iter()
+            .map(|(n, _, _)| rung_of(n) + 1)
+            .chain(
+                st.campaign_nodes()
+                    .filter(|n| n.status == NodeStatus::Open && rung_of(n) > 0)
+                    .map(rung_of),
+            )
+            .max();
+        let reserve = climbing.map_or(0, |r| u64::from(MAX_RUNG.saturating_sub(r)) * seeds);
+        let continuing = to_continue.len() as u64 * seeds;
+        let explore_slots = (t.budget_left.saturating_sub(continuing + reserve) / seeds) as usize;
+        let fixed = proposals.len();
         // Keep every worker slot busy: when this group has too few promising nodes, refine the
         // campaign's best earlier promising ones too (dev evidence only, never dead ends).
         let mut to_refine = promising.clone();
@@ -509,10 +584,16 @@ impl ReviewerAgent for BuiltinReviewer {
                 });
             }
         }
+        proposals.truncate(fixed + explore_slots);
+        // Under an active guard the new direction goes first, so the budget cannot cut it.
+        if t.guard_active {
+            proposals.sort_by_key(|p| p.parents != [st.root.clone()]);
+        }
         proposals.truncate(slots.min(16));
         let summary = format!(
             "Reviewed {} node(s) against {} related node(s) on {} dev {}. Best mean so far \
-             {best_mean:.3}. {} promising, {} proposal(s). Lock-in index: {:.0}% of experiments \
+             {best_mean:.3}. {} promising, {} continued at a larger budget (successive halving; \
+             {reserve} run(s) kept for the rungs above), {} proposal(s). Lock-in index: {:.0}% of experiments \
              under the largest top-level direction ({}), longest refinement chain without a \
              sibling {}, {} direction(s) open{}.",
             t.targets.len(),
@@ -520,6 +601,7 @@ impl ReviewerAgent for BuiltinReviewer {
             t.opts.task,
             t.opts.metric,
             promising.len(),
+            to_continue.len(),
             proposals.len(),
             100.0 * lock.top_share,
             lock.top_direction.as_deref().unwrap_or("-"),
@@ -541,6 +623,153 @@ impl ReviewerAgent for BuiltinReviewer {
             },
         )?;
         Ok(())
+    }
+}
+
+/// Successive halving keeps the better third of a rung (η = 3, as in Hyperband and ASHA).
+const HALVING_ETA: usize = 3;
+/// Below this dev score exact match has not left the floor: the training loss is the evidence.
+const DEV_FLOOR: f64 = 0.05;
+/// A dev gain per 1,000 steps at least this large is still learning.
+const MIN_GAIN_PER_1K: f64 = 0.2;
+/// Rungs a direction may climb: at most 4 × steps of training behind one checkpoint.
+const MAX_RUNG: u32 = 3;
+
+/// A reviewer's judgement of one node, with the evidence it rests on.
+struct Judged {
+    verdict: ReviewVerdict,
+    reason: String,
+    mean: f64,
+    /// Dev score expected after one more rung, from its gain per 1,000 steps.
+    projected: f64,
+    /// It earns a larger budget: continued training from its checkpoint.
+    continue_it: bool,
+    evidence: String,
+}
+
+/// Dev score after `steps` more steps at `gain` per 1,000, extrapolated linearly. It ranks who
+/// gains most from more budget, so it is not capped at 1 (a steep learner ranks above a flat one
+/// even when both would pass 1); it is shown capped.
+fn project(mean: f64, gain: f64, steps: u64) -> f64 {
+    mean + gain.max(0.0) * steps as f64 / 1000.0
+}
+
+fn ci_text(ci: Option<[f64; 2]>, digits: usize) -> String {
+    ci.map_or(String::new(), |[a, b]| {
+        format!(" [{a:.digits$}, {b:.digits$}]")
+    })
+}
+
+/// The verdict on one node from its dev mean (± interval), its learning trend (training-loss
+/// slope, dev gain per 1,000 steps) and the budget behind it: "still learning" (not yet) is kept
+/// apart from "dead end" (no).
+fn judge(
+    n: &NodeState,
+    mean: Option<(f64, u64, Option<[f64; 2]>)>,
+    trend: Option<Trend>,
+    best_mean: f64,
+    steps: u64,
+) -> Judged {
+    let Some((m, k, ci)) = mean else {
+        return Judged {
+            verdict: ReviewVerdict::DeadEnd,
+            reason: "no successful, scored experiment".into(),
+            mean: 0.0,
+            projected: 0.0,
+            continue_it: false,
+            evidence: String::new(),
+        };
+    };
+    let rung = n.recipe.as_ref().map_or(0, |r| r.rung);
+    let mut evidence = format!("dev {m:.3}{} over {k} run(s)", ci_text(ci, 3));
+    let learning = match trend {
+        Some(tr) => {
+            evidence.push_str(&format!(
+                ", {} steps trained, training loss {:.3} changing {:+.2}{} per 1k steps",
+                tr.trained_steps,
+                tr.loss_end.mean,
+                tr.loss_slope_per_1k.mean,
+                ci_text(tr.loss_slope_per_1k.ci95, 2)
+            ));
+            if let Some(g) = tr.gain_per_1k {
+                evidence.push_str(&format!(
+                    ", dev {:+.3}{} per 1k steps",
+                    g.mean,
+                    ci_text(g.ci95, 3)
+                ));
+            }
+            if m < DEV_FLOOR {
+                // Exact match has not left the floor: whether the loss still falls is the evidence.
+                tr.still_learning
+            } else {
+                tr.gain_per_1k
+                    .map_or(tr.still_learning, |g| g.mean >= MIN_GAIN_PER_1K)
+            }
+        }
+        None => false,
+    };
+    let gain = trend.and_then(|t| t.gain_per_1k).map_or(0.0, |g| g.mean);
+    let projected = project(m, gain, steps);
+    let continue_it = learning && rung < MAX_RUNG;
+    let (verdict, why) = if best_mean > 0.0 && m >= 0.8 * best_mean {
+        (
+            ReviewVerdict::Promising,
+            format!(
+                "within 20% of the best {best_mean:.3}{}",
+                if continue_it {
+                    "; still learning, so it continues at a larger budget"
+                } else {
+                    ""
+                }
+            ),
+        )
+    } else if continue_it {
+        (
+            ReviewVerdict::StillLearning,
+            if m < DEV_FLOOR {
+                "not yet rather than no: exact match has not left the floor, but the training loss is still falling at a small budget".to_string()
+            } else {
+                format!(
+                    "not yet rather than no: dev is still rising at a small budget (projected {:.3} after {steps} more steps)",
+                    projected.min(1.0)
+                )
+            },
+        )
+    } else if best_mean <= 0.0 {
+        (
+            ReviewVerdict::NeedsMoreSeeds,
+            "nothing has learned the task yet".to_string(),
+        )
+    } else if k < 2 && m >= 0.5 * best_mean {
+        (
+            ReviewVerdict::NeedsMoreSeeds,
+            format!(
+                "a single run at {:.0}% of the best {best_mean:.3}",
+                100.0 * m / best_mean
+            ),
+        )
+    } else {
+        (
+            ReviewVerdict::DeadEnd,
+            format!(
+                "far below the best {best_mean:.3}{}",
+                if learning {
+                    ", and out of rungs"
+                } else if trend.is_some() {
+                    ", and no longer learning"
+                } else {
+                    ""
+                }
+            ),
+        )
+    };
+    Judged {
+        verdict,
+        reason: format!("{evidence}: {why}"),
+        mean: m,
+        projected,
+        continue_it,
+        evidence,
     }
 }
 
@@ -632,4 +861,229 @@ pub fn random_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, Strin
         Recipe::random(&mut rng),
         "Random search: a recipe drawn uniformly.".into(),
     )
+}
+
+/// Rung sizes of successive halving for a budget of `experiments` single-seed runs: each rung
+/// keeps the better third (rounded up) of the one below until one is left, and what the budget
+/// has beyond that goes to more first-rung recipes.
+pub fn halving_plan(experiments: u64) -> Vec<u64> {
+    let above = |n0: u64| -> Vec<u64> {
+        let mut v = Vec::new();
+        let mut n = n0;
+        while n > 1 {
+            n = n.div_ceil(HALVING_ETA as u64);
+            v.push(n);
+        }
+        v
+    };
+    let mut best = vec![experiments.max(1)];
+    for n0 in 1..=experiments {
+        let up = above(n0);
+        let total = n0 + up.iter().sum::<u64>();
+        if total > experiments {
+            break;
+        }
+        let mut plan = vec![experiments - up.iter().sum::<u64>()];
+        plan.extend(up);
+        best = plan;
+    }
+    best
+}
+
+/// Baseline (d): successive halving without a reviewer. Fills the first rung with distinct
+/// random recipes (from the base model); when a rung is complete, continues its best nodes by
+/// mean dev score from their checkpoints, one rung up. None: wait for the rung to complete.
+pub fn halving_next(
+    st: &CampaignState,
+    seed: u64,
+    experiments: u64,
+) -> Option<(Vec<String>, Recipe, String)> {
+    let plan = halving_plan(experiments);
+    let at = |r: u32| -> Vec<&NodeState> {
+        st.campaign_nodes()
+            .filter(|n| n.recipe.as_ref().is_some_and(|x| x.rung == r))
+            .collect()
+    };
+    for (r, want) in plan.iter().enumerate() {
+        let r = r as u32;
+        let have = at(r);
+        if have.len() as u64 >= *want {
+            continue;
+        }
+        if r == 0 {
+            let tried: BTreeSet<String> = have
+                .iter()
+                .filter_map(|n| n.recipe.as_ref().map(|x| x.to_string()))
+                .collect();
+            let mut rng =
+                StdRng::seed_from_u64(seed.wrapping_mul(43).wrapping_add(st.nodes.len() as u64));
+            let mut c = Recipe::random(&mut rng);
+            for _ in 0..50 {
+                if !tried.contains(&c.to_string()) {
+                    break;
+                }
+                c = Recipe::random(&mut rng);
+            }
+            return Some((
+                vec![st.root.clone()],
+                c,
+                format!(
+                    "Successive halving, rung 0: a random recipe ({} of {want}).",
+                    have.len() + 1
+                ),
+            ));
+        }
+        let below = at(r - 1);
+        if below.iter().any(|n| n.status == NodeStatus::Open) {
+            return None;
+        }
+        let continued: BTreeSet<&String> = have.iter().flat_map(|n| n.parents.iter()).collect();
+        let mut ranked: Vec<(&NodeState, f64)> = below
+            .iter()
+            .filter(|n| !continued.contains(&n.id))
+            .filter_map(|n| Some((*n, n.mean_dev()?)))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+        let (n, dev) = ranked.first()?;
+        let c = n.recipe.as_ref()?.continued();
+        return Some((
+            vec![n.id.clone()],
+            c,
+            format!(
+                "Successive halving, rung {r}: {} (dev {dev:.3}) is among the best {want} of rung {}; continue it from its checkpoint.",
+                n.id,
+                r - 1
+            ),
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::types::Estimate;
+
+    fn node(rung: u32) -> NodeState {
+        let r = Recipe {
+            rung,
+            init: if rung > 0 { Init::Parent } else { Init::Base },
+            ..Recipe::default()
+        };
+        NodeState {
+            id: "n3".into(),
+            title: r.title(),
+            hypothesis: r.to_string(),
+            parents: vec!["n0".into()],
+            status: NodeStatus::Concluded,
+            recipe: Some(r),
+            proposal: None,
+            experiments: Vec::new(),
+            verdict: None,
+            verdict_reason: None,
+            top: "n3".into(),
+            lonely_depth: 0,
+        }
+    }
+
+    fn trend(slope: f64, gain: Option<f64>, still: bool) -> Trend {
+        Trend {
+            runs: 2,
+            trained_steps: 600,
+            loss_end: Estimate {
+                mean: 0.4,
+                ci95: None,
+            },
+            loss_slope_per_1k: Estimate {
+                mean: slope,
+                ci95: Some([slope - 0.2, slope + 0.2]),
+            },
+            gain_per_1k: gain.map(|g| Estimate {
+                mean: g,
+                ci95: None,
+            }),
+            still_learning: still,
+        }
+    }
+
+    #[test]
+    fn a_direction_still_learning_at_a_small_budget_is_not_yet_rather_than_no() {
+        // Exact match still on the floor, loss falling fast: "not yet", and it continues.
+        let j = judge(
+            &node(0),
+            Some((0.01, 2, Some([0.0, 0.02]))),
+            Some(trend(-1.8, Some(0.01), true)),
+            0.4,
+            600,
+        );
+        assert_eq!(j.verdict, ReviewVerdict::StillLearning, "{}", j.reason);
+        assert!(j.continue_it);
+        assert!(
+            j.reason.contains("-1.80") && j.reason.contains("600 steps trained"),
+            "{}",
+            j.reason
+        );
+        // The same scores with a flat loss: no.
+        let j = judge(
+            &node(0),
+            Some((0.01, 2, None)),
+            Some(trend(-0.01, Some(0.0), false)),
+            0.4,
+            600,
+        );
+        assert_eq!(j.verdict, ReviewVerdict::DeadEnd, "{}", j.reason);
+        assert!(!j.continue_it);
+        assert!(j.reason.contains("no longer learning"), "{}", j.reason);
+        // Off the floor, the dev gain decides: a small gain is no longer learning.
+        let j = judge(
+            &node(1),
+            Some((0.42, 2, None)),
+            Some(trend(-4.0, Some(0.06), true)),
+            0.75,
+            600,
+        );
+        assert_eq!(j.verdict, ReviewVerdict::DeadEnd, "{}", j.reason);
+        // A strong gain below the best is still learning; near the best it is promising and
+        // continues too, until its rungs run out.
+        let j = judge(
+            &node(1),
+            Some((0.40, 2, None)),
+            Some(trend(-1.0, Some(0.5), true)),
+            0.75,
+            600,
+        );
+        assert_eq!(j.verdict, ReviewVerdict::StillLearning, "{}", j.reason);
+        assert!((j.projected - 0.70).abs() < 1e-9, "{}", j.projected);
+        let j = judge(
+            &node(1),
+            Some((0.74, 2, None)),
+            Some(trend(-1.0, Some(1.2), true)),
+            0.75,
+            600,
+        );
+        assert_eq!(j.verdict, ReviewVerdict::Promising, "{}", j.reason);
+        assert!(j.continue_it);
+        let j = judge(
+            &node(MAX_RUNG),
+            Some((0.74, 2, None)),
+            Some(trend(-1.0, Some(1.2), true)),
+            0.75,
+            600,
+        );
+        assert!(!j.continue_it, "no rung is left above {MAX_RUNG}");
+        // No learning curve at all (a trainer that logs no loss): judged on dev as before.
+        let j = judge(&node(0), Some((0.1, 2, None)), None, 0.75, 600);
+        assert_eq!(j.verdict, ReviewVerdict::DeadEnd);
+        assert!(!j.continue_it);
+    }
+
+    #[test]
+    fn halving_keeps_a_third_of_each_rung_and_spends_the_whole_budget() {
+        assert_eq!(halving_plan(16), vec![12, 3, 1]);
+        assert_eq!(halving_plan(5), vec![4, 1]);
+        assert_eq!(halving_plan(1), vec![1]);
+        for e in 1..60 {
+            assert_eq!(halving_plan(e).iter().sum::<u64>(), e, "budget {e}");
+        }
+    }
 }

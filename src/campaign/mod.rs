@@ -35,10 +35,18 @@ pub enum Strategy {
     Greedy,
     /// Random search over the same recipe space (baseline).
     Random,
+    /// Successive halving over the same recipe space, no reviewer (baseline): random recipes at
+    /// the first rung, the better third of each complete rung continued from its checkpoint.
+    Halving,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 3] = [Strategy::Orchestra, Strategy::Greedy, Strategy::Random];
+    pub const ALL: [Strategy; 4] = [
+        Strategy::Orchestra,
+        Strategy::Greedy,
+        Strategy::Random,
+        Strategy::Halving,
+    ];
 
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -46,6 +54,7 @@ impl Strategy {
             Strategy::Orchestra => "orchestra",
             Strategy::Greedy => "greedy",
             Strategy::Random => "random",
+            Strategy::Halving => "halving",
         }
     }
 }
@@ -298,8 +307,11 @@ impl ReviewTask {
             );
         }
         format!(
-            "Review these concluded nodes: {}. Compare them with their relatives on the dev split, \
-             then write one `review` on {} with a verdict for each and your proposals. Budget left: \
+            "Review these concluded nodes: {}. Compare them with their relatives on the dev split \
+             (each row's trend says whether a node is still learning: loss slope and dev gain per \
+             1,000 steps, steps trained), then write one `review` on {} with a verdict for each \
+             (promising, still_learning, needs_more_seeds, dead_end) stating its evidence, and your \
+             proposals; continue what is still learning from its checkpoint. Budget left: \
              {} experiments ({} per new node). Lock-in index: {:.0}% of experiments under {} and the \
              longest refinement chain without a sibling is {}.{}",
             self.targets.join(", "),
@@ -561,7 +573,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                         targets: targets.clone(),
                         caller: reviewer_caller.clone(),
                         opts: opts.clone(),
-                        budget_left: left,
+                        budget_left: free_budget(&st, &opts, left),
                         guard_active: guard,
                         lock_in: lock.clone(),
                         opening,
@@ -597,7 +609,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                 )?;
                 st = CampaignState::load(&study, &opts.task)?;
             }
-            Strategy::Greedy | Strategy::Random => {
+            Strategy::Greedy | Strategy::Random | Strategy::Halving => {
                 let open = st
                     .campaign_nodes()
                     .filter(|n| n.status == NodeStatus::Open && !running.contains_key(&n.id))
@@ -622,11 +634,15 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     if left_after == 0 {
                         break;
                     }
-                    let (parents, r, why) = if opts.strategy == Strategy::Greedy {
-                        builtin::greedy_next(&st, opts.seed)
-                    } else {
-                        builtin::random_next(&st, opts.seed)
+                    let next = match opts.strategy {
+                        Strategy::Greedy => Some(builtin::greedy_next(&st, opts.seed)),
+                        Strategy::Halving => {
+                            builtin::halving_next(&st, opts.seed, opts.experiments)
+                        }
+                        _ => Some(builtin::random_next(&st, opts.seed)),
                     };
+                    // Halving waits for its rung to complete before it promotes.
+                    let Some((parents, r, why)) = next else { break };
                     let caller = Caller::new(
                         format!("{:?}-agent", opts.strategy).to_lowercase(),
                         Role::Worker,
@@ -724,7 +740,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     targets,
                     caller: reviewer_caller.clone(),
                     opts: opts.clone(),
-                    budget_left: budget.left(),
+                    budget_left: free_budget(&st, &opts, budget.left()),
                     guard_active: true,
                     lock_in: lock,
                     opening: false,
@@ -1009,6 +1025,20 @@ fn anchor_of(st: &CampaignState, targets: &[String]) -> String {
     }
 }
 
+/// Runs open directions still need (seeds not yet run).
+fn open_needs(st: &CampaignState, opts: &RunOptions) -> u64 {
+    st.campaign_nodes()
+        .filter(|n| n.status == NodeStatus::Open)
+        .map(|n| (opts.seeds_per_node as u64).saturating_sub(n.experiments.len() as u64))
+        .sum()
+}
+
+/// The budget a reviewer may propose new work with: what is left, less what open directions
+/// still need.
+fn free_budget(st: &CampaignState, opts: &RunOptions, left: u64) -> u64 {
+    left.saturating_sub(open_needs(st, opts))
+}
+
 /// Branch the reviewers' proposals that are not branched yet, within the budget. Under an active
 /// lock-in guard, refinements inside the dominant direction wait until a review opened another.
 fn branch_proposals(
@@ -1020,14 +1050,7 @@ fn branch_proposals(
     progress: &Progress,
 ) -> Result<()> {
     let done = st.branched_proposals();
-    let open_needs: u64 = st
-        .campaign_nodes()
-        .filter(|n| n.status == NodeStatus::Open)
-        .map(|n| (opts.seeds_per_node as u64).saturating_sub(n.experiments.len() as u64))
-        .sum();
-    let mut room = left
-        .saturating_sub(open_needs)
-        .div_ceil(opts.seeds_per_node.max(1) as u64);
+    let mut room = free_budget(st, opts, left).div_ceil(opts.seeds_per_node.max(1) as u64);
     let lock = st.lock_in();
     let guard = guard_active(opts, st, &lock);
     for rv in &st.reviews {

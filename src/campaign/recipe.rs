@@ -30,6 +30,9 @@ pub struct Recipe {
     /// Mix in easier (one digit fewer) problems: a quarter as many rows.
     pub curriculum: bool,
     pub init: Init,
+    /// Continued runs behind this one (0: trained from the base model): its rung in successive
+    /// halving. The training budget behind its checkpoint is `(rung + 1) × steps`.
+    pub rung: u32,
 }
 
 pub const LRS: [f64; 4] = [0.001, 0.003, 0.006, 0.012];
@@ -62,7 +65,11 @@ impl fmt::Display for Recipe {
                 Init::Base => "base",
                 Init::Parent => "parent",
             }
-        )
+        )?;
+        if self.rung > 0 {
+            write!(f, " rung={}", self.rung)?;
+        }
+        Ok(())
     }
 }
 
@@ -108,6 +115,12 @@ impl Recipe {
                     }
                 }
                 "curriculum" => r.curriculum = v == "yes",
+                "rung" => {
+                    r.rung = v.parse().map_err(|_| bad())?;
+                    if r.rung > 64 {
+                        return Err(bad());
+                    }
+                }
                 "init" => {
                     r.init = match v {
                         "base" => Init::Base,
@@ -134,13 +147,25 @@ impl Recipe {
             rows: ROWS[rng.random_range(0..ROWS.len())],
             curriculum: rng.random_bool(0.5),
             init: Init::Base,
+            rung: 0,
         }
     }
 
-    /// The same recipe with a different answer format.
+    /// The same recipe trained further: from this node's best checkpoint, one rung up.
+    pub fn continued(&self) -> Recipe {
+        Recipe {
+            init: Init::Parent,
+            rung: self.rung + 1,
+            ..self.clone()
+        }
+    }
+
+    /// The same settings in a different answer format: a new direction, from the base model.
     pub fn with_format(&self, format: AnswerFormat) -> Recipe {
         Recipe {
             format,
+            init: Init::Base,
+            rung: 0,
             ..self.clone()
         }
     }
@@ -188,6 +213,12 @@ impl Recipe {
                 format!("rows {} -> {}", self.rows, r.rows)
             }
         };
+        // A child that starts from its parent's checkpoint sits one rung above it.
+        r.rung = if r.init == Init::Parent {
+            self.rung + 1
+        } else {
+            0
+        };
         (r, what)
     }
 
@@ -201,6 +232,7 @@ impl Recipe {
             rows: a.rows.max(b.rows),
             curriculum: a.curriculum || b.curriculum,
             init: Init::Parent,
+            rung: a.rung.max(b.rung) + 1,
         }
     }
 
@@ -211,10 +243,10 @@ impl Recipe {
             self.lr,
             schedule_name(self.schedule),
             if self.curriculum { ", curriculum" } else { "" },
-            if self.init == Init::Parent {
-                ", continued"
-            } else {
-                ""
+            match (self.init, self.rung) {
+                (Init::Parent, r) if r > 1 => format!(", continued ×{r}"),
+                (Init::Parent, _) => ", continued".to_string(),
+                _ => String::new(),
             }
         )
     }
@@ -275,6 +307,7 @@ impl Default for Recipe {
             rows: 20000,
             curriculum: false,
             init: Init::Base,
+            rung: 0,
         }
     }
 }
@@ -336,6 +369,22 @@ mod tests {
                 assert_eq!(Recipe::find(&hyp).unwrap().unwrap(), x);
             }
         }
+    }
+
+    #[test]
+    fn a_continued_recipe_climbs_a_rung_and_says_so() {
+        let r = Recipe::default();
+        let c = r.continued().continued();
+        assert_eq!((c.init, c.rung), (Init::Parent, 2));
+        assert!(c.to_string().ends_with("init=parent rung=2"), "{c}");
+        assert_eq!(Recipe::parse(&c.to_string()).unwrap(), c);
+        assert!(c.title().contains("continued"), "{}", c.title());
+        // A rung-0 recipe's line is what it always was.
+        assert!(!r.to_string().contains("rung"));
+        assert!(Recipe::parse("recipe: rung=x").is_err());
+        // A new format is a new direction: from the base model again.
+        let f = c.with_format(AnswerFormat::Scratchpad);
+        assert_eq!((f.init, f.rung), (Init::Base, 0));
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub struct NodeRow {
     pub parents: Vec<String>,
     pub status: NodeStatus,
     pub verdict: Option<ReviewVerdict>,
+    /// The latest verdict's reason: the evidence it rests on.
+    pub verdict_reason: Option<String>,
     pub runs: usize,
     pub dev: Vec<f64>,
     pub dev_mean: Option<f64>,
@@ -131,6 +133,7 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
                 parents: n.parents.clone(),
                 status: n.status,
                 verdict: n.verdict,
+                verdict_reason: n.verdict_reason.clone(),
                 runs: n.experiments.len(),
                 dev: n.dev_scores(),
                 dev_mean: n.mean_dev(),
@@ -171,6 +174,7 @@ fn verdict_name(v: ReviewVerdict) -> &'static str {
         ReviewVerdict::Promising => "promising",
         ReviewVerdict::DeadEnd => "dead_end",
         ReviewVerdict::NeedsMoreSeeds => "needs_more_seeds",
+        ReviewVerdict::StillLearning => "still_learning",
     }
 }
 
@@ -260,6 +264,9 @@ pub fn text(r: &Report) -> String {
             crate::util::text::display(&n.title),
             n.parents.join(" + ")
         );
+        if let Some(why) = &n.verdict_reason {
+            let _ = writeln!(s, "        {}", crate::util::text::display(why));
+        }
     }
     let _ = writeln!(s, "\n{}", r.dag_text);
     s

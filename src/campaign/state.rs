@@ -34,6 +34,8 @@ pub struct NodeState {
     pub experiments: Vec<Experiment>,
     /// The latest reviewer verdict on this node.
     pub verdict: Option<ReviewVerdict>,
+    /// The reason the latest verdict gives (its evidence).
+    pub verdict_reason: Option<String>,
     /// The child of the root this node descends from (first parents): its top-level direction.
     pub top: String,
     /// Consecutive refinements without a sibling above this node.
@@ -206,6 +208,7 @@ impl CampaignState {
                     proposal,
                     experiments,
                     verdict: None,
+                    verdict_reason: None,
                     top: String::new(),
                     lonely_depth: 0,
                 },
@@ -218,6 +221,7 @@ impl CampaignState {
             for v in &rv.verdicts {
                 if let Some(n) = st.nodes.get_mut(&v.node) {
                     n.verdict = Some(v.verdict);
+                    n.verdict_reason = Some(v.reason.clone());
                 }
             }
         }

@@ -675,7 +675,7 @@ pub fn strategies(
     use crate::campaign::{RunOptions, Strategy, run};
     let base = bench_dir(dir)?;
     let which: Vec<Strategy> = if which.is_empty() {
-        vec![Strategy::Orchestra, Strategy::Greedy, Strategy::Random]
+        Strategy::ALL.to_vec()
     } else {
         which.to_vec()
     };
@@ -1079,6 +1079,8 @@ fn train_ladder(
                 adapter: Adapter::Full,
                 answer_only_loss: true,
                 seed,
+                eval_every: 0,
+                eval_task: None,
             },
         )?;
         let action_s = t.elapsed().as_secs_f64();
@@ -1216,6 +1218,8 @@ fn job_start_overhead(study: &Study, caller: &Caller, fname: &str) -> Result<Vec
                 adapter: Adapter::Full,
                 answer_only_loss: true,
                 seed: i,
+                eval_every: 0,
+                eval_task: None,
             },
         )?;
         out.push(r.job.duration_s);

@@ -80,6 +80,13 @@ pub enum Command {
         schedule: String,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Keep a checkpoint every N steps and score each, and the final one, on the dev split of
+        /// --eval-task (each an evaluate action of its own).
+        #[arg(long, default_value_t = 0)]
+        eval_every: u64,
+        /// The task whose dev split --eval-every scores.
+        #[arg(long)]
+        eval_task: Option<String>,
     },
     /// Evaluate a checkpoint on a task split (runs the pinned evaluator as a job).
     Evaluate {
@@ -319,7 +326,7 @@ pub enum Command {
         experiments: u64,
         #[arg(long, default_value_t = 150)]
         steps: u64,
-        /// Strategies to run (default: all three).
+        /// Strategies to run (default: all four).
         #[arg(long, value_enum)]
         strategy: Vec<crate::campaign::Strategy>,
         /// Keep the studies here (default: a temporary directory, removed after).
@@ -734,14 +741,22 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             warmup_steps,
             schedule,
             seed,
-        } => (
-            "run_sft",
-            json!({
+            eval_every,
+            eval_task,
+        } => {
+            let mut req = json!({
                 "node": node, "base": base, "datasets": datasets, "learning_rate": learning_rate,
                 "steps": steps, "batch_size": batch_size, "warmup_steps": warmup_steps,
                 "schedule": schedule, "seed": seed,
-            }),
-        ),
+            });
+            if *eval_every > 0 {
+                req["eval_every"] = json!(eval_every);
+            }
+            if let Some(t) = eval_task {
+                req["eval_task"] = json!(t);
+            }
+            ("run_sft", req)
+        }
         Command::Evaluate {
             node,
             checkpoint,

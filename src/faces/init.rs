@@ -10,7 +10,7 @@ use crate::os::STATE_DIR;
 use crate::record::Record;
 use crate::util::error::{Error, IoContext, Result};
 
-pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-arith-ngram"];
+pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-add2", "tiny-arith-ngram"];
 
 const TEMPLATE: &str = r#"# rsim study config. Fill in the base model and tasks, then run `rsim init` again.
 
@@ -88,7 +88,18 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
         });
     }
     match example {
-        Some("tiny-arith") => materialize_tiny_arith(&root)?,
+        Some("tiny-arith") => materialize_tiny_gpt(
+            &root,
+            ("add3", 3),
+            include_str!("../../examples/tiny-arith/rsim.toml"),
+            include_str!("../../examples/tiny-arith/README.md"),
+        )?,
+        Some("tiny-add2") => materialize_tiny_gpt(
+            &root,
+            ("add2", 2),
+            include_str!("../../examples/tiny-add2/rsim.toml"),
+            include_str!("../../examples/tiny-add2/README.md"),
+        )?,
         Some("tiny-arith-ngram") => materialize_tiny_arith_ngram(&root)?,
         _ => {}
     }
@@ -145,10 +156,10 @@ fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 3
     Ok(())
 }
 
-/// The tiny-arith example: a tiny-gpt base model (shipped: `rsim job pretrain --seed 0` made it)
-/// and three-digit addition with a protected test split.
-fn materialize_tiny_arith(root: &Path) -> Result<()> {
-    let pins = write_eval_sets(root, "add3", 3)?;
+/// The tiny-gpt examples (tiny-arith, tiny-add2): the shipped tiny-gpt base model (`rsim job
+/// pretrain --seed 0` made it) and an addition task with a protected test split.
+fn materialize_tiny_gpt(root: &Path, task: (&str, u32), toml: &str, readme: &str) -> Result<()> {
+    let pins = write_eval_sets(root, task.0, task.1)?;
     let base = root.join("models").join("base");
     fs::create_dir_all(&base).at("cannot create", &base)?;
     fs::write(
@@ -161,12 +172,7 @@ fn materialize_tiny_arith(root: &Path) -> Result<()> {
         include_bytes!("../../examples/tiny-arith/base/model.safetensors"),
     )
     .at("cannot write", &base)?;
-    write_example_config(
-        root,
-        include_str!("../../examples/tiny-arith/rsim.toml"),
-        include_str!("../../examples/tiny-arith/README.md"),
-        &pins,
-    )
+    write_example_config(root, toml, readme, &pins)
 }
 
 /// The tiny-arith-ngram example: the fast placeholder model and two-digit addition.

@@ -29,6 +29,8 @@ pub const SPEC_FILE: &str = "spec.json";
 pub const OUT_DIR: &str = "out";
 /// Under `out/`: the checkpoint a training job produced.
 pub const CHECKPOINT_DIR: &str = "checkpoint";
+/// Under `out/`: checkpoints kept part-way through a run (`save_every`), one directory per step.
+pub const STEPS_DIR: &str = "steps";
 /// Under `out/`: a training job's numbers.
 pub const METRICS_FILE: &str = "metrics.json";
 /// Under `out/`: an evaluation job's scores.
@@ -80,6 +82,8 @@ pub struct TrainHyper {
     pub answer_only_loss: bool,
     /// Seeds initialisation of adapters and the row sampling.
     pub seed: u64,
+    /// Also keep a checkpoint every this many steps, under `out/steps/<step>/` (0: none).
+    pub save_every: u64,
 }
 
 /// An evaluation job's spec.
@@ -213,6 +217,48 @@ pub fn out_dir_of(spec_path: &Path) -> PathBuf {
 /// Where a training job leaves its checkpoint.
 pub fn checkpoint_dir(out: &Path) -> PathBuf {
     out.join(CHECKPOINT_DIR)
+}
+
+/// Where a training job leaves the checkpoint it kept at `step` (`save_every`).
+pub fn step_checkpoint_dir(out: &Path, step: u64) -> PathBuf {
+    out.join(STEPS_DIR).join(step.to_string())
+}
+
+/// The checkpoints a training job kept part-way (`out/steps/<step>/`), by step. Entries whose
+/// name is not a step number are ignored (a job writes what it likes under `out/`).
+pub fn step_checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
+    let mut v: Vec<(u64, PathBuf)> = fs::read_dir(out.join(STEPS_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let step: u64 = e.file_name().to_str()?.parse().ok()?;
+            (step.to_string() == e.file_name().to_str()?).then(|| (step, e.path()))
+        })
+        .collect();
+    v.sort_by_key(|(s, _)| *s);
+    v
+}
+
+/// A training run's learning curve from its log: `(step, loss)` of every progress line that
+/// reports a finite loss, in step order (a step logged twice keeps its last line), thinned to at
+/// most `max` points spread evenly over the run (the last point always kept).
+pub fn curve_in(log: &str, max: usize) -> Vec<(u64, f64)> {
+    let mut by_step = std::collections::BTreeMap::new();
+    for p in log.lines().filter_map(parse_progress) {
+        if let Some(l) = p.loss {
+            by_step.insert(p.step, l);
+        }
+    }
+    let all: Vec<(u64, f64)> = by_step.into_iter().collect();
+    if all.len() <= max || max == 0 {
+        return if max == 0 { Vec::new() } else { all };
+    }
+    let n = all.len();
+    let mut out: Vec<(u64, f64)> = (0..max).map(|i| all[i * (n - 1) / (max - 1)]).collect();
+    out.dedup_by_key(|p| p.0);
+    out
 }
 
 /// A training job's metrics (none when it wrote no `metrics.json`).
@@ -392,12 +438,41 @@ mod tests {
                 },
                 answer_only_loss: true,
                 seed: 7,
+                save_every: 0,
             },
         })
     }
 
     fn evaluate() -> JobParams {
         example_eval()
+    }
+
+    #[test]
+    fn a_learning_curve_is_every_logged_loss_thinned_evenly() {
+        let log = "warming up\nstep 50/200 loss 1.5\nstep 100/200 loss nan\nnoise step 3\n\
+                   step 150/200 loss 0.9\nstep 150/200 loss 0.8\nstep 200/200 loss 0.5\n";
+        assert_eq!(curve_in(log, 10), vec![(50, 1.5), (150, 0.8), (200, 0.5)]);
+        let long: String = (1..=1000)
+            .map(|k| format!("step {k}/1000 loss {}\n", 1.0 / k as f64))
+            .collect();
+        let c = curve_in(&long, 200);
+        assert!(c.len() <= 200 && c.len() > 150, "{}", c.len());
+        assert_eq!(c.first().map(|p| p.0), Some(1));
+        assert_eq!(c.last().map(|p| p.0), Some(1000));
+        assert!(c.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn kept_checkpoints_are_the_step_directories_only() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let out = d.path();
+        for s in ["100", "50", "007", "x"] {
+            fs::create_dir_all(out.join(STEPS_DIR).join(s)).expect("mkdir");
+        }
+        fs::write(out.join(STEPS_DIR).join("150"), b"a file").expect("file");
+        let got: Vec<u64> = step_checkpoints(out).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(got, vec![50, 100]);
+        assert!(step_checkpoints(&out.join("none")).is_empty());
     }
 
     #[test]
@@ -445,6 +520,7 @@ mod tests {
                 "answer_only_loss",
                 "batch_size",
                 "learning_rate",
+                "save_every",
                 "schedule",
                 "seed",
                 "steps",

@@ -24,6 +24,7 @@ pub mod schemas;
 pub mod session;
 #[cfg(test)]
 mod tests;
+pub mod trend;
 
 use std::fs;
 use std::path::{Path, PathBuf};

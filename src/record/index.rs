@@ -676,6 +676,23 @@ impl Index {
             .optional()?)
     }
 
+    /// Every value of one metric recorded for a checkpoint, on any node.
+    pub fn checkpoint_scores(
+        &self,
+        checkpoint: &str,
+        task: &str,
+        split: &str,
+        name: &str,
+    ) -> Result<Vec<f64>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT value FROM metrics WHERE checkpoint=?1 AND task=?2 AND split=?3 AND name=?4 ORDER BY node, seq",
+        )?;
+        let rows = st
+            .query_map([checkpoint, task, split, name], |r| r.get::<_, f64>(0))?
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
     /// Every metric value recorded on a node.
     pub fn node_metrics(&self, node: &str) -> Result<Vec<(u32, crate::model::MetricRecord)>> {
         let mut st = self.conn.prepare_cached(

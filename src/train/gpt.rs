@@ -521,6 +521,8 @@ pub fn train(
     answer_only: bool,
     seed: u64,
     mut progress: impl FnMut(u64, f64),
+    save_every: u64,
+    mut save: impl FnMut(u64) -> Result<()>,
 ) -> Result<TrainReport> {
     if rows.is_empty() {
         return Err(Error::invalid("no training rows"));
@@ -553,7 +555,11 @@ pub fn train(
             recent.pop_front();
         }
         if (step + 1) % 50 == 0 || step + 1 == steps {
-            progress(step + 1, l);
+            // The mean over the last 20 steps: one batch's loss is too noisy for a curve.
+            progress(step + 1, recent.iter().sum::<f64>() / recent.len() as f64);
+        }
+        if save_every > 0 && (step + 1) % save_every == 0 && step + 1 < steps {
+            save(step + 1)?;
         }
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
@@ -713,6 +719,8 @@ mod tests {
             true,
             3,
             |_, _| {},
+            0,
+            |_| Ok(()),
         )
         .expect("train");
         let trained = loss(&m);
@@ -751,6 +759,8 @@ mod tests {
                 true,
                 3,
                 |_, _| {},
+                0,
+                |_| Ok(()),
             )
             .expect("train");
             let after = m

@@ -57,22 +57,39 @@ impl NGram {
         }
     }
 
+    /// The character it would predict after `text` (the longest known context), if any.
+    fn predict(&self, text: &[char]) -> Option<char> {
+        ORDERS.iter().find_map(|&k| {
+            let ctx: String = text[text.len().saturating_sub(k)..].iter().collect();
+            self.counts.get(&ctx).map(|c| {
+                c.iter()
+                    .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
+                    .map(|(ch, _)| *ch)
+            })
+        })?
+    }
+
+    /// Share of a row's target characters it would get wrong before learning it (its
+    /// prequential error): the n-gram trainer's loss.
+    pub fn error_rate(&self, row: &Row, answer_only: bool) -> f64 {
+        let text: Vec<char> = training_text(row).chars().chain([END]).collect();
+        let first = if answer_only { prompt_chars(row) } else { 1 }.max(1);
+        let targets = text.len().saturating_sub(first);
+        if targets == 0 {
+            return 0.0;
+        }
+        let wrong = (first..text.len())
+            .filter(|&pos| self.predict(&text[..pos]) != Some(text[pos]))
+            .count();
+        wrong as f64 / targets as f64
+    }
+
     /// Greedy decoding from a prompt, backing off to shorter contexts.
     pub fn generate(&self, prompt: &str) -> String {
         let mut text: Vec<char> = prompt.chars().collect();
         let mut out = String::new();
         for _ in 0..MAX_OUTPUT {
-            let mut next = None;
-            for &k in &ORDERS {
-                let ctx: String = text[text.len().saturating_sub(k)..].iter().collect();
-                if let Some(c) = self.counts.get(&ctx) {
-                    next = c
-                        .iter()
-                        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
-                        .map(|(ch, _)| *ch);
-                    break;
-                }
-            }
+            let next = self.predict(&text);
             match next {
                 Some(END) | None => break,
                 Some(ch) => {
@@ -161,10 +178,18 @@ fn train_gpt(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics>
         spec.base.file(crate::train::gpt::WEIGHTS_FILE)?,
     )?;
     if let Adapter::Lora { rank, alpha } = h.adapter {
+        if h.save_every > 0 {
+            return Err(Error::invalid(
+                "save_every keeps whole checkpoints part-way through a run; it needs adapter \
+                 {\"kind\": \"full\"} (adapters are folded into the weights only at the end)",
+            ));
+        }
         model.enable_lora(rank as usize, alpha, h.seed)?;
     }
     let trainable = model.trainable_count();
     let steps = h.steps;
+    // Every checkpoint this run writes names the checkpoint it started from.
+    model.config.base = Some(spec.base.sha256.clone());
     let rep = crate::train::gpt::train(
         &model,
         rows,
@@ -176,10 +201,11 @@ fn train_gpt(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics>
         h.answer_only_loss,
         h.seed,
         |step, loss| eprintln!("{}", protocol::progress_line(step, steps, loss)),
+        h.save_every,
+        |step| model.save(&protocol::step_checkpoint_dir(out, step)),
     )?;
     // Adapters are folded into the weights: the checkpoint is a plain model, evaluated as any.
     model.merge_lora()?;
-    model.config.base = Some(spec.base.sha256.clone());
     model.save(&protocol::checkpoint_dir(out))?;
     Ok(TrainMetrics::from([
         ("final_loss".to_string(), rep.final_loss),
@@ -188,6 +214,10 @@ fn train_gpt(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics>
         ("rows".to_string(), rows.len() as f64),
         ("trainable_params".to_string(), trainable as f64),
     ]))
+}
+
+fn ngram_config(spec: &SftParams) -> serde_json::Value {
+    serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": spec.base.sha256 })
 }
 
 fn train_ngram(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics> {
@@ -203,22 +233,33 @@ fn train_ngram(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetric
     let mut seen = std::collections::HashSet::new();
     for step in 0..h.steps {
         let lr = scale * crate::train::gpt::lr_at(h.schedule, 1.0, step, h.steps, h.warmup_steps);
+        let log_now = (step + 1) % 100 == 0 || step + 1 == h.steps;
+        let mut errors = 0.0;
         for _ in 0..h.batch_size {
             let row = &rows[rng.random_range(0..rows.len())];
             seen.insert(row.prompt.clone());
+            if log_now {
+                errors += model.error_rate(row, h.answer_only_loss);
+            }
             model.learn(row, lr, h.answer_only_loss);
         }
-        if (step + 1) % 100 == 0 || step + 1 == h.steps {
+        if log_now {
+            // The loss is the batch's error rate before it was learned.
             eprintln!(
                 "{} contexts {}",
-                protocol::step_prefix(step + 1, h.steps),
+                protocol::progress_line(step + 1, h.steps, errors / f64::from(h.batch_size.max(1))),
                 model.counts.len()
             );
         }
+        if h.save_every > 0 && (step + 1) % h.save_every == 0 && step + 1 < h.steps {
+            save_model(
+                &model,
+                &protocol::step_checkpoint_dir(out, step + 1),
+                ngram_config(spec),
+            )?;
+        }
     }
-    let cfg =
-        serde_json::json!({ "model": "char-ngram", "orders": ORDERS, "base": spec.base.sha256 });
-    save_model(&model, &protocol::checkpoint_dir(out), cfg)?;
+    save_model(&model, &protocol::checkpoint_dir(out), ngram_config(spec))?;
     Ok(TrainMetrics::from([
         (
             "rows_seen".to_string(),
@@ -319,6 +360,8 @@ pub fn pretrain(dir: &Path, seed: u64, steps: u64) -> Result<serde_json::Value> 
         false,
         seed,
         |step, loss| eprintln!("pretrain {}", protocol::progress_line(step, steps, loss)),
+        0,
+        |_| Ok(()),
     )?;
     model.save(dir)?;
     Ok(

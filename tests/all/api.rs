@@ -709,6 +709,9 @@ fn the_transformer_example_trains_and_evaluates_through_the_actions() {
         .expect("sft");
     assert_eq!(sft["job"]["state"], "succeeded", "{sft}");
     assert!(sft["train_metrics"]["final_loss"].as_f64().expect("loss") > 0.0);
+    // Its learning curve: the trainer logs the loss at its last step (and every 50).
+    assert_eq!(sft["curve"][0]["step"], 30, "{sft}");
+    assert!(sft["curve"][0]["loss"].as_f64().expect("loss") > 0.0);
     let env = sft["job"]["env"].as_str().expect("env");
     assert!(
         env.starts_with("host program=rsim@") && env.contains(" kernel="),
@@ -1133,5 +1136,47 @@ fn reproduce_re_runs_a_recorded_run_sft_to_the_identical_checkpoint() {
         Some("dataset-integrity"),
         "{}",
         e.message
+    );
+}
+
+#[test]
+fn the_second_task_family_is_two_digit_addition_on_the_same_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("study");
+    init::init(&root, Some("tiny-add2")).expect("init");
+    let s = open(&root);
+    assert_eq!(
+        s.config().tasks.keys().cloned().collect::<Vec<_>>(),
+        ["add2"]
+    );
+    let base = s.base_checkpoint().expect("base");
+    let dev = s
+        .call(
+            &owner(),
+            "evaluate",
+            json!({"node": "n0", "checkpoint": base, "task": "add2", "split": "dev"}),
+        )
+        .expect("eval");
+    assert_eq!(dev["job"]["state"], "succeeded", "{dev}");
+    assert_eq!(dev["n_items"], 200);
+    // Two-digit problems, every one of them.
+    let items = dev["items"].as_array().expect("items");
+    assert!(
+        items.iter().all(|i| {
+            let p = i["prompt"].as_str().unwrap_or("");
+            p.split(['+', '='])
+                .filter(|x| !x.is_empty())
+                .all(|x| x.len() <= 2)
+        }),
+        "{items:?}"
+    );
+    // The same base model as tiny-arith.
+    let other = tempfile::tempdir().expect("tempdir");
+    init::init(&other.path().join("s"), Some("tiny-arith")).expect("init");
+    assert_eq!(
+        open(&other.path().join("s"))
+            .base_checkpoint()
+            .expect("base"),
+        base
     );
 }

@@ -1013,3 +1013,256 @@ fn every_node_of_a_campaign_reproduces_to_identical_checkpoints() {
     assert!(sm["tokens"].as_u64() <= Some(1000), "{sm}");
     fsck_clean(&root);
 }
+
+/// `rsim --json call ACTION ARGS` on a study.
+fn call(root: &Path, action: &str, args: Value) -> std::process::Output {
+    run(root, &["--json", "call", action, &args.to_string()])
+}
+
+#[test]
+fn a_run_records_its_learning_curve_and_scores_its_kept_checkpoints_on_dev() {
+    let (_d, root) = example_study();
+    ok_json(
+        &root,
+        &[
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            "t",
+            "--hypothesis",
+            "h",
+        ],
+    );
+    let out = call(
+        &root,
+        "register_dataset",
+        json!({"node": "n1", "name": "plain", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 1}}),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sft = |extra: Value| -> Value {
+        let mut req = json!({"node": "n1", "base": "base", "datasets": ["plain"],
+                             "learning_rate": 0.001, "steps": 300, "batch_size": 16, "seed": 1});
+        for (k, v) in extra.as_object().expect("object") {
+            req[k] = v.clone();
+        }
+        req
+    };
+
+    // Bad eval_every requests are refused before anything is written.
+    let before = actions(&root).len();
+    for (extra, names) in [
+        (json!({"eval_every": 100}), "eval_task"),
+        (json!({"eval_every": 100, "eval_task": "nope"}), "nope"),
+        (json!({"eval_task": "add2"}), "eval_every"),
+        (json!({"eval_every": 1, "eval_task": "add2"}), "at most 50"),
+        (
+            json!({"eval_every": 100, "eval_task": "add2", "adapter": {"kind": "lora", "rank": 2, "alpha": 4.0}}),
+            "adapter",
+        ),
+    ] {
+        let out = call(&root, "run_sft", sft(extra.clone()));
+        assert_eq!(out.status.code(), Some(2), "{extra}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(names), "{extra}: {err}");
+    }
+    assert_eq!(
+        actions(&root).len(),
+        before,
+        "a refused request wrote nothing"
+    );
+
+    // A run with eval_every: its curve, its kept checkpoints, each scored on dev by an evaluate
+    // action of its own.
+    let out = call(
+        &root,
+        "run_sft",
+        sft(json!({"eval_every": 100, "eval_task": "add2"})),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let curve = r["curve"].as_array().expect("curve");
+    let steps: Vec<u64> = curve.iter().filter_map(|p| p["step"].as_u64()).collect();
+    assert_eq!(steps, [100, 200, 300], "{r}");
+    assert!(
+        curve
+            .iter()
+            .all(|p| p["loss"].as_f64().is_some_and(|l| (0.0..=1.0).contains(&l))),
+        "{r}"
+    );
+    let kept: Vec<u64> = r["intermediate"]
+        .as_array()
+        .expect("intermediate")
+        .iter()
+        .filter_map(|p| p["step"].as_u64())
+        .collect();
+    assert_eq!(kept, [100, 200]);
+    let dev = r["dev_curve"].as_array().expect("dev_curve");
+    assert_eq!(dev.len(), 3, "{r}");
+    assert!(
+        dev.iter().all(|p| p["metrics"]["exact_match"].is_number()),
+        "{r}"
+    );
+    assert_eq!(dev[2]["checkpoint"], r["checkpoint"]);
+    let final_ck = r["checkpoint"].as_str().expect("checkpoint").to_string();
+    // The record: the run_sft (with its curve), then three evaluate actions on the dev split.
+    let mine: Vec<Value> = actions(&root)
+        .into_iter()
+        .filter(|a| a["node"] == "n1" && a["decision"] == "accepted")
+        .collect();
+    let evals: Vec<&Value> = mine.iter().filter(|a| a["action"] == "evaluate").collect();
+    assert_eq!(evals.len(), 3, "{mine:?}");
+    assert!(
+        evals
+            .iter()
+            .all(|a| a["summary"].as_str().unwrap_or("").contains("add2/dev"))
+    );
+    // A kept checkpoint is a checkpoint of the record: it can be trained on further.
+    let mid = r["intermediate"][0]["checkpoint"].as_str().expect("ck");
+    let out = call(
+        &root,
+        "run_sft",
+        json!({"node": "n1", "base": mid, "datasets": ["plain"], "learning_rate": 0.001, "steps": 300, "batch_size": 16, "seed": 2}),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = call(
+        &root,
+        "evaluate",
+        json!({"node": "n1", "checkpoint": serde_json::from_slice::<Value>(&out.stdout).expect("json")["checkpoint"], "task": "add2", "split": "dev"}),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // compare: the mean is over final checkpoints only; the trend says how the runs moved.
+    let out = call(
+        &root,
+        "compare",
+        json!({"node": "n1", "nodes": ["n0", "n1"], "task": "add2", "split": "dev", "metric": "exact_match"}),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let row = &c["rows"][1];
+    assert_eq!(row["node"], "n1");
+    assert_eq!(
+        row["n"], 2,
+        "two runs' final checkpoints, not the kept ones: {row}"
+    );
+    let t = &row["trend"];
+    assert_eq!(t["runs"], 2, "{t}");
+    // The continued run started from the checkpoint kept at step 100: 100 + 300 steps behind
+    // its checkpoint (the first run's are 300).
+    assert_eq!(t["trained_steps"], 400, "{t}");
+    assert!(t["loss_slope_per_1k"]["mean"].is_number(), "{t}");
+    assert!(t["loss_slope_per_1k"]["ci95"].is_array(), "{t}");
+    assert!(t["gain_per_1k"]["mean"].is_number(), "{t}");
+    assert!(t["still_learning"].is_boolean(), "{t}");
+    assert!(c["rows"][0]["trend"].is_null(), "the root trained nothing");
+    // The commit's body says it in words too.
+    let body = String::from_utf8_lossy(
+        &Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(["log", "-1", "--format=%b", "rsim/n/n1"])
+            .output()
+            .expect("git")
+            .stdout,
+    )
+    .to_string();
+    assert!(body.contains("steps, loss"), "{body}");
+
+    // A spent evaluation budget ends the dev curve with the policy's reason; the run stands.
+    let used = actions(&root)
+        .iter()
+        .filter(|a| a["action"] == "evaluate" && a["decision"] == "accepted")
+        .count();
+    let cfg = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    let cfg = cfg.replace("evaluations = 500", &format!("evaluations = {}", used + 1));
+    commit_config(&root, &cfg, "one evaluation left");
+    let out = call(
+        &root,
+        "run_sft",
+        sft(json!({"eval_every": 100, "eval_task": "add2", "seed": 3})),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(r["checkpoint"].is_string());
+    let dev = r["dev_curve"].as_array().expect("dev_curve");
+    assert_eq!(dev.len(), 2, "stops at the first refusal: {r}");
+    assert!(dev[0]["metrics"]["exact_match"].is_number());
+    assert!(
+        dev[1]["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("evaluation"),
+        "{r}"
+    );
+    assert_ne!(final_ck, r["checkpoint"].as_str().unwrap_or(""));
+    fsck_clean(&root);
+}
+
+#[test]
+fn halving_runs_a_rung_of_random_recipes_then_continues_its_best() {
+    let (_d, root) = example_study();
+    let v = ok_json(
+        &root,
+        &[
+            "run",
+            "--strategy",
+            "halving",
+            "--experiments",
+            "5",
+            "--steps",
+            "40",
+            "--quiet",
+        ],
+    );
+    assert_eq!(v["summary"]["experiments"], 5, "{v}");
+    let nodes = v["report"]["nodes"].as_array().expect("nodes").clone();
+    assert_eq!(nodes.len(), 5, "{nodes:?}");
+    let (first, second): (Vec<&Value>, Vec<&Value>) =
+        nodes.iter().partition(|n| n["parents"] == json!(["n0"]));
+    assert_eq!(first.len(), 4, "{nodes:?}");
+    assert_eq!(second.len(), 1, "{nodes:?}");
+    // The continued node is the best of the first rung by dev, and trains from its checkpoint.
+    let best = first
+        .iter()
+        .max_by(|a, b| {
+            let (x, y) = (a["dev_mean"].as_f64(), b["dev_mean"].as_f64());
+            x.unwrap_or(-1.0)
+                .total_cmp(&y.unwrap_or(-1.0))
+                .then_with(|| b["id"].as_str().cmp(&a["id"].as_str()))
+        })
+        .expect("best");
+    assert_eq!(second[0]["parents"], json!([best["id"]]), "{nodes:?}");
+    let id = second[0]["id"].as_str().expect("id");
+    let hyp = node(&root, id)["hypothesis"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(hyp.contains("init=parent rung=1"), "{hyp}");
+    assert!(actions(&root).iter().all(|a| a["action"] != "review"));
+    fsck_clean(&root);
+}

@@ -16,13 +16,17 @@ impl Study {
                 .index
                 .node(n)?
                 .ok_or_else(|| Error::not_found(format!("nodes: no node {n}")))?;
+            let runs = self.run_facts(n)?;
+            let part_way = self.intermediate_checkpoints(&runs);
             let values: Vec<f64> = self
                 .index
                 .node_metrics(n)?
                 .into_iter()
                 .filter(|(_, m)| m.task == req.task && m.split == req.split && m.name == req.metric)
+                .filter(|(_, m)| !part_way.contains(&m.checkpoint))
                 .map(|(_, m)| m.value)
                 .collect();
+            let trend = self.trend(&runs, &req.task, req.split, &req.metric)?;
             let (mean, ci95) = crate::util::stats::mean_ci95(&values);
             let best = values
                 .iter()
@@ -36,6 +40,7 @@ impl Study {
                 ci95,
                 best,
                 values,
+                trend,
             });
         }
         let facts = Facts {
@@ -77,7 +82,28 @@ impl Study {
                             .mean
                             .map(|m| format!("{m:.4}"))
                             .unwrap_or_else(|| "-".into());
-                        format!("{}: n={} mean={mean}{ci}", r.node, r.n)
+                        let trend = r.trend.map(|t| {
+                            format!(
+                                "; {} steps, loss {:.3} ({:+.2}/1k steps{}){}",
+                                t.trained_steps,
+                                t.loss_end.mean,
+                                t.loss_slope_per_1k.mean,
+                                if t.still_learning {
+                                    ", still learning"
+                                } else {
+                                    ""
+                                },
+                                t.gain_per_1k
+                                    .map(|g| format!(", {} {:+.3}/1k steps", req.metric, g.mean))
+                                    .unwrap_or_default()
+                            )
+                        });
+                        format!(
+                            "{}: n={} mean={mean}{ci}{}",
+                            r.node,
+                            r.n,
+                            trend.unwrap_or_default()
+                        )
                     })
                     .collect::<Vec<_>>()
                     .join("\n");

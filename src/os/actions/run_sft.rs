@@ -14,6 +14,7 @@ impl Study {
         req: RunSftRequest,
     ) -> Result<RunSftResult> {
         check_caller(caller)?;
+        self.check_eval_every(&req)?;
         let snap = self.require_node(&req.node)?;
         let base_sha = self.resolve_checkpoint(&req.base)?;
         let mut unregistered = Vec::new();
@@ -89,7 +90,108 @@ impl Study {
         self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec, None)?;
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
-        self.finish_sft(caller, &req, request, &spec, job, base_sha)
+        let mut res = self.finish_sft(caller, &req, request, &spec, job, base_sha)?;
+        res.dev_curve = self.score_steps(caller, &req, &res)?;
+        Ok(res)
+    }
+
+    /// `eval_every` needs a task of this study, whole checkpoints and a bounded number of them.
+    fn check_eval_every(&self, req: &RunSftRequest) -> Result<()> {
+        if req.eval_every == 0 {
+            if req.eval_task.is_some() {
+                return Err(Error::invalid(
+                    "eval_task: it names the task eval_every scores; set eval_every too, or leave eval_task out",
+                ));
+            }
+            return Ok(());
+        }
+        let task = req.eval_task.as_deref().ok_or_else(|| {
+            Error::invalid(
+                "eval_task: eval_every needs the task whose dev split scores the checkpoints",
+            )
+        })?;
+        if !self.config.tasks.contains_key(task) {
+            return Err(Error::invalid(format!(
+                "eval_task: the study has no task {task:?} (it has: {})",
+                self.config
+                    .tasks
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if matches!(req.adapter, types::Adapter::Lora { .. }) {
+            return Err(Error::invalid(
+                "eval_every: intermediate checkpoints are whole models; use adapter {\"kind\": \"full\"} with eval_every",
+            ));
+        }
+        let kept = (req.steps.saturating_sub(1)) / req.eval_every;
+        if kept > MAX_STEP_CHECKPOINTS {
+            return Err(Error::invalid(format!(
+                "eval_every: {} steps every {} would keep {kept} intermediate checkpoints; at most {MAX_STEP_CHECKPOINTS} per run",
+                req.steps, req.eval_every
+            )));
+        }
+        Ok(())
+    }
+
+    /// `eval_every`: score each intermediate checkpoint and the final one on the dev split, each
+    /// through the `evaluate` action (its own commit, the evaluation budget, the pinned
+    /// evaluator). A refusal (a spent budget) ends the curve there, with the reason.
+    fn score_steps(
+        &self,
+        caller: &Caller,
+        req: &RunSftRequest,
+        res: &RunSftResult,
+    ) -> Result<Vec<types::DevPoint>> {
+        let (Some(task), Some(last)) = (&req.eval_task, &res.checkpoint) else {
+            return Ok(Vec::new());
+        };
+        if req.eval_every == 0 {
+            return Ok(Vec::new());
+        }
+        let points = res
+            .intermediate
+            .iter()
+            .map(|s| (s.step, s.checkpoint.clone()))
+            .chain([(req.steps, last.clone())]);
+        let mut curve = Vec::new();
+        for (step, checkpoint) in points {
+            let r = self.evaluate(
+                caller,
+                EvaluateRequest {
+                    node: req.node.clone(),
+                    checkpoint: checkpoint.clone(),
+                    task: task.clone(),
+                    split: Split::Dev,
+                },
+            );
+            let (metrics, error, stop) = match r {
+                Ok(r) if r.job.state == JobState::Succeeded => (r.metrics, None, false),
+                Ok(r) => (
+                    BTreeMap::new(),
+                    Some(format!(
+                        "evaluation job {} {}: {}",
+                        r.job.id,
+                        r.job.state.as_str(),
+                        r.job.error.unwrap_or_default()
+                    )),
+                    false,
+                ),
+                Err(e) => (BTreeMap::new(), Some(e.message), true),
+            };
+            curve.push(types::DevPoint {
+                step,
+                checkpoint,
+                metrics,
+                error,
+            });
+            if stop {
+                break;
+            }
+        }
+        Ok(curve)
     }
 
     /// Collect a finished `run_sft` job's checkpoint and metrics and record the action.
@@ -104,6 +206,15 @@ impl Study {
     ) -> Result<RunSftResult> {
         let mut checkpoint = None;
         let mut train_metrics = BTreeMap::new();
+        let mut intermediate = Vec::new();
+        let curve: Vec<types::LossPoint> = read_log_head(&spec.log_path())
+            .map(|log| {
+                protocol::curve_in(&log, MAX_CURVE_POINTS)
+                    .into_iter()
+                    .map(|(step, loss)| types::LossPoint { step, loss })
+                    .collect()
+            })
+            .unwrap_or_default();
         if job.state == JobState::Succeeded {
             let out = spec.out_dir();
             let ck_dir = protocol::checkpoint_dir(&out);
@@ -116,6 +227,18 @@ impl Study {
                 Ok(m) => {
                     checkpoint = Some(self.store.put_dir(&ck_dir)?);
                     train_metrics = m;
+                    // Only the steps the run was asked to keep: whatever else a job leaves
+                    // under out/ is not a checkpoint of the record.
+                    if req.eval_every > 0 {
+                        for (step, dir) in protocol::step_checkpoints(&out) {
+                            if step % req.eval_every == 0 && step < req.steps {
+                                intermediate.push(types::StepCheckpoint {
+                                    step,
+                                    checkpoint: self.store.put_dir(&dir)?,
+                                });
+                            }
+                        }
+                    }
                 }
                 Err(e) => {
                     job.state = JobState::Failed;
@@ -123,9 +246,15 @@ impl Study {
                 }
             }
         }
-        let result_stored = serde_json::json!({
+        let mut result_stored = serde_json::json!({
             "job": job, "checkpoint": checkpoint, "train_metrics": train_metrics,
         });
+        if !curve.is_empty() {
+            result_stored["curve"] = serde_json::to_value(&curve)?;
+        }
+        if !intermediate.is_empty() {
+            result_stored["intermediate"] = serde_json::to_value(&intermediate)?;
+        }
         let (oid, _) =
             self.commit_action(&req.node, caller, ActionName::RunSft, request, |_| {
                 let summary = match &checkpoint {
@@ -156,6 +285,14 @@ impl Study {
                         parent: Some(base_sha.clone()),
                     });
                 }
+                for s in &intermediate {
+                    p.artifacts.push(ArtifactRef {
+                        sha256: s.checkpoint.clone(),
+                        kind: ArtifactKind::Checkpoint,
+                        name: format!("{}-{}-step{}", req.node, &s.checkpoint[..12], s.step),
+                        parent: Some(base_sha.clone()),
+                    });
+                }
                 p.attach_job(&job);
                 Ok(p)
             })?;
@@ -164,9 +301,31 @@ impl Study {
             job,
             checkpoint,
             train_metrics,
+            curve,
+            intermediate,
+            dev_curve: Vec::new(),
             commit: oid,
         })
     }
+}
+
+/// Points of a learning curve kept in the record (the log's progress lines, thinned evenly).
+pub const MAX_CURVE_POINTS: usize = 200;
+/// Intermediate checkpoints one run may keep (`eval_every`).
+pub const MAX_STEP_CHECKPOINTS: u64 = 50;
+/// How much of a job's log the learning curve is read from.
+const CURVE_LOG_BYTES: u64 = 16 << 20;
+
+/// The first 16 MiB of a job's log as text (a job writes what it likes there).
+fn read_log_head(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(CURVE_LOG_BYTES)
+        .read_to_end(&mut buf)
+        .ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// What the trainer is told from the agent's request: its training parameters only. The request
@@ -185,6 +344,8 @@ pub(super) fn train_hyper(req: &RunSftRequest) -> TrainHyper {
         adapter,
         answer_only_loss,
         seed,
+        eval_every,
+        eval_task: _,
     } = req;
     TrainHyper {
         learning_rate: *learning_rate,
@@ -195,6 +356,7 @@ pub(super) fn train_hyper(req: &RunSftRequest) -> TrainHyper {
         adapter: adapter.clone(),
         answer_only_loss: *answer_only_loss,
         seed: *seed,
+        save_every: *eval_every,
     }
 }
 
