@@ -185,11 +185,29 @@ impl Study {
                 continue;
             }
             let Some(job) = &rec.job else { continue };
-            let log = self.job_log(&job.id, CURVE_LOG_BYTES).unwrap_or_default();
-            let points = crate::jobs::progress_all(&log)
+            // The curve run_sft recorded (its result's `curve`), else the job log's progress lines
+            // (runs recorded before the curve was).
+            let recorded: Vec<[f64; 2]> = rec
+                .result
+                .as_ref()
+                .and_then(|r| r.get("curve"))
+                .and_then(|c| {
+                    serde_json::from_value::<Vec<crate::api::types::LossPoint>>(c.clone()).ok()
+                })
+                .unwrap_or_default()
                 .into_iter()
-                .filter_map(|p| p.loss.filter(|l| l.is_finite()).map(|l| [p.step as f64, l]))
+                .filter(|p| p.loss.is_finite())
+                .map(|p| [p.step as f64, p.loss])
                 .collect();
+            let points = if recorded.is_empty() {
+                let log = self.job_log(&job.id, CURVE_LOG_BYTES).unwrap_or_default();
+                crate::jobs::progress_all(&log)
+                    .into_iter()
+                    .filter_map(|p| p.loss.filter(|l| l.is_finite()).map(|l| [p.step as f64, l]))
+                    .collect()
+            } else {
+                recorded
+            };
             out.push(LossCurve {
                 node: node.to_string(),
                 seq: r.seq,
