@@ -159,8 +159,11 @@ test("the DAG webview draws the nodes and follows the record", async () => {
   branch("e2e node seen by the DAG");
   await until("the DAG updated", async () => (await shown()) > before, 30000);
   await until("the bar says how many nodes", async () => /nodes/.test(await frame.locator("#bar").textContent()));
-  // A click on the canvas's first node opens its panel.
-  await page.waitForTimeout(500);
+  // A node's panel: its title, dev score, actions with their commits, the loss-curve section.
+  await frame.locator("#goto").fill("n0");
+  await frame.locator("#goto").press("Enter");
+  await until("the node panel", async () => /^n0 — /.test(await frame.locator(".node-title").textContent()));
+  assert.match(await frame.locator("#side").textContent(), /Training loss/);
   await shot("dag-view");
 });
 

@@ -10,6 +10,14 @@ const vscode = acquireVsCodeApi();
 const dagEl = document.getElementById("dag")!;
 const side = document.getElementById("side")!;
 const bar = document.getElementById("bar")!;
+const goto = document.getElementById("goto") as HTMLInputElement;
+goto.addEventListener("keydown", (e) => {
+  const id = goto.value.trim();
+  if (e.key === "Enter" && /^n\d{1,9}$/.test(id)) {
+    view.select(id);
+    vscode.postMessage({ type: "select", id });
+  }
+});
 let first = true;
 
 const view = mountDag(dagEl, {

@@ -163,8 +163,9 @@ class DagPanel {
  #dag{flex:1;min-width:0;position:relative} #side{width:380px;overflow:auto;border-left:1px solid var(--vscode-panel-border);padding:8px;font-size:12px}
  #side h2{font-size:14px;margin:4px 0} table{border-collapse:collapse} td,th{padding:2px 6px;text-align:left;vertical-align:top}
  pre{white-space:pre-wrap;max-height:240px;overflow:auto;background:var(--vscode-textCodeBlock-background);padding:4px}
- #bar{position:absolute;top:4px;left:8px;z-index:2;font-size:12px;background:var(--vscode-editor-background);padding:2px 6px;opacity:.9}
-</style></head><body><div id="dag"><div id="bar"></div></div><div id="side"><p>Click a node.</p></div>
+ #top{position:absolute;top:4px;left:8px;z-index:2;font-size:12px;background:var(--vscode-editor-background);padding:2px 6px;opacity:.95}
+ #goto{width:90px;margin-right:8px;background:var(--vscode-input-background);color:var(--vscode-input-foreground);border:1px solid var(--vscode-input-border,#888)}
+</style></head><body><div id="dag"><div id="top"><input id="goto" placeholder="node id ⏎" aria-label="Open a node by id"><span id="bar"></span></div></div><div id="side"><p>Click a node.</p></div>
 <script nonce="${nonce}" src="${script}"></script></body></html>`;
     this.panel.webview.onDidReceiveMessage((m) => this.onMessage(m));
     this.panel.onDidDispose(() => {
