@@ -39,3 +39,7 @@ RSIM_BIN=target/debug/rsim tools/hosts.sh
 # The web page in headless Chromium against a real `rsim serve` while a campaign runs (under a
 # minute; installs chromium and playwright-core when missing); screenshots in test-output/web/.
 RSIM_BIN=target/debug/rsim tools/web.sh
+# The editor face: `rsim lsp` from Node (vscode-jsonrpc), then the VS Code extension in code-server
+# through headless Chromium while a campaign runs (under a minute once installed; the first install
+# of code-server takes a few minutes); screenshots in test-output/editor/.
+RSIM_BIN=target/debug/rsim tools/editor.sh

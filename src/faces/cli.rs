@@ -372,7 +372,11 @@ pub enum Command {
     /// rsim.toml diagnostics, node hovers, the research DAG and owner commands as the editor's
     /// user (--agent/--role, default owner). The study: -C or $RSIM_STUDY, else the editor's
     /// workspace folder (or its nearest ancestor holding .rsim/).
-    Lsp,
+    Lsp {
+        /// Accepted for editors that pass it: stdio is the only transport.
+        #[arg(long)]
+        stdio: bool,
+    },
     /// Serve the study to many MCP clients over streamable HTTP at /mcp.
     Serve {
         /// Address to listen on, e.g. 127.0.0.1:8765 (port 0 picks a free one; the address is printed on stderr).
@@ -562,7 +566,7 @@ pub fn run(cli: Cli) -> Result<()> {
             );
             crate::faces::mcp::serve_stdio(&dir, who, mcp_options(*job_wait)?)
         }
-        Command::Lsp => {
+        Command::Lsp { .. } => {
             let root = cli
                 .study
                 .clone()
@@ -970,7 +974,7 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         | Command::BenchStrategies { .. }
         | Command::BenchTrain { .. }
         | Command::Mcp { .. }
-        | Command::Lsp
+        | Command::Lsp { .. }
         | Command::Serve { .. }
         | Command::McpConfig { .. }
         | Command::Bench { .. }

@@ -86,17 +86,6 @@ impl Study {
         Ok(String::from_utf8_lossy(&bytes[start..]).into_owned())
     }
 
-    /// A job's training curve, (step, loss) from its log's progress lines (`step k/n loss x`),
-    /// from the last `max` bytes of the log (live while it runs, stored once it ended).
-    pub fn loss_curve(&self, job: &str, max: u64) -> Result<Vec<(u64, f64)>> {
-        let log = self.job_log(job, max)?;
-        Ok(log
-            .lines()
-            .filter_map(jobs::progress_in)
-            .filter_map(|p| Some((p.step, p.loss?)))
-            .collect())
-    }
-
     /// Action `seq` of `node` as recorded, with the commit that recorded it.
     pub fn action(&self, node: &str, seq: u32) -> Result<(ActionRecord, String)> {
         let tip = self

@@ -163,6 +163,8 @@ pub struct Timeline {
 
 /// Most points a timeline returns (evenly thinned past it, the last kept).
 pub const TIMELINE_MAX_POINTS: usize = 2000;
+/// Most points of a curve read from a job's log (evenly thinned past it).
+const CURVE_MAX_POINTS: usize = 2000;
 /// Most bytes of a job log read for its curve.
 const CURVE_LOG_BYTES: u64 = 8 << 20;
 /// Most nodes one comparison takes.
@@ -178,8 +180,8 @@ impl Study {
 
     /// A job's loss per logged step from its log (live while it runs).
     fn log_curve(&self, job: &str) -> Vec<[f64; 2]> {
-        self.loss_curve(job, CURVE_LOG_BYTES)
-            .unwrap_or_default()
+        let log = self.job_log(job, CURVE_LOG_BYTES).unwrap_or_default();
+        crate::jobs::protocol::curve_in(&log, CURVE_MAX_POINTS)
             .into_iter()
             .filter(|(_, l)| l.is_finite())
             .map(|(s, l)| [s as f64, l])

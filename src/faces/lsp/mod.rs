@@ -35,10 +35,16 @@ use crate::util::error::{Error, Result};
 
 /// Documents larger than this are not kept or checked (a clear diagnostic says so).
 pub const MAX_DOCUMENT_BYTES: usize = 4 << 20;
+/// Open documents kept at once (beyond it, a newly opened document is not kept: no hovers there).
+pub const MAX_DOCUMENTS: usize = 256;
 /// Nodes a workspace-symbol search looks through (beyond it, narrow the query in the DAG view).
 const SYMBOL_SCAN_NODES: usize = 20_000;
 /// Symbols a search answers with.
 const MAX_SYMBOLS: usize = 200;
+/// Collapsed nodes one `rsim/dag` request may open.
+const MAX_EXPAND: usize = 1000;
+/// Nodes of one group the Research view lists (the DAG view shows them all).
+const MAX_TREE_NODES: usize = 500;
 /// Bytes of a job log a panel shows.
 const LOG_TAIL_BYTES: u64 = 64 << 10;
 
@@ -347,8 +353,9 @@ impl Backend {
                 severity: Some(DiagnosticSeverity::WARNING),
                 source: Some("rsim".into()),
                 message: format!(
-                    "not checked: the document is larger than {} MiB",
-                    MAX_DOCUMENT_BYTES >> 20
+                    "not checked: the document is larger than {} MiB, or {} documents are open",
+                    MAX_DOCUMENT_BYTES >> 20,
+                    MAX_DOCUMENTS
                 ),
                 ..Diagnostic::default()
             }],
@@ -359,10 +366,13 @@ impl Backend {
     async fn set_document(&self, uri: Uri, text: String, version: i32) {
         let key = uri.as_str().to_string();
         let fits = text.len() <= MAX_DOCUMENT_BYTES;
-        if fits {
-            lock(&self.s.docs).insert(key.clone(), text);
-        } else {
-            lock(&self.s.docs).remove(&key);
+        {
+            let mut docs = lock(&self.s.docs);
+            if fits && (docs.len() < MAX_DOCUMENTS || docs.contains_key(&key)) {
+                docs.insert(key.clone(), text);
+            } else {
+                docs.remove(&key);
+            }
         }
         if config::is_config_uri(&key) {
             let t = fits
@@ -378,11 +388,48 @@ impl Backend {
 
     // ------------------------------------------------------------ custom requests
 
-    /// `rsim/dag`: the core's `dag` query (its params as they are: view, node, cursor, …).
+    /// `rsim/dag` {expand?: [node ids], max_nodes?}: the DAG laid out for the shared renderer
+    /// (`faces::dagview`, the web page's layout): summarised past `max_nodes`, the best path and
+    /// the frontier always drawn, collapsed subtrees opened by naming them in `expand`.
     async fn dag(&self, params: Value) -> RpcResult<Value> {
-        let args = Value::Object(object(params)?);
-        let caller = self.s.caller.clone();
-        self.blocking(move |s| s.call(&caller, "dag", args)).await
+        let m = object(params)?;
+        let mut opts = crate::faces::dagview::LayoutOptions::default();
+        match m.get("expand") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(ids)) if ids.len() <= MAX_EXPAND => {
+                for id in ids {
+                    match id.as_str() {
+                        Some(i) if text::is_node_id(i) => {
+                            opts.expand.insert(i.to_string());
+                        }
+                        _ => {
+                            return Err(RpcError::invalid_params(
+                                "`expand`: expected node ids (n0, n12, …)",
+                            ));
+                        }
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(RpcError::invalid_params(format!(
+                    "`expand`: expected a list of at most {MAX_EXPAND} node ids"
+                )));
+            }
+        }
+        if let Some(v) = m.get("max_nodes") {
+            let n = v
+                .as_u64()
+                .filter(|n| (1..=200_000).contains(n))
+                .ok_or_else(|| RpcError::invalid_params("`max_nodes`: expected 1 to 200000"))?;
+            opts.max_nodes = n as usize;
+        }
+        self.blocking(move |s| {
+            let o = s.with(|st| st.dag_overview(None))?;
+            Ok(serde_json::to_value(crate::faces::dagview::layout(
+                &o, &opts,
+            ))?)
+        })
+        .await
     }
 
     /// `rsim/node` {node}: the node, its card (score, verdict) and each run's training curve.
@@ -421,46 +468,27 @@ impl Backend {
         self.blocking(move |s| s.call(&caller, "log", args)).await
     }
 
-    /// `rsim/compare` {nodes, task?, split?, metric?}: each node's mean with its 95% interval
-    /// (read-only; the recorded comparison is the `rsim.compare` command).
+    /// `rsim/compare` {nodes, task?}: each node's dev mean with its 95% interval, and each
+    /// pair's difference with Welch's interval (read-only, as the web page's; the recorded
+    /// comparison is the `rsim.compare` command).
     async fn compare(&self, params: Value) -> RpcResult<Value> {
         let m = object(params)?;
         let nodes: Vec<String> = match m.get("nodes") {
-            Some(Value::Array(a)) if !a.is_empty() && a.len() <= 64 => a
+            Some(Value::Array(a)) => a
                 .iter()
                 .map(|v| {
                     v.as_str()
+                        .filter(|i| text::is_node_id(i))
                         .map(str::to_string)
                         .ok_or_else(|| RpcError::invalid_params("`nodes`: expected node ids"))
                 })
                 .collect::<RpcResult<_>>()?,
-            _ => {
-                return Err(RpcError::invalid_params(
-                    "`nodes`: expected 1 to 64 node ids",
-                ));
-            }
+            _ => return Err(RpcError::invalid_params("`nodes`: expected node ids")),
         };
-        let opt = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
-        let (task, split, metric) = (opt("task"), opt("split"), opt("metric"));
-        let caller = self.s.caller.clone();
+        let task = m.get("task").and_then(Value::as_str).map(str::to_string);
         self.blocking(move |s| {
-            let (task, metric) = match (task, metric) {
-                (Some(t), Some(m)) => (t, m),
-                (t, m) => {
-                    let (ft, fm) = first_task(s)?;
-                    (t.unwrap_or(ft), m.unwrap_or(fm))
-                }
-            };
-            let split = split.unwrap_or_else(|| "dev".into());
-            let mut rows = Vec::new();
-            for id in &nodes {
-                let v = s.call(&caller, "get_node", json!({ "node": id }))?;
-                let (n, mean, ci95) = score_of(&v, &task, &split, &metric);
-                rows.push(json!({
-                    "node": id, "title": v["title"], "n": n, "mean": mean, "ci95": ci95,
-                }));
-            }
-            Ok(json!({ "task": task, "split": split, "metric": metric, "rows": rows }))
+            let c = s.with(|st| st.compare_nodes(&nodes, task.as_deref()))?;
+            Ok(serde_json::to_value(c)?)
         })
         .await
     }
@@ -670,23 +698,12 @@ fn node_markdown(v: &Value, card: &Value) -> String {
     out
 }
 
-/// The node panel: the node, its card, each accepted run's curve, running jobs on it.
+/// The node panel: the node, its card, each run's loss curve (running ones too), the reviews
+/// naming it, and its running jobs.
 fn node_panel(s: &Session, caller: &Caller, id: &str) -> Result<Value> {
     let v = s.call(caller, "get_node", json!({ "node": id }))?;
     let card = node_card(s, caller, id)?;
-    let jobs: Vec<String> = v["actions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|a| a["action"] == "run_sft")
-        .filter_map(|a| a["job"].as_str().map(str::to_string))
-        .collect();
-    let (curves, running) = s.with(|st| {
-        let mut curves = Vec::new();
-        for j in &jobs {
-            let points = st.loss_curve(j, 1 << 20).unwrap_or_default();
-            curves.push(json!({ "job": j, "points": points }));
-        }
+    let (curves, reviews, running) = s.with(|st| {
         let running: Vec<Value> = running_jobs(st)
             .as_array()
             .into_iter()
@@ -694,16 +711,11 @@ fn node_panel(s: &Session, caller: &Caller, id: &str) -> Result<Value> {
             .filter(|r| r["node"] == id)
             .cloned()
             .collect();
-        for r in &running {
-            if let Some(j) = r["job"].as_str() {
-                let points = st.loss_curve(j, 1 << 20).unwrap_or_default();
-                curves.push(json!({ "job": j, "points": points, "running": true }));
-            }
-        }
-        Ok((curves, running))
+        Ok((st.loss_curves(id)?, st.reviews_of(id)?, running))
     })?;
-    // Each review's text, from the recorded actions (the review action's result holds it).
-    Ok(json!({ "node": v, "card": card, "curves": curves, "running": running }))
+    Ok(json!({
+        "node": v, "card": card, "curves": curves, "reviews": reviews, "running": running,
+    }))
 }
 
 fn running_jobs(st: &crate::os::Study) -> Value {
@@ -722,54 +734,61 @@ fn running_jobs(st: &crate::os::Study) -> Value {
     Value::Array(jobs)
 }
 
-/// The status bar's and the Research view's data.
+/// The status bar's and the Research view's data: the `summary` view of the DAG, budgets used,
+/// running jobs, and the nodes by group (frontier, promising, dead end, concluded) with their
+/// dev score, at most `MAX_TREE_NODES` a group (best first; `groups` has the counts).
 fn summary(s: &Session, caller: &Caller) -> Result<Value> {
     let dag = s.call(caller, "dag", json!({ "view": "summary" }))?;
-    let (verdicts, jobs, used, cfg) = s.with(|st| {
+    let (o, jobs, used, cfg) = s.with(|st| {
         Ok((
-            st.latest_verdicts()?,
+            st.dag_overview(None)?,
             running_jobs(st),
             st.compute_seconds_used()?,
             st.config().budgets.clone(),
         ))
     })?;
-    // Every node's group (frontier / promising / dead end / concluded), paged through the core.
+    let mut groups: std::collections::BTreeMap<&str, Vec<&crate::os::OverviewNode>> =
+        Default::default();
+    for n in &o.nodes {
+        let group = match (n.verdict.as_deref(), n.status) {
+            (Some("dead_end"), _) => "dead_end",
+            (_, crate::model::NodeStatus::Concluded)
+                if n.outcome.as_deref() == Some("negative") =>
+            {
+                "dead_end"
+            }
+            (Some("promising"), _) => "promising",
+            (_, crate::model::NodeStatus::Open) => "frontier",
+            _ => "concluded",
+        };
+        groups.entry(group).or_default().push(n);
+    }
+    let mut counts = serde_json::Map::new();
     let mut nodes = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut args = json!({ "view": "full", "max_tokens": 200_000 });
-        if let Some(c) = &cursor {
-            args["cursor"] = json!(c);
-        }
-        let page = s.call(caller, "dag", args)?;
-        for n in page["nodes"].as_array().into_iter().flatten() {
-            let id = n["id"].as_str().unwrap_or_default();
-            let verdict = verdicts.get(id).cloned();
-            let group = match (verdict.as_deref(), n["status"].as_str()) {
-                (Some("dead_end"), _) => "dead_end",
-                (Some("promising"), _) => "promising",
-                (_, Some("open")) => "frontier",
-                _ => "concluded",
-            };
+    for (g, mut list) in groups {
+        counts.insert(g.to_string(), json!(list.len()));
+        list.sort_by(|a, b| {
+            b.score
+                .unwrap_or(f64::NEG_INFINITY)
+                .total_cmp(&a.score.unwrap_or(f64::NEG_INFINITY))
+        });
+        for n in list.into_iter().take(MAX_TREE_NODES) {
             nodes.push(json!({
-                "id": id, "title": n["title"], "status": n["status"], "verdict": verdict,
-                "group": group,
+                "id": n.id, "title": n.title, "status": n.status, "verdict": n.verdict,
+                "outcome": n.outcome, "score": n.score, "evals": n.evals, "group": g,
             }));
-        }
-        cursor = page["next_cursor"].as_str().map(str::to_string);
-        if cursor.is_none() || nodes.len() >= SYMBOL_SCAN_NODES {
-            break;
         }
     }
     Ok(json!({
         "summary": dag["summary"],
+        "task": o.task, "metric": o.metric, "best": o.best,
         "budgets": {
             "compute_seconds": { "used": used, "limit": cfg.compute_seconds },
             "max_nodes": cfg.max_nodes,
         },
         "jobs": jobs,
+        "groups": counts,
         "nodes": nodes,
-        "truncated": cursor.is_some(),
     }))
 }
 

@@ -305,7 +305,15 @@ async fn nodes_hover_resolve_and_change_through_the_session_and_changes_are_noti
     let c = e
         .request("rsim/compare", json!({ "nodes": ["n0", "n1"] }))
         .await;
-    assert_eq!(c["result"]["rows"].as_array().map(Vec::len), Some(2), "{c}");
+    assert_eq!(
+        c["result"]["nodes"].as_array().map(Vec::len),
+        Some(2),
+        "{c}"
+    );
+    let d = e.request("rsim/dag", json!({ "expand": ["n0"] })).await;
+    assert_eq!(d["result"]["total"], 2, "{d}");
+    let d = e.request("rsim/dag", json!({ "expand": ["../x"] })).await;
+    assert_eq!(d["error"]["code"], -32602, "{d}");
     let j = e
         .request("rsim/jobLog", json!({ "job": "../../etc" }))
         .await;
