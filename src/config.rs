@@ -649,8 +649,13 @@ impl StudyConfig {
 
     /// Checks serde cannot express: names, ranges, paths confined to the study.
     fn check(&self, file: &str) -> Result<()> {
-        let bad =
-            |key: &str, msg: String| Err(Error::invalid(format!("{file}: key `{key}`: {msg}")));
+        self.check_keys()
+            .map_err(|(key, msg)| Error::invalid(format!("{file}: key `{key}`: {msg}")))
+    }
+
+    /// `check`'s finding as (key path, what is wrong), for callers that place it in the text.
+    fn check_keys(&self) -> std::result::Result<(), (String, String)> {
+        let bad = |key: &str, msg: String| Err((key.to_string(), msg));
         if self.study.name.trim().is_empty() {
             return bad("study.name", "expected a non-empty name".into());
         }
@@ -825,6 +830,97 @@ impl StudyConfig {
     }
 }
 
+/// What is wrong with an `rsim.toml` text, placed in it: the first problem the parser, the typed
+/// deserialisation or the semantic checks find — the same ones, in the same order, as `parse`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigProblem {
+    /// Byte range in the text (empty at the start of the file when nothing narrower is known).
+    pub span: std::ops::Range<usize>,
+    /// The key path (`tasks.arith.dev.path`), when the problem is one key's.
+    pub key: Option<String>,
+    /// What `parse` says, without the file name.
+    pub message: String,
+}
+
+/// The problem `StudyConfig::parse` would report for `text`, with its place; `None` when it parses.
+pub fn diagnose(text: &str) -> Option<ConfigProblem> {
+    let de = match toml::Deserializer::parse(text) {
+        Ok(de) => de,
+        Err(e) => {
+            return Some(ConfigProblem {
+                span: e.span().unwrap_or(0..0),
+                key: None,
+                message: describe_toml_error(text, &e),
+            });
+        }
+    };
+    let cfg: StudyConfig = match serde_path_to_error::deserialize(de) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            let key = e.path().to_string();
+            let inner = e.into_inner();
+            let key = (key != "." && !key.is_empty()).then_some(key);
+            let span = inner
+                .span()
+                .or_else(|| key.as_deref().and_then(|k| key_span(text, k)))
+                .unwrap_or(0..0);
+            let what = describe_toml_error(text, &inner);
+            let message = match &key {
+                Some(k) => format!("key `{k}`: {what}"),
+                None => what,
+            };
+            return Some(ConfigProblem { span, key, message });
+        }
+    };
+    let (key, msg) = cfg.check_keys().err()?;
+    Some(ConfigProblem {
+        span: key_span(text, &key).unwrap_or(0..0),
+        message: format!("key `{key}`: {msg}"),
+        key: Some(key),
+    })
+}
+
+/// The byte range of the value at a key path (`a.b.c`, `a.list[2]`) in a TOML text: the deepest
+/// part of the path that exists (a table whose entry is missing: the table's key).
+pub fn key_span(text: &str, path: &str) -> Option<std::ops::Range<usize>> {
+    use toml::de::{DeTable, DeValue};
+    let root = DeTable::parse(text).ok()?;
+    let mut parts: Vec<(String, Option<usize>)> = Vec::new();
+    for seg in path.split('.') {
+        match seg.split_once('[') {
+            Some((name, rest)) => {
+                let i = rest.trim_end_matches(']').parse().ok();
+                parts.push((name.to_string(), i));
+            }
+            None => parts.push((seg.to_string(), None)),
+        }
+    }
+    let mut table = root.get_ref();
+    let mut best: Option<std::ops::Range<usize>> = None;
+    for (name, index) in parts {
+        let Some((k, v)) = table.iter().find(|(k, _)| k.get_ref().as_ref() == name) else {
+            return best;
+        };
+        best = Some(match v.get_ref() {
+            DeValue::Table(_) => k.span(),
+            _ => v.span(),
+        });
+        let mut value = v.get_ref();
+        if let (Some(i), DeValue::Array(items)) = (index, value) {
+            let Some(item) = items.get(i) else {
+                return best;
+            };
+            best = Some(item.span());
+            value = item.get_ref();
+        }
+        match value {
+            DeValue::Table(t) => table = t,
+            _ => return best,
+        }
+    }
+    best
+}
+
 fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
     let msg = e.message().trim_end().to_string();
     match e.span() {
@@ -952,6 +1048,56 @@ test = { path = "eval/test.jsonl" }
 sft = ["true"]
 evaluate = ["true"]
 "#;
+
+    /// The text `diagnose` places its problem on.
+    fn placed(text: &str) -> (String, String) {
+        let p = diagnose(text).expect("a problem");
+        (text[p.span.clone()].to_string(), p.message)
+    }
+
+    #[test]
+    fn diagnose_places_each_kind_of_problem_on_its_key_or_value_with_parses_message() {
+        assert_eq!(diagnose(GOOD), None);
+        // Unknown key: the key itself.
+        let (at, msg) = placed(&GOOD.replace("name = \"base\"", "name = \"base\"\nflavour = 1"));
+        assert_eq!(at, "flavour");
+        assert!(msg.contains("unknown field `flavour`"), "{msg}");
+        // Wrong type: the value.
+        let (at, msg) = placed(&GOOD.replace("name = \"t\"", "name = 7"));
+        assert_eq!(at, "7");
+        assert!(
+            msg.contains("study.name") && msg.contains("string"),
+            "{msg}"
+        );
+        // A path outside the study (a semantic check): the value.
+        let text = GOOD.replace("path = \"eval/dev.jsonl\"", "path = \"../../etc/passwd\"");
+        let (at, msg) = placed(&text);
+        assert_eq!(at, "\"../../etc/passwd\"");
+        assert!(msg.starts_with("key `tasks.add.dev.path`"), "{msg}");
+        let whole = StudyConfig::parse(&text, "rsim.toml")
+            .expect_err("invalid")
+            .to_string();
+        assert!(whole.contains(&msg), "{whole} vs {msg}");
+        // A bad hash.
+        let (at, msg) = placed(&GOOD.replace(
+            "{ path = \"eval/test.jsonl\" }",
+            "{ path = \"eval/test.jsonl\", sha256 = \"abc\" }",
+        ));
+        assert_eq!(at, "\"abc\"");
+        assert!(msg.contains("64 lowercase hex"), "{msg}");
+        // A syntax error: where the parser stopped.
+        let p = diagnose("[study\nname = 1").expect("problem");
+        assert!(p.span.start <= 7, "{p:?}");
+        // An element of a list.
+        assert_eq!(
+            key_span(
+                "[backend]\nextra_sbatch = [\"a\", \"b\"]\n",
+                "backend.extra_sbatch[1]"
+            )
+            .map(|r| r.start),
+            Some(31)
+        );
+    }
 
     #[test]
     fn parses_minimal_config_with_defaults() {

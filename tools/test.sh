@@ -36,3 +36,10 @@ RSIM_BIN=target/debug/rsim RSIM_CONFORMANCE_BIN=target/rsim-conformance tools/mc
 # Real MCP hosts (Claude Code, Codex CLI, Gemini CLI from npm) against a scripted model endpoint on
 # loopback: stdio, HTTP, HTTP with tokens, and `rsim run --worker 'cmd:…'` (about a minute).
 RSIM_BIN=target/debug/rsim tools/hosts.sh
+# The web page in headless Chromium against a real `rsim serve` while a campaign runs (under a
+# minute; installs chromium and playwright-core when missing); screenshots in test-output/web/.
+RSIM_BIN=target/debug/rsim tools/web.sh
+# The editor face: `rsim lsp` from Node (vscode-jsonrpc), then the VS Code extension in code-server
+# through headless Chromium while a campaign runs (under a minute once installed; the first install
+# of code-server takes a few minutes); screenshots in test-output/editor/.
+RSIM_BIN=target/debug/rsim tools/editor.sh

@@ -544,8 +544,7 @@ pub fn views(n: usize, dir: Option<&Path>, json_out: bool) -> Result<()> {
             Ok(crate::campaign::report::text(&r).len())
         })?;
         time("report html", &mut || {
-            let r = crate::campaign::report::build(&study, None)?;
-            Ok(crate::campaign::report::html(&r).len())
+            Ok(crate::faces::web::page::static_page(&study)?.len())
         })?;
     }
     if json_out {
@@ -563,6 +562,53 @@ pub fn views(n: usize, dir: Option<&Path>, json_out: bool) -> Result<()> {
         let _ = std::fs::remove_dir_all(&base);
     }
     Ok(())
+}
+
+/// `rsim bench --web N`: serve the page over a made-up DAG of `n` nodes (the layout and
+/// everything after it run as for a real study) until interrupted.
+pub fn web(n: usize, addr: &str, dir: Option<&Path>) -> Result<()> {
+    let root = bench_dir(dir)?.join("web");
+    if root.exists() {
+        std::fs::remove_dir_all(&root)?;
+    }
+    bench_study(&root, 10)?;
+    let session = std::sync::Arc::new(crate::os::session::Session::open(&root)?);
+    let web =
+        crate::faces::web::Web::with_overview(session, crate::faces::dagview::synthetic(n, 1));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| crate::util::error::Error::internal(format!("cannot start a runtime: {e}")))?;
+    let r = rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| crate::util::error::Error::invalid(format!("--http {addr}: {e}")))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| crate::util::error::Error::internal(e.to_string()))?;
+        eprintln!("rsim: a made-up DAG of {n} nodes (benchmark)");
+        eprintln!("rsim: the web page is at http://{local}/");
+        axum::serve(listener, crate::faces::web::router(web))
+            .with_graceful_shutdown(async {
+                let term = async {
+                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    {
+                        Ok(mut s) => {
+                            s.recv().await;
+                        }
+                        Err(_) => std::future::pending::<()>().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term => {}
+                }
+            })
+            .await
+            .map_err(|e| crate::util::error::Error::internal(e.to_string()))
+    });
+    let _ = std::fs::remove_dir_all(&root);
+    r
 }
 
 pub fn bench_study(dir: &Path, max_nodes: usize) -> Result<()> {

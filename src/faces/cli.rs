@@ -222,6 +222,18 @@ pub enum Command {
         /// HTML) on a chain N nodes deep and a DAG N nodes wide, built through branch actions.
         #[arg(long, value_name = "N", conflicts_with = "slurm")]
         views: Option<usize>,
+        /// Instead, serve the web page over a made-up DAG of N nodes (at --http) until
+        /// interrupted, for tools/web-bench.sh to time its first paint in Chromium.
+        #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views"])]
+        web: Option<usize>,
+        /// Address for --web.
+        #[arg(
+            long,
+            value_name = "ADDR",
+            default_value = "127.0.0.1:0",
+            requires = "web"
+        )]
+        http: String,
     },
     /// The cost of one CLI call: times separate rsim processes (this binary) for a query
     /// (`show n0 --json`) and a write (`branch`) on a fresh tiny-arith-ngram study; median and
@@ -355,6 +367,15 @@ pub enum Command {
         /// Seconds run_sft/evaluate wait for their job before answering {job, status: "running"}.
         #[arg(long, default_value_t = 5.0)]
         job_wait: f64,
+    },
+    /// Serve an editor over stdio as a language server (what the VS Code extension spawns):
+    /// rsim.toml diagnostics, node hovers, the research DAG and owner commands as the editor's
+    /// user (--agent/--role, default owner). The study: -C or $RSIM_STUDY, else the editor's
+    /// workspace folder (or its nearest ancestor holding .rsim/).
+    Lsp {
+        /// Accepted for editors that pass it: stdio is the only transport.
+        #[arg(long)]
+        stdio: bool,
     },
     /// Serve the study to many MCP clients over streamable HTTP at /mcp.
     Serve {
@@ -545,6 +566,16 @@ pub fn run(cli: Cli) -> Result<()> {
             );
             crate::faces::mcp::serve_stdio(&dir, who, mcp_options(*job_wait)?)
         }
+        Command::Lsp { .. } => {
+            let root = cli
+                .study
+                .clone()
+                .or_else(|| std::env::var_os("RSIM_STUDY").map(PathBuf::from));
+            crate::faces::lsp::serve_stdio(crate::faces::lsp::Options {
+                root,
+                caller: caller(&cli)?,
+            })
+        }
         Command::Serve {
             http,
             tokens,
@@ -591,6 +622,22 @@ pub fn run(cli: Cli) -> Result<()> {
             slurm,
             partition,
             views,
+            web: Some(n),
+            http,
+        } if slurm.is_none() && views.is_none() => {
+            let _ = (nodes, actions, repeat, reuse, partition);
+            crate::faces::bench::web(*n, http, bdir.as_deref())
+        }
+        Command::Bench {
+            nodes,
+            actions,
+            repeat,
+            dir: bdir,
+            reuse,
+            slurm,
+            partition,
+            views,
+            ..
         } => match (slurm, views) {
             (_, Some(n)) => crate::faces::bench::views(*n, bdir.as_deref(), json),
             (Some(n), None) => {
@@ -657,7 +704,7 @@ pub fn run(cli: Cli) -> Result<()> {
             let study = Study::open(&dir)?;
             let rep = crate::campaign::report::build(&study, task.as_deref())?;
             if let Some(h) = html {
-                write_html(h, &rep)?;
+                write_html(h, &study)?;
             }
             if json {
                 print_json(&serde_json::to_value(&rep)?)
@@ -927,6 +974,7 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         | Command::BenchStrategies { .. }
         | Command::BenchTrain { .. }
         | Command::Mcp { .. }
+        | Command::Lsp { .. }
         | Command::Serve { .. }
         | Command::McpConfig { .. }
         | Command::Bench { .. }
@@ -1424,8 +1472,9 @@ fn schemas(out: &Path, check: bool) -> Result<()> {
     Ok(())
 }
 
-fn write_html(path: &Path, rep: &crate::campaign::report::Report) -> Result<()> {
-    std::fs::write(path, crate::campaign::report::html(rep))
+/// The web page as one self-contained file (what `rsim serve` shows, as of now).
+fn write_html(path: &Path, study: &Study) -> Result<()> {
+    std::fs::write(path, crate::faces::web::page::static_page(study)?)
         .map_err(|e| Error::invalid(format!("--html {}: {e}", path.display())))?;
     eprintln!("HTML report: {}", path.display());
     Ok(())
@@ -1528,7 +1577,7 @@ fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
     let study = Study::open(&root)?;
     let rep = crate::campaign::report::build(&study, None)?;
     if let Some(h) = html {
-        write_html(h, &rep)?;
+        write_html(h, &study)?;
     }
     if json {
         print_json(&json!({ "summary": summary, "report": rep }))

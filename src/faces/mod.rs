@@ -18,8 +18,11 @@ macro_rules! print {
 
 pub mod bench;
 pub mod cli;
+pub mod dagview;
 pub mod init;
+pub mod lsp;
 pub mod mcp;
+pub mod web;
 
 /// Write command output to stdout. A closed pipe ends the process quietly (status 0): the
 /// reader has all it wanted. Any other write error ends it with status 1 and a message.

@@ -11,10 +11,50 @@ use crate::model::{ActionName, ActionRecord, NodeMeta};
 use crate::os::Study;
 use crate::util::error::{Error, Result};
 
+/// A job whose action is not recorded yet: running (or orphaned, until a recovery records it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunningJob {
+    pub job: String,
+    pub node: String,
+    pub action: String,
+    pub agent: String,
+    pub started_at: String,
+}
+
 impl Study {
+    /// Every job whose intent is open, oldest first (the registry, never every job directory).
+    pub fn running_jobs(&self) -> Vec<RunningJob> {
+        let mut out: Vec<RunningJob> = super::recovery::open_job_dirs(&self.root)
+            .iter()
+            .filter_map(|d| super::recovery::read_intent(d))
+            .map(|i| RunningJob {
+                job: i.job,
+                node: i.node,
+                action: i.action.as_str().to_string(),
+                agent: i.agent,
+                started_at: i.started_at,
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.started_at, &a.job).cmp(&(&b.started_at, &b.job)));
+        out
+    }
+
     /// The tip of `main` (changes when the owner commits a new `rsim.toml`).
     pub fn main_tip(&self) -> Option<git2::Oid> {
         self.record.main_tip().ok()
+    }
+
+    /// Each reviewed node's latest review verdict (`promising`, `dead_end`, `needs_more_seeds`).
+    pub fn latest_verdicts(&self) -> Result<std::collections::HashMap<String, String>> {
+        let mut latest = std::collections::HashMap::new();
+        for r in self.index.review_requests()? {
+            for v in r["verdicts"].as_array().into_iter().flatten() {
+                if let (Some(n), Some(verdict)) = (v["node"].as_str(), v["verdict"].as_str()) {
+                    latest.insert(n.to_string(), verdict.to_string());
+                }
+            }
+        }
+        Ok(latest)
     }
 
     /// Whether this study ever started the job (its directory holds a spec).

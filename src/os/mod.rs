@@ -14,9 +14,12 @@ pub mod fsck;
 pub mod genesis;
 mod jobrun;
 mod jobview;
+pub mod overview;
 mod paging;
+pub use overview::{DagOverview, OverviewNode};
 mod queries;
 mod recovery;
+pub use recovery::OpenJob;
 pub mod schemas;
 pub mod session;
 #[cfg(test)]

@@ -294,15 +294,7 @@ impl Study {
                 *s.by_outcome.entry(o.clone()).or_default() += 1;
             }
         }
-        let mut latest: std::collections::HashMap<String, String> = Default::default();
-        for r in self.index.review_requests()? {
-            for v in r["verdicts"].as_array().into_iter().flatten() {
-                if let (Some(n), Some(verdict)) = (v["node"].as_str(), v["verdict"].as_str()) {
-                    latest.insert(n.to_string(), verdict.to_string());
-                }
-            }
-        }
-        for v in latest.into_values() {
+        for v in self.latest_verdicts()?.into_values() {
             *s.by_verdict.entry(v).or_default() += 1;
         }
         if let Some((task, t)) = self.config.tasks.iter().next() {

@@ -261,6 +261,20 @@ const OPEN_INTENTS_DIR: &str = "open";
 /// In the registry: every job directory written before the registry existed has been looked at.
 const SCANNED_FILE: &str = ".scanned";
 
+/// The directories of the jobs whose intent is open (the registry): what is running now (or
+/// orphaned until a recovery records it). Reads one usually small directory.
+pub(in crate::os) fn open_job_dirs(root: &Path) -> Vec<std::path::PathBuf> {
+    let dir = root.join(STATE_DIR).join("jobs");
+    let Ok(entries) = fs::read_dir(dir.join(OPEN_INTENTS_DIR)) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| dir.join(e.file_name()))
+        .collect()
+}
+
 /// The registry entry of the job in `job_dir` (`.rsim/jobs/<id>` → `.rsim/jobs/open/<id>`).
 fn open_intent_entry(job_dir: &Path) -> Option<std::path::PathBuf> {
     Some(
@@ -357,6 +371,44 @@ impl Timestamp {
 }
 
 /// The intent a job's writer left beside it, if any (None for a job this study never ran).
+/// A job started and not yet recorded, as its intent says.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct OpenJob {
+    pub job: String,
+    pub node: String,
+    pub action: ActionName,
+    pub seed: Option<u64>,
+    pub started_at: String,
+}
+
+impl Study {
+    /// Jobs of `node` started and not yet recorded (running, or orphans recovery will record),
+    /// from the registry of open intents.
+    pub fn open_jobs(&self, node: &str) -> Vec<OpenJob> {
+        let dir = self.root.join(STATE_DIR).join("jobs");
+        let Ok(entries) = fs::read_dir(dir.join(OPEN_INTENTS_DIR)) else {
+            return Vec::new();
+        };
+        let mut out: Vec<OpenJob> = entries
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .map(|e| dir.join(e.file_name()))
+            .filter(|jd| !jd.join(RECORDED_FILE).exists())
+            .filter_map(|jd| read_intent(&jd))
+            .filter(|i| i.node == node)
+            .map(|i| OpenJob {
+                seed: i.request.get("seed").and_then(Value::as_u64),
+                job: i.job,
+                node: i.node,
+                action: i.action,
+                started_at: i.started_at,
+            })
+            .collect();
+        out.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+        out
+    }
+}
+
 pub(in crate::os) fn read_intent(job_dir: &Path) -> Option<JobIntent> {
     fs::read(job_dir.join(INTENT_FILE))
         .ok()

@@ -10,13 +10,15 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::jobs::{JobRunner, JobSpec, Reattach};
-use crate::model::{Caller, JobRecord};
+use crate::model::{Caller, JobRecord, paths};
 use crate::os::Study;
+use crate::record::index::Changes;
 use crate::util::error::Result;
 
 /// Told the job's id when the job starts.
@@ -55,7 +57,13 @@ impl JobRunner for NotifyingRunner {
 pub struct Session {
     root: PathBuf,
     idle: Mutex<Vec<(Study, Option<git2::Oid>)>>,
+    /// The record-change watcher, started by the first `watch`; its thread ends with the session.
+    changes: Mutex<Option<Arc<tokio::sync::watch::Sender<u64>>>>,
 }
+
+/// How often the watcher asks the index whether it changed. One `PRAGMA data_version` a poll:
+/// its cost does not grow with the study (see `record::index::Changes`).
+pub const WATCH_POLL: Duration = Duration::from_millis(200);
 
 impl Session {
     /// Open a session on the study at `root`; fails now (not on the first call) if it is not one.
@@ -63,6 +71,7 @@ impl Session {
         let s = Session {
             root: root.to_path_buf(),
             idle: Mutex::new(Vec::new()),
+            changes: Mutex::new(None),
         };
         let one = s.open_one()?;
         s.put(one);
@@ -118,5 +127,75 @@ impl Session {
             JOB_STARTED.with(|h| h.borrow_mut().take());
             r
         })
+    }
+
+    /// A receiver that ticks (its value counts changes) whenever the record changes, whoever wrote
+    /// it: this process, another `rsim` process, an MCP agent, `rsim run`. The index is synced by
+    /// the commit protocol with every recorded action, so one thread per session polls it every
+    /// `WATCH_POLL` on a read-only connection of its own; claims and holds of writers in flight
+    /// move it too (a job admitted ticks before its action is recorded), so a tick means "look
+    /// again", never "exactly one action". Ticks that come faster than a receiver reads coalesce.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        let mut slot = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = slot.as_ref() {
+            return tx.subscribe();
+        }
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let tx = Arc::new(tx);
+        let weak = Arc::downgrade(&tx);
+        let index = paths::index_path(&self.root);
+        // The first reading is taken now, so a write right after `watch` returns is seen.
+        let first = Changes::open(&index).and_then(|c| {
+            let v = c.version()?;
+            Ok((c, v))
+        });
+        let first = first
+            .map_err(|e| tracing::warn!("watch: cannot read the index: {e}"))
+            .ok();
+        let spawned = std::thread::Builder::new()
+            .name("rsim-watch".into())
+            .spawn(move || poll_changes(&index, first, &weak));
+        if let Err(e) = spawned {
+            tracing::warn!("the record-change watcher could not start: {e}");
+        }
+        *slot = Some(tx);
+        rx
+    }
+}
+
+/// The watcher's loop: ends when the session (the only strong owner of the sender) is dropped.
+/// An index that cannot be opened or read (being rebuilt, removed) is retried each poll, and
+/// reopening it ticks once (what changed meanwhile is unknown).
+fn poll_changes(
+    index: &Path,
+    first: Option<(Changes, i64)>,
+    tx: &Weak<tokio::sync::watch::Sender<u64>>,
+) {
+    let (mut changes, mut last) = match first {
+        Some((c, v)) => (Some(c), Some(v)),
+        None => (None, None),
+    };
+    loop {
+        std::thread::sleep(WATCH_POLL);
+        let Some(tx) = tx.upgrade() else { return };
+        if changes.is_none() {
+            changes = Changes::open(index)
+                .map_err(|e| tracing::debug!("watch: cannot open the index: {e}"))
+                .ok();
+        }
+        let Some(c) = changes.as_ref() else { continue };
+        match c.version() {
+            Ok(v) => {
+                if last != Some(v) {
+                    tx.send_modify(|n| *n += 1);
+                }
+                last = Some(v);
+            }
+            Err(e) => {
+                tracing::debug!("watch: cannot read the index: {e}");
+                changes = None;
+                last = None;
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::model::{ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict};
 use crate::record::{CommittedAction, Record};
@@ -179,6 +179,35 @@ fn set_up(conn: &Connection) -> Result<bool> {
 fn set_synchronous(conn: &Connection, durable: bool) -> Result<()> {
     conn.pragma_update(None, "synchronous", if durable { "FULL" } else { "NORMAL" })?;
     Ok(())
+}
+
+/// Tells whether the index changed since it last asked — a commit by any connection, in this
+/// process or another — without reading a table: SQLite's `PRAGMA data_version` on a connection of
+/// its own that never writes (a connection's own commits do not move its `data_version`). The
+/// commit protocol syncs the index with every recorded action, so a change of the record is a
+/// change here; claims, holds and pending markers of writers in flight move it too. Its cost does
+/// not depend on the size of the study (one read of the WAL index header).
+pub struct Changes {
+    conn: Connection,
+}
+
+impl Changes {
+    /// Open the study's index read-only (it must exist: the study was opened before).
+    pub fn open(path: &Path) -> Result<Changes> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        Ok(Changes { conn })
+    }
+
+    /// A number that differs from the last one read exactly when another connection committed.
+    pub fn version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
 }
 
 impl Index {
@@ -709,6 +738,53 @@ impl Index {
         Ok(rows)
     }
 
+    /// Mean and count of a metric's values per node, for the nodes that have it.
+    pub fn mean_per_node(
+        &self,
+        task: &str,
+        split: &str,
+        name: &str,
+    ) -> Result<Vec<(String, f64, u64)>> {
+        let mut st = self.conn.prepare(
+            "SELECT node, AVG(value), COUNT(*) FROM metrics WHERE task=?1 AND split=?2 AND name=?3 GROUP BY node ORDER BY node",
+        )?;
+        let rows = st
+            .query_map(params![task, split, name], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64))
+            })?
+            .collect::<rusqlite::Result<Vec<(String, f64, u64)>>>()?;
+        Ok(rows)
+    }
+
+    /// Every accepted review that names `node` (its LIKE pre-filter is exact once parsed: the
+    /// caller checks the verdicts), oldest first.
+    pub fn reviews_naming(&self, node: &str) -> Result<Vec<ActionRow>> {
+        let mut st = self.conn.prepare(
+            "SELECT node,seq,commit_oid,record FROM actions WHERE action='review' AND decision='accepted' AND instr(record, ?1) > 0 ORDER BY at, node, seq",
+        )?;
+        let needle = format!("\"{node}\"");
+        let rows = st
+            .query_map([needle], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter()
+            .map(|(node, seq, commit, rec)| {
+                Ok(ActionRow {
+                    node,
+                    seq,
+                    commit,
+                    record: serde_json::from_str(&rec)?,
+                })
+            })
+            .collect()
+    }
+
     /// Every accepted review's request, oldest first.
     pub fn review_requests(&self) -> Result<Vec<serde_json::Value>> {
         let mut st = self.conn.prepare(
@@ -1002,5 +1078,26 @@ mod tests {
         assert!(ix.pending().expect("pending").is_empty());
         drop(ix);
         assert!(!Index::open(&path).expect("open").needs_rebuild);
+    }
+
+    #[test]
+    fn changes_sees_another_connections_commit_and_nothing_else() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let path = d.path().join("index.sqlite");
+        let writer = Index::open(&path).expect("create");
+        let changes = Changes::open(&path).expect("watch");
+        let v0 = changes.version().expect("version");
+        assert_eq!(
+            changes.version().expect("version"),
+            v0,
+            "moved without a write"
+        );
+        writer.mark_pending("n1").expect("mark");
+        let v1 = changes.version().expect("version");
+        assert_ne!(v1, v0, "a commit by another connection was not seen");
+        // A second handle, as another process would hold.
+        let other = Index::open(&path).expect("open");
+        other.mark_pending("n2").expect("mark");
+        assert_ne!(changes.version().expect("version"), v1);
     }
 }

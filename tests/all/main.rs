@@ -15,3 +15,4 @@ mod redteam;
 mod redteam_limits;
 mod session;
 mod slurm;
+mod web;

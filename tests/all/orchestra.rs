@@ -112,7 +112,9 @@ fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node(
             .all(|a| a["role"] == "worker")
     );
     let page = std::fs::read_to_string(&html).expect("html");
-    assert!(page.contains("<svg") && page.contains("Research DAG"));
+    // The web page's static snapshot: the DAG laid out with its best path, the views.
+    assert!(page.contains("id=\"rsim-data\"") && page.contains("\"best_path\":[\"n0\""));
+    assert!(page.contains("Learning curves") && page.contains("script-src 'sha256-"));
     fsck_clean(&root);
 
     // Running again on a finished campaign repeats nothing.

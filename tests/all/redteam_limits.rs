@@ -466,7 +466,7 @@ fn a_deep_chain_does_not_blow_up_dag_and_report_output() {
             "the chain is the campaign's (a -agent author)"
         );
         let text = rsi_master::campaign::report::text(&rep);
-        let html = rsi_master::campaign::report::html(&rep);
+        let html = rsi_master::faces::web::page::static_page(&s).expect("html");
         let nodes = (depth + 1) as f64;
         [
             dag.stdout.len() as f64 / nodes,

@@ -391,3 +391,49 @@ fn concurrent_jobs_share_the_compute_left_instead_of_each_getting_all_of_it() {
     assert!(used < 6.0, "{used}");
     fsck_clean(&root);
 }
+
+/// Wait until the watcher's value moves past `seen`, for at most `within`.
+fn ticked(rx: &mut tokio::sync::watch::Receiver<u64>, seen: u64, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if *rx.borrow_and_update() != seen {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn the_session_watcher_ticks_when_another_process_writes_the_record_and_not_when_it_reads() {
+    let (_d, root) = example_study();
+    let session = rsi_master::os::session::Session::open(&root).expect("session");
+    let mut rx = session.watch();
+    let seen = *rx.borrow_and_update();
+    // Another process reads: nothing is written, nothing ticks.
+    ok_json(&root, &["dag"]);
+    ok_json(&root, &["show", "n0"]);
+    assert!(
+        !ticked(&mut rx, seen, rsi_master::os::session::WATCH_POLL * 4),
+        "a read ticked"
+    );
+    // Another process writes: the watcher ticks.
+    ok_json(&root, &["branch", "--from", "n0", "--title", "watched"]);
+    assert!(
+        ticked(&mut rx, seen, Duration::from_secs(10)),
+        "no tick after another process recorded a branch"
+    );
+    let seen = *rx.borrow_and_update();
+    // A second subscriber shares the same watcher, and a write through this session ticks too.
+    let mut rx2 = session.watch();
+    let seen2 = *rx2.borrow_and_update();
+    session
+        .call(
+            &rsi_master::model::Caller::owner(),
+            "branch",
+            serde_json::json!({"parents": ["n0"], "title": "in process"}),
+        )
+        .expect("branch");
+    assert!(ticked(&mut rx, seen, Duration::from_secs(10)));
+    assert!(ticked(&mut rx2, seen2, Duration::from_secs(10)));
+}

@@ -186,7 +186,7 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     let text = if path.starts_with("/.well-known/oauth") || path == "/register" {
         "rsim has no OAuth: send the bearer token the study owner issued you (`Authorization: Bearer <token>`, from the server's --tokens file) with every request to /mcp\n"
     } else {
-        "rsim serves MCP at /mcp (streamable HTTP)\n"
+        "rsim serves MCP at /mcp (streamable HTTP) and the web page at /\n"
     };
     (StatusCode::NOT_FOUND, text).into_response()
 }
@@ -203,8 +203,12 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
             .local_addr()
             .map_err(|e| Error::internal(format!("cannot read the bound address: {e}")))?;
         let loopback = local.ip().is_loopback();
-        let auth = match &http.tokens {
-            Some(p) => Auth::Tokens(load_tokens(p)?),
+        let tokens = match &http.tokens {
+            Some(p) => Some(load_tokens(p)?),
+            None => None,
+        };
+        let auth = match &tokens {
+            Some(map) => Auth::Tokens(map.clone()),
             None if loopback => Auth::Loopback {
                 role: http.role,
                 default: http.agent.clone(),
@@ -255,13 +259,24 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
         // Only /mcp is authenticated: OAuth discovery (`/.well-known/oauth-*`, `/register`) and
         // every other path get a plain 404, so a host without a token reports the 401's reason
         // instead of failing to parse a JSON-RPC error as OAuth metadata.
+        // The web page beside /mcp: the same session, the same tokens (on loopback without
+        // tokens every page is a read-only observer).
+        let web = crate::faces::web::Web::new(
+            shared.session(),
+            match tokens {
+                Some(map) => crate::faces::web::WebAuth::Tokens(map),
+                None => crate::faces::web::WebAuth::Observer,
+            },
+        );
         let app = axum::Router::new()
             .route_service("/mcp", service)
             .route_layer(middleware::from_fn(super::priming::strip_for_old_clients))
             .route_layer(middleware::from_fn_with_state(session_limits, limit_sessions))
             .route_layer(middleware::from_fn_with_state(Arc::new(auth), authenticate))
+            .merge(crate::faces::web::router(web))
             .fallback(not_found);
         eprintln!("rsim: listening on http://{local}/mcp");
+        eprintln!("rsim: the web page is at http://{local}/");
         tracing::info!(%local, study = %shared.root().display(), "serving MCP over HTTP");
         accept_loop(
             listener,

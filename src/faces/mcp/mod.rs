@@ -95,6 +95,11 @@ impl Shared {
         self.pool.root()
     }
 
+    /// The session every face of this server shares (the web page uses it too).
+    pub fn session(&self) -> Arc<Session> {
+        self.pool.clone()
+    }
+
     /// The `[server]` limits of the committed config.
     pub fn server_limits(&self) -> Result<crate::config::ServerConfig> {
         self.pool.with(|s| Ok(s.config().server.clone()))
