@@ -389,10 +389,8 @@ impl ReviewerAgent for BuiltinReviewer {
             .filter(|r| *r > 0)
             .collect();
         for rung in rungs {
-            let peers: Vec<&NodeState> = st
-                .campaign_nodes()
-                .filter(|p| rung_of(p) == rung)
-                .collect();
+            let peers: Vec<&NodeState> =
+                st.campaign_nodes().filter(|p| rung_of(p) == rung).collect();
             if peers.iter().any(|p| p.status == NodeStatus::Open) {
                 continue;
             }
