@@ -820,3 +820,117 @@ fn the_owner_commits_a_config_change_with_plain_git() {
     let _ = child.wait();
     assert!(line.starts_with("rsim: listening on"), "{line}");
 }
+
+/// A reproduction is a job like any other: kill -9 the rsim that runs it, and the job dies with
+/// it; the next rsim to open the study records the reproduce action once, its job lost, and says
+/// nothing was reproduced.
+#[test]
+fn a_reproduction_whose_writer_dies_is_stopped_and_recorded_as_lost() {
+    let (_d, s) = example_study();
+    ok_json(&s, &["branch", "--from", "n0", "--title", "to reproduce"]);
+    ok_json(
+        &s,
+        &[
+            "call",
+            "register_dataset",
+            r#"{"node":"n1","name":"d","source":{"kind":"arith","op":"add","digits":2,"format":"plain","n":500,"seed":1}}"#,
+        ],
+    );
+    // A run long enough (seconds) that its reproduction can be killed part-way.
+    let sft = ok_json(
+        &s,
+        &[
+            "run-sft",
+            "--node",
+            "n1",
+            "--dataset",
+            "d",
+            "--steps",
+            "20000",
+            "--batch-size",
+            "64",
+        ],
+    );
+    assert!(sft["checkpoint"].is_string(), "{sft}");
+    let jobs = s.join(".rsim/jobs");
+    let before: Vec<_> = std::fs::read_dir(&jobs)
+        .expect("jobs")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    let mut writer = rsim()
+        .arg("-C")
+        .arg(&s)
+        .args(["reproduce", "n1", "--action", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut pid_file = None;
+    for _ in 0..400 {
+        pid_file = std::fs::read_dir(&jobs).ok().and_then(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| !before.contains(p))
+                .map(|p| p.join("pid"))
+                .find(|p| p.is_file())
+        });
+        if pid_file.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let pid_file = pid_file.expect("the reproduction's job started");
+    writer.kill().expect("kill -9 the writer");
+    writer.wait().expect("wait");
+    let job_pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    let alive = |pid: i32| {
+        Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+    };
+    let mut gone = false;
+    for _ in 0..100 {
+        if !alive(job_pid) {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(gone, "the reproduction's job outlived the rsim that ran it");
+    // The next rsim records it: a reproduce action whose job was lost.
+    let log = ok_json(&s, &["log", "--node", "n1"]);
+    let a = &log["actions"][0];
+    assert_eq!(a["action"], "reproduce", "{log}");
+    assert!(
+        a["summary"].as_str().is_some_and(|x| x.contains("lost")),
+        "{a}"
+    );
+    let job = ok_json(
+        &s,
+        &[
+            "call",
+            "get_job",
+            &format!(r#"{{"job":"{}"}}"#, a["job"].as_str().expect("job")),
+        ],
+    );
+    assert_eq!(job["job"]["state"], "lost", "{job}");
+    let again = ok_json(&s, &["log", "--node", "n1"]);
+    assert_eq!(
+        again["actions"].as_array().map(Vec::len),
+        log["actions"].as_array().map(Vec::len),
+        "recorded once"
+    );
+    // The original run stands, and can still be reproduced.
+    let r = ok_json(&s, &["reproduce", "n1", "--action", "3"]);
+    assert_eq!(r[0]["identical"], true, "{r}");
+    let out = run(&s, &["fsck"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
