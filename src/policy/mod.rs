@@ -513,9 +513,10 @@ fn check_register_dataset(
 /// run_sft: job checks, registered data, checkpoint provenance.
 /// A reproduction runs a recorded `run_sft` again: the job's own checks (budgets, isolation,
 /// sandbox, a pinned environment, the base checkpoint's integrity), its datasets re-hashed, and
-/// the environment the same as recorded unless the request allows a change. The datasets were
-/// scanned for contamination when the original ran; a dataset's name is bound to its hash for good,
-/// and the hash is checked here, so the same union trains.
+/// the environment the same as recorded unless the request allows a change. A dataset's name is
+/// bound to its hash for good, and the hash is checked here, so the same union trains — and it is
+/// scanned again against the protected sets as they are now: an owner who protected more since
+/// the original ran gets no reproduction that trains on it.
 ///
 /// Reproducing an evaluation is checked as that evaluation (pinned evaluator and eval set, the
 /// evaluation budgets), then for the environment.
@@ -548,6 +549,11 @@ fn check_reproduce(
             Rule::CheckpointProvenance,
             "the run cannot be reproduced: its base checkpoint is no longer a recorded checkpoint",
         );
+    }
+    if let Some(d) = contamination(facts, |h| {
+        Some(format!("the run's dataset #{} row {}", h.part + 1, h.row))
+    }) {
+        return d;
     }
     if let Some((was, now)) = &facts.environment_changed
         && !r.allow_env_change
@@ -826,6 +832,33 @@ mod tests {
         };
         let d = check(Request::Reproduce(&req), &Caller::owner(), &cfg(), &bad);
         assert_eq!(d.rule, Some(Rule::DatasetIntegrity.to_string()));
+        // Data that reproduces a protected item now (the owner protected more since the run) is
+        // refused like a new run's.
+        let now_protected = Facts {
+            contamination: vec![Hit {
+                task: "add3".into(),
+                split: "test".into(),
+                part: 1,
+                row: 7,
+                overlap: 1.0,
+                how: "normalized",
+            }],
+            ..Facts {
+                checkpoint_known: true,
+                ..Facts::default()
+            }
+        };
+        let d = check(
+            Request::Reproduce(&req),
+            &Caller::owner(),
+            &cfg(),
+            &now_protected,
+        );
+        assert_eq!(d.rule, Some(Rule::Contamination.to_string()), "{d:?}");
+        assert!(
+            d.reason.unwrap_or_default().contains("dataset #2 row 7"),
+            "names where, never the text"
+        );
     }
 
     #[test]
