@@ -746,7 +746,9 @@ impl Index {
         name: &str,
     ) -> Result<Vec<(String, f64, u64)>> {
         let mut st = self.conn.prepare(
-            "SELECT node, AVG(value), COUNT(*) FROM metrics WHERE task=?1 AND split=?2 AND name=?3 GROUP BY node ORDER BY node",
+            "SELECT node, AVG(value), COUNT(*) FROM metrics WHERE task=?1 AND split=?2 AND name=?3
+               AND checkpoint NOT IN (SELECT sha256 FROM artifacts WHERE kind='checkpoint' AND name GLOB '*-step[0-9]*')
+             GROUP BY node ORDER BY node",
         )?;
         let rows = st
             .query_map(params![task, split, name], |r| {
