@@ -2202,3 +2202,122 @@ fn reproducing_an_evaluation_cannot_spend_past_the_evaluation_budget() {
             .is_empty()
     );
 }
+
+/// `eval_every` is a third way to start evaluation jobs (after `evaluate` and `reproduce`): each
+/// kept checkpoint of a run is scored by an `evaluate` of its own after the run's commit. Four
+/// workers start runs with `eval_every` at once on a study with three evaluations left, hoping the
+/// scores a run schedules for itself slip past the budget. At most three are scored; every other
+/// score is refused by a budget rule (evaluations, or the compute the racing jobs have claimed),
+/// recorded, and named in its run's `dev_curve`; every run still stands; nothing touches the test
+/// split.
+#[test]
+fn eval_every_cannot_score_past_the_evaluation_budget_even_from_racing_runs() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    init::init(&root, Some("tiny-arith-ngram")).expect("init");
+    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    assert!(
+        text.contains("evaluations = 500"),
+        "the example's budget moved"
+    );
+    crate::common::commit_config(
+        &root,
+        &text.replace("evaluations = 500", "evaluations = 3"),
+        "three evaluations",
+    );
+    let s = open(&root);
+    let owner = Caller::owner();
+    s.call(&owner, "branch", json!({"parents": ["n0"], "title": "t"}))
+        .expect("branch");
+    s.call(&owner, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 200, "seed": 3}}))
+        .expect("register");
+    drop(s);
+    let racers: Vec<_> = (0..4u64)
+        .map(|i| {
+            crate::common::rsim()
+                .arg("-C")
+                .arg(&root)
+                .args([
+                    "--role",
+                    "worker",
+                    "--agent",
+                    &format!("w{i}"),
+                    "--json",
+                    "call",
+                    "run_sft",
+                ])
+                .arg(
+                    json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.001,
+                           "steps": 20, "batch_size": 8, "seed": i,
+                           "eval_every": 10, "eval_task": "add2"})
+                    .to_string(),
+                )
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let (mut scored, mut refused) = (0, 0);
+    for child in racers {
+        let out = child.wait_with_output().expect("rsim");
+        assert!(
+            out.status.success(),
+            "the run itself stands: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert!(r["checkpoint"].is_string(), "{r}");
+        for p in r["dev_curve"].as_array().expect("dev_curve") {
+            if p["metrics"]["exact_match"].is_number() {
+                scored += 1;
+            } else {
+                // The evaluation budget, or the compute budget that running jobs have claimed.
+                let why = p["error"].as_str().unwrap_or("");
+                assert!(why.contains("rejected by policy rule budget-"), "{p}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(scored <= 3, "never past the budget's room: {scored} scored");
+    // Eight scores were asked for; a run's curve ends at its first refusal.
+    assert!(
+        refused >= 1 && scored + refused <= 8,
+        "{scored} scored, {refused} refused"
+    );
+    let s = open(&root);
+    let history = s.node_history("n1").expect("history").1;
+    let evals: Vec<_> = history
+        .iter()
+        .filter(|a| a.action == rsi_master::model::ActionName::Evaluate)
+        .collect();
+    assert_eq!(
+        evals.iter().filter(|a| a.decision.accepted()).count(),
+        scored
+    );
+    assert_eq!(
+        evals.iter().filter(|a| !a.decision.accepted()).count(),
+        refused,
+        "every refusal is recorded"
+    );
+    assert!(
+        evals.iter().filter(|a| !a.decision.accepted()).all(|a| a
+            .decision
+            .rule
+            .as_deref()
+            .is_some_and(|r| r.starts_with("budget-"))),
+        "{evals:#?}"
+    );
+    assert!(
+        evals.iter().all(|a| a.request["split"] == "dev"),
+        "eval_every never scores the test split"
+    );
+    let audit = rsi_master::os::audit::audit(&s).expect("audit");
+    assert_eq!(audit.got_through, 0, "{:#?}", audit.checks);
+    assert!(
+        rsi_master::os::fsck::fsck(&s)
+            .expect("fsck")
+            .problems
+            .is_empty()
+    );
+}
