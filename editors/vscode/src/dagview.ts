@@ -1,8 +1,8 @@
 // The DAG webview's script: the shared renderer (editors/dag/dag.js, the same one the web page
 // uses) on the left, the selected node's panel on the right. Data comes from the extension
 // (postMessage), which asks `rsim lsp`. Every string is put in the page as text, never as HTML.
-// @ts-ignore: a plain-JS ES module, bundled by esbuild.
-import { mountDag } from "../../dag/dag.js";
+// A plain-JS ES module (typed by dag.d.ts beside it), bundled by esbuild.
+import { mountDag, type DagLayout } from "../../dag/dag.js";
 
 declare function acquireVsCodeApi(): { postMessage(m: unknown): void };
 const vscode = acquireVsCodeApi();
@@ -129,7 +129,7 @@ function showPanel(p: any) {
 window.addEventListener("message", (ev) => {
   const m = ev.data;
   if (m.type === "layout") {
-    const L = m.layout;
+    const L: DagLayout = m.layout;
     view.update(L);
     if (first) {
       view.fit();

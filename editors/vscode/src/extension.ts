@@ -146,7 +146,7 @@ class DagPanel {
     return DagPanel.current;
   }
 
-  private constructor(private ctx: vscode.ExtensionContext) {
+  private constructor(ctx: vscode.ExtensionContext) {
     const dist = vscode.Uri.joinPath(ctx.extensionUri, "dist");
     this.panel = vscode.window.createWebviewPanel("rsimDag", "Research DAG", vscode.ViewColumn.Active, {
       enableScripts: true,
@@ -320,13 +320,14 @@ export async function activate(ctx: vscode.ExtensionContext) {
     if (!r) return [];
     return (Array.isArray(r) ? r : [r]).map((p: Json) => p.label as string);
   };
-  const command = async (name: string, arg: Json) => {
+  const command = async (name: string, arg: Json): Promise<Json | undefined> => {
     try {
-      const r = await client!.sendRequest("workspace/executeCommand", { command: name, arguments: [arg] });
+      const r: Json = await client!.sendRequest("workspace/executeCommand", { command: name, arguments: [arg] });
       vscode.window.showInformationMessage(`rsim: ${name.replace("rsim.", "")} recorded${r?.commit ? ` (${String(r.commit).slice(0, 10)})` : ""}`);
       return r;
     } catch (e: any) {
       vscode.window.showErrorMessage(`rsim: ${e.message ?? e}`);
+      return undefined;
     }
   };
 

@@ -1,0 +1,52 @@
+// Types of dag.js, the shared DAG renderer, for the VS Code webview's TypeScript (checked by
+// `tsc` in editors/vscode). The layout is rsim's `faces::dagview::DagLayout` as JSON.
+
+export interface DagNode {
+  id: string;
+  title: string;
+  status: string;
+  outcome?: string | null;
+  verdict?: string | null;
+  score?: number | null;
+  evals: number;
+  x: number;
+  y: number;
+  collapsed: number;
+  expand?: string | null;
+  best: boolean;
+}
+
+export interface DagLayout {
+  total: number;
+  shown: number;
+  summarised: boolean;
+  task?: string | null;
+  metric?: string | null;
+  best?: string | null;
+  best_path: string[];
+  frontier: string[];
+  width: number;
+  height: number;
+  nodes: DagNode[];
+  edges: [number, number][];
+}
+
+export interface DagView {
+  /** Draw a layout (again: keeps the reader's pan and zoom once they moved). */
+  update(layout: DagLayout): void;
+  /** Highlight a node (null: none); whether it is drawn. */
+  select(id: string | null): boolean;
+  /** Zoom to show the whole DAG. */
+  fit(): void;
+  destroy(): void;
+}
+
+export function cleanText(s: unknown): string;
+export function nodeColor(n: Pick<DagNode, "verdict" | "status">): string;
+export function mountDag(
+  element: HTMLElement,
+  opts?: {
+    onSelect?: (id: string, node: DagNode) => void;
+    onExpand?: ((id: string, node: DagNode) => void) | null;
+  },
+): DagView;
