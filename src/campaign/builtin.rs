@@ -401,6 +401,7 @@ impl ReviewerAgent for BuiltinReviewer {
             .fold(0.0f64, f64::max);
 
         let trend_of = |id: &str| rows.iter().find(|r| r.node == id).and_then(|r| r.trend);
+        let top = top_rung(t.opts.experiments, t.opts.seeds_per_node);
 
         let mut verdicts = Vec::new();
         let mut promising: Vec<(&NodeState, f64)> = Vec::new();
@@ -410,7 +411,7 @@ impl ReviewerAgent for BuiltinReviewer {
         for id in &t.targets {
             let Some(n) = st.nodes.get(id) else { continue };
             let trend = trend_of(id);
-            let judged = judge(n, mean_of(id), trend, best_mean, t.opts.steps);
+            let judged = judge(n, mean_of(id), trend, best_mean, t.opts.steps, top);
             match judged.verdict {
                 ReviewVerdict::Promising => promising.push((n, judged.mean)),
                 ReviewVerdict::NeedsMoreSeeds => replicate.push(n),
@@ -425,41 +426,57 @@ impl ReviewerAgent for BuiltinReviewer {
                 reason: judged.reason,
             });
         }
-        // Successive halving above the first rung: when the last node of a rung concludes, the
-        // better third of the rung (η = 3, by projected dev, among those still learning) goes on
-        // to the next; until then its nodes wait. At the first rung every direction still learning
-        // goes on: at a small budget exact match lags the loss (a format can score 0.01 at 600
-        // steps and 0.75 at 1,200).
-        to_continue.retain(|(n, _, _)| rung_of(n) == 0);
+        // Successive halving. At the first rung every opening direction (a child of the root)
+        // still learning goes on: at a small budget exact match lags the loss (a format can score
+        // 0.01 at 600 steps and 0.75 at 1,200). Every other node — a refinement at the first rung,
+        // any node above it — goes on only if it is in the better third of its rung (η = 3, two
+        // tracks below). Above the first rung that waits until the last node of the rung
+        // concludes; the first rung never completes (new directions keep arriving), so there the
+        // ranking is among the nodes concluded so far.
+        let opening = |n: &NodeState| n.parents == [st.root.clone()];
+        // Learners above the first rung whose rung is not complete yet wait for it; the budget
+        // their line may need is kept for them (below).
+        let learners_above: Vec<&NodeState> = to_continue
+            .iter()
+            .map(|(n, _, _)| *n)
+            .filter(|n| rung_of(n) > 0)
+            .collect();
+        let mut waiting: Vec<&NodeState> = Vec::new();
+        to_continue.retain(|(n, _, _)| rung_of(n) == 0 && opening(n));
         let rungs: BTreeSet<u32> = t
             .targets
             .iter()
             .filter_map(|id| st.nodes.get(id))
+            .filter(|n| rung_of(n) > 0 || !opening(n))
             .map(rung_of)
-            .filter(|r| *r > 0)
             .collect();
         for rung in rungs {
-            let peers: Vec<&NodeState> =
-                st.campaign_nodes().filter(|p| rung_of(p) == rung).collect();
+            let peers: Vec<&NodeState> = st
+                .campaign_nodes()
+                .filter(|p| rung_of(p) == rung)
+                .filter(|p| rung > 0 || p.status != NodeStatus::Open)
+                .collect();
             if peers.iter().any(|p| p.status == NodeStatus::Open) {
+                waiting.extend(learners_above.iter().filter(|n| rung_of(n) == rung));
                 continue;
             }
-            let mut judged: Vec<(&NodeState, Judged)> = peers
+            let judged: Vec<(&NodeState, Judged)> = peers
                 .iter()
                 .map(|p| {
                     (
                         *p,
-                        judge(p, mean_of(&p.id), trend_of(&p.id), best_mean, t.opts.steps),
+                        judge(
+                            p,
+                            mean_of(&p.id),
+                            trend_of(&p.id),
+                            best_mean,
+                            t.opts.steps,
+                            top,
+                        ),
                     )
                 })
                 .collect();
-            judged.sort_by(|a, b| {
-                b.1.projected
-                    .total_cmp(&a.1.projected)
-                    .then_with(|| a.0.id.cmp(&b.0.id))
-            });
-            let keep = peers.len().div_ceil(HALVING_ETA).max(1);
-            for (p, j) in judged.into_iter().take(keep) {
+            for (p, j) in halving_keep(judged) {
                 let continued_already = st
                     .campaign_nodes()
                     .any(|c| c.parents.first() == Some(&p.id) && rung_of(c) == rung + 1);
@@ -552,20 +569,24 @@ impl ReviewerAgent for BuiltinReviewer {
                 }
             }
         }
-        // The ladder: while a direction climbs the rungs, the budget its next rungs need is kept
+        // The ladder: while directions climb the rungs, the budget their next rungs need is kept
         // from exploration (refinements, merges, replications), as successive halving keeps it
-        // for promotions.
+        // for promotions: for each line climbing (a node continued now, one open above the first
+        // rung, or one still learning that waits for its rung to complete), the runs from its next
+        // rung to the top one. Halving drops lines rung by rung, and what they had kept goes back
+        // to exploration.
         let seeds = u64::from(t.opts.seeds_per_node.max(1));
-        let climbing = to_continue
+        let reserve: u64 = to_continue
             .iter()
             .map(|(n, _, _)| rung_of(n) + 1)
+            .chain(waiting.iter().map(|n| rung_of(n) + 1))
             .chain(
                 st.campaign_nodes()
                     .filter(|n| n.status == NodeStatus::Open && rung_of(n) > 0)
                     .map(rung_of),
             )
-            .max();
-        let reserve = climbing.map_or(0, |r| u64::from(MAX_RUNG.saturating_sub(r)) * seeds);
+            .map(|r| u64::from(top.saturating_sub(r)) * seeds)
+            .sum();
         let continuing = to_continue.len() as u64 * seeds;
         let explore_slots = (t.budget_left.saturating_sub(continuing + reserve) / seeds) as usize;
         let fixed = proposals.len();
@@ -588,7 +609,16 @@ impl ReviewerAgent for BuiltinReviewer {
             let count = if i == 0 { 2 } else { 1 };
             for _ in 0..count {
                 for _attempt in 0..6 {
-                    let (c, what) = r.mutate(&mut rng);
+                    // A refinement starts from the base model (the first rung): only halving
+                    // promotes a line to a larger budget, so a variant of a climbing node cannot
+                    // climb past the nodes of its rung it never beat.
+                    let (mut c, what) = r.mutate(&mut rng);
+                    if c.init == Init::Parent {
+                        // (A mutation that only continued the parent is now the parent's own
+                        // recipe, already tried.)
+                        c.init = Init::Base;
+                        c.rung = 0;
+                    }
                     if tried.insert(c.to_string()) {
                         proposals.push(proposal(
                             vec![n.id.clone()],
@@ -633,9 +663,18 @@ impl ReviewerAgent for BuiltinReviewer {
             }
         }
         proposals.truncate(fixed + explore_slots);
-        // Under an active guard the new direction goes first, so the budget cannot cut it.
+        // Under an active guard what widens the search goes first, so the budget cannot cut it:
+        // the new direction, and proposals in directions other than the dominant one (a
+        // continuation of another direction's climber is exploration too).
         if t.guard_active {
-            proposals.sort_by_key(|p| p.parents != [st.root.clone()]);
+            let dominant = lock.top_direction.clone();
+            let widens = |p: &Proposal| {
+                p.parents == [st.root.clone()]
+                    || p.parents
+                        .iter()
+                        .all(|q| st.nodes.get(q).map(|n| &n.top) != dominant.as_ref())
+            };
+            proposals.sort_by_key(|p| !widens(p));
         }
         proposals.truncate(slots.min(16));
         let summary = format!(
@@ -680,8 +719,17 @@ const HALVING_ETA: usize = 3;
 const DEV_FLOOR: f64 = 0.05;
 /// A dev gain per 1,000 steps at least this large is still learning.
 const MIN_GAIN_PER_1K: f64 = 0.2;
-/// Rungs a direction may climb: at most 4 × steps of training behind one checkpoint.
-const MAX_RUNG: u32 = 3;
+/// Rungs a direction may climb, at least: 4 × steps of training behind one checkpoint.
+const MIN_TOP_RUNG: u32 = 3;
+
+/// The highest rung a direction may climb in a campaign: one line of continued training may take
+/// up to half the campaign's budget (as successive halving gives its top rung the most), and at
+/// least `MIN_TOP_RUNG` rungs. A small budget of short runs thus still reaches the steps a slow
+/// format needs (tiny-arith's scratchpad: 1,500–2,000).
+pub fn top_rung(experiments: u64, seeds_per_node: u32) -> u32 {
+    let chain = experiments / (2 * u64::from(seeds_per_node.max(1)));
+    (chain.saturating_sub(1) as u32).max(MIN_TOP_RUNG)
+}
 
 /// A reviewer's judgement of one node, with the evidence it rests on.
 struct Judged {
@@ -693,6 +741,8 @@ struct Judged {
     /// It earns a larger budget: continued training from its checkpoint.
     continue_it: bool,
     evidence: String,
+    /// Relative training-loss slope per 1,000 steps (0 without a curve): the ranking at the floor.
+    loss_slope: f64,
 }
 
 /// Dev score after `steps` more steps at `gain` per 1,000, extrapolated linearly. It ranks who
@@ -717,6 +767,7 @@ fn judge(
     trend: Option<Trend>,
     best_mean: f64,
     steps: u64,
+    top: u32,
 ) -> Judged {
     let Some((m, k, ci)) = mean else {
         return Judged {
@@ -726,6 +777,7 @@ fn judge(
             projected: 0.0,
             continue_it: false,
             evidence: String::new(),
+            loss_slope: 0.0,
         };
     };
     let rung = n.recipe.as_ref().map_or(0, |r| r.rung);
@@ -758,7 +810,7 @@ fn judge(
     };
     let gain = trend.and_then(|t| t.gain_per_1k).map_or(0.0, |g| g.mean);
     let projected = project(m, gain, steps);
-    let continue_it = learning && rung < MAX_RUNG;
+    let continue_it = learning && rung < top;
     let (verdict, why) = if best_mean > 0.0 && m >= 0.8 * best_mean {
         (
             ReviewVerdict::Promising,
@@ -818,7 +870,36 @@ fn judge(
         projected,
         continue_it,
         evidence,
+        loss_slope: trend.map_or(0.0, |t| t.loss_slope_per_1k.mean),
     }
+}
+
+/// The nodes of one rung that successive halving keeps (η = 3), in two tracks that each keep their
+/// better third: nodes off the floor ranked by projected dev, and nodes whose exact match is still
+/// on the floor ranked by how fast their training loss falls (there the loss is the evidence; a
+/// projected dev of ~0 says nothing, and would drop a slow starter for a fast plateau).
+fn halving_keep<T>(judged: Vec<(T, Judged)>) -> Vec<(T, Judged)>
+where
+    T: std::ops::Deref<Target = NodeState>,
+{
+    let (mut floor, mut off): (Vec<_>, Vec<_>) =
+        judged.into_iter().partition(|(_, j)| j.mean < DEV_FLOOR);
+    floor.sort_by(|a, b| {
+        a.1.loss_slope
+            .total_cmp(&b.1.loss_slope)
+            .then_with(|| a.0.id.cmp(&b.0.id))
+    });
+    off.sort_by(|a, b| {
+        b.1.projected
+            .total_cmp(&a.1.projected)
+            .then_with(|| a.0.id.cmp(&b.0.id))
+    });
+    let mut kept = Vec::new();
+    for track in [off, floor] {
+        let keep = track.len().div_ceil(HALVING_ETA);
+        kept.extend(track.into_iter().take(keep));
+    }
+    kept
 }
 
 fn proposal(parents: Vec<String>, r: &Recipe, why: &str) -> Proposal {
@@ -1063,6 +1144,7 @@ mod tests {
             Some(trend(-1.8, Some(0.01), true)),
             0.4,
             600,
+            MIN_TOP_RUNG,
         );
         assert_eq!(j.verdict, ReviewVerdict::StillLearning, "{}", j.reason);
         assert!(j.continue_it);
@@ -1078,6 +1160,7 @@ mod tests {
             Some(trend(-0.01, Some(0.0), false)),
             0.4,
             600,
+            MIN_TOP_RUNG,
         );
         assert_eq!(j.verdict, ReviewVerdict::DeadEnd, "{}", j.reason);
         assert!(!j.continue_it);
@@ -1089,6 +1172,7 @@ mod tests {
             Some(trend(-4.0, Some(0.06), true)),
             0.75,
             600,
+            MIN_TOP_RUNG,
         );
         assert_eq!(j.verdict, ReviewVerdict::DeadEnd, "{}", j.reason);
         // A strong gain below the best is still learning; near the best it is promising and
@@ -1099,6 +1183,7 @@ mod tests {
             Some(trend(-1.0, Some(0.5), true)),
             0.75,
             600,
+            MIN_TOP_RUNG,
         );
         assert_eq!(j.verdict, ReviewVerdict::StillLearning, "{}", j.reason);
         assert!((j.projected - 0.70).abs() < 1e-9, "{}", j.projected);
@@ -1108,19 +1193,28 @@ mod tests {
             Some(trend(-1.0, Some(1.2), true)),
             0.75,
             600,
+            MIN_TOP_RUNG,
         );
         assert_eq!(j.verdict, ReviewVerdict::Promising, "{}", j.reason);
         assert!(j.continue_it);
         let j = judge(
-            &node(MAX_RUNG),
+            &node(MIN_TOP_RUNG),
             Some((0.74, 2, None)),
             Some(trend(-1.0, Some(1.2), true)),
             0.75,
             600,
+            MIN_TOP_RUNG,
         );
-        assert!(!j.continue_it, "no rung is left above {MAX_RUNG}");
+        assert!(!j.continue_it, "no rung is left above {MIN_TOP_RUNG}");
         // No learning curve at all (a trainer that logs no loss): judged on dev as before.
-        let j = judge(&node(0), Some((0.1, 2, None)), None, 0.75, 600);
+        let j = judge(
+            &node(0),
+            Some((0.1, 2, None)),
+            None,
+            0.75,
+            600,
+            MIN_TOP_RUNG,
+        );
         assert_eq!(j.verdict, ReviewVerdict::DeadEnd);
         assert!(!j.continue_it);
     }
@@ -1133,5 +1227,60 @@ mod tests {
         for e in 1..60 {
             assert_eq!(halving_plan(e).iter().sum::<u64>(), e, "budget {e}");
         }
+    }
+
+    #[test]
+    fn halving_keeps_the_better_third_of_each_track() {
+        let nodes: Vec<NodeState> = (0..5)
+            .map(|i| NodeState {
+                id: format!("n{}", i + 1),
+                ..node(1)
+            })
+            .collect();
+        let judged = |i: usize, mean: f64, slope: f64, gain: f64| {
+            let j = judge(
+                &nodes[i],
+                Some((mean, 1, None)),
+                Some(trend(slope, Some(gain), true)),
+                0.4,
+                300,
+                MIN_TOP_RUNG,
+            );
+            (&nodes[i], j)
+        };
+        let kept = halving_keep(vec![
+            // Off the floor: ranked by projected dev (n2's steeper gain passes n1's lead).
+            judged(0, 0.40, -1.0, 0.2),
+            judged(1, 0.30, -1.0, 0.8),
+            // On the floor: ranked by the loss slope — a slow starter whose loss falls fast
+            // (n4) goes on; a projected dev of ~0 would have dropped it for n1.
+            judged(2, 0.01, -0.5, 0.0),
+            judged(3, 0.00, -2.6, 0.0),
+            judged(4, 0.02, -0.2, 0.1),
+        ]);
+        let ids: Vec<&str> = kept.iter().map(|(n, _)| n.id.as_str()).collect();
+        assert_eq!(ids, ["n2", "n4"]);
+        // A track of four keeps two; an empty track keeps none.
+        let kept = halving_keep(vec![
+            judged(0, 0.40, -1.0, 0.2),
+            judged(1, 0.30, -1.0, 0.8),
+            judged(2, 0.20, -1.0, 0.1),
+            judged(4, 0.10, -1.0, 0.1),
+        ]);
+        let ids: Vec<&str> = kept.iter().map(|(n, _)| n.id.as_str()).collect();
+        assert_eq!(ids, ["n2", "n1"]);
+        assert!(halving_keep::<&NodeState>(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn one_line_of_training_may_take_half_the_budget_and_at_least_four_runs() {
+        // 12 single-seed runs: continued five times (six runs, half the budget).
+        assert_eq!(top_rung(12, 1), 5);
+        assert_eq!(top_rung(16, 1), 7);
+        // Two seeds per node: half the budget is four nodes.
+        assert_eq!(top_rung(16, 2), 3);
+        // Small budgets still allow the minimum.
+        assert_eq!(top_rung(4, 2), MIN_TOP_RUNG);
+        assert_eq!(top_rung(0, 0), MIN_TOP_RUNG);
     }
 }

@@ -167,11 +167,9 @@ impl RunOptions {
             experiments: 20,
             steps: 150,
             batch_size: 32,
-            seeds_per_node: if strategy == Strategy::Orchestra {
-                2
-            } else {
-                1
-            },
+            // One run per node: a second seed of every node halves the directions and rungs a
+            // budget buys; the reviewer asks for replicates where one result is uncertain.
+            seeds_per_node: 1,
             workers: if strategy == Strategy::Greedy { 1 } else { 2 },
             seed: 0,
             task: task.to_string(),
@@ -535,6 +533,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
     // cannot work — a broken command, a dead endpoint — must not burn through the DAG).
     let mut failed_in_a_row = 0u32;
     let mut stopped: Option<String> = None;
+    let mut idle_in_a_row = 0u32;
     let mut next_slot = 0usize;
     let mut forced_rounds = 0;
     // Nodes a reviewer was asked about and did not judge: not asked about again.
@@ -797,6 +796,38 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     && let Some(n) = s.nodes.get(&node)
                 {
                     failed_in_a_row = 0;
+                    // A turn that started no training run (each refused: a study budget spent,
+                    // a policy rule) frees its claim on the campaign's budget, so without this
+                    // the campaign would branch and conclude empty nodes until the study's node
+                    // budget ran out. Three in a row stop it, naming the last refusal.
+                    if n.experiments.is_empty() {
+                        idle_in_a_row += 1;
+                        if idle_in_a_row >= 3 {
+                            let why =
+                                study
+                                    .node_history(&node)
+                                    .ok()
+                                    .and_then(|(_, actions)| {
+                                        actions.iter().rev().find(|a| !a.decision.accepted()).map(
+                                            |a| {
+                                                format!(
+                                                    "{} refused by rule {}: {}",
+                                                    a.action.as_str(),
+                                                    a.decision.rule.as_deref().unwrap_or("-"),
+                                                    a.decision.reason.as_deref().unwrap_or("-")
+                                                )
+                                            },
+                                        )
+                                    })
+                                    .unwrap_or_else(|| "no run was started".into());
+                            stopped = Some(format!(
+                                "stopping the campaign: {idle_in_a_row} worker turns in a row \
+                                 started no training run (last, on {node}: {why})"
+                            ));
+                        }
+                    } else {
+                        idle_in_a_row = 0;
+                    }
                     {
                         progress.say(&format!(
                             "{node} concluded: dev {}",
@@ -870,7 +901,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                         "promoted {} ({}): evaluating its best checkpoint on the protected test split",
                         p.id, p.title
                     ));
-                    let r = study.evaluate(
+                    match study.evaluate(
                         &owner,
                         EvaluateRequest {
                             node: st.root.clone(),
@@ -878,8 +909,24 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                             task: opts.task.clone(),
                             split: Split::Test,
                         },
-                    )?;
-                    r.metrics.get(&opts.metric).copied()
+                    ) {
+                        Ok(r) => r.metrics.get(&opts.metric).copied(),
+                        // A spent budget is not fatal: the campaign's record and report stand,
+                        // without a test score, and the summary says why.
+                        Err(e) if e.kind == ErrorKind::Rejected => {
+                            progress.say(&format!("test split not scored: {}", e.message));
+                            let why = format!(
+                                "the promoted node's test score was refused: {}",
+                                e.message
+                            );
+                            stopped = Some(match stopped.take() {
+                                Some(s) => format!("{s}; {why}"),
+                                None => why,
+                            });
+                            None
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             };
         }

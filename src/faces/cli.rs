@@ -271,7 +271,8 @@ pub enum Command {
         steps: u64,
         #[arg(long, default_value_t = 32)]
         batch_size: u32,
-        /// Seeds per direction (default: 2 for orchestra, 1 for the baselines).
+        /// Runs (seeds) per node (default: 1; the reviewer asks for replicates where one result is
+        /// uncertain).
         #[arg(long)]
         seeds_per_node: Option<u32>,
         /// Worker slots (default: 2; the greedy baseline is one agent).

@@ -179,6 +179,58 @@ fn baselines_greedy_refines_its_best_and_random_starts_from_the_root() {
     fsck_clean(&root2);
 }
 
+/// A study whose compute budget runs out during the campaign (one second: a run or two fit): from
+/// then on every `run_sft` is refused. The campaign must stop, naming the refusal, instead of
+/// branching and concluding empty nodes until the study's node budget runs out (a refused run
+/// frees its claim on the campaign's budget, so the campaign's own count never ends it); its
+/// report still comes out, the refused test score said in the summary.
+#[test]
+fn a_campaign_whose_runs_are_refused_stops_and_names_the_rule() {
+    for strategy in ["greedy", "orchestra"] {
+        let (_d, root) = example_study();
+        let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+        assert!(
+            text.contains("compute_seconds = 3600"),
+            "the example's budget moved"
+        );
+        commit_config(
+            &root,
+            &text.replace("compute_seconds = 3600", "compute_seconds = 1"),
+            "one second of compute",
+        );
+        let v = ok_json(
+            &root,
+            &[
+                "run",
+                "--strategy",
+                strategy,
+                "--experiments",
+                "40",
+                "--quiet",
+            ],
+        );
+        let s = &v["summary"];
+        let ran = s["experiments"].as_u64().expect("experiments");
+        assert!(ran < 40, "{strategy}: {s}");
+        let stopped = s["stopped"].as_str().unwrap_or_default();
+        assert!(
+            stopped.contains("started no training run") && stopped.contains("budget-compute"),
+            "{strategy}: {s}"
+        );
+        let refused = actions(&root)
+            .iter()
+            .filter(|a| a["action"] == "run_sft" && a["decision"] == "rejected")
+            .count();
+        assert!(
+            (3..=6).contains(&refused),
+            "{strategy}: {refused} refused runs before it stopped"
+        );
+        let nodes = v["report"]["nodes"].as_array().expect("nodes").len() as u64;
+        assert!(nodes <= ran + 8, "{strategy}: {nodes} nodes for {ran} runs");
+        fsck_clean(&root);
+    }
+}
+
 #[test]
 fn a_killed_run_resumes_without_repeating_finished_work() {
     let (_d, root) = example_study();
