@@ -485,7 +485,48 @@ impl ReviewerAgent for BuiltinReviewer {
                 }
             }
         }
-        to_continue.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+        // Higher rungs first (they survived more halving), then by projected dev.
+        to_continue.sort_by(|a, b| {
+            rung_of(b.0)
+                .cmp(&rung_of(a.0))
+                .then_with(|| b.1.total_cmp(&a.1))
+                .then_with(|| a.0.id.cmp(&b.0.id))
+        });
+        // A line never climbs on the budget kept for a line above it: a continuation goes ahead
+        // only if the budget left covers it after the runs kept for every line climbing at a
+        // higher rung (open there, or waiting for its rung to complete).
+        let seeds = u64::from(t.opts.seeds_per_node.max(1));
+        let climbing: Vec<(u32, u64)> = waiting
+            .iter()
+            .map(|n| rung_of(n))
+            .chain(
+                st.campaign_nodes()
+                    .filter(|n| n.status == NodeStatus::Open && rung_of(n) > 0)
+                    .map(rung_of),
+            )
+            .map(|r| (r, u64::from(top.saturating_sub(r)) * seeds))
+            .collect();
+        let mut granted = 0u64;
+        let mut held_back: Vec<String> = Vec::new();
+        to_continue.retain(|(n, _, _)| {
+            let kept_above: u64 = climbing
+                .iter()
+                .filter(|(r, _)| *r > rung_of(n))
+                .map(|(_, k)| k)
+                .sum();
+            let fits = t.budget_left >= kept_above + granted + seeds;
+            if fits {
+                granted += seeds;
+            } else {
+                held_back.push(n.id.clone());
+            }
+            fits
+        });
+        for v in verdicts.iter_mut().filter(|v| held_back.contains(&v.node)) {
+            v.reason.push_str(
+                "; held back for now: the budget left is kept for the lines climbing above it",
+            );
+        }
         promising.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
 
         // Proposals, within the budget that is left.
@@ -575,7 +616,6 @@ impl ReviewerAgent for BuiltinReviewer {
         // rung, or one still learning that waits for its rung to complete), the runs from its next
         // rung to the top one. Halving drops lines rung by rung, and what they had kept goes back
         // to exploration.
-        let seeds = u64::from(t.opts.seeds_per_node.max(1));
         let reserve: u64 = to_continue
             .iter()
             .map(|(n, _, _)| rung_of(n) + 1)
@@ -680,7 +720,7 @@ impl ReviewerAgent for BuiltinReviewer {
         let summary = format!(
             "Reviewed {} node(s) against {} related node(s) on {} dev {}. Best mean so far \
              {best_mean:.3}. {} promising, {} continued at a larger budget (successive halving; \
-             {reserve} run(s) kept for the rungs above), {} proposal(s). Lock-in index: {:.0}% of experiments \
+             {reserve} run(s) kept for the rungs above{}), {} proposal(s). Lock-in index: {:.0}% of experiments \
              under the largest top-level direction ({}), longest refinement chain without a \
              sibling {}, {} direction(s) open{}.",
             t.targets.len(),
@@ -689,6 +729,11 @@ impl ReviewerAgent for BuiltinReviewer {
             t.opts.metric,
             promising.len(),
             to_continue.len(),
+            if held_back.is_empty() {
+                String::new()
+            } else {
+                format!("; {} held back for them", held_back.join(", "))
+            },
             proposals.len(),
             100.0 * lock.top_share,
             lock.top_direction.as_deref().unwrap_or("-"),
