@@ -623,28 +623,15 @@ pub fn run(cli: Cli) -> Result<()> {
             slurm,
             partition,
             views,
-            web: Some(n),
+            web,
             http,
-        } if slurm.is_none() && views.is_none() => {
-            let _ = (nodes, actions, repeat, reuse, partition);
-            crate::faces::bench::web(*n, http, bdir.as_deref())
-        }
-        Command::Bench {
-            nodes,
-            actions,
-            repeat,
-            dir: bdir,
-            reuse,
-            slurm,
-            partition,
-            views,
-            ..
-        } => match (slurm, views) {
-            (_, Some(n)) => crate::faces::bench::views(*n, bdir.as_deref(), json),
-            (Some(n), None) => {
+        } => match (web, slurm, views) {
+            (Some(n), None, None) => crate::faces::bench::web(*n, http, bdir.as_deref()),
+            (_, _, Some(n)) => crate::faces::bench::views(*n, bdir.as_deref(), json),
+            (_, Some(n), None) => {
                 crate::faces::bench::run_jobs(*n, partition.as_deref(), bdir.as_deref(), json)
             }
-            (None, None) => {
+            (None, None, None) => {
                 crate::faces::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json)
             }
         },
