@@ -360,12 +360,14 @@ impl ReviewerAgent for BuiltinReviewer {
         }
         // And the other nodes of each target's rung: promotion to the next rung is among them.
         let rung_of = |n: &NodeState| n.recipe.as_ref().map_or(0, |r| r.rung);
+        // With the line each came from: whether a line's dev gain grew since its previous rung.
         for id in &t.targets {
             if let Some(n) = st.nodes.get(id)
                 && rung_of(n) > 0
             {
                 for p in st.campaign_nodes().filter(|p| rung_of(p) == rung_of(n)) {
                     related.insert(p.id.clone());
+                    related.extend(p.parents.first().cloned());
                 }
             }
         }
@@ -402,6 +404,13 @@ impl ReviewerAgent for BuiltinReviewer {
 
         let trend_of = |id: &str| rows.iter().find(|r| r.node == id).and_then(|r| r.trend);
         let top = top_rung(t.opts.experiments, t.opts.seeds_per_node);
+        // The dev gain per 1,000 steps of the line a continued node came from.
+        let prev_gain_of = |n: &NodeState| -> Option<f64> {
+            if n.recipe.as_ref()?.init != Init::Parent {
+                return None;
+            }
+            trend_of(n.parents.first()?)?.gain_per_1k.map(|g| g.mean)
+        };
 
         let mut verdicts = Vec::new();
         let mut promising: Vec<(&NodeState, f64)> = Vec::new();
@@ -411,7 +420,15 @@ impl ReviewerAgent for BuiltinReviewer {
         for id in &t.targets {
             let Some(n) = st.nodes.get(id) else { continue };
             let trend = trend_of(id);
-            let judged = judge(n, mean_of(id), trend, best_mean, t.opts.steps, top);
+            let judged = judge(
+                n,
+                mean_of(id),
+                trend,
+                prev_gain_of(n),
+                best_mean,
+                t.opts.steps,
+                top,
+            );
             match judged.verdict {
                 ReviewVerdict::Promising => promising.push((n, judged.mean)),
                 ReviewVerdict::NeedsMoreSeeds => replicate.push(n),
@@ -469,6 +486,7 @@ impl ReviewerAgent for BuiltinReviewer {
                             p,
                             mean_of(&p.id),
                             trend_of(&p.id),
+                            prev_gain_of(p),
                             best_mean,
                             t.opts.steps,
                             top,
@@ -788,6 +806,8 @@ struct Judged {
     evidence: String,
     /// Relative training-loss slope per 1,000 steps (0 without a curve): the ranking at the floor.
     loss_slope: f64,
+    /// Off the floor, its dev gain per 1,000 steps grew η-fold since the rung before.
+    accelerating: bool,
 }
 
 /// Dev score after `steps` more steps at `gain` per 1,000, extrapolated linearly. It ranks who
@@ -810,6 +830,7 @@ fn judge(
     n: &NodeState,
     mean: Option<(f64, u64, Option<[f64; 2]>)>,
     trend: Option<Trend>,
+    prev_gain: Option<f64>,
     best_mean: f64,
     steps: u64,
     top: u32,
@@ -823,6 +844,7 @@ fn judge(
             continue_it: false,
             evidence: String::new(),
             loss_slope: 0.0,
+            accelerating: false,
         };
     };
     let rung = n.recipe.as_ref().map_or(0, |r| r.rung);
@@ -843,12 +865,15 @@ fn judge(
                     ci_text(g.ci95, 3)
                 ));
             }
+            let rising = tr.gain_per_1k.map(|g| g.mean >= MIN_GAIN_PER_1K);
             if m < DEV_FLOOR {
                 // Exact match has not left the floor: whether the loss still falls is the evidence.
                 tr.still_learning
+            } else if rung == 0 {
+                // After a first run exact match still lags the loss: either evidence will do.
+                tr.still_learning || rising == Some(true)
             } else {
-                tr.gain_per_1k
-                    .map_or(tr.still_learning, |g| g.mean >= MIN_GAIN_PER_1K)
+                rising.unwrap_or(tr.still_learning)
             }
         }
         None => false,
@@ -856,6 +881,16 @@ fn judge(
     let gain = trend.and_then(|t| t.gain_per_1k).map_or(0.0, |g| g.mean);
     let projected = project(m, gain, steps);
     let continue_it = learning && rung < top;
+    // Exact match is a sigmoid in the loss: a line whose dev gain grew η-fold since its previous
+    // rung is leaving the floor, and a straight-line projection undervalues it.
+    let accelerating = learning
+        && m >= DEV_FLOOR
+        && prev_gain.is_some_and(|p| gain >= HALVING_ETA as f64 * p.max(0.02));
+    if accelerating && let Some(p) = prev_gain {
+        evidence.push_str(&format!(
+            ", accelerating (dev {p:+.3} per 1k steps at the rung before)"
+        ));
+    }
     let (verdict, why) = if best_mean > 0.0 && m >= 0.8 * best_mean {
         (
             ReviewVerdict::Promising,
@@ -873,6 +908,8 @@ fn judge(
             ReviewVerdict::StillLearning,
             if m < DEV_FLOOR {
                 "not yet rather than no: exact match has not left the floor, but the training loss is still falling at a small budget".to_string()
+            } else if gain < MIN_GAIN_PER_1K {
+                "not yet rather than no: after a first run the training loss is still falling, and exact match lags it".to_string()
             } else {
                 format!(
                     "not yet rather than no: dev is still rising at a small budget (projected {:.3} after {steps} more steps)",
@@ -916,13 +953,15 @@ fn judge(
         continue_it,
         evidence,
         loss_slope: trend.map_or(0.0, |t| t.loss_slope_per_1k.mean),
+        accelerating,
     }
 }
 
 /// The nodes of one rung that successive halving keeps (η = 3), in two tracks that each keep their
-/// better third: nodes off the floor ranked by projected dev, and nodes whose exact match is still
-/// on the floor ranked by how fast their training loss falls (there the loss is the evidence; a
-/// projected dev of ~0 says nothing, and would drop a slow starter for a fast plateau).
+/// better third: nodes off the floor ranked by projected dev (and any accelerating), and nodes
+/// whose exact match is still on the floor ranked by how fast their training loss falls (there the
+/// loss is the evidence; a projected dev of ~0 says nothing, and would drop a slow starter for a
+/// fast plateau).
 fn halving_keep<T>(judged: Vec<(T, Judged)>) -> Vec<(T, Judged)>
 where
     T: std::ops::Deref<Target = NodeState>,
@@ -942,7 +981,15 @@ where
     let mut kept = Vec::new();
     for track in [off, floor] {
         let keep = track.len().div_ceil(HALVING_ETA);
-        kept.extend(track.into_iter().take(keep));
+        // A line accelerating off the floor goes on too: its straight-line projection is what
+        // undervalues it.
+        kept.extend(
+            track
+                .into_iter()
+                .enumerate()
+                .filter(|(i, (_, j))| *i < keep || j.accelerating)
+                .map(|(_, x)| x),
+        );
     }
     kept
 }
@@ -1187,6 +1234,7 @@ mod tests {
             &node(0),
             Some((0.01, 2, Some([0.0, 0.02]))),
             Some(trend(-1.8, Some(0.01), true)),
+            None,
             0.4,
             600,
             MIN_TOP_RUNG,
@@ -1203,6 +1251,7 @@ mod tests {
             &node(0),
             Some((0.01, 2, None)),
             Some(trend(-0.01, Some(0.0), false)),
+            None,
             0.4,
             600,
             MIN_TOP_RUNG,
@@ -1215,6 +1264,7 @@ mod tests {
             &node(1),
             Some((0.42, 2, None)),
             Some(trend(-4.0, Some(0.06), true)),
+            None,
             0.75,
             600,
             MIN_TOP_RUNG,
@@ -1226,6 +1276,7 @@ mod tests {
             &node(1),
             Some((0.40, 2, None)),
             Some(trend(-1.0, Some(0.5), true)),
+            None,
             0.75,
             600,
             MIN_TOP_RUNG,
@@ -1236,6 +1287,7 @@ mod tests {
             &node(1),
             Some((0.74, 2, None)),
             Some(trend(-1.0, Some(1.2), true)),
+            None,
             0.75,
             600,
             MIN_TOP_RUNG,
@@ -1246,15 +1298,33 @@ mod tests {
             &node(MIN_TOP_RUNG),
             Some((0.74, 2, None)),
             Some(trend(-1.0, Some(1.2), true)),
+            None,
             0.75,
             600,
             MIN_TOP_RUNG,
         );
         assert!(!j.continue_it, "no rung is left above {MIN_TOP_RUNG}");
+        // After a first run, off the floor: a loss still falling is enough (the metric lags it).
+        let j = judge(
+            &node(0),
+            Some((0.075, 1, None)),
+            Some(trend(-1.76, Some(0.19), true)),
+            None,
+            0.275,
+            300,
+            MIN_TOP_RUNG,
+        );
+        assert_eq!(j.verdict, ReviewVerdict::StillLearning, "{}", j.reason);
+        assert!(
+            j.continue_it && j.reason.contains("after a first run"),
+            "{}",
+            j.reason
+        );
         // No learning curve at all (a trainer that logs no loss): judged on dev as before.
         let j = judge(
             &node(0),
             Some((0.1, 2, None)),
+            None,
             None,
             0.75,
             600,
@@ -1287,6 +1357,7 @@ mod tests {
                 &nodes[i],
                 Some((mean, 1, None)),
                 Some(trend(slope, Some(gain), true)),
+                None,
                 0.4,
                 300,
                 MIN_TOP_RUNG,
@@ -1314,6 +1385,41 @@ mod tests {
         ]);
         let ids: Vec<&str> = kept.iter().map(|(n, _)| n.id.as_str()).collect();
         assert_eq!(ids, ["n2", "n1"]);
+        // A line leaving the floor — its dev gain grew η-fold since the rung before — goes on
+        // though its straight-line projection ranks it last.
+        let leaving = judge(
+            &nodes[4],
+            Some((0.065, 1, None)),
+            Some(trend(-3.1, Some(0.37), true)),
+            Some(0.03),
+            0.4,
+            300,
+            MIN_TOP_RUNG,
+        );
+        assert!(
+            leaving.accelerating && leaving.reason.contains("accelerating"),
+            "{}",
+            leaving.reason
+        );
+        let kept = halving_keep(vec![
+            judged(0, 0.40, -1.0, 0.6),
+            judged(1, 0.30, -1.0, 0.5),
+            judged(2, 0.20, -1.0, 0.4),
+            (&nodes[4], leaving),
+        ]);
+        let ids: Vec<&str> = kept.iter().map(|(n, _)| n.id.as_str()).collect();
+        assert_eq!(ids, ["n1", "n2", "n5"]);
+        // Slowing down is not accelerating.
+        let slowing = judge(
+            &nodes[4],
+            Some((0.38, 1, None)),
+            Some(trend(-1.7, Some(0.57), true)),
+            Some(1.2),
+            0.4,
+            300,
+            MIN_TOP_RUNG,
+        );
+        assert!(!slowing.accelerating);
         assert!(halving_keep::<&NodeState>(Vec::new()).is_empty());
     }
 

@@ -309,7 +309,9 @@ impl ReviewTask {
              (each row's trend says whether a node is still learning: loss slope and dev gain per \
              1,000 steps, steps trained), then write one `review` on {} with a verdict for each \
              (promising, still_learning, needs_more_seeds, dead_end) stating its evidence, and your \
-             proposals; continue what is still learning from its checkpoint. Budget left: \
+             proposals; continue what is still learning from its checkpoint. Exact match lags the \
+             loss: below a dev score of 0.05 judge by the loss slope, and a line whose dev gain \
+             grows from one rung to the next is leaving the floor, not done. Budget left: \
              {} experiments ({} per new node). Lock-in index: {:.0}% of experiments under {} and the \
              longest refinement chain without a sibling is {}.{}",
             self.targets.join(", "),
