@@ -24,7 +24,7 @@ if [ ! -x "$node24/node" ]; then
 fi
 export PATH="$PWD/$node24:$PATH"
 
-if [ ! -x editors/vscode/node_modules/.bin/vsce ]; then
+if [ ! -x editors/vscode/node_modules/.bin/vsce ] || [ ! -x editors/vscode/node_modules/.bin/tsc ]; then
   (cd editors/vscode && npm ci --no-audit --no-fund --silent)
 fi
 (cd editors/vscode && npm run -s package >/dev/null)
