@@ -4,7 +4,9 @@ SDK) that does a worker's task through the study's tools, knowing only what the 
 its environment (RSIM_MCP_URL, RSIM_MCP_TOKEN, RSIM_NODE, RSIM_ROLE, RSIM_PROMPT).
 
 STANDIN_MODE=greedy makes it start more training runs than its task allows (the orchestrator must
-stop it); STANDIN_MODE=forbidden makes it try a reviewer-only tool first (the server must refuse).
+stop it); STANDIN_MODE=forbidden makes it try a reviewer-only tool first (the server must refuse);
+STANDIN_MODE=idle makes it train nothing and conclude with a made-up result, first naming a
+checkpoint that does not exist (the campaign must neither believe it nor branch without end).
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ async def main() -> int:
             return 2
         if mode == "forbidden":
             await call("review", {"node": node, "summary": "a worker reviewing itself"}, ok=False)
+        if mode == "idle":
+            await call("conclude", {"node": node, "outcome": "positive", "best_checkpoint": "f" * 64,
+                                    "findings": "dev exact match 1.000 (trust me)"}, ok=False)
+            await call("conclude", {"node": node, "outcome": "positive",
+                                    "findings": "dev exact match 1.000 (trust me)"})
+            log("concluded without training")
+            return 0
         info = await call("get_node", {"node": node})
         log(f"working on {info['id']}: {info['title']}")
         name = f"standin-{node}"

@@ -633,7 +633,7 @@ fn a_study_with_no_budget_left_is_a_clear_refusal() {
 
 /// The Python MCP SDK the client harness installs (tools/mcp-clients.sh); `tools/test.sh` installs
 /// it before the tests and sets RSIM_REQUIRE_MCP_CLIENTS so these tests cannot skip there.
-fn mcp_python() -> Option<PathBuf> {
+pub(crate) fn mcp_python() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/.venv/bin/python");
     if p.is_file() {
         return Some(p);
@@ -650,14 +650,14 @@ fn mcp_python() -> Option<PathBuf> {
     None
 }
 
-fn standin(python: &Path) -> String {
+pub(crate) fn standin(python: &Path) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/standin_agent.py");
     format!("cmd:{} {}", python.display(), script.display())
 }
 
 /// A campaign of one worker slot, one seed per node, whose worker is the stand-in MCP agent in
 /// `mode`; it must finish.
-fn standin_campaign(root: &Path, py: &Path, experiments: &str, mode: &str) {
+pub(crate) fn standin_campaign(root: &Path, py: &Path, experiments: &str, mode: &str) {
     // Command agents inherit only what the owner names: the stand-in reads its mode from it.
     let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
     if !text.contains("[agents]") {

@@ -2327,3 +2327,74 @@ fn eval_every_cannot_score_past_the_evaluation_budget_even_from_racing_runs() {
             .is_empty()
     );
 }
+
+/// A hostile command worker that never trains: it concludes every node it is given as positive with
+/// a made-up score, first naming a checkpoint that does not exist. Each such turn frees its
+/// claim on the campaign's budget (nothing ran), so a campaign that counted only runs would branch
+/// and hand out nodes until the study's node budget was gone, and a campaign that believed
+/// findings would promote a node nobody trained. The campaign must stop after a few idle turns
+/// naming why, refuse the made-up checkpoint, promote nothing, score nothing on the test split,
+/// and leave an audit of 0.
+#[test]
+fn a_worker_that_never_trains_cannot_exhaust_the_node_budget_or_get_promoted() {
+    let Some(py) = crate::orchestra::mcp_python() else {
+        return;
+    };
+    let (_d, root) = crate::common::example_study();
+    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    crate::common::commit_config(
+        &root,
+        &format!("{text}\n[agents]\nenv = [\"PATH\", \"HOME\", \"STANDIN_MODE\"]\n"),
+        "owner: the stand-in agent's mode reaches it",
+    );
+    let out = crate::common::rsim()
+        .arg("-C")
+        .arg(&root)
+        .args(["--json", "run", "--experiments", "40", "--quiet"])
+        .args(["--worker", &crate::orchestra::standin(&py)])
+        .env("STANDIN_MODE", "idle")
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let summary = &v["summary"];
+    assert_eq!(summary["experiments"], 0, "{summary}");
+    assert!(
+        summary["stopped"]
+            .as_str()
+            .is_some_and(|s| s.contains("started no training run")),
+        "{summary}"
+    );
+    // Nothing trained, so nothing is promoted or scored on the test split.
+    assert!(summary["test"].is_null(), "{summary}");
+    let nodes = v["report"]["nodes"].as_array().expect("nodes").len();
+    assert!(
+        nodes <= 5,
+        "{nodes} nodes handed to a worker that never trains"
+    );
+    let acts: Vec<Value> = crate::common::ok_json(&root, &["log", "--limit", "100000"])["actions"]
+        .as_array()
+        .expect("actions")
+        .clone();
+    // The made-up checkpoint was refused and recorded; no run, no test evaluation of a node.
+    assert!(
+        acts.iter().any(|a| a["action"] == "conclude"
+            && a["decision"] == "rejected"
+            && a["agent"] == "worker-1"),
+        "{acts:?}"
+    );
+    assert!(!acts.iter().any(|a| a["action"] == "run_sft"), "{acts:?}");
+    let s = open(&root);
+    let audit = rsi_master::os::audit::audit(&s).expect("audit");
+    assert_eq!(audit.got_through, 0, "{:#?}", audit.checks);
+    assert!(
+        rsi_master::os::fsck::fsck(&s)
+            .expect("fsck")
+            .problems
+            .is_empty()
+    );
+}
