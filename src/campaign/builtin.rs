@@ -514,14 +514,16 @@ impl ReviewerAgent for BuiltinReviewer {
         // only if the budget left covers it after the runs kept for every line climbing at a
         // higher rung (open there, or waiting for its rung to complete).
         let seeds = u64::from(t.opts.seeds_per_node.max(1));
+        // The rungs of the lines open above the first rung (each runs there now).
+        let open_above: Vec<u32> = st
+            .campaign_nodes()
+            .filter(|n| n.status == NodeStatus::Open && rung_of(n) > 0)
+            .map(rung_of)
+            .collect();
         let climbing: Vec<(u32, u64)> = waiting
             .iter()
             .map(|n| rung_of(n))
-            .chain(
-                st.campaign_nodes()
-                    .filter(|n| n.status == NodeStatus::Open && rung_of(n) > 0)
-                    .map(rung_of),
-            )
+            .chain(open_above.iter().copied())
             .map(|r| (r, u64::from(top.saturating_sub(r)) * seeds))
             .collect();
         let mut granted = 0u64;
@@ -638,11 +640,7 @@ impl ReviewerAgent for BuiltinReviewer {
             .iter()
             .map(|(n, _, _)| rung_of(n) + 1)
             .chain(waiting.iter().map(|n| rung_of(n) + 1))
-            .chain(
-                st.campaign_nodes()
-                    .filter(|n| n.status == NodeStatus::Open && rung_of(n) > 0)
-                    .map(rung_of),
-            )
+            .chain(open_above.iter().copied())
             .map(|r| u64::from(top.saturating_sub(r)) * seeds)
             .sum();
         let continuing = to_continue.len() as u64 * seeds;

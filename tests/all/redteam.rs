@@ -2116,12 +2116,9 @@ try own-home "echo ok > $HOME/x && cat $HOME/x"
     let _ = rsim();
 }
 
-/// `reproduce` is a second way to start an evaluation job, so an attacker tries it to evaluate
-/// past the study's evaluation budget: six reviewer processes reproduce one dev evaluation at
-/// once with room for two more. Exactly two run; the rest are refused by the same budget rule as
-/// `evaluate`, each refusal recorded; nothing got through by the audit.
-#[test]
-fn reproducing_an_evaluation_cannot_spend_past_the_evaluation_budget() {
+/// A fresh n-gram study whose evaluation budget allows three evaluations, with node n1 and its
+/// dataset `d` (200 rows of two-digit addition): the ground the budget races are run on.
+fn three_evaluations_and_a_dataset() -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().expect("tempdir");
     let root = d.path().join("study");
     init::init(&root, Some("tiny-arith-ngram")).expect("init");
@@ -2141,6 +2138,18 @@ fn reproducing_an_evaluation_cannot_spend_past_the_evaluation_budget() {
         .expect("branch");
     s.call(&owner, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 200, "seed": 3}}))
         .expect("register");
+    (d, root)
+}
+
+/// `reproduce` is a second way to start an evaluation job, so an attacker tries it to evaluate
+/// past the study's evaluation budget: six reviewer processes reproduce one dev evaluation at
+/// once with room for two more. Exactly two run; the rest are refused by the same budget rule as
+/// `evaluate`, each refusal recorded; nothing got through by the audit.
+#[test]
+fn reproducing_an_evaluation_cannot_spend_past_the_evaluation_budget() {
+    let (_d, root) = three_evaluations_and_a_dataset();
+    let s = open(&root);
+    let owner = Caller::owner();
     let sft = s
         .call(&owner, "run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.001, "steps": 10, "batch_size": 8}))
         .expect("run_sft");
@@ -2218,26 +2227,7 @@ fn reproducing_an_evaluation_cannot_spend_past_the_evaluation_budget() {
 /// split.
 #[test]
 fn eval_every_cannot_score_past_the_evaluation_budget_even_from_racing_runs() {
-    let d = tempfile::tempdir().expect("tempdir");
-    let root = d.path().join("study");
-    init::init(&root, Some("tiny-arith-ngram")).expect("init");
-    let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
-    assert!(
-        text.contains("evaluations = 500"),
-        "the example's budget moved"
-    );
-    crate::common::commit_config(
-        &root,
-        &text.replace("evaluations = 500", "evaluations = 3"),
-        "three evaluations",
-    );
-    let s = open(&root);
-    let owner = Caller::owner();
-    s.call(&owner, "branch", json!({"parents": ["n0"], "title": "t"}))
-        .expect("branch");
-    s.call(&owner, "register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 200, "seed": 3}}))
-        .expect("register");
-    drop(s);
+    let (_d, root) = three_evaluations_and_a_dataset();
     let racers: Vec<_> = (0..4u64)
         .map(|i| {
             crate::common::rsim()

@@ -9,10 +9,10 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { chromium } from "playwright-core";
+import { freePort, paletteCommand, until as untilOr } from "./harness.mjs";
 
 const HERE = import.meta.dirname;
 const ROOT = resolve(HERE, "../..");
@@ -24,44 +24,15 @@ const log = (...a) => console.error("[e2e]", ...a);
 
 let d, study, env, server, run, browser, page;
 
-function freePort() {
-  return new Promise((res) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const p = s.address().port;
-      s.close(() => res(p));
-    });
-  });
-}
-
-async function until(what, fn, ms = 60000) {
-  const t0 = Date.now();
-  let last;
-  while (Date.now() - t0 < ms) {
-    try {
-      last = await fn();
-      if (last) return last;
-    } catch (e) {
-      last = e;
-    }
-    await new Promise((r) => setTimeout(r, 300));
-  }
-  await shot(`timeout-${what.replace(/[^a-z0-9]+/gi, "-")}`).catch(() => {});
-  throw new Error(`timed out: ${what} (last: ${last})`);
-}
+const until = (what, fn, ms = 60000) =>
+  untilOr(what, fn, ms, () => shot(`timeout-${what.replace(/[^a-z0-9]+/gi, "-")}`));
 
 async function shot(name) {
   await page.screenshot({ path: join(OUT, `${name}.png`) });
   log("screenshot", join(OUT, `${name}.png`));
 }
 
-async function command(title) {
-  await page.keyboard.press("F1");
-  const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible" });
-  await input.fill(`>${title}`);
-  await page.locator(".quick-input-list .monaco-list-row").first().waitFor();
-  await page.keyboard.press("Enter");
-}
+const command = (title) => paletteCommand(page, title);
 
 const branch = (title) =>
   execFileSync(RSIM, ["-C", study, "--json", "branch", "--from", "n0", "--title", title], { env });

@@ -9,10 +9,10 @@
 // RSIM_BIN, VSIX, CHROMIUM as for e2e.test.mjs.
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, mkdirSync, rmSync, readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { chromium } from "playwright-core";
+import { freePort, paletteCommand, until } from "./harness.mjs";
 import * as rpc from "vscode-jsonrpc/node";
 import * as lsp from "vscode-languageserver-protocol/node";
 
@@ -24,39 +24,7 @@ const CODE = join(HERE, "node_modules/.bin/code-server");
 const SIZES = process.argv.slice(2).map(Number).filter((n) => n > 1);
 let page;
 
-function freePort() {
-  return new Promise((res) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const p = s.address().port;
-      s.close(() => res(p));
-    });
-  });
-}
-
-async function until(what, fn, ms = 60000) {
-  const t0 = Date.now();
-  let last;
-  while (Date.now() - t0 < ms) {
-    try {
-      last = await fn();
-      if (last) return last;
-    } catch (e) {
-      last = e;
-    }
-    await new Promise((r) => setTimeout(r, 300));
-  }
-  throw new Error(`timed out: ${what} (last: ${last})`);
-}
-
-async function command(title) {
-  await page.keyboard.press("F1");
-  const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible" });
-  await input.fill(`>${title}`);
-  await page.locator(".quick-input-list .monaco-list-row").first().waitFor();
-  await page.keyboard.press("Enter");
-}
-
+const command = (title) => paletteCommand(page, title);
 
 async function grow(study, n) {
   const cfg = join(study, "rsim.toml");
