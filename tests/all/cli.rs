@@ -411,29 +411,9 @@ fn a_job_whose_writer_dies_is_stopped_and_recorded_as_lost() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let pid_file = pid_file.expect("the job started");
-    writer.kill().expect("kill -9 the writer");
-    writer.wait().expect("wait");
-    let job_pid: i32 = std::fs::read_to_string(&pid_file)
-        .expect("pid")
-        .trim()
-        .parse()
-        .expect("pid");
-    let alive = |pid: i32| {
-        Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z ")
-    };
     // The job dies with its writer at once, before anyone opens the study again (a study that is
     // never opened again, or is deleted, leaves nothing training on for ever).
-    let mut gone = false;
-    for _ in 0..100 {
-        if !alive(job_pid) {
-            gone = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (job_pid, gone) = kill_writer_and_wait_for_job(&mut writer, &pid_file);
     assert!(gone, "the job outlived the rsim that ran it");
     // The next rsim to open the study records the action with the job lost.
     let log = ok_json(&s, &["log", "--node", "n1"]);
@@ -879,27 +859,7 @@ fn a_reproduction_whose_writer_dies_is_stopped_and_recorded_as_lost() {
         std::thread::sleep(Duration::from_millis(25));
     }
     let pid_file = pid_file.expect("the reproduction's job started");
-    writer.kill().expect("kill -9 the writer");
-    writer.wait().expect("wait");
-    let job_pid: i32 = std::fs::read_to_string(&pid_file)
-        .expect("pid")
-        .trim()
-        .parse()
-        .expect("pid");
-    let alive = |pid: i32| {
-        Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z ")
-    };
-    let mut gone = false;
-    for _ in 0..100 {
-        if !alive(job_pid) {
-            gone = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (_, gone) = kill_writer_and_wait_for_job(&mut writer, &pid_file);
     assert!(gone, "the reproduction's job outlived the rsim that ran it");
     // The next rsim records it: a reproduce action whose job was lost.
     let log = ok_json(&s, &["log", "--node", "n1"]);
@@ -933,4 +893,31 @@ fn a_reproduction_whose_writer_dies_is_stopped_and_recorded_as_lost() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// kill -9 a writing rsim, then wait up to 5 s for the job it ran (its pid in `pid_file`) to be
+/// gone: the job's pid, and whether it went.
+fn kill_writer_and_wait_for_job(writer: &mut std::process::Child, pid_file: &Path) -> (i32, bool) {
+    writer.kill().expect("kill -9 the writer");
+    writer.wait().expect("wait");
+    let job_pid: i32 = std::fs::read_to_string(pid_file)
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    for _ in 0..100 {
+        if !alive(job_pid) {
+            return (job_pid, true);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (job_pid, false)
+}
+
+/// Whether a process runs (a zombie does not).
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
 }
