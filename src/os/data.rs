@@ -99,6 +99,20 @@ impl Study {
         self.scan_union(&[rows])
     }
 
+    /// Registered datasets, by name, scanned as the union a run_sft trains on (a name with no
+    /// rows adds none).
+    pub(in crate::os) fn scan_datasets<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Vec<Hit>> {
+        let mut parts = Vec::new();
+        for name in names {
+            parts.push(self.dataset_rows(name)?.unwrap_or_default());
+        }
+        let views: Vec<&[types::Row]> = parts.iter().map(Vec::as_slice).collect();
+        self.scan_union(&views)
+    }
+
     /// The union of several datasets, scanned as the one sequence a run_sft trains on.
     pub fn scan_union(&self, parts: &[&[types::Row]]) -> Result<Vec<Hit>> {
         let sets = self.protected_sets()?;

@@ -135,12 +135,8 @@ impl Study {
                 }
                 // The union is scanned again against the protected sets as they are now.
                 if facts.dataset_corrupt.is_empty() {
-                    let mut parts = Vec::with_capacity(sft.datasets.len());
-                    for name in &sft.datasets {
-                        parts.push(self.dataset_rows(name)?.unwrap_or_default());
-                    }
-                    let views: Vec<&[types::Row]> = parts.iter().map(Vec::as_slice).collect();
-                    facts.contamination = self.scan_union(&views)?;
+                    facts.contamination =
+                        self.scan_datasets(sft.datasets.iter().map(String::as_str))?;
                 }
                 let params = base_sha.map(|b| {
                     Ok::<_, Error>(JobParams::Sft(SftParams {

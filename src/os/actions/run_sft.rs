@@ -47,12 +47,8 @@ impl Study {
             .collect();
         if unregistered.is_empty() && facts.dataset_corrupt.is_empty() && self.within_bounds(&size)
         {
-            let mut parts = Vec::with_capacity(ds.len());
-            for (name, _, _) in &ds {
-                parts.push(self.dataset_rows(name)?.unwrap_or_default());
-            }
-            let views: Vec<&[types::Row]> = parts.iter().map(Vec::as_slice).collect();
-            facts.contamination = self.scan_union(&views)?;
+            facts.contamination =
+                self.scan_datasets(ds.iter().map(|(name, _, _)| name.as_str()))?;
         }
         facts.size = Some(size);
         facts.unregistered_datasets = unregistered;
