@@ -88,10 +88,12 @@ struct State {
     caller: Caller,
     explicit_root: Option<PathBuf>,
     workspace: RwLock<Option<PathBuf>>,
-    session: RwLock<Option<Arc<Session>>>,
+    /// The one session, opened on first use. The lock is held while it opens, so concurrent
+    /// first requests (VS Code sends `initialized` and its first queries together) open one
+    /// session, not one each: a second one would replace the first and drop its watcher.
+    session: Mutex<Option<Arc<Session>>>,
     /// Why there is no session (shown once, returned by every request that needs the study).
     no_study: Mutex<Option<String>>,
-    watching: Mutex<bool>,
     docs: Mutex<HashMap<String, String>>,
     schema: config::Schema,
 }
@@ -141,9 +143,8 @@ pub fn service(opts: Options) -> (LspService<Backend>, tower_lsp_server::ClientS
             caller: opts.caller,
             explicit_root: opts.root,
             workspace: RwLock::new(None),
-            session: RwLock::new(None),
+            session: Mutex::new(None),
             no_study: Mutex::new(None),
-            watching: Mutex::new(false),
             docs: Mutex::new(HashMap::new()),
             schema: config::Schema::default(),
         }),
@@ -241,13 +242,10 @@ fn string_param(m: &serde_json::Map<String, Value>, key: &str) -> RpcResult<Stri
 impl State {
     /// The session, opening the study on first use (and again after a failure, so a study made
     /// after the editor started is found).
+    /// Called on a blocking thread of the runtime (`Backend::blocking`), never on an async one.
     fn session(&self) -> Result<Arc<Session>> {
-        if let Some(s) = self
-            .session
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        let mut slot = lock(&self.session);
+        if let Some(s) = slot.as_ref() {
             return Ok(s.clone());
         }
         let root = match &self.explicit_root {
@@ -277,7 +275,8 @@ impl State {
         match Session::open(&root) {
             Ok(s) => {
                 let s = Arc::new(s);
-                *self.session.write().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
+                self.forward_changes(&s);
+                *slot = Some(s.clone());
                 *lock(&self.no_study) = None;
                 Ok(s)
             }
@@ -286,6 +285,27 @@ impl State {
                 *lock(&self.no_study) = Some(msg.clone());
                 Err(Error::new(e.kind, msg))
             }
+        }
+    }
+
+    /// Send `rsim/recordChanged` to the editor whenever the record changes. Started by whoever
+    /// opens the session, before the session serves anything: no action run through it can come
+    /// before the watcher's first reading, and so none goes unnotified.
+    fn forward_changes(&self, session: &Session) {
+        let mut rx = session.watch();
+        let client = self.client.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    while rx.changed().await.is_ok() {
+                        let v = *rx.borrow_and_update();
+                        client
+                            .send_notification::<RecordChanged>(json!({ "version": v }))
+                            .await;
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("record changes will not be sent to the editor: {e}"),
         }
     }
 }
@@ -310,39 +330,15 @@ impl Backend {
         r.map_err(rpc_error)
     }
 
-    /// Start forwarding record changes to the editor (once the study is open).
-    async fn watch(&self) {
+    /// Open the study now (which starts forwarding its changes), and say so if it cannot be.
+    async fn open_study(&self) {
         let s = self.s.clone();
-        let opened = tokio::task::spawn_blocking(move || s.session()).await;
-        let session = match opened {
-            Ok(Ok(session)) => Some(session),
-            Ok(Err(e)) => {
-                self.s
-                    .client
-                    .show_message(MessageType::WARNING, format!("rsim: {}", e.message))
-                    .await;
-                None
-            }
-            Err(_) => None,
-        };
-        let Some(session) = session else { return };
-        {
-            let mut w = lock(&self.s.watching);
-            if *w {
-                return;
-            }
-            *w = true;
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.session()).await {
+            self.s
+                .client
+                .show_message(MessageType::WARNING, format!("rsim: {}", e.message))
+                .await;
         }
-        let mut rx = session.watch();
-        let client = self.s.client.clone();
-        tokio::spawn(async move {
-            while rx.changed().await.is_ok() {
-                let v = *rx.borrow_and_update();
-                client
-                    .send_notification::<RecordChanged>(json!({ "version": v }))
-                    .await;
-            }
-        });
     }
 
     async fn publish_config(&self, uri: Uri, text: Option<&str>, version: Option<i32>) {
@@ -832,7 +828,7 @@ impl LanguageServer for Backend {
     }
 
     async fn initialized(&self, _: InitializedParams) {
-        self.watch().await;
+        self.open_study().await;
     }
 
     async fn shutdown(&self) -> RpcResult<()> {

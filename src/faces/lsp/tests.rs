@@ -231,6 +231,54 @@ async fn malformed_messages_and_unknown_requests_get_errors_and_the_server_keeps
     assert!(r.get("error").is_none(), "{r}");
 }
 
+/// VS Code sends `initialized` and its first queries at once, and they run concurrently: each
+/// once opened a session of its own, the last replaced the others, and the watcher started on a
+/// replaced one died with it, so a change written by another process was never notified
+/// (a CI run caught it). One session, watched from the moment it opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_by_another_writer_are_notified_when_the_first_requests_race_the_open() {
+    let (_d, root) = example_study();
+    let mut e = Editor::start(None);
+    e.initialize(Some(&root)).await;
+    let first = e.next;
+    for i in 0..8 {
+        let id = first + i;
+        e.send(json!({"jsonrpc": "2.0", "id": id, "method": "rsim/summary", "params": {}}))
+            .await;
+    }
+    e.next += 8;
+    // The answers come in any order.
+    let mut answered = 0;
+    while answered < 8 {
+        let r = e
+            .until(|m| m.get("id").is_some() && m.get("method").is_none())
+            .await;
+        assert!(r["result"]["nodes"].is_array(), "{r}");
+        answered += 1;
+    }
+    e.notes.clear();
+    // Another writer (another process, in effect: a session of its own) branches a node.
+    let other = root.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        Session::open(&other)?.call(
+            &Caller::owner(),
+            "branch",
+            json!({"parents": ["n0"], "title": "written elsewhere"}),
+        )
+    })
+    .await
+    .expect("join")
+    .expect("branch");
+    assert_eq!(r["node"], "n1", "{r}");
+    e.until(|m| m["method"] == "rsim/recordChanged").await;
+    let s = e.request("rsim/summary", json!({})).await;
+    assert_eq!(
+        s["result"]["nodes"].as_array().map(Vec::len),
+        Some(2),
+        "{s}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_hover_resolve_and_change_through_the_session_and_changes_are_notified() {
     let (_d, root) = example_study();
