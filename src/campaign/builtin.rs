@@ -660,27 +660,50 @@ impl ReviewerAgent for BuiltinReviewer {
             let need = t.opts.workers - to_refine.len();
             to_refine.extend(earlier.into_iter().take(need));
         }
+        // The campaign's best node, once its line has levelled off above the first rung, is
+        // polished from its own checkpoint (a lower learning rate first, then another knob), as
+        // a practitioner anneals a run that has stopped improving: it beat every peer of every
+        // rung it climbed, so nothing is skipped, and a variant restarted from the base model
+        // could not catch up.
+        let campaign_best = st.best_by_dev(false).map(|b| b.id.clone());
         for (i, (n, m)) in to_refine.iter().enumerate() {
             let Some(r) = &n.recipe else { continue };
+            let polish = rung_of(n) > 0
+                && campaign_best.as_ref() == Some(&n.id)
+                && !to_continue.iter().any(|(c, _, _)| c.id == n.id)
+                && !waiting.iter().any(|c| c.id == n.id);
             let count = if i == 0 { 2 } else { 1 };
+            let mut polishes = polish.then(|| r.polishes(&mut rng)).unwrap_or_default();
+            polishes.reverse();
             for _ in 0..count {
                 for _attempt in 0..6 {
-                    // A refinement starts from the base model (the first rung): only halving
-                    // promotes a line to a larger budget, so a variant of a climbing node cannot
-                    // climb past the nodes of its rung it never beat.
-                    let (mut c, what) = r.mutate(&mut rng);
-                    if c.init == Init::Parent {
-                        // (A mutation that only continued the parent is now the parent's own
-                        // recipe, already tried.)
-                        c.init = Init::Base;
-                        c.rung = 0;
-                    }
+                    let (c, what) = if let Some(p) = polishes.pop() {
+                        p
+                    } else {
+                        // A refinement starts from the base model (the first rung): only halving
+                        // promotes a line to a larger budget, so a variant of a climbing node
+                        // cannot climb past the nodes of its rung it never beat.
+                        let (mut c, what) = r.mutate(&mut rng);
+                        if c.init == Init::Parent {
+                            // (A mutation that only continued the parent is now the parent's
+                            // own recipe, already tried.)
+                            c.init = Init::Base;
+                            c.rung = 0;
+                        }
+                        (c, what)
+                    };
                     if tried.insert(c.to_string()) {
-                        proposals.push(proposal(
-                            vec![n.id.clone()],
-                            &c,
-                            &format!("Refine {} (dev {m:.3}): {what}.", n.id),
-                        ));
+                        let why = if c.init == Init::Parent {
+                            format!(
+                                "Polish {} (dev {m:.3}, the campaign's best, levelled off at \
+                                 rung {}) from its best checkpoint: {what}.",
+                                n.id,
+                                rung_of(n)
+                            )
+                        } else {
+                            format!("Refine {} (dev {m:.3}): {what}.", n.id)
+                        };
+                        proposals.push(proposal(vec![n.id.clone()], &c, &why));
                         break;
                     }
                 }

@@ -222,6 +222,50 @@ impl Recipe {
         (r, what)
     }
 
+    /// Refinements that train on from this recipe's checkpoint (one rung up), for a line that
+    /// has levelled off: a lower learning rate first (annealing), then one other knob changed.
+    /// The format and data stay. Each with the change in words.
+    pub fn polishes(&self, rng: &mut StdRng) -> Vec<(Recipe, String)> {
+        let on = |r: Recipe| Recipe {
+            init: Init::Parent,
+            rung: self.rung + 1,
+            ..r
+        };
+        let mut out = Vec::new();
+        if let Some(lower) = LRS.iter().rev().find(|x| **x < self.lr) {
+            out.push((
+                on(Recipe {
+                    lr: *lower,
+                    ..self.clone()
+                }),
+                format!("learning rate {} -> {lower}", self.lr),
+            ));
+        }
+        let (other, what) = if rng.random_bool(0.5) {
+            let schedule = match self.schedule {
+                Schedule::Cosine => Schedule::Constant,
+                _ => Schedule::Cosine,
+            };
+            (
+                Recipe {
+                    schedule,
+                    ..self.clone()
+                },
+                format!("schedule -> {}", schedule_name(schedule)),
+            )
+        } else {
+            (
+                Recipe {
+                    curriculum: !self.curriculum,
+                    ..self.clone()
+                },
+                format!("curriculum {}", if self.curriculum { "off" } else { "on" }),
+            )
+        };
+        out.push((on(other), what));
+        out
+    }
+
     /// Combine two findings: `a`'s format and data with `b`'s optimiser settings, continuing
     /// from the better parent's checkpoint.
     pub fn merge(a: &Recipe, b: &Recipe) -> Recipe {
@@ -398,6 +442,30 @@ mod tests {
         let e = Recipe::parse("recipe: depth=3").unwrap_err().to_string();
         assert!(e.contains("depth"), "{e}");
         assert!(Recipe::find("no recipe here").is_none());
+    }
+
+    #[test]
+    fn a_levelled_off_line_is_polished_from_its_checkpoint_with_a_lower_rate_first() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let line = Recipe::default().continued().continued();
+        let p = line.polishes(&mut rng);
+        assert_eq!(p.len(), 2);
+        let (first, what) = &p[0];
+        assert!(first.lr < line.lr, "{what}");
+        assert!(what.contains("learning rate"), "{what}");
+        for (r, what) in &p {
+            assert_eq!((r.init, r.rung), (Init::Parent, line.rung + 1), "{what}");
+            assert_eq!((r.format, r.rows), (line.format, line.rows), "{what}");
+            assert_ne!(r, &line.continued(), "a polish changes a knob: {what}");
+        }
+        // At the lowest rate there is nothing to anneal: only the other knob.
+        let low = Recipe {
+            lr: LRS[0],
+            ..line.clone()
+        };
+        let p = low.polishes(&mut rng);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].0.lr, LRS[0]);
     }
 
     #[test]
