@@ -673,7 +673,11 @@ impl ReviewerAgent for BuiltinReviewer {
                 && !to_continue.iter().any(|(c, _, _)| c.id == n.id)
                 && !waiting.iter().any(|c| c.id == n.id);
             let count = if i == 0 { 2 } else { 1 };
-            let mut polishes = polish.then(|| r.polishes(&mut rng)).unwrap_or_default();
+            let mut polishes = if polish {
+                r.polishes(&mut rng)
+            } else {
+                Vec::new()
+            };
             polishes.reverse();
             for _ in 0..count {
                 for _attempt in 0..6 {
