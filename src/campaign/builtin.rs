@@ -639,7 +639,8 @@ impl ReviewerAgent for BuiltinReviewer {
         let reserve: u64 = to_continue
             .iter()
             .map(|(n, _, _)| rung_of(n) + 1)
-            .chain(waiting.iter().map(|n| rung_of(n) + 1))
+            // (A waiting line has not started its next rung: it needs that one too.)
+            .chain(waiting.iter().map(|n| rung_of(n)))
             .chain(open_above.iter().copied())
             .map(|r| u64::from(top.saturating_sub(r)) * seeds)
             .sum();
@@ -665,13 +666,24 @@ impl ReviewerAgent for BuiltinReviewer {
         // a practitioner anneals a run that has stopped improving: it beat every peer of every
         // rung it climbed, so nothing is skipped, and a variant restarted from the base model
         // could not catch up.
-        let campaign_best = st.best_by_dev(false).map(|b| b.id.clone());
+        //
+        // Late in the budget a variant from the base model is hopeless: the budget left for
+        // exploration cannot take it to the rung of the campaign's best line. Then no such variant
+        // is started; a levelled-off node above the first rung is polished instead (it survived
+        // the rung below it), and one on the first rung gets nothing.
+        let campaign_best = st.best_by_dev(false);
+        let best_rung = campaign_best.map_or(0, rung_of);
+        let hopeless = restart_is_hopeless(explore_slots as u64 * seeds, best_rung, seeds);
+        let campaign_best = campaign_best.map(|b| b.id.clone());
         for (i, (n, m)) in to_refine.iter().enumerate() {
             let Some(r) = &n.recipe else { continue };
             let polish = rung_of(n) > 0
-                && campaign_best.as_ref() == Some(&n.id)
+                && (hopeless || campaign_best.as_ref() == Some(&n.id))
                 && !to_continue.iter().any(|(c, _, _)| c.id == n.id)
                 && !waiting.iter().any(|c| c.id == n.id);
+            if hopeless && !polish {
+                continue;
+            }
             let count = if i == 0 { 2 } else { 1 };
             let mut polishes = if polish {
                 r.polishes(&mut rng)
@@ -683,6 +695,8 @@ impl ReviewerAgent for BuiltinReviewer {
                 for _attempt in 0..6 {
                     let (c, what) = if let Some(p) = polishes.pop() {
                         p
+                    } else if hopeless {
+                        break;
                     } else {
                         // A refinement starts from the base model (the first rung): only halving
                         // promotes a line to a larger budget, so a variant of a climbing node
@@ -699,9 +713,17 @@ impl ReviewerAgent for BuiltinReviewer {
                     if tried.insert(c.to_string()) {
                         let why = if c.init == Init::Parent {
                             format!(
-                                "Polish {} (dev {m:.3}, the campaign's best, levelled off at \
-                                 rung {}) from its best checkpoint: {what}.",
+                                "Polish {} (dev {m:.3}, {}, levelled off at rung {}) from its \
+                                 best checkpoint: {what}.",
                                 n.id,
+                                if campaign_best.as_ref() == Some(&n.id) {
+                                    "the campaign's best".to_string()
+                                } else {
+                                    format!(
+                                        "where a restart from the base model could no longer \
+                                         reach the best line's rung {best_rung} on the budget left"
+                                    )
+                                },
                                 rung_of(n)
                             )
                         } else {
@@ -799,6 +821,13 @@ impl ReviewerAgent for BuiltinReviewer {
         )?;
         Ok(())
     }
+}
+
+/// Whether a new direction or variant started from the base model now could no longer climb to
+/// the rung of the campaign's best line on `explore_runs` (the budget left to exploration, after
+/// what is kept for the climbing lines): it needs a run at each rung up to and including it.
+fn restart_is_hopeless(explore_runs: u64, best_rung: u32, seeds: u64) -> bool {
+    explore_runs < (u64::from(best_rung) + 1) * seeds
 }
 
 /// Successive halving keeps the better third of a rung (η = 3, as in Hyperband and ASHA).
@@ -1446,6 +1475,19 @@ mod tests {
         );
         assert!(!slowing.accelerating);
         assert!(halving_keep::<&NodeState>(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a_restart_that_cannot_reach_the_best_rung_is_hopeless() {
+        // The best line is at rung 2 (900 steps at 300 a rung): a restart needs rungs 0, 1, 2.
+        assert!(!restart_is_hopeless(3, 2, 1));
+        assert!(restart_is_hopeless(2, 2, 1));
+        // Two runs per node double what it needs.
+        assert!(restart_is_hopeless(5, 2, 2));
+        assert!(!restart_is_hopeless(6, 2, 2));
+        // Before any line climbs, one run is enough.
+        assert!(!restart_is_hopeless(1, 0, 1));
+        assert!(restart_is_hopeless(0, 0, 1));
     }
 
     #[test]
