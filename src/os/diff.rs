@@ -87,12 +87,8 @@ impl Study {
                 }
             }
         }
-        // Scores of checkpoints kept part-way through a run (eval_every) are its trend, not a result.
-        let part_way = self.intermediate_checkpoints(&self.run_facts(node)?);
-        for (_, m) in self.index.node_metrics(node)? {
-            if part_way.contains(&m.checkpoint) {
-                continue;
-            }
+        // Results only: scores of checkpoints kept part-way through a run are its trend.
+        for (_, m) in self.index.node_results(node)? {
             side.metrics
                 .entry((m.task.clone(), m.split, m.name.clone()))
                 .or_default()

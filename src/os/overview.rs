@@ -261,14 +261,12 @@ impl Study {
         let mut stats = Vec::new();
         for n in nodes {
             self.need_node(n)?;
-            // Scores of checkpoints kept part-way through a run are its trend, not a result.
-            let part_way = self.intermediate_checkpoints(&self.run_facts(n)?);
+            // Results only: scores of checkpoints kept part-way through a run are its trend.
             let values: Vec<f64> = self
                 .index
-                .node_metrics(n)?
+                .node_results(n)?
                 .into_iter()
                 .map(|(_, m)| m)
-                .filter(|m| !part_way.contains(&m.checkpoint))
                 .filter(|m| {
                     Some(&m.task) == task.as_ref()
                         && m.split == Split::Dev

@@ -3,8 +3,6 @@
 //! of each run, with their 95% intervals across runs — read from what the record holds (each
 //! `run_sft`'s learning curve and intermediate checkpoints, and the scores recorded for them).
 
-use std::collections::BTreeSet;
-
 use crate::api::types::{Estimate, Trend};
 use crate::os::*;
 
@@ -67,13 +65,6 @@ impl Study {
             });
         }
         Ok(out)
-    }
-
-    /// Checkpoints kept part-way through the node's runs (`eval_every`).
-    pub(in crate::os) fn intermediate_checkpoints(&self, runs: &[RunFacts]) -> BTreeSet<String> {
-        runs.iter()
-            .flat_map(|r| r.intermediate.iter().map(|(_, c)| c.clone()))
-            .collect()
     }
 
     /// Steps of training behind a checkpoint: the run that made it plus what was behind the

@@ -10,11 +10,13 @@ use std::time::Duration;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
-use crate::model::{ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict};
+use crate::model::{
+    ActionName, ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict,
+};
 use crate::record::{CommittedAction, Record};
 use crate::util::error::Result;
 
-const SCHEMA_VERSION: &str = "3";
+const SCHEMA_VERSION: &str = "4";
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,6 +46,10 @@ CREATE TABLE IF NOT EXISTS artifacts(
   sha256 TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL,
   parent TEXT, PRIMARY KEY(sha256, node, seq, kind, name));
 CREATE INDEX IF NOT EXISTS artifacts_sha ON artifacts(sha256);
+CREATE TABLE IF NOT EXISTS kept(
+  node TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, sha256 TEXT NOT NULL,
+  PRIMARY KEY(node, seq, step)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS kept_sha ON kept(node, sha256);
 CREATE TABLE IF NOT EXISTS datasets(
   name TEXT PRIMARY KEY, sha256 TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL, rows INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS agents(
@@ -52,6 +58,12 @@ CREATE TABLE IF NOT EXISTS agents(
 CREATE TABLE IF NOT EXISTS pending(node TEXT NOT NULL, pid INTEGER NOT NULL, writer TEXT NOT NULL,
   PRIMARY KEY(node, writer));
 "#;
+
+/// The one rule for which scores are a node's results: a score of a checkpoint that one of the
+/// node's own runs kept part-way through (`eval_every`) is that run's trend, not a result. Every
+/// query of results (means, bests, a node's results) applies this clause to `metrics`.
+const RESULTS_ONLY: &str =
+    "NOT EXISTS (SELECT 1 FROM kept k WHERE k.node=metrics.node AND k.sha256=metrics.checkpoint)";
 
 /// A node as the index knows it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -326,6 +338,7 @@ impl Index {
             "node_parents",
             "actions",
             "metrics",
+            "kept",
             "jobs",
             "artifacts",
             "datasets",
@@ -705,9 +718,23 @@ impl Index {
 
     /// Every metric value recorded on a node.
     pub fn node_metrics(&self, node: &str) -> Result<Vec<(u32, crate::model::MetricRecord)>> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT seq,name,value,task,split,checkpoint FROM metrics WHERE node=?1 ORDER BY seq, task, split, name",
-        )?;
+        self.metrics_of(node, "1")
+    }
+
+    /// The node's results: its metrics without the scores of checkpoints its runs kept part-way
+    /// (see `RESULTS_ONLY`), with the seq of the action that recorded each.
+    pub fn node_results(&self, node: &str) -> Result<Vec<(u32, crate::model::MetricRecord)>> {
+        self.metrics_of(node, RESULTS_ONLY)
+    }
+
+    fn metrics_of(
+        &self,
+        node: &str,
+        filter: &str,
+    ) -> Result<Vec<(u32, crate::model::MetricRecord)>> {
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT seq,name,value,task,split,checkpoint FROM metrics WHERE node=?1 AND {filter} ORDER BY seq, task, split, name",
+        ))?;
         let rows = st
             .query_map([node], |r| {
                 let split: String = r.get(4)?;
@@ -727,29 +754,28 @@ impl Index {
         Ok(rows)
     }
 
-    /// Best value of a metric per node (max), for the nodes that have it.
+    /// Best result of a metric per node (max; see `RESULTS_ONLY`), for the nodes that have one.
     pub fn best_per_node(&self, task: &str, split: &str, name: &str) -> Result<Vec<(String, f64)>> {
-        let mut st = self.conn.prepare(
-            "SELECT node, MAX(value) FROM metrics WHERE task=?1 AND split=?2 AND name=?3 GROUP BY node ORDER BY node",
-        )?;
+        let mut st = self.conn.prepare(&format!(
+            "SELECT node, MAX(value) FROM metrics WHERE task=?1 AND split=?2 AND name=?3 AND {RESULTS_ONLY} GROUP BY node ORDER BY node",
+        ))?;
         let rows = st
             .query_map(params![task, split, name], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<Vec<(String, f64)>>>()?;
         Ok(rows)
     }
 
-    /// Mean and count of a metric's values per node, for the nodes that have it.
+    /// Mean and count of a metric's results per node (see `RESULTS_ONLY`), for the nodes that have one.
     pub fn mean_per_node(
         &self,
         task: &str,
         split: &str,
         name: &str,
     ) -> Result<Vec<(String, f64, u64)>> {
-        let mut st = self.conn.prepare(
+        let mut st = self.conn.prepare(&format!(
             "SELECT node, AVG(value), COUNT(*) FROM metrics WHERE task=?1 AND split=?2 AND name=?3
-               AND checkpoint NOT IN (SELECT sha256 FROM artifacts WHERE kind='checkpoint' AND name GLOB '*-step[0-9]*')
-             GROUP BY node ORDER BY node",
-        )?;
+               AND {RESULTS_ONLY} GROUP BY node ORDER BY node",
+        ))?;
         let rows = st
             .query_map(params![task, split, name], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64))
@@ -891,6 +917,7 @@ fn delete_node(tx: &rusqlite::Connection, id: &str) -> Result<()> {
         "node_parents WHERE node=?1",
         "actions WHERE node=?1",
         "metrics WHERE node=?1",
+        "kept WHERE node=?1",
     ] {
         tx.execute(&format!("DELETE FROM {t}"), [id])?;
     }
@@ -972,6 +999,26 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
             "INSERT INTO metrics(node,seq,name,value,task,split,checkpoint) VALUES(?1,?2,?3,?4,?5,?6,?7)",
             params![r.node, r.seq, m.name, m.value, m.task, m.split.as_str(), m.checkpoint],
         )?;
+    }
+    // Checkpoints a run kept part-way (`eval_every`), as its record lists them: their scores
+    // are the run's trend, not the node's results (`RESULTS_ONLY`).
+    if r.action == ActionName::RunSft {
+        let kept = r
+            .result
+            .as_ref()
+            .and_then(|v| v.get("intermediate"))
+            .and_then(|v| v.as_array());
+        for k in kept.into_iter().flatten() {
+            if let (Some(step), Some(sha)) = (
+                k.get("step").and_then(|v| v.as_u64()),
+                k.get("checkpoint").and_then(|v| v.as_str()),
+            ) {
+                tx.execute(
+                    "INSERT OR IGNORE INTO kept(node,seq,step,sha256) VALUES(?1,?2,?3,?4)",
+                    params![r.node, r.seq, step as i64, sha],
+                )?;
+            }
+        }
     }
     if let Some(j) = &r.job {
         tx.execute(

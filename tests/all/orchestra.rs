@@ -1232,6 +1232,82 @@ fn a_run_records_its_learning_curve_and_scores_its_kept_checkpoints_on_dev() {
     assert!(t["gain_per_1k"]["mean"].is_number(), "{t}");
     assert!(t["still_learning"].is_boolean(), "{t}");
     assert!(c["rows"][0]["trend"].is_null(), "the root trained nothing");
+
+    // Every face counts results the same way: the DAG overview (editor, web), the leaderboard
+    // and the summary's best see the two final checkpoints' scores, not the kept ones'.
+    let finals: Vec<f64> = row["values"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    assert_eq!(finals.len(), 2, "{row}");
+    let best_final = finals.iter().copied().fold(f64::MIN, f64::max);
+    let study = rsi_master::Study::open(&root).expect("open");
+    let ov = study.dag_overview(None).expect("overview");
+    let n1 = ov.nodes.iter().find(|n| n.id == "n1").expect("n1");
+    assert_eq!(n1.evals, 2, "the overview counts final checkpoints only");
+    assert!(
+        (n1.score.expect("score") - row["mean"].as_f64().expect("mean")).abs() < 1e-9,
+        "overview {:?} vs compare {}",
+        n1.score,
+        row["mean"]
+    );
+    let out = call(
+        &root,
+        "dag",
+        json!({"view": "best", "task": "add2", "split": "dev", "metric": "exact_match"}),
+    );
+    let best: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let ranked = best["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["id"] == "n1")
+        .expect("n1 ranked");
+    assert_eq!(ranked["value"].as_f64(), Some(best_final), "{best}");
+    // A node that scores another node's kept checkpoint as its own evidence: that score is
+    // its result, in compare and in the overview alike (the rule is per node, not per checkpoint).
+    let out = call(
+        &root,
+        "branch",
+        json!({"parents": ["n1"], "title": "mid-run checkpoint", "hypothesis": "the step-100 checkpoint holds up"}),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let other = serde_json::from_slice::<Value>(&out.stdout).expect("json")["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let out = call(
+        &root,
+        "evaluate",
+        json!({"node": other, "checkpoint": mid, "task": "add2", "split": "dev"}),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = call(
+        &root,
+        "compare",
+        json!({"node": other, "nodes": [other, "n1"], "task": "add2", "split": "dev", "metric": "exact_match"}),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c2: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(c2["rows"][0]["n"], 1, "{c2}");
+    let study = rsi_master::Study::open(&root).expect("open");
+    let ov = study.dag_overview(None).expect("overview");
+    let o = ov.nodes.iter().find(|n| n.id == other).expect("other");
+    assert_eq!(o.evals, 1, "the overview agrees with compare");
     // The commit's body says it in words too.
     let body = String::from_utf8_lossy(
         &Command::new("git")

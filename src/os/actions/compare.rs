@@ -20,13 +20,11 @@ impl Study {
                 .node(n)?
                 .ok_or_else(|| Error::not_found(format!("nodes: no node {n}")))?;
             let runs = self.run_facts(n)?;
-            let part_way = self.intermediate_checkpoints(&runs);
             let values: Vec<f64> = self
                 .index
-                .node_metrics(n)?
+                .node_results(n)?
                 .into_iter()
                 .filter(|(_, m)| m.task == req.task && m.split == req.split && m.name == req.metric)
-                .filter(|(_, m)| !part_way.contains(&m.checkpoint))
                 .map(|(_, m)| m.value)
                 .collect();
             let trend = self.trend(&runs, &req.task, req.split, &req.metric)?;
