@@ -15,8 +15,9 @@
 //! 5. case folded (lowercase); whitespace folded to one space between word characters and none
 //!    next to punctuation or operators (`12 + 34` → `12+34`).
 //!
-//! Rows are also read a second way, with digit-group separators removed (`join_digit_groups`:
-//! `1 2+3_4` → `12+34`), and scanned in both readings.
+//! Rows are also read with digit-group separators removed (`join_digit_groups`: `1 2+3_4` →
+//! `12+34`) and with letters read apart from digits (`split_letters_from_digits`: `r467` →
+//! `r 467`), and scanned in every reading.
 //!
 //! The map is many-to-one on purpose: the gate must not be told apart from the trainer by a
 //! character a reader (or a tokenizer) does not see, and a protected item goes through the same
@@ -228,16 +229,50 @@ pub fn join_digit_groups(canonical_text: &str) -> String {
     out
 }
 
-/// The readings of a row a scan looks at: its canonical text and, when different, the same with
-/// digit groups joined.
-pub fn row_readings(row: &Row) -> Vec<String> {
+/// A third reading: a letter (any word character but a digit: `_` and every script's letters)
+/// glued to a number is read apart from it (`r467+645=` → `r 467+645=`, `x12y` → `x 12 y`).
+/// Tokens are word runs, so a letter glued to an item's first or last number would otherwise
+/// merge with it into one token no item has, while the trainer still learns the item's
+/// characters in order.
+pub fn split_letters_from_digits(canonical_text: &str) -> String {
+    let letter = |c: char| (c.is_alphanumeric() || c == '_') && !c.is_ascii_digit();
+    let mut out = String::with_capacity(canonical_text.len() + 4);
+    let mut prev: Option<char> = None;
+    for c in canonical_text.chars() {
+        if let Some(p) = prev
+            && ((letter(p) && c.is_ascii_digit()) || (p.is_ascii_digit() && letter(c)))
+        {
+            out.push(' ');
+        }
+        out.push(c);
+        prev = Some(c);
+    }
+    out
+}
+
+/// How many readings of a row a scan looks at (see `row_readings`).
+pub const READINGS: usize = 4;
+
+/// One reading of a row: a text to scan, or the index of an earlier reading it equals.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reading {
+    Text(String),
+    Same(usize),
+}
+
+/// The readings of a row a scan looks at, always `READINGS` of them in the same order (a scan
+/// pairs each row's k-th reading with the previous row's k-th): its canonical text, the same with
+/// digit groups joined, and each of these with letters read apart from digits.
+pub fn row_readings(row: &Row) -> [Reading; READINGS] {
     let text = row_text(row);
     let joined = join_digit_groups(&text);
-    if joined == text {
-        vec![text]
-    } else {
-        vec![text, joined]
-    }
+    let split = split_letters_from_digits(&text);
+    let split_joined = split_letters_from_digits(&joined);
+    let all = [text, joined, split, split_joined];
+    std::array::from_fn(|k| match all[..k].iter().position(|r| *r == all[k]) {
+        Some(j) => Reading::Same(j),
+        None => Reading::Text(all[k].clone()),
+    })
 }
 
 #[cfg(test)]
@@ -288,7 +323,32 @@ mod tests {
                 prompt: "9 12+34=".into(),
                 answer: "46".into()
             }),
-            vec!["9 12+34=46".to_string(), "912+34=46".to_string()]
+            [
+                Reading::Text("9 12+34=46".into()),
+                Reading::Text("912+34=46".into()),
+                Reading::Same(0),
+                Reading::Same(1)
+            ]
+        );
+        // Letters glued to numbers are read apart too, in both digit readings.
+        assert_eq!(
+            split_letters_from_digits("r467+645=1112x"),
+            "r 467+645=1112 x"
+        );
+        assert_eq!(split_letters_from_digits("1r4a"), "1 r 4 a");
+        assert_eq!(split_letters_from_digits("def f(x1):"), "def f(x 1):");
+        assert_eq!(split_letters_from_digits("_12+3中"), "_ 12+3 中");
+        assert_eq!(
+            row_readings(&Row {
+                prompt: "r4 67+645=".into(),
+                answer: "1112".into()
+            }),
+            [
+                Reading::Text("r4 67+645=1112".into()),
+                Reading::Text("r467+645=1112".into()),
+                Reading::Text("r 4 67+645=1112".into()),
+                Reading::Text("r 467+645=1112".into()),
+            ]
         );
         assert_eq!(canonical("f(1, 23)"), "f(1,23)");
         assert_eq!(canonical("a, b"), "a,b");

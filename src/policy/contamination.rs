@@ -243,6 +243,9 @@ struct Found {
     keys: HashMap<String, At>,
 }
 
+/// The previous row's tokens in each reading.
+type Tails = [Tail; canon::READINGS];
+
 /// The previous row's tokens, for windows across a pair of adjacent rows.
 #[derive(Default, Clone)]
 struct Tail {
@@ -277,14 +280,14 @@ impl<'a> Scanner<'a> {
     }
 
     /// Look at one row (and the pair it forms with the previous one, if any), in each reading.
-    fn visit(&self, row: &Row, at: At, tails: &mut [Tail; 2], found: &mut Found) {
+    fn visit(&self, row: &Row, at: At, tails: &mut Tails, found: &mut Found) {
         let readings = canon::row_readings(row);
-        for (text, tail) in readings.iter().zip(tails.iter_mut()) {
-            self.visit_text(text, at, tail, found);
-        }
-        if readings.len() == 1 {
-            // The second reading of this row is the first.
-            tails[1] = tails[0].clone();
+        for (k, reading) in readings.iter().enumerate() {
+            match reading {
+                canon::Reading::Text(text) => self.visit_text(text, at, &mut tails[k], found),
+                // The same text as an earlier reading (j < k): the same tokens end the pair.
+                canon::Reading::Same(j) => tails[k] = tails[*j].clone(),
+            }
         }
     }
 
@@ -395,7 +398,7 @@ impl<'a> Scanner<'a> {
     /// pair of adjacent rows, and the share of every item's grams over all of them.
     pub fn scan_parts(&self, parts: &[&[Row]], limit: usize) -> Vec<Hit> {
         let mut found = Found::default();
-        let mut tails = [Tail::default(), Tail::default()];
+        let mut tails = Tails::default();
         for (p, rows) in parts.iter().enumerate() {
             for (i, r) in rows.iter().enumerate() {
                 self.visit(r, (p, i), &mut tails, &mut found);
@@ -408,12 +411,7 @@ impl<'a> Scanner<'a> {
     /// out). The same matching as a scan of a one-row dataset.
     pub fn row_reproduces(&self, row: &Row) -> bool {
         let mut found = Found::default();
-        self.visit(
-            row,
-            (0, 0),
-            &mut [Tail::default(), Tail::default()],
-            &mut found,
-        );
+        self.visit(row, (0, 0), &mut Tails::default(), &mut found);
         if found.norm.is_empty() && found.skel.is_empty() && found.keys.is_empty() {
             return false;
         }
@@ -504,6 +502,45 @@ mod tests {
             )
             .is_empty()
         );
+    }
+
+    #[test]
+    fn letters_glued_to_an_items_numbers_do_not_hide_it() {
+        let eval = vec![row("467+645=", "1112"), row("3+58=", "61")];
+        let set = EvalSet::new("t", "test", &eval, CFG, None);
+        let arith = EvalSet::new(
+            "t",
+            "test",
+            &eval,
+            CFG,
+            Some(crate::config::NormalForm::Arithmetic),
+        );
+        for (p, a) in [
+            ("r467+645=", "1112"),
+            ("1r467+645=", "1112"),
+            ("r467", "+645=1112"),
+            ("x467+645=1112y", ""),
+            ("_467+645=", "1112"),
+            ("中467+645=", "1112"),
+            ("r4 67+645=", "1112"),
+            ("r3+58=61r", ""),
+        ] {
+            assert!(!hits(&[row(p, a)], &set).is_empty(), "{p:?} {a:?}");
+            assert!(!hits(&[row(p, a)], &arith).is_empty(), "{p:?} {a:?}");
+        }
+        // The generator's judgement of one row is the same scan.
+        let sets = [set];
+        let scanner = Scanner::new(&sets, CFG);
+        assert!(scanner.row_reproduces(&row("r467+645=", "1112")));
+        // Other problems with letters beside them still pass; a digit glued on makes another
+        // number (another problem), as before.
+        for (p, a) in [
+            ("r467+646=", "1113"),
+            ("1467+645=", "2112"),
+            ("r12+3=", "15"),
+        ] {
+            assert!(hits(&[row(p, a)], &sets[0]).is_empty(), "{p:?} {a:?}");
+        }
     }
 
     #[test]

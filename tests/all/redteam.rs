@@ -1411,6 +1411,15 @@ fn contamination_the_gate_did_not_see_is_refused_recorded_and_audited() {
             answer.clone(),
         ),
         (format!("7 {}", t.prompt), answer.clone()),
+        // a letter glued to the first or last number (one word token no item has), in the
+        // model's own vocabulary (`r`) and in others; a digit and a letter glued in front;
+        // the row cut after the glued number
+        (format!("r{}", t.prompt), answer.clone()),
+        (format!("1r{}", t.prompt), answer.clone()),
+        (format!("r{a}"), format!("+{b}={answer}")),
+        (t.prompt.clone(), format!("{answer}r")),
+        (format!("_{}", t.prompt), format!("{answer}_")),
+        (format!("é{}", t.prompt), answer.clone()),
     ];
     for (i, (p, ans)) in forms.into_iter().enumerate() {
         let e = refuse(
