@@ -2397,3 +2397,71 @@ fn a_worker_that_never_trains_cannot_exhaust_the_node_budget_or_get_promoted() {
             .is_empty()
     );
 }
+
+/// The generator leaves protected problems out; if it left out nothing else, the problems a
+/// generated dataset lacks would be exactly the protected ones, and a filter's row count (or an
+/// empty filter's error) would answer test membership for free. It also leaves out a keyed share
+/// of the other problems, the same in every dataset of the study.
+#[test]
+fn the_problems_generated_data_lacks_are_not_the_protected_ones() {
+    let (_d, root, test) = adversarial_study();
+    let s = open(&root);
+    let eve = Caller::new("eve", Role::Worker);
+    let n = s
+        .call(&eve, "branch", json!({"parents": ["n0"], "title": "probe"}))
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let key = |p: &str| {
+        let (a, b) = p.trim_end_matches('=').split_once('+').expect("a+b");
+        let (a, b): (u64, u64) = (a.parse().expect("a"), b.parse().expect("b"));
+        (a.min(b), a.max(b))
+    };
+    // Two datasets, each ~12 draws per two-digit sum (either order): a problem missing from
+    // both is one the generator never draws.
+    let mut absent: Vec<std::collections::BTreeSet<(u64, u64)>> = Vec::new();
+    for seed in [11u64, 12] {
+        let r = s
+            .call(&eve, "register_dataset", json!({"node": n, "name": format!("g{seed}"), "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 60000, "seed": seed}}))
+            .expect("generated");
+        let bytes = s
+            .store()
+            .get(r["sha256"].as_str().expect("sha"))
+            .expect("object");
+        let rows = datasets::parse_jsonl(&bytes, "generated").expect("rows");
+        let seen: std::collections::BTreeSet<(u64, u64)> =
+            rows.iter().map(|r| key(&r.prompt)).collect();
+        let mut missing = std::collections::BTreeSet::new();
+        for a in 0..100u64 {
+            for b in a..100 {
+                if !seen.contains(&(a, b)) {
+                    missing.insert((a, b));
+                }
+            }
+        }
+        absent.push(missing);
+    }
+    let protected: std::collections::BTreeSet<(u64, u64)> =
+        test.iter().map(|t| key(&t.prompt)).collect();
+    // Every protected problem is left out, in both datasets …
+    for p in &protected {
+        assert!(absent.iter().all(|a| a.contains(p)), "{p:?} was drawn");
+    }
+    // … among many others, the same ones each time (a second probe learns nothing new).
+    assert_eq!(
+        absent[0], absent[1],
+        "the decoys are the study's, not the seed's"
+    );
+    let decoys = absent[0].len() - protected.len();
+    assert!(
+        (80..=320).contains(&decoys),
+        "{decoys} decoys among 5,050 sums (about 1 in 32 expected)"
+    );
+    assert!(
+        protected.len() * 3 <= absent[0].len(),
+        "an absent problem is protected with probability {} / {}",
+        protected.len(),
+        absent[0].len()
+    );
+}
