@@ -141,7 +141,8 @@ impl Study {
             && job.state == JobState::Succeeded
             && let Some(sealed) = &task.sealed
         {
-            match self.sealed_tripwire(spec, &ck, &task, sealed, &metrics, n_items) {
+            match self.sealed_tripwire(spec, job.charged_s(), &ck, &task, sealed, &metrics, n_items)
+            {
                 Ok((sealed_job, suspected)) => {
                     job.compute_s = Some(job.charged_s() + sealed_job.charged_s());
                     suspected_contamination = suspected;
@@ -237,9 +238,11 @@ impl Study {
     /// job, and test whether the test score is significantly above it (one-sided two-proportion
     /// test at `policy.tripwire_alpha`). Both scores and the verdict go to
     /// `.rsim/tripwire/<test job>.json` for the owner; the record gets the verdict only.
+    #[allow(clippy::too_many_arguments)]
     fn sealed_tripwire(
         &self,
         test_spec: &JobSpec,
+        test_used_s: f64,
         ck: &str,
         task: &crate::config::TaskConfig,
         sealed: &crate::config::EvalSet,
@@ -269,11 +272,23 @@ impl Study {
                 "the job environment cannot be pinned: {why}"
             )));
         }
+        // The sealed job runs inside the test job's admission: what the test job left of its
+        // time limit (which was cut to the budgets left), so the pair can never spend more than
+        // one admitted evaluation. Too little left fails the tripwire closed.
+        let left = test_spec
+            .timeout_s
+            .saturating_sub(test_used_s.ceil() as u64);
+        if left == 0 {
+            return Err(Error::invalid(format!(
+                "no time was left of the evaluation's limit ({} s) to score the sealed split",
+                test_spec.timeout_s
+            )));
+        }
         let spec = self.job_spec(
             job_id,
             &self.config.jobs.evaluate.clone(),
             params,
-            test_spec.timeout_s,
+            left,
             &pin,
         )?;
         let job = self.runner.run(&spec)?;
