@@ -1268,41 +1268,24 @@ fn a_run_records_its_learning_curve_and_scores_its_kept_checkpoints_on_dev() {
     assert_eq!(ranked["value"].as_f64(), Some(best_final), "{best}");
     // A node that scores another node's kept checkpoint as its own evidence: that score is
     // its result, in compare and in the overview alike (the rule is per node, not per checkpoint).
-    let out = call(
-        &root,
+    let call_ok = |action: &str, args: Value| -> Value {
+        ok_json(&root, &["call", action, &args.to_string()])
+    };
+    let other = call_ok(
         "branch",
         json!({"parents": ["n1"], "title": "mid-run checkpoint", "hypothesis": "the step-100 checkpoint holds up"}),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let other = serde_json::from_slice::<Value>(&out.stdout).expect("json")["node"]
+    )["node"]
         .as_str()
         .expect("node")
         .to_string();
-    let out = call(
-        &root,
+    call_ok(
         "evaluate",
         json!({"node": other, "checkpoint": mid, "task": "add2", "split": "dev"}),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = call(
-        &root,
+    let c2 = call_ok(
         "compare",
         json!({"node": other, "nodes": [other, "n1"], "task": "add2", "split": "dev", "metric": "exact_match"}),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let c2: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(c2["rows"][0]["n"], 1, "{c2}");
     let study = rsi_master::Study::open(&root).expect("open");
     let ov = study.dag_overview(None).expect("overview");
