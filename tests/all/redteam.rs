@@ -2397,3 +2397,83 @@ fn a_worker_that_never_trains_cannot_exhaust_the_node_budget_or_get_promoted() {
             .is_empty()
     );
 }
+
+/// Which scores are a node's results is decided per node (a score of a checkpoint that node's own
+/// runs kept part-way is trend, not result). An attacker who knows training is deterministic tries
+/// to erase a rival's result from the DAG overview, the leaderboard and `compare`: it trains the
+/// rival's recipe for longer with `eval_every`, so its own run keeps, part-way, the very checkpoint
+/// the rival's run ended with. A study-wide rule ("scores of any kept checkpoint") would drop the
+/// rival's score everywhere; the per-node rule leaves it standing.
+#[test]
+fn a_worker_cannot_erase_a_rivals_result_by_keeping_the_same_checkpoint() {
+    let (_d, root) = crate::common::example_study();
+    let s = open(&root);
+    let alice = Caller::new("alice", Role::Worker);
+    let mallory = Caller::new("mallory", Role::Worker);
+    let node = |who: &Caller, title: &str| {
+        s.call(who, "branch", json!({"parents": ["n0"], "title": title}))
+            .expect("branch")["node"]
+            .as_str()
+            .expect("id")
+            .to_string()
+    };
+    let a = node(&alice, "alice's recipe");
+    s.call(&alice, "register_dataset", json!({"node": a, "name": "plain", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 2000, "seed": 1}}))
+        .expect("dataset");
+    let recipe = |n: &str, steps: u64| {
+        json!({"node": n, "base": "base", "datasets": ["plain"], "learning_rate": 0.001,
+               "steps": steps, "batch_size": 16, "seed": 1, "schedule": "constant"})
+    };
+    let run = s
+        .call(&alice, "run_sft", recipe(&a, 100))
+        .expect("alice's run");
+    let ck = run["checkpoint"].as_str().expect("checkpoint").to_string();
+    s.call(
+        &alice,
+        "evaluate",
+        json!({"node": a, "checkpoint": ck, "task": "add2", "split": "dev"}),
+    )
+    .expect("alice's result");
+
+    let m = node(&mallory, "the same recipe, longer");
+    let mut req = recipe(&m, 300);
+    req["eval_every"] = json!(100);
+    req["eval_task"] = json!("add2");
+    let long = s.call(&mallory, "run_sft", req).expect("mallory's run");
+    // The attack's premise: mallory's run kept alice's checkpoint at step 100.
+    assert_eq!(
+        long["intermediate"][0]["checkpoint"].as_str(),
+        Some(ck.as_str()),
+        "deterministic training keeps the same checkpoint: {long}"
+    );
+
+    let s = open(&root);
+    let ov = s.dag_overview(None).expect("overview");
+    let on_a = ov.nodes.iter().find(|n| n.id == a).expect("alice's node");
+    assert_eq!(on_a.evals, 1, "alice's result stands in the overview");
+    let on_m = ov.nodes.iter().find(|n| n.id == m).expect("mallory's node");
+    assert_eq!(
+        on_m.evals, 1,
+        "mallory's kept checkpoints are her trend, not results"
+    );
+    let best = s
+        .call(
+            &alice,
+            "dag",
+            json!({"view": "best", "task": "add2", "split": "dev", "metric": "exact_match"}),
+        )
+        .expect("leaderboard");
+    assert!(
+        best["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .any(|n| n["id"] == a.as_str()),
+        "alice's node is on the leaderboard: {best}"
+    );
+    let c = s
+        .call(&alice, "compare", json!({"node": a, "nodes": [a, m], "task": "add2", "split": "dev", "metric": "exact_match"}))
+        .expect("compare");
+    assert_eq!(c["rows"][0]["n"], 1, "{c}");
+    assert_eq!(c["rows"][1]["n"], 1, "{c}");
+}
