@@ -190,15 +190,14 @@ impl Recipe {
                 format!("learning rate {} -> {}", self.lr, r.lr)
             }
             2 => {
-                r.schedule = match self.schedule {
-                    Schedule::Cosine => Schedule::Constant,
-                    _ => Schedule::Cosine,
-                };
-                format!("schedule -> {}", schedule_name(r.schedule))
+                let what;
+                (r, what) = self.other_schedule();
+                what
             }
             3 => {
-                r.curriculum = !self.curriculum;
-                format!("curriculum {}", if r.curriculum { "on" } else { "off" })
+                let what;
+                (r, what) = self.other_curriculum();
+                what
             }
             _ if self.init == Init::Base => {
                 r.init = Init::Parent;
@@ -242,28 +241,41 @@ impl Recipe {
             ));
         }
         let (other, what) = if rng.random_bool(0.5) {
-            let schedule = match self.schedule {
-                Schedule::Cosine => Schedule::Constant,
-                _ => Schedule::Cosine,
-            };
-            (
-                Recipe {
-                    schedule,
-                    ..self.clone()
-                },
-                format!("schedule -> {}", schedule_name(schedule)),
-            )
+            self.other_schedule()
         } else {
-            (
-                Recipe {
-                    curriculum: !self.curriculum,
-                    ..self.clone()
-                },
-                format!("curriculum {}", if self.curriculum { "off" } else { "on" }),
-            )
+            self.other_curriculum()
         };
         out.push((on(other), what));
         out
+    }
+
+    /// This recipe with the other learning-rate schedule (cosine ↔ constant), and the change in words.
+    fn other_schedule(&self) -> (Recipe, String) {
+        let schedule = match self.schedule {
+            Schedule::Cosine => Schedule::Constant,
+            _ => Schedule::Cosine,
+        };
+        let what = format!("schedule -> {}", schedule_name(schedule));
+        (
+            Recipe {
+                schedule,
+                ..self.clone()
+            },
+            what,
+        )
+    }
+
+    /// This recipe with its curriculum switched, and the change in words.
+    fn other_curriculum(&self) -> (Recipe, String) {
+        let curriculum = !self.curriculum;
+        let what = format!("curriculum {}", if curriculum { "on" } else { "off" });
+        (
+            Recipe {
+                curriculum,
+                ..self.clone()
+            },
+            what,
+        )
     }
 
     /// Combine two findings: `a`'s format and data with `b`'s optimiser settings, continuing

@@ -318,11 +318,14 @@ mod tests {
         assert_eq!(join_digit_groups(&canonical("1 2 + 3_4 = 4'6")), plain);
         assert_eq!(join_digit_groups("1,234+5"), "1234+5");
         assert_eq!(join_digit_groups("9 12+34"), "912+34");
-        assert_eq!(
+        let readings = |prompt: &str, answer: &str| {
             row_readings(&Row {
-                prompt: "9 12+34=".into(),
-                answer: "46".into()
-            }),
+                prompt: prompt.into(),
+                answer: answer.into(),
+            })
+        };
+        assert_eq!(
+            readings("9 12+34=", "46"),
             [
                 Reading::Text("9 12+34=46".into()),
                 Reading::Text("912+34=46".into()),
@@ -339,10 +342,7 @@ mod tests {
         assert_eq!(split_letters_from_digits("def f(x1):"), "def f(x 1):");
         assert_eq!(split_letters_from_digits("_12+3中"), "_ 12+3 中");
         assert_eq!(
-            row_readings(&Row {
-                prompt: "r4 67+645=".into(),
-                answer: "1112".into()
-            }),
+            readings("r4 67+645=", "1112"),
             [
                 Reading::Text("r4 67+645=1112".into()),
                 Reading::Text("r467+645=1112".into()),
