@@ -172,6 +172,24 @@ pub struct TaskConfig {
     /// the sealed score (`policy.tripwire_alpha`) is recorded as suspected contamination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed: Option<EvalSet>,
+    /// The dev split's hidden twin: drawn from the dev split's distribution, disjoint from every
+    /// other split, never shown and never trainable. Every dev evaluation also scores it with the
+    /// same evaluator; a dev score significantly above the twin's (`policy.dev_tripwire_alpha`)
+    /// marks the node's evidence as suspect, and it is left out of every ranking. With
+    /// `policy.train_on_dev` the twin's score is the dev score reviewers rank on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev_twin: Option<EvalSet>,
+}
+
+impl TaskConfig {
+    /// Every split of the task with its name: dev, the dev twin, test and sealed (those it has).
+    pub fn splits(&self) -> Vec<(&'static str, &EvalSet)> {
+        let mut out = vec![("dev", &self.dev)];
+        out.extend(self.dev_twin.iter().map(|s| ("dev_twin", s)));
+        out.push(("test", &self.test));
+        out.extend(self.sealed.iter().map(|s| ("sealed", s)));
+        out
+    }
 }
 
 /// A task-defined normal form of items (the gate's extension point: a variant here and its key
@@ -527,6 +545,15 @@ pub struct PolicyConfig {
     /// score above the sealed score with a p-value below this is suspected contamination.
     #[serde(default = "default_tripwire_alpha")]
     pub tripwire_alpha: f64,
+    /// Significance level of the dev tripwire (a dev score above the dev twin's, one-sided
+    /// two-proportion test): below it the evaluation is suspect and its node leaves every ranking.
+    #[serde(default = "default_dev_tripwire_alpha")]
+    pub dev_tripwire_alpha: f64,
+    /// Let agents train on the dev split (off by default: dev is evidence, protected from
+    /// training like the test split by rule `dev-contamination`). With it on, every task needs a
+    /// `dev_twin`, whose score is then what a dev evaluation records and reviewers rank on.
+    #[serde(default)]
+    pub train_on_dev: bool,
     /// The sandbox of jobs and command agents (Landlock): `required` refuses to run a job (rule
     /// `sandbox`) or an agent where it cannot be applied, `best-effort` runs them unconfined there
     /// and records so, `off` runs them without one.
@@ -570,6 +597,9 @@ fn default_max_dataset_bytes() -> u64 {
 fn default_tripwire_alpha() -> f64 {
     0.001
 }
+fn default_dev_tripwire_alpha() -> f64 {
+    0.0001
+}
 
 fn default_ngram() -> u32 {
     8
@@ -600,6 +630,8 @@ impl Default for PolicyConfig {
             max_dataset_rows: default_max_dataset_rows(),
             max_dataset_bytes: default_max_dataset_bytes(),
             tripwire_alpha: default_tripwire_alpha(),
+            dev_tripwire_alpha: default_dev_tripwire_alpha(),
+            train_on_dev: false,
             sandbox: SandboxMode::default(),
             sandbox_read: Vec::new(),
         }
@@ -666,11 +698,7 @@ impl StudyConfig {
             if let Err(m) = check_slug(name) {
                 return bad(&format!("tasks.{name}"), m);
             }
-            let sealed = task.sealed.iter().map(|s| ("sealed", s));
-            for (split, set) in [("dev", &task.dev), ("test", &task.test)]
-                .into_iter()
-                .chain(sealed)
-            {
+            for (split, set) in task.splits() {
                 if let Err(m) = check_relative_path(&set.path) {
                     return bad(&format!("tasks.{name}.{split}.path"), m);
                 }
@@ -812,6 +840,24 @@ impl StudyConfig {
             return bad(
                 "policy.tripwire_alpha",
                 format!("expected a significance level in (0, 0.5), got {a}"),
+            );
+        }
+        let a = self.policy.dev_tripwire_alpha;
+        if !(a > 0.0 && a < 0.5) {
+            return bad(
+                "policy.dev_tripwire_alpha",
+                format!("expected a significance level in (0, 0.5), got {a}"),
+            );
+        }
+        if self.policy.train_on_dev
+            && let Some((name, _)) = self.tasks.iter().find(|(_, t)| t.dev_twin.is_none())
+        {
+            return bad(
+                "policy.train_on_dev",
+                format!(
+                    "agents may train on dev only where reviewers rank on a split no agent can \
+                     train on: task {name} has no dev_twin"
+                ),
             );
         }
         if let Some(p) = self.policy.sandbox_read.iter().find(|p| !p.is_absolute()) {

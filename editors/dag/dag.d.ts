@@ -9,6 +9,8 @@ export interface DagNode {
   verdict?: string | null;
   score?: number | null;
   evals: number;
+  /** A dev score significantly above the hidden dev twin's: drawn marked, never ranked. */
+  suspect?: boolean;
   x: number;
   y: number;
   collapsed: number;

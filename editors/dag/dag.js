@@ -12,7 +12,7 @@
 //   view.destroy()        // remove the canvas and listeners
 //
 // A DagLayout is { total, shown, summarised, task, metric, best, best_path: [id], frontier: [id],
-//   width, height, nodes: [{ id, title, status, outcome?, verdict?, score?, evals, x, y,
+//   width, height, nodes: [{ id, title, status, outcome?, verdict?, score?, evals, suspect?, x, y,
 //   collapsed, expand?, best }], edges: [[from, to]] } — edges index into `nodes`; a collapsed
 //   node (collapsed > 0) hides that many nodes, and `expand` is the id that opens it.
 //
@@ -247,6 +247,7 @@ export function mountDag(element, opts = {}) {
         const sx = n.x * scale + ox + r * scale + 4, sy = n.y * scale + oy;
         let label = n.id;
         if (typeof n.score === "number") label += " " + n.score.toFixed(3);
+        if (n.suspect) label += " ⚠ suspect";
         if (n.collapsed > 0) label += " +" + n.collapsed;
         ctx.fillText(label, sx, sy);
         if (scale >= 1.1) {
@@ -287,6 +288,7 @@ export function mountDag(element, opts = {}) {
     const n = layout.nodes[i];
     let t = n.id + " — " + cleanText(n.title);
     if (typeof n.score === "number") t += "\nmean dev " + n.score.toFixed(4) + " (" + n.evals + " eval" + (n.evals === 1 ? "" : "s") + ")";
+    if (n.suspect) t += "\nSUSPECT: a dev score significantly above the hidden dev twin's — not ranked";
     t += "\n" + n.status + (n.verdict ? " · " + n.verdict : "") + (n.outcome ? " · " + n.outcome : "");
     if (n.collapsed > 0) t += "\n+" + n.collapsed + " nodes collapsed (click to expand)";
     tip.textContent = t;

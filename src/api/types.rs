@@ -301,6 +301,15 @@ pub struct EvaluateResult {
     /// contamination tripwire), so it is withheld (`metrics` is empty) and the audit counts it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspected_contamination: bool,
+    /// Dev split only: the dev score was significantly above the task's hidden dev twin (the dev
+    /// tripwire): the node's evidence is suspect — left out of every ranking (compare's means,
+    /// the leaderboard, the best path, the summary, halving, promotion) — and the audit counts it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evidence_suspect: bool,
+    /// Dev split with `policy.train_on_dev`: the recorded `metrics` are the hidden dev twin's
+    /// (what reviewers rank on, since agents may train on dev); `items` are the dev split's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranked_on: Option<String>,
     pub commit: String,
 }
 
@@ -354,6 +363,10 @@ pub struct CompareRow {
     /// learning curve).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trend: Option<Trend>,
+    /// The node's evidence is suspect (a dev score significantly above the hidden dev twin's):
+    /// its scores are listed in `values` but it is not ranked — no mean, interval, best or trend.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspect: bool,
 }
 
 /// A mean over a node's runs with its 95% interval (Student t; absent from a single run).
@@ -639,6 +652,10 @@ pub struct DagNode {
     /// For `related`: how it relates to the focus node (parent, sibling, cousin).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relation: Option<String>,
+    /// The node's evidence is suspect: a dev score significantly above the hidden dev twin's.
+    /// It is left out of every ranking (so never in the `best` view).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspect: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1258,6 +1258,7 @@ mod tests {
             verdict_reason: None,
             top: "n3".into(),
             lonely_depth: 0,
+            suspect: false,
         }
     }
 

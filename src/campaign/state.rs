@@ -40,6 +40,10 @@ pub struct NodeState {
     pub top: String,
     /// Consecutive refinements without a sibling above this node.
     pub lonely_depth: u32,
+    /// A dev evaluation on this node scored significantly above the hidden dev twin: its dev
+    /// scores are evidence that may have been bought, so the campaign ranks it on none of them
+    /// (its experiments carry no dev score: never best, kept by halving or promoted).
+    pub suspect: bool,
 }
 
 impl NodeState {
@@ -129,6 +133,7 @@ impl CampaignState {
         for (meta, actions) in raw {
             let mut experiments: Vec<Experiment> = Vec::new();
             let mut dev: BTreeMap<String, f64> = BTreeMap::new();
+            let mut suspect = false;
             for a in &actions {
                 let r = a;
                 if r.decision.decision != Verdict::Accepted {
@@ -151,6 +156,10 @@ impl CampaignState {
                         });
                     }
                     ActionName::Evaluate => {
+                        suspect |= r
+                            .result
+                            .as_ref()
+                            .is_some_and(|v| v.get("evidence_suspect") == Some(&true.into()));
                         for m in &r.metrics {
                             if m.task == task && m.split == Split::Dev {
                                 dev.insert(m.checkpoint.clone(), m.value);
@@ -185,7 +194,11 @@ impl CampaignState {
                 }
             }
             for e in &mut experiments {
-                e.dev = e.checkpoint.as_ref().and_then(|c| dev.get(c).copied());
+                e.dev = e
+                    .checkpoint
+                    .as_ref()
+                    .and_then(|c| dev.get(c).copied())
+                    .filter(|_| !suspect);
             }
             if !meta.parents.is_empty() {
                 st.experiments_used += experiments.len() as u64;
@@ -211,6 +224,7 @@ impl CampaignState {
                     verdict_reason: None,
                     top: String::new(),
                     lonely_depth: 0,
+                    suspect,
                 },
             );
         }

@@ -66,6 +66,10 @@ pub struct LaidNode {
     pub score: Option<f64>,
     /// Dev evaluations behind `score`.
     pub evals: u64,
+    /// The node's evidence is suspect (a dev score significantly above the hidden dev twin's):
+    /// drawn marked, never on the best path.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub suspect: bool,
     pub x: f64,
     pub y: f64,
     /// Nodes hidden under this one (0: not collapsed).
@@ -323,6 +327,7 @@ pub fn layout(ov: &DagOverview, opts: &LayoutOptions) -> DagLayout {
             verdict: nd.verdict.clone(),
             score: nd.score.filter(|s| s.is_finite()),
             evals: nd.evals,
+            suspect: nd.suspect,
             x,
             y,
             collapsed: hidden[i],
@@ -433,6 +438,7 @@ pub fn synthetic(n: usize, seed: u64) -> DagOverview {
             verdict,
             score,
             evals: u64::from(score.is_some()) * 3,
+            suspect: false,
         });
     }
     DagOverview {
@@ -457,6 +463,7 @@ mod tests {
             verdict: verdict.map(str::to_string),
             score: None,
             evals: 0,
+            suspect: false,
         }
     }
 

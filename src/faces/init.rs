@@ -106,50 +106,78 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     crate::os::genesis::create_study(&root)
 }
 
-/// Generate a task's eval splits into `.rsim/protected/<task>/`: dev (visible), test (protected)
-/// and sealed (the tripwire's: drawn from the test split's distribution, never shown to anyone);
-/// returns their sha256 pins.
-fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 3]> {
+/// Generate a task's eval splits into `.rsim/protected/<task>/`: dev (visible), test (protected),
+/// sealed (the test tripwire's: drawn from the test split's distribution, never shown to anyone)
+/// and dev_twin (the dev tripwire's: drawn from the dev split's distribution, never shown);
+/// returns their sha256 pins in that order.
+fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 4]> {
+    use crate::policy::canon::{canonical, tokens};
+    use crate::policy::contamination::{EvalSet, ScanConfig, Scanner};
     let prot = root.join(STATE_DIR).join("protected").join(task);
     fs::create_dir_all(&prot).at("cannot create", &prot)?;
-    let mut pins = [String::new(), String::new(), String::new()];
-    // Disjoint by construction: each split is drawn from what the earlier ones do not hold, so
-    // per-item dev results reveal no test or sealed item.
-    let mut seen = std::collections::HashSet::new();
+    let mut pins = [String::new(), String::new(), String::new(), String::new()];
+    // Disjoint in the gate's sense of "the same item" (the examples' settings and normal form:
+    // `12+34` is `34+12`): each split is drawn from what the earlier ones do not hold, and holds
+    // no item twice, so per-item dev results reveal no other split's item and each tripwire
+    // compares two splits that share nothing.
+    let form = Some(crate::config::NormalForm::Arithmetic);
+    let cfg = ScanConfig {
+        ngram: 8,
+        threshold: 0.5,
+    };
+    let mut taken: Vec<crate::model::data::Row> = Vec::new();
     for (i, (split, n, seed)) in [
-        ("dev", 200u64, 1001),
+        ("dev", 200usize, 1001),
         ("test", 500, 2002),
         ("sealed", 500, 3003),
+        ("dev_twin", 200, 4004),
     ]
     .into_iter()
     .enumerate()
     {
-        let rows: Vec<_> = crate::train::datasets::generate_arith(&ArithParams {
+        let earlier = [EvalSet::new(task, "earlier", &taken, cfg, form)];
+        let scanner = Scanner::new(&earlier, cfg);
+        let mut keys = std::collections::HashSet::new();
+        let params = ArithParams {
             op: ArithOp::Add,
             digits,
             format: AnswerFormat::Plain,
-            n: n * 3,
+            n: 0,
             seed,
-        })
-        .into_iter()
-        .filter(|r| seen.insert(r.prompt.clone()))
-        .take(n as usize)
-        .collect();
+        };
+        let rows: Vec<_> = crate::train::datasets::arith_stream(&params, seed)
+            .take(n * 50)
+            .filter(|r| {
+                let key = crate::policy::normal_form::keys(
+                    crate::config::NormalForm::Arithmetic,
+                    &tokens(&canonical(&r.prompt)),
+                );
+                !scanner.row_reproduces(r) && keys.insert(key)
+            })
+            .take(n)
+            .collect();
+        if rows.len() < n {
+            return Err(Error::internal(format!(
+                "the {split} split of {task} could not be drawn apart from the others"
+            )));
+        }
         let bytes = crate::train::datasets::to_jsonl(&rows)?;
         let p = prot.join(format!("{split}.jsonl"));
         fs::write(&p, &bytes).at("cannot write", &p)?;
         pins[i] = crate::util::hash::sha256_hex(&bytes);
+        taken.extend(rows);
     }
     Ok(pins)
 }
 
-fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 3]) -> Result<()> {
+fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 4]) -> Result<()> {
     let evaluator =
         crate::os::evaluator_fingerprint(root, &["@rsim".into(), "job".into(), "eval".into()])?;
     let toml = toml
         .replace("@DEV_SHA256@", &pins[0])
         .replace("@TEST_SHA256@", &pins[1])
         .replace("@SEALED_SHA256@", &pins[2])
+        .replace("@DEV_TWIN_SHA256@", &pins[3])
         .replace("@EVALUATOR_SHA256@", &evaluator);
     fs::write(root.join(CONFIG_FILE), toml).at("cannot write", root)?;
     fs::write(root.join("README.md"), readme).at("cannot write", root)?;

@@ -21,6 +21,12 @@ macro_rules! rules {
                 }
             }
 
+            /// Rejections that answer something about the protected items — which rows the
+            /// gate matched, or that data lacks what a filter asked for — and so count toward an
+            /// agent's probing limit (`policy.max_contamination_rejections_per_agent`).
+            pub const PROBES: [Rule; 3] =
+                [Rule::Contamination, Rule::DevContamination, Rule::EmptyDataset];
+
             pub fn parse(s: &str) -> Option<Rule> {
                 Self::ALL.iter().copied().find(|r| r.as_str() == s)
             }
@@ -47,6 +53,12 @@ rules! {
     DatasetSizeLimit = "dataset-size-limit",
     /// Data that reproduces protected eval items (registered, or the union one run_sft trains on).
     Contamination = "contamination",
+    /// Data that reproduces dev items (the evidence reviewers rank on) or the dev split's hidden
+    /// twin, unless the owner lets agents train on dev (`policy.train_on_dev`).
+    DevContamination = "dev-contamination",
+    /// A dataset that keeps no row (a filter that matched nothing): an answer about which
+    /// problems generated data lacks, counted with contamination rejections by the probing limit.
+    EmptyDataset = "empty-dataset",
     /// Using the contamination gate as an oracle for test membership.
     ContaminationProbing = "contamination-probing",
     DatasetUnregistered = "dataset-unregistered",

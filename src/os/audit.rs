@@ -124,6 +124,13 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         checked: 0,
         violations: Vec::new(),
     };
+    let mut dev_tripwire = Check {
+        name: "dev-tripwire",
+        counts: true,
+        what: "no dev score was significantly above its task's hidden dev twin (evidence bought by training on dev or on what predicts it, which the gate missed; the node was left out of every ranking)",
+        checked: 0,
+        violations: Vec::new(),
+    };
     let sandbox_required = study.config().policy.sandbox == crate::config::SandboxMode::Required;
     let mut sandbox = Check {
         name: "sandbox",
@@ -148,7 +155,10 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
     for a in &ordered {
         let r = &a.record;
         let at = format!("{}#{}", a.node, a.seq);
-        if r.decision.rule.as_deref() == Some(crate::model::rule::Rule::Contamination.as_str()) {
+        if crate::model::rule::Rule::PROBES
+            .iter()
+            .any(|p| r.decision.rule.as_deref() == Some(p.as_str()))
+        {
             // The probing limit refuses a registration once the agent holds that many answers.
             let n = contamination_answers.entry(r.agent.clone()).or_default();
             if r.action == ActionName::RegisterDataset && *n >= probe_limit {
@@ -345,6 +355,26 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                     )),
                     _ => {}
                 }
+                if r.request["split"].as_str() == Some(Split::Dev.as_str()) {
+                    let task = r.request["task"].as_str().unwrap_or_default();
+                    if study
+                        .config()
+                        .tasks
+                        .get(task)
+                        .is_some_and(|t| t.dev_twin.is_some())
+                    {
+                        dev_tripwire.checked += 1;
+                    }
+                    if r.result
+                        .as_ref()
+                        .is_some_and(|v| v["evidence_suspect"] == true)
+                    {
+                        dev_tripwire.violations.push(format!(
+                            "{at}: the dev score on {task} was significantly above its hidden twin's (node {} left out of every ranking)",
+                            a.node
+                        ));
+                    }
+                }
                 if r.request["split"].as_str() == Some(Split::Test.as_str()) {
                     secrecy.checked += 1;
                     let items = r
@@ -454,6 +484,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         data,
         environment,
         tripwire,
+        dev_tripwire,
         sandbox,
         limits,
     ];

@@ -51,16 +51,20 @@ impl Study {
             && s.bytes <= self.config.policy.max_dataset_bytes
     }
 
-    /// Every task's protected splits — the test split and, where the task has one, the sealed
-    /// split (never shown to anyone; protected like the test split so that the tripwire compares
-    /// like with like): (task, split, items).
+    /// Every task's splits no agent may train on: the test split, the sealed split (never shown
+    /// to anyone; protected like the test split so that the tripwire compares like with like),
+    /// the dev split (the evidence reviewers rank on, unless `policy.train_on_dev`) and its hidden
+    /// twin (protected like dev so that the dev tripwire compares like with like):
+    /// (task, split, items).
     pub(in crate::os) fn protected_items(
         &self,
     ) -> Result<Vec<(String, &'static str, Vec<types::Row>)>> {
         let mut out = Vec::new();
         for (name, task) in &self.config.tasks {
-            let sealed = task.sealed.iter().map(|s| ("sealed", s));
-            for (split, set) in std::iter::once(("test", &task.test)).chain(sealed) {
+            for (split, set) in task.splits() {
+                if split == "dev" && self.config.policy.train_on_dev {
+                    continue;
+                }
                 let path = self.study_file(&set.path)?;
                 let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
                 out.push((
@@ -150,14 +154,19 @@ impl Study {
 
     /// The generator's rows for a request: `n` rows drawn from a seed salted with the study's
     /// secret, skipping every row the gate would refuse on its own (a protected item in any form
-    /// the gate knows). Neither the number skipped nor an empty result ever reaches the caller:
-    /// the result has exactly `n` rows, and which rows were drawn cannot be recomputed outside
-    /// the study (so a dataset's hash says nothing about which draws were skipped).
+    /// the gate knows) and every **decoy**: a keyed one in `DECOY_EVERY` of the other problems,
+    /// chosen by the study's secret on the problem's normal form (operands in either order) and
+    /// the same in every dataset of the study. A problem generated data lacks is then as likely a
+    /// decoy as protected, so the data does not name the protected problems. Neither the number
+    /// skipped nor an empty result ever reaches the caller: the result has exactly `n` rows, and
+    /// which rows were drawn cannot be recomputed outside the study (so a dataset's hash says
+    /// nothing about which draws were skipped).
     pub(in crate::os) fn generate_outside_protected(
         &self,
         p: &types::ArithParams,
     ) -> Result<Vec<types::Row>> {
-        let mut salted = self.secret()?;
+        let secret = self.secret()?;
+        let mut salted = secret.clone();
         salted.extend_from_slice(b"\0arith\0");
         salted.extend_from_slice(&p.seed.to_le_bytes());
         let digest = crate::util::hash::sha256_hex(&salted);
@@ -166,13 +175,13 @@ impl Study {
         let sets = self.protected_sets()?;
         let scanner = Scanner::new(&sets, self.scan_config());
         let n = p.n as usize;
-        // Protected items are a vanishing share of any problem space the generator has (one
-        // digit: 100 problems); a request that cannot be met in 4n + 10000 draws is refused
-        // without saying which draws were skipped.
+        // Protected items are a small share of any problem space the generator has (one digit:
+        // 100 problems); a request that cannot be met in 4n + 10000 draws is refused without
+        // saying which draws were skipped.
         let attempts = n.saturating_mul(4).saturating_add(10_000);
         let mut rows = Vec::with_capacity(n);
         for row in datasets::arith_stream(p, seed).take(attempts) {
-            if !scanner.row_reproduces(&row) {
+            if !is_decoy(&secret, &row) && !scanner.row_reproduces(&row) {
                 rows.push(row);
                 if rows.len() == n {
                     return Ok(rows);
@@ -185,4 +194,23 @@ impl Study {
             p.digits
         )))
     }
+}
+
+/// One in this many of the problems that are not protected is a decoy the generator never draws.
+pub(in crate::os) const DECOY_EVERY: u64 = 16;
+
+/// Whether a generated row's problem is one of the study's decoys: keyed by the study's secret on
+/// the problem's arithmetic normal form (`12+34` and `34+12` are one problem), so every dataset
+/// of the study lacks the same decoys and no one without the secret can tell them apart.
+fn is_decoy(secret: &[u8], row: &types::Row) -> bool {
+    use crate::policy::canon::{canonical, tokens};
+    let keys = crate::policy::normal_form::keys(
+        crate::config::NormalForm::Arithmetic,
+        &tokens(&canonical(&row.prompt)),
+    );
+    let mut keyed = secret.to_vec();
+    keyed.extend_from_slice(b"\0decoy\0");
+    keyed.extend_from_slice(keys.join("\n").as_bytes());
+    let digest = crate::util::hash::sha256_hex(&keyed);
+    u64::from_str_radix(&digest[..16], 16).is_ok_and(|v| v % DECOY_EVERY == 0)
 }

@@ -48,7 +48,7 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
         )));
     }
     for (name, t) in &config.tasks {
-        for (split, set) in [("dev", &t.dev), ("test", &t.test)] {
+        for (split, set) in t.splits() {
             let p = root.join(&set.path);
             if !p.is_file() {
                 return Err(Error::invalid(format!(
@@ -66,7 +66,7 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
                 }
             }
         }
-        refuse_overlapping_splits(&root, name, t)?;
+        refuse_overlapping_splits(&root, name, t, &config.policy)?;
     }
 
     // The object store and the base checkpoint.
@@ -179,32 +179,47 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
     })
 }
 
-/// Per-item dev results are shown to agents: a dev item that is also a test item hands out a
-/// protected item with its answer. The splits must be disjoint (prompts compared with case,
-/// whitespace and Unicode compatibility forms folded).
-fn refuse_overlapping_splits(root: &Path, name: &str, t: &crate::config::TaskConfig) -> Result<()> {
-    let read = |rel: &str, split: &str| -> Result<Vec<crate::model::data::Row>> {
-        let p = root.join(rel);
+/// The splits of a task must be disjoint in the task's own sense of "the same item" — the gate's
+/// (canonical text, n-grams, the task's normal form: `12+34` is `34+12`): per-item dev results
+/// would otherwise show protected items with their answers, and each tripwire would compare two
+/// splits that share items. Every pair is checked; the refusal gives each pair's count.
+fn refuse_overlapping_splits(
+    root: &Path,
+    name: &str,
+    t: &crate::config::TaskConfig,
+    policy: &crate::config::PolicyConfig,
+) -> Result<()> {
+    let mut splits = Vec::new();
+    for (split, set) in t.splits() {
+        let p = root.join(&set.path);
         let bytes = fs::read(&p).at("cannot read", &p)?;
-        crate::train::datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))
+        let rows =
+            crate::train::datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))?;
+        splits.push((split, rows));
+    }
+    let cfg = crate::policy::contamination::ScanConfig {
+        ngram: policy.contamination_ngram as usize,
+        threshold: policy.contamination_threshold,
     };
-    let fold = |s: &str| -> String {
-        s.chars()
-            .flat_map(char::to_lowercase)
-            .filter(|c| !c.is_whitespace())
-            .collect()
-    };
-    let dev: std::collections::HashSet<String> = read(&t.dev.path, "dev")?
-        .iter()
-        .map(|r| fold(&r.prompt))
-        .collect();
-    let shared = read(&t.test.path, "test")?
-        .iter()
-        .filter(|r| dev.contains(&fold(&r.prompt)))
-        .count();
-    if shared > 0 {
+    let mut shared = Vec::new();
+    for (i, (a, rows_a)) in splits.iter().enumerate() {
+        for (b, rows_b) in &splits[i + 1..] {
+            let n = crate::policy::contamination::shared_items(rows_a, rows_b, cfg, t.normal_form);
+            if n > 0 {
+                shared.push(format!("{a} and {b} share {n}"));
+            }
+        }
+    }
+    if !shared.is_empty() {
         return Err(Error::invalid(format!(
-            "{CONFIG_FILE}: task {name}: the dev and test splits share {shared} item(s); per-item dev results would reveal them, so the splits must be disjoint"
+            "{CONFIG_FILE}: task {name}: its splits must be disjoint (items compared as the \
+             contamination gate compares them{}), but {}; regenerate them apart",
+            if t.normal_form.is_some() {
+                ", in the task's normal form"
+            } else {
+                ""
+            },
+            shared.join(", ")
         )));
     }
     Ok(())

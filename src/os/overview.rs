@@ -25,6 +25,9 @@ pub struct OverviewNode {
     /// Mean of the node's dev values of the metric, and how many there are.
     pub score: Option<f64>,
     pub evals: u64,
+    /// The node's evidence is suspect (a dev score significantly above the hidden dev twin's):
+    /// its score is shown, marked, and never the best.
+    pub suspect: bool,
 }
 
 /// Every node, in node order (parents before children), with the best node by mean dev score.
@@ -33,7 +36,7 @@ pub struct DagOverview {
     pub task: Option<String>,
     pub metric: Option<String>,
     pub nodes: Vec<OverviewNode>,
-    /// The node with the highest mean dev score (ties: the older node).
+    /// The node with the highest mean dev score among those not suspect (ties: the older node).
     pub best: Option<String>,
 }
 
@@ -54,6 +57,7 @@ impl Study {
                 scores.insert(node, (mean, n));
             }
         }
+        let suspects = self.index.suspect_nodes()?;
         let mut verdicts: HashMap<String, String> = HashMap::new();
         for r in self.index.review_requests()? {
             for v in r["verdicts"].as_array().into_iter().flatten() {
@@ -69,6 +73,7 @@ impl Study {
             .map(|n| {
                 let (score, evals) = scores.get(&n.id).map_or((None, 0), |&(m, k)| (Some(m), k));
                 OverviewNode {
+                    suspect: suspects.contains(&n.id),
                     verdict: verdicts.remove(&n.id),
                     score,
                     evals,
@@ -82,6 +87,7 @@ impl Study {
             .collect();
         let best = nodes
             .iter()
+            .filter(|n| !n.suspect)
             .filter_map(|n| n.score.map(|s| (n, s)))
             .max_by(|a, b| {
                 a.1.total_cmp(&b.1).then_with(|| {

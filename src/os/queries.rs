@@ -111,6 +111,7 @@ impl Study {
                         parents: n.parents,
                         value: None,
                         relation: None,
+                        suspect: false,
                     })
                     .collect();
                 return self.dag_page(&req, nodes, None, Vec::new(), None);
@@ -216,6 +217,12 @@ impl Study {
         let request = serde_json::to_value(req)?;
         let start = paging::start("dag", &request, req.cursor.as_deref(), 0)?;
         let total = nodes.len() as u64;
+        let suspects = self.index.suspect_nodes()?;
+        if !suspects.is_empty() {
+            for n in &mut nodes {
+                n.suspect = suspects.contains(&n.id);
+            }
+        }
         let mut out = DagResult {
             view: req.view,
             nodes: Vec::new(),
@@ -417,5 +424,6 @@ pub(in crate::os) fn dag_node(n: &crate::record::index::DagEntry) -> DagNode {
         parents: n.parents.clone(),
         value: None,
         relation: None,
+        suspect: false,
     }
 }

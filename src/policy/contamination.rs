@@ -419,6 +419,22 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// Whether a protected split is dev evidence (the dev split or its hidden twin) rather than the
+/// test split or the tripwire's sealed split.
+pub fn is_dev_split(split: &str) -> bool {
+    matches!(split, "dev" | "dev_twin")
+}
+
+/// How many items of `b` are, in the gate's sense, items of `a`: each of `b`'s items is read as a
+/// row and judged alone against `a` (canonical text, n-grams, the prompt, the skeleton, the
+/// task's normal form) — the one notion of "the same item" the gate, the split checks at study
+/// creation and the example generator share.
+pub fn shared_items(a: &[Row], b: &[Row], cfg: ScanConfig, form: Option<NormalForm>) -> usize {
+    let set = [EvalSet::new("", "", a, cfg, form)];
+    let scanner = Scanner::new(&set, cfg);
+    b.iter().filter(|r| scanner.row_reproduces(r)).count()
+}
+
 /// Scan one dataset's rows against protected eval sets; one hit per contaminated item (at most
 /// `limit`).
 pub fn scan(rows: &[Row], sets: &[EvalSet], cfg: ScanConfig, limit: usize) -> Vec<Hit> {

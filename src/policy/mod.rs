@@ -38,7 +38,8 @@ pub struct Facts {
     /// evaluate: the eval set's current hash and the pinned one.
     pub eval_set_actual: Option<String>,
     pub eval_set_pinned: Option<String>,
-    /// evaluate on test: the sealed split's current hash and the pinned one.
+    /// evaluate: the hidden split scored beside the one asked for (test: the sealed split; dev:
+    /// the dev twin) — its current hash and the pinned one.
     pub sealed_set_actual: Option<String>,
     pub sealed_set_pinned: Option<String>,
     /// run_sft / evaluate: why the checkpoint's stored files no longer match their hashes, if they don't.
@@ -61,6 +62,8 @@ pub struct Facts {
     /// register_dataset: contamination rejections the calling agent already collected (recorded,
     /// and in flight: rejected but not yet recorded).
     pub agent_contamination_rejections: u64,
+    /// The dataset a registration would store has no row (its size within the bounds).
+    pub dataset_empty: bool,
     /// run_sft / evaluate: jobs cannot be cut off from the network on this machine.
     pub network_isolation_unavailable: bool,
     /// run_sft / evaluate: why this machine cannot sandbox jobs (no Landlock), when it cannot.
@@ -195,13 +198,29 @@ fn size_limit(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
 /// The contamination rejection. Its evidence never prints text — neither the rows' (a declared
 /// source's or a mixture's rows that match *are* protected items) nor the items': the row
 /// number (only where the rows are the caller's own: inline rows, or registered datasets a
-/// run_sft names), the share of the item matched, and the method.
+/// run_sft names), the share of the item matched, and the method. A hit on the test or sealed
+/// split is `contamination`; hits on the dev split or its hidden twin alone (the evidence
+/// reviewers rank on) are `dev-contamination`.
 fn contamination(facts: &Facts, row_label: impl Fn(&Hit) -> Option<String>) -> Option<Decision> {
     if facts.contamination.is_empty() {
         return None;
     }
-    let evidence: Vec<String> = facts
+    let on_test: Vec<&Hit> = facts
         .contamination
+        .iter()
+        .filter(|h| !crate::policy::contamination::is_dev_split(&h.split))
+        .collect();
+    let (rule, what, hits) = if on_test.is_empty() {
+        (
+            Rule::DevContamination,
+            "the dev evidence reviewers rank on (dev split or its hidden twin; \
+             policy.train_on_dev is off)",
+            facts.contamination.iter().collect::<Vec<_>>(),
+        )
+    } else {
+        (Rule::Contamination, "protected eval data", on_test)
+    };
+    let evidence: Vec<String> = hits
         .iter()
         .take(5)
         .map(|h| {
@@ -215,10 +234,10 @@ fn contamination(facts: &Facts, row_label: impl Fn(&Hit) -> Option<String>) -> O
         })
         .collect();
     Some(Decision::reject(
-        Rule::Contamination,
+        rule,
         format!(
-            "the data overlaps protected eval data ({} item(s) matched): {}",
-            facts.contamination.len(),
+            "the data overlaps {what} ({} item(s) matched): {}",
+            hits.len(),
             evidence.join("; ")
         ),
     ))
@@ -458,9 +477,10 @@ fn check_register_dataset(
         return Decision::reject(
             Rule::ContaminationProbing,
             format!(
-                "agent {:?} already had {} datasets rejected for contamination, counting \
-                 rejections not yet recorded (policy.max_contamination_rejections_per_agent = {}); \
-                 it may register no more datasets",
+                "agent {:?} already had {} datasets rejected for contamination or for keeping \
+                 no row, counting rejections not yet recorded \
+                 (policy.max_contamination_rejections_per_agent = {}); it may register no more \
+                 datasets",
                 caller.agent,
                 facts.agent_contamination_rejections,
                 cfg.policy.max_contamination_rejections_per_agent
@@ -485,6 +505,14 @@ fn check_register_dataset(
     let own_rows = matches!(r.source, DatasetSource::Inline { .. });
     if let Some(d) = contamination(facts, |h| own_rows.then(|| format!("row {}", h.row))) {
         return d;
+    }
+    if facts.dataset_empty {
+        return Decision::reject(
+            Rule::EmptyDataset,
+            "the dataset keeps no row (a filter that matched nothing); like a contamination \
+             rejection it counts toward policy.max_contamination_rejections_per_agent"
+                .to_string(),
+        );
     }
     if facts.dataset_name_taken {
         return Decision::reject(
@@ -669,7 +697,11 @@ fn check_evaluate(
         return Decision::reject(
             Rule::EvalSetPinned,
             format!(
-                "the sealed split of task {} changed: sha256 {actual}, pinned {pin}",
+                "the {} split of task {} changed: sha256 {actual}, pinned {pin}",
+                match r.split {
+                    Split::Test => "sealed",
+                    Split::Dev => "dev_twin",
+                },
                 r.task
             ),
         );

@@ -16,7 +16,7 @@ use crate::model::{
 use crate::record::{CommittedAction, Record};
 use crate::util::error::Result;
 
-const SCHEMA_VERSION: &str = "4";
+const SCHEMA_VERSION: &str = "5";
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS kept(
   node TEXT NOT NULL, seq INTEGER NOT NULL, step INTEGER NOT NULL, sha256 TEXT NOT NULL,
   PRIMARY KEY(node, seq, step)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS kept_sha ON kept(node, sha256);
+CREATE TABLE IF NOT EXISTS suspect(
+  node TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(node, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS datasets(
   name TEXT PRIMARY KEY, sha256 TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL, rows INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS agents(
@@ -64,6 +66,12 @@ CREATE TABLE IF NOT EXISTS pending(node TEXT NOT NULL, pid INTEGER NOT NULL, wri
 /// query of results (means, bests, a node's results) applies this clause to `metrics`.
 const RESULTS_ONLY: &str =
     "NOT EXISTS (SELECT 1 FROM kept k WHERE k.node=metrics.node AND k.sha256=metrics.checkpoint)";
+
+/// The one rule for which nodes may be ranked: a node with a dev evaluation the dev tripwire
+/// found significantly above its hidden twin (`evidence_suspect`) has evidence that may have
+/// been bought, and is left out of every ranking (the leaderboard, the summary's best node, the
+/// overview's best); its scores are still shown, marked suspect.
+const RANKABLE: &str = "NOT EXISTS (SELECT 1 FROM suspect s WHERE s.node=metrics.node)";
 
 /// A node as the index knows it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -339,6 +347,7 @@ impl Index {
             "actions",
             "metrics",
             "kept",
+            "suspect",
             "jobs",
             "artifacts",
             "datasets",
@@ -754,10 +763,11 @@ impl Index {
         Ok(rows)
     }
 
-    /// Best result of a metric per node (max; see `RESULTS_ONLY`), for the nodes that have one.
+    /// Best result of a metric per node that may be ranked (max; see `RESULTS_ONLY` and
+    /// `RANKABLE`), for the nodes that have one: what leaderboards rank.
     pub fn best_per_node(&self, task: &str, split: &str, name: &str) -> Result<Vec<(String, f64)>> {
         let mut st = self.conn.prepare(&format!(
-            "SELECT node, MAX(value) FROM metrics WHERE task=?1 AND split=?2 AND name=?3 AND {RESULTS_ONLY} GROUP BY node ORDER BY node",
+            "SELECT node, MAX(value) FROM metrics WHERE task=?1 AND split=?2 AND name=?3 AND {RESULTS_ONLY} AND {RANKABLE} GROUP BY node ORDER BY node",
         ))?;
         let rows = st
             .query_map(params![task, split, name], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -782,6 +792,25 @@ impl Index {
             })?
             .collect::<rusqlite::Result<Vec<(String, f64, u64)>>>()?;
         Ok(rows)
+    }
+
+    /// Nodes whose evidence is suspect (a dev evaluation above its hidden twin), in node order.
+    pub fn suspect_nodes(&self) -> Result<std::collections::BTreeSet<String>> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT DISTINCT node FROM suspect")?;
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Whether a node's evidence is suspect.
+    pub fn is_suspect(&self, node: &str) -> Result<bool> {
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT 1 FROM suspect WHERE node=?1 LIMIT 1")?;
+        Ok(st.exists([node])?)
     }
 
     /// Every accepted review that names `node` (its LIKE pre-filter is exact once parsed: the
@@ -918,6 +947,7 @@ fn delete_node(tx: &rusqlite::Connection, id: &str) -> Result<()> {
         "actions WHERE node=?1",
         "metrics WHERE node=?1",
         "kept WHERE node=?1",
+        "suspect WHERE node=?1",
     ] {
         tx.execute(&format!("DELETE FROM {t}"), [id])?;
     }
@@ -998,6 +1028,17 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
         tx.execute(
             "INSERT INTO metrics(node,seq,name,value,task,split,checkpoint) VALUES(?1,?2,?3,?4,?5,?6,?7)",
             params![r.node, r.seq, m.name, m.value, m.task, m.split.as_str(), m.checkpoint],
+        )?;
+    }
+    // A dev evaluation the dev tripwire found above its hidden twin: the node leaves rankings.
+    if r.action == ActionName::Evaluate
+        && r.result
+            .as_ref()
+            .is_some_and(|v| v.get("evidence_suspect") == Some(&serde_json::Value::Bool(true)))
+    {
+        tx.execute(
+            "INSERT OR IGNORE INTO suspect(node,seq) VALUES(?1,?2)",
+            params![r.node, r.seq],
         )?;
     }
     // Checkpoints a run kept part-way (`eval_every`), as its record lists them: their scores

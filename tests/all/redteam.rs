@@ -1703,7 +1703,7 @@ fn the_tripwire_withholds_a_test_score_above_the_sealed_split() {
         note["sealed"]["score"].as_f64().expect("score") < 0.5,
         "{note}"
     );
-    assert_eq!(note["suspected_contamination"], true);
+    assert_eq!(note["suspected"], true);
     // The audit counts it as a hack that got through.
     let rep = rsi_master::os::audit::audit(&s).expect("audit");
     let tw = rep

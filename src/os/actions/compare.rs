@@ -27,11 +27,22 @@ impl Study {
                 .filter(|(_, m)| m.task == req.task && m.split == req.split && m.name == req.metric)
                 .map(|(_, m)| m.value)
                 .collect();
-            let trend = self.trend(&runs, &req.task, req.split, &req.metric)?;
-            let (mean, ci95) = crate::util::stats::mean_ci95(&values);
+            // A node whose evidence is suspect is listed, not ranked.
+            let suspect = self.index.is_suspect(n)?;
+            let trend = if suspect {
+                None
+            } else {
+                self.trend(&runs, &req.task, req.split, &req.metric)?
+            };
+            let (mean, ci95) = if suspect {
+                (None, None)
+            } else {
+                crate::util::stats::mean_ci95(&values)
+            };
             let best = values
                 .iter()
                 .copied()
+                .filter(|_| !suspect)
                 .fold(None, |b: Option<f64>, v| Some(b.map_or(v, |b| b.max(v))));
             let n_values = values.len() as u64;
             let listed = values[values.len().saturating_sub(MAX_LISTED_VALUES)..].to_vec();
@@ -44,6 +55,7 @@ impl Study {
                 best,
                 values: listed,
                 trend,
+                suspect,
             });
         }
         let facts = Facts {
@@ -102,10 +114,15 @@ impl Study {
                             )
                         });
                         format!(
-                            "{}: n={} mean={mean}{ci}{}",
+                            "{}: n={} mean={mean}{ci}{}{}",
                             r.node,
                             r.n,
-                            trend.unwrap_or_default()
+                            trend.unwrap_or_default(),
+                            if r.suspect {
+                                " SUSPECT: a dev score significantly above the hidden dev twin's; not ranked"
+                            } else {
+                                ""
+                            }
                         )
                     })
                     .collect::<Vec<_>>()

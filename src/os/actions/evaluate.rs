@@ -49,16 +49,13 @@ impl Study {
             evaluator_pinned: self.config.jobs.evaluator_sha256.clone(),
             eval_set_actual: Some(crate::util::hash::sha256_file(&set_path)?),
             eval_set_pinned: set.sha256.clone(),
-            sealed_set_actual: match (&task.sealed, req.split) {
-                (Some(sealed), Split::Test) => Some(crate::util::hash::sha256_file(
-                    &self.study_file(&sealed.path)?,
+            sealed_set_actual: match hidden_twin(&task, req.split) {
+                Some(twin) => Some(crate::util::hash::sha256_file(
+                    &self.study_file(&twin.path)?,
                 )?),
-                _ => None,
+                None => None,
             },
-            sealed_set_pinned: match req.split {
-                Split::Test => task.sealed.as_ref().and_then(|s| s.sha256.clone()),
-                Split::Dev => None,
-            },
+            sealed_set_pinned: hidden_twin(&task, req.split).and_then(|s| s.sha256.clone()),
             ..self.job_facts(caller, &req.node, ck.as_deref())?
         };
         let request = serde_json::to_value(&req)?;
@@ -133,24 +130,49 @@ impl Study {
                 }
             }
         }
-        // The tripwire: a test score is published only when it is not significantly above the
-        // sealed split's, scored by the same pinned evaluator (fails closed: no sealed score, no
-        // test score).
+        // The tripwires. A test score is published only when it is not significantly above the
+        // sealed split's; a dev score that is significantly above the dev twin's marks the
+        // node's evidence as suspect (left out of every ranking). Both hidden splits are scored
+        // by the same pinned evaluator and checkpoint, and both fail closed: no hidden score, no
+        // score. With `policy.train_on_dev`, the dev twin's score is the one recorded.
         let mut suspected_contamination = false;
-        if req.split == Split::Test
-            && job.state == JobState::Succeeded
-            && let Some(sealed) = &task.sealed
+        let mut evidence_suspect = false;
+        let mut ranked_on = None;
+        if job.state == JobState::Succeeded
+            && let Some(twin) = hidden_twin(&task, req.split)
         {
-            match self.sealed_tripwire(spec, job.charged_s(), &ck, &task, sealed, &metrics, n_items)
-            {
-                Ok((sealed_job, suspected)) => {
-                    job.compute_s = Some(job.charged_s() + sealed_job.charged_s());
-                    suspected_contamination = suspected;
+            let ranked_on_twin = req.split == Split::Dev && self.config.policy.train_on_dev;
+            let alpha = match req.split {
+                Split::Test => self.config.policy.tripwire_alpha,
+                Split::Dev => self.config.policy.dev_tripwire_alpha,
+            };
+            match self.twin_tripwire(
+                spec,
+                job.charged_s(),
+                &ck,
+                &task,
+                twin,
+                (&metrics, n_items),
+                alpha,
+            ) {
+                Ok(t) => {
+                    job.compute_s = Some(job.charged_s() + t.job.charged_s());
+                    if ranked_on_twin {
+                        metrics = t.metrics;
+                        n_items = t.n_items;
+                        ranked_on = Some("dev_twin".to_string());
+                    } else if req.split == Split::Test {
+                        suspected_contamination = t.suspected;
+                    } else {
+                        evidence_suspect = t.suspected;
+                    }
                 }
                 Err(e) => {
                     job.state = JobState::Failed;
                     job.error = Some(format!(
-                        "the sealed split could not be scored, so the test score is withheld: {}",
+                        "the {} split could not be scored, so the {} score is withheld: {}",
+                        twin_name(req.split),
+                        req.split.as_str(),
                         e.message
                     ));
                 }
@@ -169,20 +191,31 @@ impl Study {
                 checkpoint: ck.clone(),
             })
             .collect();
-        let result_stored = serde_json::json!({
+        let mut result_stored = serde_json::json!({
             "job": job, "task": req.task, "split": req.split, "metrics": metrics, "n_items": n_items,
             "evaluator": evaluator, "items": items,
             "suspected_contamination": suspected_contamination,
+            "evidence_suspect": evidence_suspect,
         });
+        if let Some(r) = &ranked_on {
+            result_stored["ranked_on"] = serde_json::json!(r);
+        }
         let (oid, _) =
             self.commit_action(&req.node, caller, ActionName::Evaluate, request, |snap| {
                 let headline = if suspected_contamination {
                     "score withheld: suspected contamination (sealed-split tripwire)".to_string()
                 } else {
-                    metrics
+                    let score = metrics
                         .get(&task.metric)
                         .map(|v| format!("{}={v:.4}", task.metric))
-                        .unwrap_or_else(|| format!("job {}", job.state.as_str()))
+                        .unwrap_or_else(|| format!("job {}", job.state.as_str()));
+                    match (evidence_suspect, &ranked_on) {
+                        (true, _) => format!(
+                            "{score}, SUSPECT: significantly above the hidden dev twin (left out of every ranking)"
+                        ),
+                        (false, Some(r)) => format!("{score} (on the {r})"),
+                        _ => score,
+                    }
                 };
                 let mut p = Prepared::accepted(
                     format!(
@@ -230,58 +263,65 @@ impl Study {
             evaluator,
             items,
             suspected_contamination,
+            evidence_suspect,
+            ranked_on,
             commit: oid,
         })
     }
 
-    /// Score the task's sealed split with the same evaluator command and checkpoint as the test
-    /// job, and test whether the test score is significantly above it (one-sided two-proportion
-    /// test at `policy.tripwire_alpha`). Both scores and the verdict go to
-    /// `.rsim/tripwire/<test job>.json` for the owner; the record gets the verdict only.
+    /// Score a task's hidden split (the sealed split beside a test evaluation, the dev twin beside
+    /// a dev evaluation) with the same evaluator command and checkpoint as the visible job, and
+    /// test whether the visible score is significantly above it (one-sided two-proportion test
+    /// at `alpha`). Both scores and the verdict go to `.rsim/tripwire/<job>.json` for the owner;
+    /// the record gets the verdict only (or, ranking on the dev twin, its score).
     #[allow(clippy::too_many_arguments)]
-    fn sealed_tripwire(
+    fn twin_tripwire(
         &self,
-        test_spec: &JobSpec,
-        test_used_s: f64,
+        visible_spec: &JobSpec,
+        visible_used_s: f64,
         ck: &str,
         task: &crate::config::TaskConfig,
-        sealed: &crate::config::EvalSet,
-        test_metrics: &BTreeMap<String, f64>,
-        n_test: u64,
-    ) -> Result<(JobRecord, bool)> {
-        let test_score = *test_metrics.get(&task.metric).ok_or_else(|| {
+        twin: &crate::config::EvalSet,
+        (visible_metrics, n_visible): (&BTreeMap<String, f64>, u64),
+        alpha: f64,
+    ) -> Result<Twin> {
+        let visible_score = *visible_metrics.get(&task.metric).ok_or_else(|| {
             Error::invalid(format!("the evaluator reported no {:?} score", task.metric))
         })?;
-        let JobParams::Evaluate(test_params) = &test_spec.params else {
+        let JobParams::Evaluate(visible_params) = &visible_spec.params else {
             return Err(Error::internal(
-                "a test evaluation without evaluation parameters",
+                "an evaluation without evaluation parameters",
             ));
         };
+        let (visible, hidden) = (
+            visible_params.split.as_str(),
+            twin_name(visible_params.split),
+        );
         let job_id = crate::jobs::new_job_id();
         let params = JobParams::Evaluate(EvalParams {
             job: job_id.clone(),
             checkpoint: self.checkpoint_files(ck)?,
-            eval_set: self.study_file(&sealed.path)?,
-            ..test_params.clone()
+            eval_set: self.study_file(&twin.path)?,
+            ..visible_params.clone()
         });
-        // The sealed job runs in the study's environment pinned again now (a flake that can no
-        // longer be pinned fails the tripwire closed: the test score is withheld).
+        // The hidden job runs in the study's environment pinned again now (a flake that can no
+        // longer be pinned fails the tripwire closed: the score is withheld).
         let pin = self.pin_environment();
         if let Err(why) = &pin {
             return Err(Error::invalid(format!(
                 "the job environment cannot be pinned: {why}"
             )));
         }
-        // The sealed job runs inside the test job's admission: what the test job left of its
-        // time limit (which was cut to the budgets left), so the pair can never spend more than
-        // one admitted evaluation. Too little left fails the tripwire closed.
-        let left = test_spec
+        // The hidden job runs inside the visible job's admission: what the visible job left of
+        // its time limit (which was cut to the budgets left), so the pair can never spend more
+        // than one admitted evaluation. Too little left fails the tripwire closed.
+        let left = visible_spec
             .timeout_s
-            .saturating_sub(test_used_s.ceil() as u64);
+            .saturating_sub(visible_used_s.ceil() as u64);
         if left == 0 {
             return Err(Error::invalid(format!(
-                "no time was left of the evaluation's limit ({} s) to score the sealed split",
-                test_spec.timeout_s
+                "no time was left of the evaluation's limit ({} s) to score the {hidden} split",
+                visible_spec.timeout_s
             )));
         }
         let spec = self.job_spec(
@@ -305,37 +345,67 @@ impl Study {
             )));
         }
         let r = protocol::read_eval_result(&spec.out_dir())?;
-        let sealed_score = *r.metrics.get(&task.metric).ok_or_else(|| {
+        let hidden_score = *r.metrics.get(&task.metric).ok_or_else(|| {
             Error::invalid(format!("the evaluator reported no {:?} score", task.metric))
         })?;
         let successes = |score: f64, n: u64| (score * n as f64).round().clamp(0.0, n as f64) as u64;
         let p_value = crate::util::stats::two_proportion_p_above(
-            successes(test_score, n_test),
-            n_test,
-            successes(sealed_score, r.n_items),
+            successes(visible_score, n_visible),
+            n_visible,
+            successes(hidden_score, r.n_items),
             r.n_items,
         );
-        let alpha = self.config.policy.tripwire_alpha;
         let suspected = p_value < alpha;
         let dir = paths::state_dir(&self.root).join("tripwire");
         fs::create_dir_all(&dir).at("cannot create", &dir)?;
-        let note = dir.join(format!("{}.json", test_spec.id));
+        let note = dir.join(format!("{}.json", visible_spec.id));
         fs::write(
             &note,
             crate::util::hash::json_bytes(&serde_json::json!({
-                "task": test_params.task, "checkpoint": ck, "metric": task.metric,
-                "test": {"score": test_score, "n": n_test, "job": test_spec.id},
-                "sealed": {"score": sealed_score, "n": r.n_items, "job": job.id},
-                "p_value": p_value, "alpha": alpha, "suspected_contamination": suspected,
+                "task": visible_params.task, "checkpoint": ck, "metric": task.metric,
+                visible: {"score": visible_score, "n": n_visible, "job": visible_spec.id},
+                hidden: {"score": hidden_score, "n": r.n_items, "job": job.id},
+                "p_value": p_value, "alpha": alpha, "suspected": suspected,
             }))?,
         )
         .at("cannot write", &note)?;
         if suspected {
             tracing::warn!(
-                "tripwire: test {test_score:.4} (n {n_test}) vs sealed {sealed_score:.4} (n {}), p {p_value:.2e} < {alpha}: score withheld",
+                "tripwire: {visible} {visible_score:.4} (n {n_visible}) vs {hidden} {hidden_score:.4} (n {}), p {p_value:.2e} < {alpha}",
                 r.n_items
             );
         }
-        Ok((job, suspected))
+        Ok(Twin {
+            job,
+            suspected,
+            metrics: r.metrics,
+            n_items: r.n_items,
+        })
+    }
+}
+
+/// What scoring a hidden split beside a visible one found.
+struct Twin {
+    job: JobRecord,
+    /// The visible score was significantly above the hidden one.
+    suspected: bool,
+    /// The hidden split's own scores (recorded only when the study ranks on the dev twin).
+    metrics: BTreeMap<String, f64>,
+    n_items: u64,
+}
+
+/// The hidden split scored beside an evaluation of `split`: the sealed split beside test, the
+/// dev twin beside dev — where the task has one.
+fn hidden_twin(task: &crate::config::TaskConfig, split: Split) -> Option<&crate::config::EvalSet> {
+    match split {
+        Split::Test => task.sealed.as_ref(),
+        Split::Dev => task.dev_twin.as_ref(),
+    }
+}
+
+fn twin_name(split: Split) -> &'static str {
+    match split {
+        Split::Test => "sealed",
+        Split::Dev => "dev_twin",
     }
 }

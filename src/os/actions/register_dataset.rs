@@ -59,6 +59,7 @@ impl Study {
                 size,
                 (n, 0),
                 false,
+                false,
             )?;
             let budget = [Rule::BudgetDatasetStorage, Rule::BudgetAgentDatasetStorage]
                 .map(Rule::as_str)
@@ -76,11 +77,13 @@ impl Study {
         // Project the size first (nothing is materialised past the bounds), then materialise the
         // rows and scan them: the size and the scan are facts the policy decides on.
         let (unregistered, size, rows) = self.materialise(&req.source)?;
-        let contamination = if unregistered.is_empty() && self.within_bounds(&size) {
+        let materialised = unregistered.is_empty() && self.within_bounds(&size);
+        let contamination = if materialised {
             self.scan_for_contamination(&rows)?
         } else {
             Vec::new()
         };
+        let empty = materialised && rows.is_empty();
         // What would be stored (the storage budgets count stored bytes).
         let bytes = if rows.is_empty() {
             Vec::new()
@@ -95,6 +98,7 @@ impl Study {
             contamination,
             size,
             (rows.len() as u64, bytes.len() as u64),
+            empty,
             true,
         )?;
         let _held = token.map(|t| ClaimGuard::hold(&self.index, t));
@@ -108,8 +112,8 @@ impl Study {
             ));
         }
         if rows.is_empty() {
-            return Err(Error::invalid(
-                "source: the dataset has no rows (a filter that keeps nothing?)",
+            return Err(Error::internal(
+                "the policy accepted a dataset with no rows",
             ));
         }
         let sha = self.store.put_bytes(&bytes)?;
@@ -163,6 +167,7 @@ impl Study {
         contamination: Vec<crate::policy::contamination::Hit>,
         size: SizeFact,
         asked: (u64, u64),
+        empty: bool,
         hold: bool,
     ) -> Result<(Option<String>, Decision)> {
         self.index.with_holds(|index| {
@@ -192,9 +197,12 @@ impl Study {
                 contamination,
                 size: Some(size),
                 dataset_storage: Some(storage),
-                agent_contamination_rejections: index
-                    .rejection_count(&caller.agent, Rule::Contamination.as_str())?
+                agent_contamination_rejections: Rule::PROBES
+                    .iter()
+                    .map(|r| index.rejection_count(&caller.agent, r.as_str()))
+                    .sum::<Result<u64>>()?
                     + held.agent_probes,
+                dataset_empty: empty,
                 ..Facts::default()
             };
             let decision =
@@ -215,7 +223,10 @@ impl Study {
                     storage.rows,
                     storage.bytes,
                 ))
-            } else if decision.rule.as_deref() == Some(Rule::Contamination.as_str()) {
+            } else if Rule::PROBES
+                .iter()
+                .any(|r| decision.rule.as_deref() == Some(r.as_str()))
+            {
                 Some(take(HoldKind::Probe, None, 0, 0))
             } else {
                 None
