@@ -206,7 +206,7 @@ fn refuse_overlapping_splits(
         for (b, rows_b) in &splits[i + 1..] {
             let n = crate::policy::contamination::shared_items(rows_a, rows_b, cfg, t.normal_form);
             if n > 0 {
-                shared.push(format!("{a} and {b} share {n}"));
+                shared.push(format!("{a} and {b} share {n} item(s)"));
             }
         }
     }

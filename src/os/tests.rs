@@ -97,6 +97,40 @@ fn a_study_whose_dev_and_test_splits_share_items_is_refused() {
         Record::open(root).map_or(true, |r| r.main_tip().is_err()),
         "nothing committed"
     );
+    // In the task's own sense of "the same item": operands in either order, any pair of the four
+    // splits (dev, dev twin, test, sealed), each pair's count named.
+    let write = |name: &str, items: &[&str]| {
+        let text: String = items
+            .iter()
+            .map(|p| format!("{{\"prompt\":\"{p}\",\"answer\":\"x\"}}\n"))
+            .collect();
+        std::fs::write(root.join(format!("eval/{name}.jsonl")), text).expect("split");
+    };
+    write("dev", &["12+34=", "5+6="]);
+    write("twin", &["6+5=", "70+8="]);
+    write("test", &["1+2=", "8+70="]);
+    write("sealed", &["34 + 12 =", "2+1="]);
+    let config = CONFIG.replace(
+        "test = { path = \"eval/test.jsonl\" }",
+        "test = { path = \"eval/test.jsonl\" }\nsealed = { path = \"eval/sealed.jsonl\" }\n\
+         dev_twin = { path = \"eval/twin.jsonl\" }\nnormal_form = \"arithmetic\"",
+    );
+    std::fs::write(root.join(CONFIG_FILE), &config).expect("config");
+    let e = genesis::create_study(root).expect_err("overlap under the normal form");
+    for pair in [
+        "dev and dev_twin share 1 item",
+        "dev and sealed share 1 item",
+        "dev_twin and test share 1 item",
+        "test and sealed share 1 item",
+    ] {
+        assert!(e.message.contains(pair), "{pair}: {}", e.message);
+    }
+    assert!(!e.message.contains("dev and test"), "{}", e.message);
+    // Apart, the same study is created.
+    write("sealed", &["9+9=", "3+4="]);
+    write("twin", &["60+5=", "71+8="]);
+    write("test", &["1+2=", "8+72="]);
+    genesis::create_study(root).expect("disjoint splits");
 }
 
 #[test]

@@ -12,6 +12,7 @@ mod mcp;
 mod nix;
 mod orchestra;
 mod redteam;
+mod redteam_dev;
 mod redteam_limits;
 mod session;
 mod slurm;
