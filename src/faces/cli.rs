@@ -1105,7 +1105,10 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
             Ok(())
         }
         (DagFormat::Text, _) if view == "full" => {
-            print!("{}", study.dag_graph()?.to_text());
+            print!(
+                "{}",
+                study.dag_graph()?.to_text_marked(&study.suspect_nodes()?)
+            );
             Ok(())
         }
         (DagFormat::Text, _) => {
@@ -1148,7 +1151,15 @@ fn dag(study: &Study, req: Value, format: DagFormat, json: bool) -> Result<()> {
                 let extra = n["value"]
                     .as_f64()
                     .map(|v| format!("{v:.4}"))
-                    .or_else(|| n["relation"].as_str().map(str::to_string));
+                    .or_else(|| n["relation"].as_str().map(str::to_string))
+                    .map(|e| {
+                        if n["suspect"] == true {
+                            format!("{e}, SUSPECT")
+                        } else {
+                            e
+                        }
+                    })
+                    .or_else(|| (n["suspect"] == true).then(|| "SUSPECT".to_string()));
                 t.add_row(vec![
                     s(&n["id"]),
                     s(&n["status"]),

@@ -41,6 +41,11 @@ pub struct DagOverview {
 }
 
 impl Study {
+    /// Nodes whose evidence the dev tripwire found suspect (left out of every ranking).
+    pub fn suspect_nodes(&self) -> Result<std::collections::BTreeSet<String>> {
+        self.index.suspect_nodes()
+    }
+
     /// The overview for `task` (default: the study's first task) and its configured metric.
     pub fn dag_overview(&self, task: Option<&str>) -> Result<DagOverview> {
         let task = match task {

@@ -216,6 +216,11 @@ impl Dag {
     /// `MAX_INDENT` levels starts again from the left margin behind a depth marker (`[+24] `), so
     /// no line's prefix grows with the DAG's depth.
     pub fn to_text(&self) -> String {
+        self.to_text_marked(&std::collections::BTreeSet::new())
+    }
+
+    /// `to_text`, with the nodes in `suspect` (evidence the dev tripwire flagged) marked.
+    pub fn to_text_marked(&self, suspect: &std::collections::BTreeSet<String>) -> String {
         enum Item {
             Node {
                 ix: NodeIndex,
@@ -262,6 +267,11 @@ impl Dag {
                 (NodeStatus::Open, _) => "open".to_string(),
                 (NodeStatus::Concluded, Some(o)) => format!("concluded: {o}"),
                 (NodeStatus::Concluded, None) => "concluded".to_string(),
+            };
+            let status = if suspect.contains(&n.id) {
+                format!("{status}, SUSPECT: dev above its hidden twin, not ranked")
+            } else {
+                status
             };
             let merge = if n.parents.len() > 1 {
                 format!("  (merge of {})", n.parents.join(" + "))

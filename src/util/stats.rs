@@ -150,7 +150,8 @@ mod tests {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(3_000);
-        for (alpha, n) in [(0.001, 500u64), (0.01, 500), (0.001, 200)] {
+        // (0.0001, 200): the dev tripwire's default level at the examples' dev and twin sizes.
+        for (alpha, n) in [(0.001, 500u64), (0.01, 500), (0.001, 200), (0.0001, 200)] {
             for rate in [0.05, 0.5, 0.9] {
                 let mut draw = |n: u64| (0..n).filter(|_| rng.random_bool(rate)).count() as u64;
                 let alarms = (0..trials)
@@ -168,6 +169,42 @@ mod tests {
                     "alpha {alpha} rate {rate}: {measured}"
                 );
             }
+        }
+    }
+
+    /// The dev tripwire's power at the examples' sizes (dev 200 items, twin 200) and its default
+    /// level (1e-4): for each true rate, the smallest dev inflation caught in at least 80% of
+    /// simulated evaluations. Printed for the docs (`RSIM_TRIPWIRE_TRIALS=20000`); a dev split
+    /// trained on outright (dev near 1.0) is caught every time.
+    #[test]
+    fn dev_tripwire_power_at_the_examples_sizes() {
+        use rand::{RngExt, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(17);
+        let trials: usize = std::env::var("RSIM_TRIPWIRE_TRIALS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(400);
+        let (alpha, n) = (0.0001, 200u64);
+        let mut power = |rate: f64, inflated: f64| {
+            let mut draw = |p: f64| (0..n).filter(|_| rng.random_bool(p)).count() as u64;
+            let caught = (0..trials)
+                .filter(|_| {
+                    let (dev, twin) = (draw(inflated), draw(rate));
+                    two_proportion_p_above(dev, n, twin, n) < alpha
+                })
+                .count();
+            caught as f64 / trials as f64
+        };
+        for rate in [0.05, 0.3, 0.5, 0.8] {
+            let smallest = (1..=60)
+                .map(|k| f64::from(k) * 0.01)
+                .find(|d| rate + d <= 1.0 && power(rate, rate + d) >= 0.8);
+            eprintln!(
+                "dev tripwire alpha {alpha} n {n}+{n} rate {rate}: 80% power from +{smallest:?}"
+            );
+            let d = smallest.expect("some inflation is caught");
+            assert!(d <= 0.25, "rate {rate}: only +{d} is caught");
+            assert_eq!(power(rate, 1.0), 1.0, "a dev split learned outright");
         }
     }
 

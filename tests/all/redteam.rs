@@ -53,7 +53,8 @@ fn adversarial_study_with(probes: u64) -> (tempfile::TempDir, PathBuf, Vec<Row>)
     let write = |p: PathBuf, rows: &[Row]| {
         std::fs::write(p, datasets::to_jsonl(rows).expect("jsonl")).expect("write")
     };
-    write(prot.join("add2/dev.jsonl"), &arith(40, 98));
+    let dev = arith(40, 98);
+    write(prot.join("add2/dev.jsonl"), &dev);
     write(prot.join("add2/test.jsonl"), &test);
     let code: Vec<Row> = CODE_ITEMS
         .iter()
@@ -88,8 +89,8 @@ fn adversarial_study_with(probes: u64) -> (tempfile::TempDir, PathBuf, Vec<Row>)
         ),
     )
     .expect("train.sh");
-    // Clean: no test problem, in either order of its operands (the task's normal form is
-    // arithmetic, so `b+a` is the test problem `a+b`).
+    // Clean: no test or dev problem (dev is evidence, protected from training too), in either
+    // order of its operands (the task's normal form is arithmetic, so `b+a` is the problem `a+b`).
     let operands = |p: &str| {
         let (a, b) = p.trim_end_matches('=').split_once('+').unwrap_or((p, ""));
         let (a, b) = (a.to_string(), b.to_string());
@@ -99,6 +100,7 @@ fn adversarial_study_with(probes: u64) -> (tempfile::TempDir, PathBuf, Vec<Row>)
     clean.retain(|r| {
         !test
             .iter()
+            .chain(&dev)
             .any(|t| operands(&t.prompt) == operands(&r.prompt))
     });
     std::fs::create_dir_all(root.join("data")).expect("mkdir");

@@ -307,12 +307,6 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
         "dev-copy",
         json!({"kind": "inline", "rows": rows}),
     );
-    let clean = train(
-        &ann,
-        &honest,
-        "gen",
-        json!({"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 3000, "seed": 3}),
-    );
     // ... then protects dev again: the dev tripwire is what stands between the bought checkpoint
     // and the rankings.
     let closed = std::fs::read_to_string(root.join("rsim.toml"))
@@ -320,6 +314,27 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
         .replacen("train_on_dev = true", "train_on_dev = false", 1);
     crate::common::commit_config(&root, &closed, "dev is evidence again");
     let s = open(&root);
+    // An honest worker's generated data (drawn now, dev left out; drawn while dev was open it
+    // would cover dev items, and the tripwire would rightly flag it too).
+    let clean = {
+        s.call(
+            &ann,
+            "register_dataset",
+            json!({"node": honest, "name": "gen", "source": {"kind": "arith", "op": "add",
+                   "digits": 2, "format": "plain", "n": 3000, "seed": 3}}),
+        )
+        .expect("register");
+        s.call(
+            &ann,
+            "run_sft",
+            json!({"node": honest, "base": "base", "datasets": ["gen"], "steps": 100,
+                   "batch_size": 32, "learning_rate": 0.001, "seed": 1}),
+        )
+        .expect("run_sft")["checkpoint"]
+            .as_str()
+            .expect("checkpoint")
+            .to_string()
+    };
     let eval = |who: &Caller, node: &str, ck: &str| -> Value {
         s.call(
             who,
