@@ -1,7 +1,8 @@
 //! `cargo bench --bench gate`: what the contamination gate costs per registered row.
 //!
-//! On the tiny-arith example (1,000 protected three-digit items: test and sealed splits,
-//! arithmetic normal form) it times
+//! On the tiny-arith example (1,400 protected three-digit items: dev, dev twin, test and sealed
+//! splits, arithmetic normal form) it times the scan with and without the dev splits (what
+//! protecting dev evidence adds),
 //! the scan alone (`Study::scan_for_contamination`: canonical text, every pass, pairs of rows),
 //! a whole `register_dataset` of inline rows (JSON Schema, scan, store, commit), and the
 //! generator (every draw checked against the protected items), per row; and the scan of long
@@ -11,6 +12,7 @@ use std::time::Instant;
 
 use rsi_master::api::types::{AnswerFormat, Row};
 use rsi_master::model::{Caller, Role};
+use rsi_master::policy::contamination::{EvalSet, ScanConfig, Scanner};
 use rsi_master::train::datasets;
 use serde_json::json;
 
@@ -47,7 +49,7 @@ fn main() {
     let hits = s.scan_for_contamination(&rows).expect("scan");
     let scan_us = per_row(t, n);
     assert!(hits.is_empty(), "{hits:?}");
-    // The protected items: the test split and the sealed split (the gate protects both).
+    // The baseline's items: the test split and the sealed split.
     let mut test_items = Vec::new();
     for split in ["test", "sealed"] {
         test_items.extend(
@@ -62,6 +64,49 @@ fn main() {
     let t = Instant::now();
     assert_eq!(baseline::scan(&rows, &test_items, 8), 0);
     let baseline_us = per_row(t, n);
+
+    // What protecting dev adds, in one run: the same scanner over the test and sealed splits
+    // alone, and over those with the dev split and its twin (what the study scans now).
+    let split_rows = |split: &str| {
+        datasets::parse_jsonl(
+            &std::fs::read(root.join(format!(".rsim/protected/add3/{split}.jsonl")))
+                .expect("split"),
+            split,
+        )
+        .expect("rows")
+    };
+    let cfg = ScanConfig {
+        ngram: 8,
+        threshold: 0.5,
+    };
+    let scan_with = |splits: &[&str]| {
+        let sets: Vec<EvalSet> = splits
+            .iter()
+            .map(|sp| {
+                EvalSet::new(
+                    "add3",
+                    sp,
+                    &split_rows(sp),
+                    cfg,
+                    Some(rsi_master::config::NormalForm::Arithmetic),
+                )
+            })
+            .collect();
+        let t = Instant::now();
+        let hits = Scanner::new(&sets, cfg).scan_parts(&[&rows], 50);
+        assert!(hits.is_empty());
+        per_row(t, n)
+    };
+    let (mut without_dev, mut with_dev) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        without_dev.push(scan_with(&["test", "sealed"]));
+        with_dev.push(scan_with(&["dev", "dev_twin", "test", "sealed"]));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (without_dev, with_dev) = (median(&mut without_dev), median(&mut with_dev));
 
     let t = Instant::now();
     let rows_json: Vec<_> = rows
@@ -115,6 +160,9 @@ fn main() {
             "protected_items": test_items.len(),
             "scan_us_per_row (4-digit scratchpad rows, ~60 B)": (scan_us * 100.0).round() / 100.0,
             "baseline_scan_us_per_row (the gate before issue 13, same rows)": (baseline_us * 100.0).round() / 100.0,
+            "scan_us_per_row test+sealed only (median of 3)": (without_dev * 100.0).round() / 100.0,
+            "scan_us_per_row with dev and dev_twin (median of 3)": (with_dev * 100.0).round() / 100.0,
+            "dev_protection_added_us_per_row": ((with_dev - without_dev) * 100.0).round() / 100.0,
             "register_dataset_us_per_row (inline, whole action)": (register_us * 100.0).round() / 100.0,
             "generator_us_per_row (3-digit, every draw checked)": (generate_us * 100.0).round() / 100.0,
             "scan_us_per_long_row (~1 kB code-like)": (long_us * 100.0).round() / 100.0,

@@ -107,7 +107,13 @@ impl WorkerAgent for BuiltinWorker {
         for e in &node.experiments {
             match (&e.checkpoint, e.dev) {
                 (Some(c), Some(v)) => scored.push((c.clone(), v)),
-                (Some(c), None) => scored.push((c.clone(), evaluate_dev(study, t, c)?)),
+                // A checkpoint whose scoring is refused or fails (a spent budget; a hidden split
+                // that could not be scored in what its evaluation had left) stays unscored.
+                (Some(c), None) => {
+                    if let Ok(v) = evaluate_dev(study, t, c)? {
+                        scored.push((c.clone(), v));
+                    }
+                }
                 _ => {}
             }
         }
@@ -236,11 +242,16 @@ fn one_seed(study: &Study, t: &WorkerTask, req: RunSftRequest) -> Result<SeedRun
                     .iter()
                     .find(|p| p.checkpoint == c)
                     .and_then(|p| p.metrics.get(&t.opts.metric).copied());
-                let v = match scored_at_end {
-                    Some(v) => v,
-                    None => evaluate_dev(study, t, &c)?,
-                };
-                Ok(SeedRun::Scored(c, v))
+                match scored_at_end {
+                    Some(v) => Ok(SeedRun::Scored(c, v)),
+                    None => Ok(match evaluate_dev(study, t, &c)? {
+                        Ok(v) => SeedRun::Scored(c, v),
+                        // Trained (its compute spent) but not scored.
+                        Err(why) => {
+                            SeedRun::Failed(format!("checkpoint {c} was not scored: {why}"))
+                        }
+                    }),
+                }
             }
             None => Ok(SeedRun::Failed(format!(
                 "job {} {}: {}",
@@ -254,8 +265,14 @@ fn one_seed(study: &Study, t: &WorkerTask, req: RunSftRequest) -> Result<SeedRun
     }
 }
 
-fn evaluate_dev(study: &Study, t: &WorkerTask, checkpoint: &str) -> Result<f64> {
-    let r = study.evaluate(
+/// Score a checkpoint on dev: `Ok(Err(why))` when the evaluation was refused (a spent budget)
+/// or recorded no score (its job, or its hidden twin's, failed); `Err` for anything else.
+fn evaluate_dev(
+    study: &Study,
+    t: &WorkerTask,
+    checkpoint: &str,
+) -> Result<std::result::Result<f64, String>> {
+    let r = match study.evaluate(
         &t.caller,
         EvaluateRequest {
             node: t.node.clone(),
@@ -263,15 +280,24 @@ fn evaluate_dev(study: &Study, t: &WorkerTask, checkpoint: &str) -> Result<f64> 
             task: t.opts.task.clone(),
             split: Split::Dev,
         },
-    )?;
-    r.metrics.get(&t.opts.metric).copied().ok_or_else(|| {
-        Error::internal(format!(
-            "the evaluation of {checkpoint} reported no {} (job {}: {})",
+    ) {
+        Ok(r) => r,
+        Err(e) if e.kind == ErrorKind::Rejected => return Ok(Err(e.message)),
+        Err(e) => return Err(e),
+    };
+    Ok(r.metrics.get(&t.opts.metric).copied().ok_or_else(|| {
+        format!(
+            "the evaluation of {checkpoint} recorded no {} (job {}: {}{})",
             t.opts.metric,
             r.job.id,
-            r.job.state.as_str()
-        ))
-    })
+            r.job.state.as_str(),
+            r.job
+                .error
+                .as_ref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        )
+    }))
 }
 
 fn findings(

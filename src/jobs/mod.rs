@@ -124,7 +124,12 @@ pub fn request_cancel(job_dir: &Path, by: &str) -> Result<()> {
     if !job_dir.join(protocol::SPEC_FILE).is_file() {
         return Err(Error::not_found(format!("no job at {}", job_dir.display())));
     }
-    fs::write(job_dir.join("cancel"), by.as_bytes()).at("cannot write", job_dir)
+    // Written aside and renamed into place: the runner polls for the file and reads who asked
+    // the moment it appears, so it must never see it created but not yet written (the record
+    // then said "cancelled on request" without the name).
+    let tmp = job_dir.join(format!(".cancel-{:016x}", rand::random::<u64>()));
+    fs::write(&tmp, by.as_bytes()).at("cannot write", &tmp)?;
+    fs::rename(&tmp, job_dir.join("cancel")).at("cannot write", job_dir)
 }
 
 /// Ask the job of `job_dir` to stop, on whichever backend runs it.

@@ -150,9 +150,18 @@ fn full_experiment_trains_evaluates_and_records_real_numbers() {
         .expect("eval");
     let em = dev["metrics"]["exact_match"].as_f64().expect("em");
     let em0 = base["metrics"]["exact_match"].as_f64().expect("em");
+    // The n-gram model memorises problems, and the generator draws no dev item (dev is evidence,
+    // protected from training): it gains nothing on dev it never saw, and its dev score is not
+    // above the hidden twin's. (Before dev was protected, the same run "helped" by +0.3 — by
+    // training on dev items.)
     assert!(
-        em > em0 + 0.1,
-        "training must help: base {em0}, trained {em}"
+        (em - em0).abs() < 0.05,
+        "no dev item trained: base {em0}, trained {em}"
+    );
+    assert!(dev.get("evidence_suspect").is_none(), "{dev}");
+    assert!(
+        sft["metrics"]["final_loss"].as_f64().is_some() || sft["curve"].is_array(),
+        "the run recorded its training: {sft}"
     );
     assert_eq!(
         dev["items"].as_array().map(Vec::len),
