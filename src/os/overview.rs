@@ -131,6 +131,9 @@ pub struct NodeStat {
     pub values: Vec<f64>,
     pub mean: Option<f64>,
     pub ci95: Option<[f64; 2]>,
+    /// The node's evidence is suspect (a dev score significantly above the hidden dev twin's):
+    /// shown, marked, and never ranked.
+    pub suspect: bool,
 }
 
 /// The difference of two nodes' means (`b - a`) with Welch's 95% interval.
@@ -287,6 +290,7 @@ impl Study {
                 .collect();
             let (mean, ci95) = crate::util::stats::mean_ci95(&values);
             stats.push(NodeStat {
+                suspect: self.index.is_suspect(n)?,
                 node: n.clone(),
                 values,
                 mean,

@@ -117,6 +117,22 @@ fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node(
     assert!(page.contains("Learning curves") && page.contains("script-src 'sha256-"));
     fsck_clean(&root);
 
+    // The dev twin changes no decision of an honest campaign: every dev evaluation was checked
+    // against it, none was suspect, and the audit finds nothing.
+    let audit = ok_json(&root, &["audit", "--json"]);
+    let dev_tripwire = audit["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "dev-tripwire")
+        .expect("dev-tripwire check")
+        .clone();
+    assert!(
+        dev_tripwire["checked"].as_u64() >= Some(10),
+        "{dev_tripwire}"
+    );
+    assert_eq!(dev_tripwire["violations"], json!([]), "{dev_tripwire}");
+    assert_eq!(audit["got_through"], 0, "{audit}");
     // Running again on a finished campaign repeats nothing.
     let again = ok_json(&root, &["run", "--quiet"]);
     assert_eq!(again["summary"]["experiments"], 10);

@@ -583,6 +583,7 @@ fn node_card(s: &Session, caller: &Caller, id: &str) -> Result<Value> {
     let (task, metric) = first_task(s)?;
     let (n, mean, ci95) = score_of(&v, &task, "dev", &metric);
     let verdict = s.with(|st| st.latest_verdicts())?.remove(id);
+    let suspect = s.with(|st| st.suspect_nodes())?.contains(id);
     let runs = v["actions"]
         .as_array()
         .into_iter()
@@ -592,7 +593,7 @@ fn node_card(s: &Session, caller: &Caller, id: &str) -> Result<Value> {
     Ok(json!({
         "id": id, "title": v["title"], "status": v["status"], "outcome": v["outcome"],
         "verdict": verdict, "task": task, "metric": metric,
-        "score": { "n": n, "mean": mean, "ci95": ci95 }, "runs": runs,
+        "score": { "n": n, "mean": mean, "ci95": ci95 }, "runs": runs, "suspect": suspect,
         "parents": v["parents"], "children": v["children"],
     }))
 }
@@ -607,7 +608,12 @@ fn fmt_score(card: &Value) -> String {
                 .and_then(|c| Some((c.first()?.as_f64()?, c.get(1)?.as_f64()?)))
                 .map(|(a, b)| format!(" ± {:.4} (95% CI [{a:.4}, {b:.4}])", (b - a) / 2.0))
                 .unwrap_or_default();
-            format!("{m:.4}{ci}, n = {}", s["n"])
+            let suspect = if card["suspect"] == true {
+                " — SUSPECT: significantly above the hidden dev twin's, not ranked"
+            } else {
+                ""
+            };
+            format!("{m:.4}{ci}, n = {}{suspect}", s["n"])
         }
     }
 }

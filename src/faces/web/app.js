@@ -158,7 +158,8 @@ function renderPanel(d) {
   const dev = section("Dev score",
     el("p", {}, st && st.mean !== null && st.mean !== undefined
       ? `mean ${fmt(st.mean, 4)}` + (st.ci95 ? ` (95% interval ${fmt(st.ci95[0], 4)} – ${fmt(st.ci95[1], 4)})` : "") + ` over ${st.values.length} evaluation${st.values.length === 1 ? "" : "s"}`
-      : "no dev evaluation yet"));
+      : "no dev evaluation yet"),
+    st && st.suspect ? el("p", { class: "suspect" }, "SUSPECT: a dev score significantly above the hidden dev twin's — this node is left out of every ranking") : null);
   const recipe = (n.hypothesis || "").split("\n").filter((l) => /^\s*(recipe|proposal)\s*:/.test(l));
   const hyp = section("Hypothesis", el("pre", { class: "text", id: "hypothesis" }, n.hypothesis || ""),
     recipe.length ? el("div", {}, el("h4", {}, "Recipe"), el("pre", { class: "text" }, recipe.join("\n"))) : null);
