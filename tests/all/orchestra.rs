@@ -119,7 +119,7 @@ fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node(
 
     // The dev twin changes no decision of an honest campaign: every dev evaluation was checked
     // against it, none was suspect, and the audit finds nothing.
-    let audit = ok_json(&root, &["audit", "--json"]);
+    let audit = ok_json(&root, &["audit"]);
     let dev_tripwire = audit["checks"]
         .as_array()
         .expect("checks")
