@@ -40,9 +40,9 @@ pub struct NodeState {
     pub top: String,
     /// Consecutive refinements without a sibling above this node.
     pub lonely_depth: u32,
-    /// A dev evaluation on this node scored significantly above the hidden dev twin: its dev
-    /// scores are evidence that may have been bought, so the campaign ranks it on none of them
-    /// (its experiments carry no dev score: never best, kept by halving or promoted).
+    /// The node produced a checkpoint a dev evaluation found significantly above the hidden dev
+    /// twin: its dev scores are evidence that may have been bought, so the campaign ranks it on
+    /// none of them (its experiments carry no dev score: never best, kept by halving or promoted).
     pub suspect: bool,
 }
 
@@ -120,6 +120,10 @@ impl CampaignState {
             ..Default::default()
         };
         let mut raw = Vec::new();
+        // Evidence the dev tripwire flagged: no score of a suspect checkpoint counts, nor any
+        // score of a node that produced one.
+        let suspect_nodes = study.suspect_nodes()?;
+        let suspect_cks = study.suspect_checkpoints()?;
         for n in &listed.nodes {
             let (meta, actions) = study.node_history(&n.id)?;
             // The campaign's work is only what the campaign branched; any other node in the
@@ -133,7 +137,7 @@ impl CampaignState {
         for (meta, actions) in raw {
             let mut experiments: Vec<Experiment> = Vec::new();
             let mut dev: BTreeMap<String, f64> = BTreeMap::new();
-            let mut suspect = false;
+            let suspect = suspect_nodes.contains(&meta.id);
             for a in &actions {
                 let r = a;
                 if r.decision.decision != Verdict::Accepted {
@@ -156,10 +160,6 @@ impl CampaignState {
                         });
                     }
                     ActionName::Evaluate => {
-                        suspect |= r
-                            .result
-                            .as_ref()
-                            .is_some_and(|v| v.get("evidence_suspect") == Some(&true.into()));
                         for m in &r.metrics {
                             if m.task == task && m.split == Split::Dev {
                                 dev.insert(m.checkpoint.clone(), m.value);
@@ -198,7 +198,7 @@ impl CampaignState {
                     .checkpoint
                     .as_ref()
                     .and_then(|c| dev.get(c).copied())
-                    .filter(|_| !suspect);
+                    .filter(|_| !suspect && !e.checkpoint.as_ref().is_some_and(|c| suspect_cks.contains(c)));
             }
             if !meta.parents.is_empty() {
                 st.experiments_used += experiments.len() as u64;

@@ -46,6 +46,12 @@ impl Study {
         self.index.suspect_nodes()
     }
 
+    /// Checkpoints a dev evaluation found significantly above the hidden dev twin: none of their
+    /// scores is ranked, on any node.
+    pub fn suspect_checkpoints(&self) -> Result<std::collections::BTreeSet<String>> {
+        self.index.suspect_checkpoints()
+    }
+
     /// The overview for `task` (default: the study's first task) and its configured metric.
     pub fn dag_overview(&self, task: Option<&str>) -> Result<DagOverview> {
         let task = match task {
@@ -273,6 +279,7 @@ impl Study {
             .and_then(|t| self.config.tasks.get(t))
             .map(|t| t.metric.clone());
         let mut stats = Vec::new();
+        let suspect_cks = self.index.suspect_checkpoints()?;
         for n in nodes {
             self.need_node(n)?;
             // Results only: scores of checkpoints kept part-way through a run are its trend.
@@ -285,6 +292,7 @@ impl Study {
                     Some(&m.task) == task.as_ref()
                         && m.split == Split::Dev
                         && Some(&m.name) == metric.as_ref()
+                        && !suspect_cks.contains(&m.checkpoint)
                 })
                 .map(|m| m.value)
                 .collect();

@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS kept(
   PRIMARY KEY(node, seq, step)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS kept_sha ON kept(node, sha256);
 CREATE TABLE IF NOT EXISTS suspect(
-  node TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(node, seq)) WITHOUT ROWID;
+  node TEXT NOT NULL, seq INTEGER NOT NULL, checkpoint TEXT NOT NULL, PRIMARY KEY(node, seq)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS suspect_ck ON suspect(checkpoint);
 CREATE TABLE IF NOT EXISTS datasets(
   name TEXT PRIMARY KEY, sha256 TEXT NOT NULL, node TEXT NOT NULL, seq INTEGER NOT NULL, rows INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS agents(
@@ -67,11 +68,22 @@ CREATE TABLE IF NOT EXISTS pending(node TEXT NOT NULL, pid INTEGER NOT NULL, wri
 const RESULTS_ONLY: &str =
     "NOT EXISTS (SELECT 1 FROM kept k WHERE k.node=metrics.node AND k.sha256=metrics.checkpoint)";
 
-/// The one rule for which nodes may be ranked: a node with a dev evaluation the dev tripwire
-/// found significantly above its hidden twin (`evidence_suspect`) has evidence that may have
-/// been bought, and is left out of every ranking (the leaderboard, the summary's best node, the
-/// overview's best); its scores are still shown, marked suspect.
-const RANKABLE: &str = "NOT EXISTS (SELECT 1 FROM suspect s WHERE s.node=metrics.node)";
+/// The one rule for which scores may be ranked. A dev evaluation the dev tripwire found
+/// significantly above its hidden twin (`evidence_suspect`) makes its *checkpoint* suspect: that
+/// evidence may have been bought. No score of a suspect checkpoint is ranked, on whichever node
+/// it was recorded (a bought checkpoint cannot be laundered through another node, and scoring it
+/// on a rival's node costs the rival nothing), and no score of a node that *produced* a suspect
+/// checkpoint is ranked (its evidence is suspect). Every query that ranks — the leaderboard, the
+/// summary's and the overview's best node, compare's means — applies it with `RESULTS_ONLY`; the
+/// scores are still shown, marked.
+const RANKABLE: &str = "NOT EXISTS (SELECT 1 FROM suspect s WHERE s.checkpoint=metrics.checkpoint)
+   AND metrics.node NOT IN (SELECT a.node FROM artifacts a JOIN suspect s ON s.checkpoint=a.sha256
+                            WHERE a.kind='checkpoint')";
+
+/// Nodes whose evidence is suspect: those that produced (trained, or hold as base) a checkpoint
+/// a dev evaluation found significantly above the hidden dev twin.
+const SUSPECT_NODES: &str = "SELECT DISTINCT a.node FROM artifacts a JOIN suspect s ON s.checkpoint=a.sha256
+   WHERE a.kind='checkpoint'";
 
 /// A node as the index knows it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -775,7 +787,8 @@ impl Index {
         Ok(rows)
     }
 
-    /// Mean and count of a metric's results per node (see `RESULTS_ONLY`), for the nodes that have one.
+    /// Mean and count of a metric's rankable results per node (see `RESULTS_ONLY` and
+    /// `RANKABLE`), for the nodes that have one.
     pub fn mean_per_node(
         &self,
         task: &str,
@@ -784,7 +797,7 @@ impl Index {
     ) -> Result<Vec<(String, f64, u64)>> {
         let mut st = self.conn.prepare(&format!(
             "SELECT node, AVG(value), COUNT(*) FROM metrics WHERE task=?1 AND split=?2 AND name=?3
-               AND {RESULTS_ONLY} GROUP BY node ORDER BY node",
+               AND {RESULTS_ONLY} AND {RANKABLE} GROUP BY node ORDER BY node",
         ))?;
         let rows = st
             .query_map(params![task, split, name], |r| {
@@ -794,22 +807,31 @@ impl Index {
         Ok(rows)
     }
 
-    /// Nodes whose evidence is suspect (a dev evaluation above its hidden twin), in node order.
+    /// Nodes whose evidence is suspect (see `SUSPECT_NODES`), in node order.
     pub fn suspect_nodes(&self) -> Result<std::collections::BTreeSet<String>> {
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT DISTINCT node FROM suspect")?;
+        let mut st = self.conn.prepare_cached(SUSPECT_NODES)?;
         let rows = st
             .query_map([], |r| r.get::<_, String>(0))?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
 
-    /// Whether a node's evidence is suspect.
-    pub fn is_suspect(&self, node: &str) -> Result<bool> {
+    /// Checkpoints a dev evaluation found significantly above the hidden dev twin.
+    pub fn suspect_checkpoints(&self) -> Result<std::collections::BTreeSet<String>> {
         let mut st = self
             .conn
-            .prepare_cached("SELECT 1 FROM suspect WHERE node=?1 LIMIT 1")?;
+            .prepare_cached("SELECT DISTINCT checkpoint FROM suspect")?;
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Whether a node's evidence is suspect (see `SUSPECT_NODES`).
+    pub fn is_suspect(&self, node: &str) -> Result<bool> {
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT 1 FROM ({SUSPECT_NODES}) WHERE node=?1 LIMIT 1"
+        ))?;
         Ok(st.exists([node])?)
     }
 
@@ -1036,10 +1058,18 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
             .as_ref()
             .is_some_and(|v| v.get("evidence_suspect") == Some(&serde_json::Value::Bool(true)))
     {
-        tx.execute(
-            "INSERT OR IGNORE INTO suspect(node,seq) VALUES(?1,?2)",
-            params![r.node, r.seq],
-        )?;
+        let checkpoint = r.metrics.first().map(|m| m.checkpoint.clone()).or_else(|| {
+            r.request
+                .get("checkpoint")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        });
+        if let Some(ck) = checkpoint {
+            tx.execute(
+                "INSERT OR IGNORE INTO suspect(node,seq,checkpoint) VALUES(?1,?2,?3)",
+                params![r.node, r.seq, ck],
+            )?;
+        }
     }
     // Checkpoints a run kept part-way (`eval_every`), as its record lists them: their scores
     // are the run's trend, not the node's results (`RESULTS_ONLY`).

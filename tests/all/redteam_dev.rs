@@ -399,8 +399,8 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
         overview
             .nodes
             .iter()
-            .any(|n| n.id == rogue && n.suspect && n.score.is_some()),
-        "its score is shown, marked suspect"
+            .any(|n| n.id == rogue && n.suspect && n.score.is_none()),
+        "drawn marked suspect, with no ranked score"
     );
     let cmp = s
         .call(
@@ -420,7 +420,36 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
     };
     assert_eq!(row(&rogue)["suspect"], true, "{cmp}");
     assert!(row(&rogue).get("mean").is_none(), "not ranked: {cmp}");
-    assert!(row(&honest)["mean"].is_number(), "{cmp}");
+    let honest_mean = row(&honest)["mean"].as_f64().expect("honest mean");
+    // Sabotage: the rogue scores its bought checkpoint on the honest node (any worker may
+    // evaluate on an open node). The evaluation is itself suspect; the bought score counts on no
+    // node, and the honest node is neither marked nor moved.
+    let planted = eval(&eve, &honest, &bought);
+    assert_eq!(planted["evidence_suspect"], true, "{planted}");
+    let cmp = s
+        .call(
+            &owner,
+            "compare",
+            json!({"node": "n0", "nodes": [rogue, honest], "task": "add2"}),
+        )
+        .expect("compare");
+    let honest_row = cmp["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["node"] == honest.as_str())
+        .cloned()
+        .expect("row");
+    assert!(honest_row.get("suspect").is_none(), "{honest_row}");
+    assert_eq!(honest_row["mean"].as_f64(), Some(honest_mean), "{honest_row}");
+    let best_after = s
+        .call(&owner, "dag", json!({"view": "best", "task": "add2"}))
+        .expect("leaderboard");
+    assert_eq!(best_after["nodes"], best["nodes"], "the planted score ranks nowhere");
+    assert_eq!(
+        s.suspect_nodes().expect("suspects"),
+        std::collections::BTreeSet::from([rogue.clone()])
+    );
     // The audit counts what no check could prevent: the suspect evidence, and the dataset that
     // trained on dev (re-scanned under the config committed now).
     let rep = rsi_master::os::audit::audit(&s).expect("audit");

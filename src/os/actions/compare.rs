@@ -14,6 +14,8 @@ impl Study {
         check_caller(caller)?;
         let snap = self.require_node(&req.node)?;
         let mut rows = Vec::new();
+        // Scores of a checkpoint the dev tripwire found suspect are not ranked on any node.
+        let suspect_cks = self.index.suspect_checkpoints()?;
         for n in &req.nodes {
             let node = self
                 .index
@@ -24,10 +26,16 @@ impl Study {
                 .index
                 .node_results(n)?
                 .into_iter()
-                .filter(|(_, m)| m.task == req.task && m.split == req.split && m.name == req.metric)
+                .filter(|(_, m)| {
+                    m.task == req.task
+                        && m.split == req.split
+                        && m.name == req.metric
+                        && !suspect_cks.contains(&m.checkpoint)
+                })
                 .map(|(_, m)| m.value)
                 .collect();
-            // A node whose evidence is suspect is listed, not ranked.
+            // A node whose evidence is suspect (it produced a suspect checkpoint) is listed, not
+            // ranked.
             let suspect = self.index.is_suspect(n)?;
             let trend = if suspect {
                 None
