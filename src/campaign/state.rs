@@ -198,7 +198,13 @@ impl CampaignState {
                     .checkpoint
                     .as_ref()
                     .and_then(|c| dev.get(c).copied())
-                    .filter(|_| !suspect && !e.checkpoint.as_ref().is_some_and(|c| suspect_cks.contains(c)));
+                    .filter(|_| {
+                        !suspect
+                            && !e
+                                .checkpoint
+                                .as_ref()
+                                .is_some_and(|c| suspect_cks.contains(c))
+                    });
             }
             if !meta.parents.is_empty() {
                 st.experiments_used += experiments.len() as u64;

@@ -127,7 +127,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
     let mut dev_tripwire = Check {
         name: "dev-tripwire",
         counts: true,
-        what: "no dev score was significantly above its task's hidden dev twin (evidence bought by training on dev or on what predicts it, which the gate missed; the node was left out of every ranking)",
+        what: "no dev score was significantly above its task's hidden dev twin (evidence bought by training on dev or on what predicts it, which the gate missed; the checkpoint and the node that trained it were left out of every ranking)",
         checked: 0,
         violations: Vec::new(),
     };
@@ -369,9 +369,11 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                         .as_ref()
                         .is_some_and(|v| v["evidence_suspect"] == true)
                     {
+                        let ck = r.metrics.first().map_or("?", |m| m.checkpoint.as_str());
                         dev_tripwire.violations.push(format!(
-                            "{at}: the dev score on {task} was significantly above its hidden twin's (node {} left out of every ranking)",
-                            a.node
+                            "{at}: the dev score of checkpoint {ck} on {task} was significantly \
+                             above its hidden twin's (its scores count on no node, and the node \
+                             that trained it is left out of every ranking)"
                         ));
                     }
                 }

@@ -82,7 +82,8 @@ const RANKABLE: &str = "NOT EXISTS (SELECT 1 FROM suspect s WHERE s.checkpoint=m
 
 /// Nodes whose evidence is suspect: those that produced (trained, or hold as base) a checkpoint
 /// a dev evaluation found significantly above the hidden dev twin.
-const SUSPECT_NODES: &str = "SELECT DISTINCT a.node FROM artifacts a JOIN suspect s ON s.checkpoint=a.sha256
+const SUSPECT_NODES: &str =
+    "SELECT DISTINCT a.node FROM artifacts a JOIN suspect s ON s.checkpoint=a.sha256
    WHERE a.kind='checkpoint'";
 
 /// A node as the index knows it.

@@ -441,11 +441,18 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
         .cloned()
         .expect("row");
     assert!(honest_row.get("suspect").is_none(), "{honest_row}");
-    assert_eq!(honest_row["mean"].as_f64(), Some(honest_mean), "{honest_row}");
+    assert_eq!(
+        honest_row["mean"].as_f64(),
+        Some(honest_mean),
+        "{honest_row}"
+    );
     let best_after = s
         .call(&owner, "dag", json!({"view": "best", "task": "add2"}))
         .expect("leaderboard");
-    assert_eq!(best_after["nodes"], best["nodes"], "the planted score ranks nowhere");
+    assert_eq!(
+        best_after["nodes"], best["nodes"],
+        "the planted score ranks nowhere"
+    );
     assert_eq!(
         s.suspect_nodes().expect("suspects"),
         std::collections::BTreeSet::from([rogue.clone()])
@@ -461,7 +468,7 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
     };
     assert_eq!(
         check("dev-tripwire").violations.len(),
-        1,
+        2,
         "{:#?}",
         rep.checks
     );
