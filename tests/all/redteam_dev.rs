@@ -265,8 +265,10 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
     );
     crate::common::commit_config(&root, &open_toml, "agents may train on dev");
     let s = open(&root);
-    let eve = Caller::new("eve", Role::Worker);
-    let ann = Caller::new("ann", Role::Worker);
+    // Agent names a campaign adopts (`campaign::state::campaign_author`), so the campaign's own
+    // view of these nodes is checked too.
+    let eve = Caller::new("eve-agent", Role::Worker);
+    let ann = Caller::new("ann-agent", Role::Worker);
     let rogue = branch(&s, &eve, "memorise dev");
     let honest = branch(&s, &ann, "honest data");
     let items = dev_items(&s, &eve, &rogue);
@@ -421,6 +423,16 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
     assert_eq!(row(&rogue)["suspect"], true, "{cmp}");
     assert!(row(&rogue).get("mean").is_none(), "not ranked: {cmp}");
     let honest_mean = row(&honest)["mean"].as_f64().expect("honest mean");
+    // The campaign's view: the rogue node has no dev score to rank, halve or promote on.
+    let st = rsi_master::campaign::state::CampaignState::load(&s, "add2").expect("state");
+    let rogue_state = st.nodes.get(&rogue).expect("a campaign node");
+    assert!(rogue_state.suspect);
+    assert!(rogue_state.dev_scores().is_empty(), "{rogue_state:?}");
+    assert!(!st.nodes[&honest].suspect);
+    assert_eq!(
+        st.best_by_dev(false).map(|n| n.id.clone()),
+        Some(honest.clone())
+    );
     // Sabotage: the rogue scores its bought checkpoint on the honest node (any worker may
     // evaluate on an open node). The evaluation is itself suspect; the bought score counts on no
     // node, and the honest node is neither marked nor moved.
