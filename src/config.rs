@@ -1115,6 +1115,27 @@ evaluate = ["true"]
             msg.contains("study.name") && msg.contains("string"),
             "{msg}"
         );
+        // The hidden splits are confined like the others: a crafted config cannot point the
+        // dev twin (or the sealed split) at a file outside the study.
+        for key in ["dev_twin", "sealed"] {
+            let text = GOOD.replace(
+                "test = { path = \"eval/test.jsonl\" }",
+                &format!("test = {{ path = \"eval/test.jsonl\" }}\n{key} = {{ path = \"../../etc/passwd\" }}"),
+            );
+            let (at, msg) = placed(&text);
+            assert_eq!(at, "\"../../etc/passwd\"");
+            assert!(
+                msg.starts_with(&format!("key `tasks.add.{key}.path`")),
+                "{msg}"
+            );
+        }
+        // With train_on_dev, every task needs a twin to rank on.
+        let text = format!("{GOOD}[policy]\ntrain_on_dev = true\n");
+        let (_, msg) = placed(&text);
+        assert!(
+            msg.contains("policy.train_on_dev") && msg.contains("dev_twin"),
+            "{msg}"
+        );
         // A path outside the study (a semantic check): the value.
         let text = GOOD.replace("path = \"eval/dev.jsonl\"", "path = \"../../etc/passwd\"");
         let (at, msg) = placed(&text);

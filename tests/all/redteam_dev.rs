@@ -71,10 +71,17 @@ fn rule_of(s: &Study, who: &Caller, action: &str, args: Value) -> String {
     e.rule.expect("a rule")
 }
 
-fn config_with(root: &Path, from: &str, to: &str) -> String {
+/// The example study with `from` replaced by `to` in its committed config.
+fn example_with(from: &str, to: &str) -> (tempfile::TempDir, PathBuf) {
+    let (d, root) = crate::common::example_study();
     let text = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
     assert!(text.contains(from), "{from}");
-    text.replacen(from, to, 1)
+    crate::common::commit_config(
+        &root,
+        &text.replacen(from, to, 1),
+        "the red team's settings",
+    );
+    (d, root)
 }
 
 /// Operands swapped (`12+34=` → `34+12=`).
@@ -88,14 +95,11 @@ fn swapped(p: &str) -> String {
 
 #[test]
 fn dev_items_in_every_form_the_gate_reads_are_refused_as_dev_contamination() {
-    let (_d, root) = crate::common::example_study();
     // Every variant gets its own answer; the probing limit is checked at its default below.
-    let toml = config_with(
-        &root,
+    let (_d, root) = example_with(
         "max_contamination_rejections_per_agent = 5",
         "max_contamination_rejections_per_agent = 50",
     );
-    crate::common::commit_config(&root, &toml, "more probes for the red team");
     let s = open(&root);
     let eve = Caller::new("eve", Role::Worker);
     let n = branch(&s, &eve, "dev hunter");
@@ -256,14 +260,11 @@ fn dev_contamination_and_empty_filters_count_toward_the_probing_limit() {
 
 #[test]
 fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
-    let (_d, root) = crate::common::example_study();
     // The owner first lets agents train on dev (reviewers then rank on the dev twin) ...
-    let open_toml = config_with(
-        &root,
+    let (_d, root) = example_with(
         "require_network_isolation = false",
         "require_network_isolation = false\ntrain_on_dev = true",
     );
-    crate::common::commit_config(&root, &open_toml, "agents may train on dev");
     let s = open(&root);
     // Agent names a campaign adopts (`campaign::state::campaign_author`), so the campaign's own
     // view of these nodes is checked too.
@@ -469,6 +470,39 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
         s.suspect_nodes().expect("suspects"),
         std::collections::BTreeSet::from([rogue.clone()])
     );
+    // Laundering: the rogue continues its bought checkpoint on clean generated data in a fresh
+    // node (no dev item in sight), hoping the descendant is a new, unsuspected checkpoint. What
+    // it memorised is still there: the descendant's own dev evaluation is flagged, and the fresh
+    // node leaves every ranking too.
+    let laundry = branch(&s, &eve, "clean continuation");
+    s.call(
+        &eve,
+        "register_dataset",
+        json!({"node": laundry, "name": "gen-eve", "source": {"kind": "arith", "op": "add",
+               "digits": 2, "format": "plain", "n": 3000, "seed": 11}}),
+    )
+    .expect("clean data");
+    let washed = s
+        .call(
+            &eve,
+            "run_sft",
+            json!({"node": laundry, "base": bought, "datasets": ["gen-eve"], "steps": 100,
+                   "batch_size": 32, "learning_rate": 0.001, "seed": 2}),
+        )
+        .expect("run_sft")["checkpoint"]
+        .as_str()
+        .expect("checkpoint")
+        .to_string();
+    let washed_eval = eval(&eve, &laundry, &washed);
+    assert_eq!(washed_eval["evidence_suspect"], true, "{washed_eval}");
+    let best_after = s
+        .call(&owner, "dag", json!({"view": "best", "task": "add2"}))
+        .expect("leaderboard");
+    assert_eq!(
+        best_after["nodes"], best["nodes"],
+        "the laundered score ranks nowhere"
+    );
+    assert!(s.suspect_nodes().expect("suspects").contains(&laundry));
     // The audit counts what no check could prevent: the suspect evidence, and the dataset that
     // trained on dev (re-scanned under the config committed now).
     let rep = rsi_master::os::audit::audit(&s).expect("audit");
@@ -480,7 +514,7 @@ fn a_node_trained_on_dev_is_suspect_and_left_out_of_every_ranking() {
     };
     assert_eq!(
         check("dev-tripwire").violations.len(),
-        2,
+        3,
         "{:#?}",
         rep.checks
     );
