@@ -182,6 +182,17 @@ pub struct TaskConfig {
 }
 
 impl TaskConfig {
+    /// The hidden split scored beside an evaluation of `split` (the sealed split beside test,
+    /// the dev twin beside dev), where the task has one, with its name.
+    pub fn hidden_twin(&self, split: crate::model::Split) -> Option<(&'static str, &EvalSet)> {
+        let name = hidden_split_name(split);
+        match split {
+            crate::model::Split::Test => self.sealed.as_ref(),
+            crate::model::Split::Dev => self.dev_twin.as_ref(),
+        }
+        .map(|s| (name, s))
+    }
+
     /// Every split of the task with its name: dev, the dev twin, test and sealed (those it has).
     pub fn splits(&self) -> Vec<(&'static str, &EvalSet)> {
         let mut out = vec![("dev", &self.dev)];
@@ -189,6 +200,15 @@ impl TaskConfig {
         out.push(("test", &self.test));
         out.extend(self.sealed.iter().map(|s| ("sealed", s)));
         out
+    }
+}
+
+/// The name of the hidden split scored beside an evaluation of `split`: `sealed` beside test,
+/// `dev_twin` beside dev.
+pub fn hidden_split_name(split: crate::model::Split) -> &'static str {
+    match split {
+        crate::model::Split::Test => "sealed",
+        crate::model::Split::Dev => "dev_twin",
     }
 }
 

@@ -111,7 +111,6 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
 /// and dev_twin (the dev tripwire's: drawn from the dev split's distribution, never shown);
 /// returns their sha256 pins in that order.
 fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 4]> {
-    use crate::policy::canon::{canonical, tokens};
     use crate::policy::contamination::{EvalSet, ScanConfig, Scanner};
     let prot = root.join(STATE_DIR).join("protected").join(task);
     fs::create_dir_all(&prot).at("cannot create", &prot)?;
@@ -148,9 +147,9 @@ fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 4]> 
         let rows: Vec<_> = crate::train::datasets::arith_stream(&params, seed)
             .take(n * 50)
             .filter(|r| {
-                let key = crate::policy::normal_form::keys(
+                let key = crate::policy::normal_form::keys_of_text(
                     crate::config::NormalForm::Arithmetic,
-                    &tokens(&canonical(&r.prompt)),
+                    &r.prompt,
                 );
                 !scanner.row_reproduces(r) && keys.insert(key)
             })

@@ -355,29 +355,31 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                     )),
                     _ => {}
                 }
-                if r.request["split"].as_str() == Some(Split::Dev.as_str()) {
-                    let task = r.request["task"].as_str().unwrap_or_default();
-                    if study
-                        .config()
-                        .tasks
-                        .get(task)
-                        .is_some_and(|t| t.dev_twin.is_some())
-                    {
-                        dev_tripwire.checked += 1;
-                    }
-                    if r.result
-                        .as_ref()
-                        .is_some_and(|v| v["evidence_suspect"] == true)
-                    {
-                        let ck = r.metrics.first().map_or("?", |m| m.checkpoint.as_str());
-                        dev_tripwire.violations.push(format!(
-                            "{at}: the dev score of checkpoint {ck} on {task} was significantly \
-                             above its hidden twin's (its scores count on no node, and the node \
-                             that trained it is left out of every ranking)"
-                        ));
+                // Each tripwire checked the evaluations of a split whose task has its hidden twin.
+                let task = r.request["task"].as_str().unwrap_or_default();
+                let split = r.request["split"].as_str().and_then(Split::parse);
+                if let Some(split) = split
+                    && let Some(t) = study.config().tasks.get(task)
+                    && t.hidden_twin(split).is_some()
+                {
+                    match split {
+                        Split::Dev => dev_tripwire.checked += 1,
+                        Split::Test => tripwire.checked += 1,
                     }
                 }
-                if r.request["split"].as_str() == Some(Split::Test.as_str()) {
+                if split == Some(Split::Dev)
+                    && r.result
+                        .as_ref()
+                        .is_some_and(|v| v["evidence_suspect"] == true)
+                {
+                    let ck = r.metrics.first().map_or("?", |m| m.checkpoint.as_str());
+                    dev_tripwire.violations.push(format!(
+                        "{at}: the dev score of checkpoint {ck} on {task} was significantly \
+                         above its hidden twin's (its scores count on no node, and the node \
+                         that trained it is left out of every ranking)"
+                    ));
+                }
+                if split == Some(Split::Test) {
                     secrecy.checked += 1;
                     let items = r
                         .result
@@ -388,15 +390,6 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                         secrecy.violations.push(format!(
                             "{at}: a test-split result carries per-item results"
                         ));
-                    }
-                    let task = r.request["task"].as_str().unwrap_or_default();
-                    if study
-                        .config()
-                        .tasks
-                        .get(task)
-                        .is_some_and(|t| t.sealed.is_some())
-                    {
-                        tripwire.checked += 1;
                     }
                     let suspected = r
                         .result

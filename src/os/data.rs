@@ -203,10 +203,9 @@ pub(in crate::os) const DECOY_EVERY: u64 = 16;
 /// the problem's arithmetic normal form (`12+34` and `34+12` are one problem), so every dataset
 /// of the study lacks the same decoys and no one without the secret can tell them apart.
 fn is_decoy(secret: &[u8], row: &types::Row) -> bool {
-    use crate::policy::canon::{canonical, tokens};
-    let keys = crate::policy::normal_form::keys(
+    let keys = crate::policy::normal_form::keys_of_text(
         crate::config::NormalForm::Arithmetic,
-        &tokens(&canonical(&row.prompt)),
+        &row.prompt,
     );
     let mut keyed = secret.to_vec();
     keyed.extend_from_slice(b"\0decoy\0");

@@ -40,8 +40,8 @@ pub struct Facts {
     pub eval_set_pinned: Option<String>,
     /// evaluate: the hidden split scored beside the one asked for (test: the sealed split; dev:
     /// the dev twin) — its current hash and the pinned one.
-    pub sealed_set_actual: Option<String>,
-    pub sealed_set_pinned: Option<String>,
+    pub hidden_set_actual: Option<String>,
+    pub hidden_set_pinned: Option<String>,
     /// run_sft / evaluate: why the checkpoint's stored files no longer match their hashes, if they don't.
     pub checkpoint_corrupt: Option<String>,
     /// Job seconds already used by the node and by the calling agent.
@@ -691,17 +691,14 @@ fn check_evaluate(
             ),
         );
     }
-    if let (Some(pin), Some(actual)) = (&facts.sealed_set_pinned, &facts.sealed_set_actual)
+    if let (Some(pin), Some(actual)) = (&facts.hidden_set_pinned, &facts.hidden_set_actual)
         && pin != actual
     {
         return Decision::reject(
             Rule::EvalSetPinned,
             format!(
                 "the {} split of task {} changed: sha256 {actual}, pinned {pin}",
-                match r.split {
-                    Split::Test => "sealed",
-                    Split::Dev => "dev_twin",
-                },
+                crate::config::hidden_split_name(r.split),
                 r.task
             ),
         );

@@ -18,6 +18,13 @@ pub fn keys(form: NormalForm, toks: &[String]) -> Vec<String> {
     }
 }
 
+/// The keys of any text under a form (its canonical tokens'): what makes two problems one —
+/// `12+34=` and `34 + 12 =` have the same keys.
+pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
+    use crate::policy::canon::{canonical, tokens};
+    keys(form, &tokens(&canonical(text)))
+}
+
 /// The symbols of a row under a form, for joining a row's tail with the next row (pairs of
 /// adjacent rows): keys of `tail(prev) ++ symbols(row)`.
 pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {

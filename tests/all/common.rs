@@ -93,3 +93,12 @@ pub fn fsck_clean(study: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A `register_dataset` request for inline (prompt, answer) rows.
+pub fn inline(node: &str, name: &str, rows: &[(String, String)]) -> Value {
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|(p, a)| serde_json::json!({"prompt": p, "answer": a}))
+        .collect();
+    serde_json::json!({"node": node, "name": name, "source": {"kind": "inline", "rows": rows}})
+}

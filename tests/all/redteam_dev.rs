@@ -45,13 +45,7 @@ fn dev_items(s: &Study, who: &Caller, node: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn inline(node: &str, name: &str, rows: &[(String, String)]) -> Value {
-    let rows: Vec<Value> = rows
-        .iter()
-        .map(|(p, a)| json!({"prompt": p, "answer": a}))
-        .collect();
-    json!({"node": node, "name": name, "source": {"kind": "inline", "rows": rows}})
-}
+use crate::common::inline;
 
 fn rule_of(s: &Study, who: &Caller, action: &str, args: Value) -> String {
     let e = s

@@ -77,13 +77,7 @@ fn limits(s: &Study) -> (Vec<String>, u64) {
     (check.violations.clone(), rep.got_through)
 }
 
-fn inline(node: &str, name: &str, rows: &[(String, String)]) -> Value {
-    let rows: Vec<Value> = rows
-        .iter()
-        .map(|(p, a)| json!({"prompt": p, "answer": a}))
-        .collect();
-    json!({"node": node, "name": name, "source": {"kind": "inline", "rows": rows}})
-}
+use crate::common::inline;
 
 fn clean_rows(tag: usize, n: usize) -> Vec<(String, String)> {
     (0..n)

@@ -49,13 +49,15 @@ impl Study {
             evaluator_pinned: self.config.jobs.evaluator_sha256.clone(),
             eval_set_actual: Some(crate::util::hash::sha256_file(&set_path)?),
             eval_set_pinned: set.sha256.clone(),
-            sealed_set_actual: match hidden_twin(&task, req.split) {
-                Some(twin) => Some(crate::util::hash::sha256_file(
+            hidden_set_actual: match task.hidden_twin(req.split) {
+                Some((_, twin)) => Some(crate::util::hash::sha256_file(
                     &self.study_file(&twin.path)?,
                 )?),
                 None => None,
             },
-            sealed_set_pinned: hidden_twin(&task, req.split).and_then(|s| s.sha256.clone()),
+            hidden_set_pinned: task
+                .hidden_twin(req.split)
+                .and_then(|(_, s)| s.sha256.clone()),
             ..self.job_facts(caller, &req.node, ck.as_deref())?
         };
         let request = serde_json::to_value(&req)?;
@@ -139,7 +141,7 @@ impl Study {
         let mut evidence_suspect = false;
         let mut ranked_on = None;
         if job.state == JobState::Succeeded
-            && let Some(twin) = hidden_twin(&task, req.split)
+            && let Some((hidden, twin)) = task.hidden_twin(req.split)
         {
             let ranked_on_twin = req.split == Split::Dev && self.config.policy.train_on_dev;
             let alpha = match req.split {
@@ -171,7 +173,7 @@ impl Study {
                     job.state = JobState::Failed;
                     job.error = Some(format!(
                         "the {} split could not be scored, so the {} score is withheld: {}",
-                        twin_name(req.split),
+                        hidden,
                         req.split.as_str(),
                         e.message
                     ));
@@ -295,7 +297,7 @@ impl Study {
         };
         let (visible, hidden) = (
             visible_params.split.as_str(),
-            twin_name(visible_params.split),
+            crate::config::hidden_split_name(visible_params.split),
         );
         let job_id = crate::jobs::new_job_id();
         let params = JobParams::Evaluate(EvalParams {
@@ -392,20 +394,4 @@ struct Twin {
     /// The hidden split's own scores (recorded only when the study ranks on the dev twin).
     metrics: BTreeMap<String, f64>,
     n_items: u64,
-}
-
-/// The hidden split scored beside an evaluation of `split`: the sealed split beside test, the
-/// dev twin beside dev — where the task has one.
-fn hidden_twin(task: &crate::config::TaskConfig, split: Split) -> Option<&crate::config::EvalSet> {
-    match split {
-        Split::Test => task.sealed.as_ref(),
-        Split::Dev => task.dev_twin.as_ref(),
-    }
-}
-
-fn twin_name(split: Split) -> &'static str {
-    match split {
-        Split::Test => "sealed",
-        Split::Dev => "dev_twin",
-    }
 }
