@@ -133,8 +133,9 @@ impl Study {
             }
         }
         // The tripwires. A test score is published only when it is not significantly above the
-        // sealed split's; a dev score that is significantly above the dev twin's marks the
-        // node's evidence as suspect (left out of every ranking). Both hidden splits are scored
+        // sealed split's; a dev score that is significantly above the dev twin's makes the
+        // checkpoint suspect (its scores rank nowhere, its producer leaves every ranking: the
+        // index's `RANKABLE`). Both hidden splits are scored
         // by the same pinned evaluator and checkpoint, and both fail closed: no hidden score, no
         // score. With `policy.train_on_dev`, the dev twin's score is the one recorded.
         let mut suspected_contamination = false;
