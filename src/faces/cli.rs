@@ -174,8 +174,27 @@ pub enum Command {
     Audit,
     /// Stop a running or queued job (its action is recorded with the job cancelled).
     Cancel { job: String },
-    /// Record jobs whose rsim process died (opening a study does this too); with --wait, also wait
-    /// for their Slurm jobs still queued or running and record how they end.
+    /// Prove every commit with the study's public key committed on main (works in any clone);
+    /// names the first commit that does not verify.
+    Verify {
+        /// The fingerprint the study's owner published (SHA256:…): the genesis must be signed by it.
+        #[arg(long, value_name = "FINGERPRINT")]
+        key: Option<String>,
+    },
+    /// The study's signing key: show it, publish its public half on main, or rotate it.
+    Key {
+        #[command(subcommand)]
+        cmd: KeyCommand,
+    },
+    /// Clone a shared study with every node branch; it opens read-only (no private key).
+    Clone {
+        /// Anything `git clone` takes: a path, an ssh or https URL.
+        url: String,
+        /// Where to put it (default: the repository's name).
+        dir: Option<PathBuf>,
+    },
+    /// Record jobs whose rsim process died (the first write after opening a study does this too);
+    /// with --wait, also wait for their Slurm jobs still queued or running and record how they end.
     Recover {
         #[arg(long)]
         wait: bool,
@@ -413,6 +432,17 @@ pub enum Command {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum KeyCommand {
+    /// The study's keys (fingerprints, when each was in force) and whether this copy holds the private key.
+    Show,
+    /// Commit the study's public key to main (studies made before rsim committed it at genesis).
+    Publish,
+    /// Make a new signing key: main records it in force from now and the old one retired (signed
+    /// by the old key); the old private key is deleted.
+    Rotate,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum McpClient {
     /// Claude Code (.mcp.json)
@@ -558,6 +588,7 @@ pub fn run(cli: Cli) -> Result<()> {
             }
         },
         Command::Schemas { out, check } => schemas(out, *check),
+        Command::Clone { url, dir: d } => clone_study(url, d.as_deref(), json),
         Command::Mcp { job_wait } => {
             let who = Caller::new(
                 cli.agent
@@ -867,6 +898,26 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             }
             return Ok(());
         }
+        Command::Verify { key } => {
+            let rep = crate::os::verify::verify(study, key.as_deref())?;
+            if json {
+                print_json(&serde_json::to_value(&rep)?)?;
+            } else {
+                print_verify(&rep);
+            }
+            return match &rep.first_bad {
+                None if rep.problems.is_empty() => Ok(()),
+                Some(c) => Err(Error::internal(format!(
+                    "commit {c} is not proven to be this study's ({} problem(s) above)",
+                    rep.problems.len()
+                ))),
+                None => Err(Error::internal(format!(
+                    "{} problem(s) above",
+                    rep.problems.len()
+                ))),
+            };
+        }
+        Command::Key { cmd } => return key_command(study, cmd, json),
         Command::Audit => {
             let rep = crate::os::audit::audit(study)?;
             if json {
@@ -958,6 +1009,7 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         | Command::Job { .. }
         | Command::Schemas { .. }
         | Command::Run { .. }
+        | Command::Clone { .. }
         | Command::Report { .. }
         | Command::BenchStrategies { .. }
         | Command::BenchTrain { .. }
@@ -975,6 +1027,173 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         return print_json(&out);
     }
     print_human(action, &out)
+}
+
+fn print_verify(rep: &crate::os::verify::VerifyReport) {
+    for k in &rep.keys {
+        let when =
+            |t: Option<i64>| t.map_or_else(String::new, |t| crate::model::rfc3339_at(t as f64));
+        let window = match (k.valid_after, k.valid_before) {
+            (None, None) => "in force".to_string(),
+            (a, None) => format!("in force since {}", when(a)),
+            (None, b) => format!("retired {}", when(b)),
+            (a, b) => format!("in force {} to {}", when(a), when(b)),
+        };
+        println!("key {}  {window}", k.fingerprint);
+    }
+    if let Some(g) = &rep.genesis_key {
+        println!("genesis signed by {g}");
+    }
+    println!(
+        "{} commit(s) proven; {} owner commit(s) on main unsigned (config changes made with git){}",
+        rep.verified,
+        rep.unsigned_owner_commits,
+        if rep.read_only {
+            "; this copy is read-only"
+        } else {
+            ""
+        }
+    );
+    for p in &rep.problems {
+        println!("  - {p}");
+    }
+    if rep.problems.is_empty() {
+        println!("ok: every action of this study is signed by its key");
+    }
+}
+
+fn key_command(study: &mut Study, cmd: &KeyCommand, json: bool) -> Result<()> {
+    match cmd {
+        KeyCommand::Show => {
+            let rep = crate::os::verify::verify(study, None)?;
+            let v = json!({
+                "keys": rep.keys,
+                "in_force": study.record().key_fingerprint(),
+                "committed": study.record().key_committed(),
+                "read_only": study.read_only(),
+            });
+            if json {
+                return print_json(&v);
+            }
+            for k in &rep.keys {
+                println!("{}", k.fingerprint);
+            }
+            match study.read_only() {
+                Some(why) => println!("read-only: {why}"),
+                None => println!("this copy holds the study's private key"),
+            }
+            if !study.record().key_committed() {
+                println!("the public key is not committed on main yet: run `rsim key publish`");
+            }
+            Ok(())
+        }
+        KeyCommand::Publish => {
+            let oid = study.publish_key()?;
+            if json {
+                return print_json(&json!({ "commit": oid.to_string() }));
+            }
+            println!(
+                "published the study's public key on main ({oid}); clones prove commits with `rsim verify`"
+            );
+            Ok(())
+        }
+        KeyCommand::Rotate => {
+            let (oid, old, new) = study.rotate_key()?;
+            if json {
+                return print_json(
+                    &json!({ "commit": oid.to_string(), "retired": old, "in_force": new }),
+                );
+            }
+            println!("rotated the study's key on main ({oid}): {old} retired, {new} in force");
+            Ok(())
+        }
+    }
+}
+
+/// `rsim clone`: `git clone`, then every node branch (`refs/heads/rsim/*`, which a plain clone
+/// leaves as remote-tracking branches), git pointed at the committed `allowed_signers`, and the
+/// study opened read-only and verified.
+fn clone_study(url: &str, dir: Option<&Path>, json: bool) -> Result<()> {
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => {
+            let name = url
+                .trim_end_matches('/')
+                .rsplit(['/', ':'])
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(".git");
+            if name.is_empty() || name == "." || name == ".." {
+                return Err(Error::invalid(format!(
+                    "cannot tell a directory name from {url:?}; give one: rsim clone URL DIR"
+                )));
+            }
+            PathBuf::from(name)
+        }
+    };
+    if dir.exists() {
+        return Err(Error::invalid(format!(
+            "{} already exists; nothing was cloned",
+            dir.display()
+        )));
+    }
+    let git = |args: &[&std::ffi::OsStr]| -> Result<()> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| Error::invalid(format!("cannot run git: {e} (is git installed?)")))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "git {} failed: {}",
+            args.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    };
+    let os = std::ffi::OsStr::new;
+    git(&[
+        os("clone"),
+        os("--quiet"),
+        os("--"),
+        os(url),
+        dir.as_os_str(),
+    ])?;
+    git(&[
+        os("-C"),
+        dir.as_os_str(),
+        os("fetch"),
+        os("--quiet"),
+        os("origin"),
+        os("+refs/heads/rsim/*:refs/heads/rsim/*"),
+    ])?;
+    crate::record::Record::open(&dir)?.configure_git_verification()?;
+    let study = Study::open(&dir)?;
+    let rep = crate::os::verify::verify(&study, None)?;
+    let nodes = study.record().node_tips()?.len();
+    if json {
+        print_json(&json!({
+            "dir": dir, "nodes": nodes, "verify": rep, "read_only": study.read_only(),
+        }))?;
+    } else {
+        println!("cloned {url} into {} ({nodes} nodes)", dir.display());
+        print_verify(&rep);
+        println!(
+            "update it with: git -C {} fetch origin '+refs/heads/rsim/*:refs/heads/rsim/*' && git -C {} pull --ff-only",
+            dir.display(),
+            dir.display()
+        );
+    }
+    if let Some(c) = rep.first_bad {
+        return Err(Error::internal(format!(
+            "the clone holds commit {c}, which is not proven to be this study's (see above)"
+        )));
+    }
+    Ok(())
 }
 
 /// `rsim reproduce`: one reproduce action per run_sft (each its own job and commit).

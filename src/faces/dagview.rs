@@ -105,6 +105,9 @@ pub struct DagLayout {
     /// Extent of the coordinates.
     pub width: f64,
     pub height: f64,
+    /// Why the study is read-only here (a clone without its key), if it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<String>,
 }
 
 fn dead_end(n: &OverviewNode) -> bool {
@@ -365,6 +368,7 @@ pub fn layout(ov: &DagOverview, opts: &LayoutOptions) -> DagLayout {
         edges,
         best: ov.best.clone(),
         best_path,
+        read_only: ov.read_only.clone(),
         width: f64::from(max_depth) * COLUMN,
         height: (next_row - 1.0).max(0.0) * ROW,
     }
@@ -446,6 +450,7 @@ pub fn synthetic(n: usize, seed: u64) -> DagOverview {
         metric: Some("exact_match".into()),
         best: best.map(|(_, i)| format!("n{i}")),
         nodes,
+        read_only: None,
     }
 }
 
@@ -473,6 +478,7 @@ mod tests {
             metric: None,
             nodes,
             best: best.map(str::to_string),
+            read_only: None,
         }
     }
 

@@ -15,7 +15,6 @@ use crate::jobs::{
 };
 use crate::model::{JobRecord, JobState, now_rfc3339};
 use crate::util::error::{Error, IoContext, Result};
-use crate::util::proc::process_alive;
 
 /// The child's process id, written when it starts (to stop an orphan's process group).
 const PID_FILE: &str = "pid";
@@ -147,7 +146,11 @@ impl JobRunner for LocalRunner {
         };
         let spawned = cmd.spawn();
         if let Ok(c) = &spawned {
-            let _ = fs::write(spec.dir.join(PID_FILE), c.id().to_string());
+            // The process group is named by its leader's pid, boot and start time: a recycled
+            // pid is never killed for it.
+            if let Some(me) = crate::util::origin::ProcessStamp::of(c.id()) {
+                let _ = fs::write(spec.dir.join(PID_FILE), me.line());
+            }
         }
         let mut child = match spawned {
             Ok(c) => c,
@@ -213,12 +216,15 @@ impl JobRunner for LocalRunner {
     }
 
     fn stop_orphan(&self, job_dir: &Path, _job: &str) {
-        if let Some(pid) = fs::read_to_string(job_dir.join(PID_FILE))
+        if !crate::jobs::is_ours(job_dir) {
+            return;
+        }
+        if let Some(leader) = fs::read_to_string(job_dir.join(PID_FILE))
             .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            && process_alive(pid)
+            .and_then(|s| crate::util::origin::ProcessStamp::parse_line(&s))
+            && leader.alive()
         {
-            kill_group(pid);
+            kill_group(leader.pid);
         }
     }
 }
@@ -374,7 +380,8 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(25));
                 fs::read_to_string(dir.join(PID_FILE))
                     .ok()
-                    .and_then(|p| p.trim().parse::<u32>().ok())
+                    .and_then(|p| crate::util::origin::ProcessStamp::parse_line(&p))
+                    .map(|p| p.pid)
             })
             .expect("the job started");
         assert!(matches!(
@@ -386,7 +393,7 @@ mod tests {
         let r = runner.join().expect("thread").expect("run");
         assert_eq!(r.state, JobState::Failed, "killed: {r:?}");
         assert!(start.elapsed() < Duration::from_secs(20));
-        assert!(!process_alive(pid));
+        assert!(!crate::util::proc::process_alive(pid));
     }
 
     #[test]

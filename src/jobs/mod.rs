@@ -80,6 +80,7 @@ impl JobSpec {
     /// Make the job's directory: `out/`, `spec.json` and, for a sandboxed job, `sandbox.json`.
     pub fn prepare_dir(&self) -> Result<()> {
         fs::create_dir_all(self.out_dir()).at("cannot create", &self.out_dir())?;
+        mark_ours(&self.dir)?;
         self.params.write(&self.spec_path())?;
         if let Some(sb) = &self.sandbox {
             sandbox::write(sb, &self.dir.join(sandbox::SANDBOX_FILE))?;
@@ -132,9 +133,35 @@ pub fn request_cancel(job_dir: &Path, by: &str) -> Result<()> {
     fs::rename(&tmp, job_dir.join("cancel")).at("cannot write", job_dir)
 }
 
-/// Ask the job of `job_dir` to stop, on whichever backend runs it.
+/// Ask the job of `job_dir` to stop, on whichever backend runs it. Only a job this machine
+/// started is acted on: a job directory that came with a repository names processes and Slurm
+/// jobs that are not its own.
 pub fn cancel(job_dir: &Path, by: &str) -> Result<()> {
+    if !is_ours(job_dir) {
+        return Err(Error::not_found(format!(
+            "no job at {} that this machine started (job state rsim did not write here is never acted on)",
+            job_dir.display()
+        )));
+    }
     runner_of_job(job_dir).cancel(job_dir, by)
+}
+
+/// The file in a job directory that marks it as started by this user on this machine.
+pub const ORIGIN_FILE: &str = "origin";
+
+/// Mark a job directory as this machine's (once, when it is made).
+pub fn mark_ours(job_dir: &Path) -> Result<()> {
+    let stamp = job_dir.join(ORIGIN_FILE);
+    if is_ours(job_dir) {
+        return Ok(());
+    }
+    crate::util::origin::stamp("job", job_dir, &stamp).at("cannot write", &stamp)
+}
+
+/// Whether this user started the job of `job_dir` on this machine: the only job state rsim acts
+/// on (kills, cancels, re-attaches, records). Never true through a symlink.
+pub fn is_ours(job_dir: &Path) -> bool {
+    crate::util::origin::is_ours("job", job_dir, &job_dir.join(ORIGIN_FILE))
 }
 
 /// A job backend. It runs jobs, and acts on a job it ran from the job's directory alone, so that

@@ -98,6 +98,13 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
             ),
         ),
     ];
+    // The public half of the study's key: any clone proves every commit with it.
+    if let Some(text) = rec.signers_text()? {
+        let path = root.join(crate::record::signing::SIGNERS_FILE);
+        fs::write(&path, &text).at("cannot write", &path)?;
+        files.push(TreeFile::new(crate::record::signing::SIGNERS_FILE, text));
+        rec.configure_git_verification()?;
+    }
     let readme = root.join("README.md");
     if readme.is_file() {
         files.push(TreeFile::new(
@@ -124,6 +131,7 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
         ),
     )?;
     let index = Index::open(&paths::index_path(&root))?;
+    crate::os::mark_index_ours(&paths::index_path(&root));
     let writer = Writer::new(&rec, &index);
     let owner = Caller::new("owner", Role::Owner);
     let request = serde_json::json!({ "base_model": config.base_model });

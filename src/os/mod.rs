@@ -25,6 +25,7 @@ pub mod session;
 #[cfg(test)]
 mod tests;
 pub mod trend;
+pub mod verify;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -65,6 +66,8 @@ pub struct Study {
     runner: Box<dyn JobRunner>,
     /// The binary `@rsim` in job commands stands for (default: this executable).
     rsim_bin: Option<PathBuf>,
+    /// Whether the first write's preparation (`before_write`) has run.
+    prepared: std::cell::Cell<bool>,
 }
 
 impl Study {
@@ -102,14 +105,22 @@ impl Study {
             record.enable_fsync()?;
         }
         let runner = runner.unwrap_or_else(|| crate::jobs::runner_for(&config.backend));
+        refuse_foreign_state(&root, record.repo())?;
         let state = root.join(STATE_DIR);
         fs::create_dir_all(&state).at("cannot create", &state)?;
-        let mut index = Index::open(&state.join("index.sqlite"))?;
+        let index_path = paths::index_path(&root);
+        let fresh = !index_is_ours(&index_path)?;
+        let mut index = Index::open(&index_path)?;
         index.set_durable(config.record.fsync)?;
-        if index.needs_rebuild {
-            tracing::warn!("the index was written by another rsim version; rebuilding it from git");
+        if index.needs_rebuild || fresh {
+            if !fresh {
+                tracing::warn!(
+                    "the index was written by another rsim version; rebuilding it from git"
+                );
+            }
             index.rebuild(&record)?;
             index.needs_rebuild = false;
+            mark_index_ours(&index_path);
         }
         let repaired = index.repair(&record)?;
         if repaired > 0 {
@@ -119,7 +130,9 @@ impl Study {
             );
         }
         let store = ObjectStore::new(state.join("objects"));
-        let study = Study {
+        // Opening only reads (and builds the index, which is derived from git): orphaned jobs are
+        // recorded, and dead writers' claims dropped, by the first write (`before_write`).
+        Ok(Study {
             root,
             config,
             record,
@@ -127,11 +140,38 @@ impl Study {
             store,
             runner,
             rsim_bin: None,
-        };
-        // Recovery must never keep a study from opening: a failure is reported and retried next time.
-        let recovered = study.recover_open_jobs();
+            prepared: std::cell::Cell::new(false),
+        })
+    }
+
+    /// Commit the study's public key to `main` (a study signed before rsim recorded it).
+    pub fn publish_key(&self) -> Result<git2::Oid> {
+        self.record.publish_key()
+    }
+
+    /// Replace the study's signing key (see `Record::rotate_key`): old and new fingerprints.
+    pub fn rotate_key(&mut self) -> Result<(git2::Oid, String, String)> {
+        let root = self.root.clone();
+        self.record.rotate_key(&root)
+    }
+
+    /// Why this study is open read-only (a clone without the study's private key), if it is.
+    pub fn read_only(&self) -> Option<&str> {
+        self.record.read_only()
+    }
+
+    /// What every write does first: refuse in a read-only clone (`read-only clone: …`); then, once
+    /// per opened study, record the jobs whose writers died and drop those writers' claims.
+    /// Views and queries never do this: reading a study acts on nothing.
+    pub(crate) fn before_write(&self) -> Result<()> {
+        self.record.refuse_write()?;
+        if self.prepared.replace(true) {
+            return Ok(());
+        }
+        // Recovery must never keep a write from running: a failure is reported and retried.
+        let recovered = self.recover_open_jobs();
         // Claims of writers that died are void now that their jobs are recovered.
-        if let Err(e) = study.index.drop_dead_claims() {
+        if let Err(e) = self.index.drop_dead_claims() {
             tracing::warn!("could not drop the claims of dead writers: {}", e.message);
         }
         match recovered {
@@ -142,7 +182,7 @@ impl Study {
             ),
             Err(e) => tracing::warn!("could not record orphaned jobs yet: {}", e.message),
         }
-        Ok(study)
+        Ok(())
     }
 
     /// Make `@rsim` in job commands run this binary (tests and embedders whose executable is not rsim).
@@ -274,6 +314,9 @@ impl Study {
     /// compare-and-swap).
     pub fn call(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
         let req = AnyRequest::parse(action, args)?;
+        if schema::spec(action).is_some_and(|s| s.kind != Kind::Query) {
+            self.before_write()?;
+        }
         let quick = schema::spec(action).is_some_and(|s| s.kind == Kind::Write);
         let _one = quick.then(|| QUICK_WRITES.lock().unwrap_or_else(|e| e.into_inner()));
         dispatch(self, caller, req)
@@ -311,6 +354,104 @@ impl Study {
 }
 
 use crate::model::paths::{INTENT_FILE, RECORDED_FILE};
+
+/// Nothing a repository carries stands in for the study's own state: `.rsim/` is made by rsim on
+/// this machine and never checked out. A repository that tracks anything there (job state, keys,
+/// an index) or holds a symlink there is refused before anything is read, created or written
+/// through it, naming what it found.
+fn refuse_foreign_state(root: &Path, repo: &git2::Repository) -> Result<()> {
+    let under_state = |p: &[u8]| {
+        let d = STATE_DIR.as_bytes();
+        p == d || (p.starts_with(d) && p.get(d.len()) == Some(&b'/'))
+    };
+    let mut found = Vec::new();
+    for name in ["HEAD", crate::record::MAIN_REF] {
+        if let Ok(tree) = repo.revparse_single(name).and_then(|o| o.peel_to_tree())
+            && tree.get_name(STATE_DIR).is_some()
+        {
+            found.push(format!("{name} tracks {STATE_DIR}/"));
+        }
+    }
+    if let Ok(ix) = repo.index()
+        && let Some(e) = ix.iter().find(|e| under_state(&e.path))
+    {
+        found.push(format!(
+            "git's index tracks {}",
+            String::from_utf8_lossy(&e.path)
+        ));
+    }
+    let state = root.join(STATE_DIR);
+    let mut look = vec![state.clone()];
+    match fs::symlink_metadata(&state) {
+        Ok(m) if m.file_type().is_symlink() => found.push(format!("{STATE_DIR} is a symlink")),
+        Ok(m) if !m.is_dir() => found.push(format!("{STATE_DIR} is not a directory")),
+        Ok(_) => {
+            look.push(state.join("jobs"));
+            look.push(state.join("jobs").join("open"));
+        }
+        Err(_) => look.clear(),
+    }
+    for dir in look {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                let rel = e.path();
+                let rel = rel.strip_prefix(root).unwrap_or(&rel);
+                found.push(format!("{} is a symlink", rel.display()));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(Error::forbidden(format!(
+        "{}: refusing to open: {}. A study's {STATE_DIR}/ is rsim's own state on this machine \
+         (job state it acts on, keys, the index) and never comes with a repository; nothing was \
+         read through it. Remove it from git and from disk (git rm -r --cached {STATE_DIR}; \
+         rm -r {STATE_DIR}) and open the study again",
+        root.display(),
+        found.join(", ")
+    )))
+}
+
+/// Whether the index at `path` was built here (`util::origin`): one copied in with a study, or
+/// crafted, is rebuilt from git instead of read. `Ok(false)` also when there is none yet; a file
+/// that is not ours is removed first (never through a symlink: `refuse_foreign_state` ran).
+fn index_is_ours(path: &Path) -> Result<bool> {
+    let stamp = path.with_extension("origin");
+    if !path.exists() {
+        return Ok(false);
+    }
+    if !crate::util::origin::can_stamp() || crate::util::origin::is_ours("index", path, &stamp) {
+        return Ok(true);
+    }
+    tracing::warn!(
+        "{} was not built here (a copied or handed-over study, or one from before index stamps); rebuilding it from git",
+        path.display()
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let p = PathBuf::from(format!("{}{suffix}", path.display()));
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.is_file() => fs::remove_file(&p).at("cannot remove", &p)?,
+            Ok(_) => {
+                return Err(Error::forbidden(format!(
+                    "{} is not a plain file; refusing to use it",
+                    p.display()
+                )));
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(false)
+}
+
+pub(crate) fn mark_index_ours(path: &Path) {
+    if let Err(e) = crate::util::origin::stamp("index", path, &path.with_extension("origin")) {
+        tracing::warn!("cannot mark {} as built here: {e}", path.display());
+    }
+}
 
 /// The config as committed on `main` (the record says which config every action ran under).
 fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {

@@ -38,6 +38,9 @@ pub struct DagOverview {
     pub nodes: Vec<OverviewNode>,
     /// The node with the highest mean dev score among those not suspect (ties: the older node).
     pub best: Option<String>,
+    /// Why the study is open read-only (a clone without the study's key), if it is: views say so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<String>,
 }
 
 impl Study {
@@ -112,6 +115,7 @@ impl Study {
             metric,
             nodes,
             best,
+            read_only: self.read_only().map(str::to_string),
         })
     }
 }

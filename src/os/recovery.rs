@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::*;
 use crate::jobs::Reattach;
 use crate::model::paths::JOB_LOG_FILE;
+use crate::util::origin::ProcessStamp;
 
 impl Study {
     /// Jobs whose writing process died (killed, crashed, machine restarted) before their action was
@@ -37,6 +38,7 @@ impl Study {
 
     /// `full`: look at every job directory, not only those with an open intent.
     pub(in crate::os) fn recover_jobs(&self, wait: bool, full: bool) -> Result<usize> {
+        self.record.refuse_write()?;
         let dir = self.root.join(STATE_DIR).join("jobs");
         if !dir.is_dir() {
             return Ok(0);
@@ -69,8 +71,14 @@ impl Study {
         Ok(recorded)
     }
 
-    /// Recover one job directory; true when its action was recorded now.
+    /// Recover one job directory; true when its action was recorded now. Only a job this machine
+    /// started is looked at: job state that came with a repository (or a copy of a study) names
+    /// processes, Slurm jobs and intents that are not this machine's, and is never acted on.
     fn recover_job(&self, jd: &Path, wait: bool) -> Result<bool> {
+        if !crate::jobs::is_ours(jd) {
+            tracing::debug!(job_dir = %jd.display(), "not started on this machine: left alone");
+            return Ok(false);
+        }
         let (intent_path, marker) = (jd.join(INTENT_FILE), jd.join(RECORDED_FILE));
         if marker.exists() {
             unregister_intent(jd);
@@ -78,7 +86,7 @@ impl Study {
         }
         if !intent_path.is_file() {
             // Registered by a writer that has not written the intent yet, or that died first.
-            if registered_writer(jd).is_some_and(|pid| !crate::util::proc::process_alive(pid)) {
+            if registered_writer(jd).is_some_and(|w| !w.alive()) {
                 unregister_intent(jd);
             }
             return Ok(false);
@@ -90,7 +98,7 @@ impl Study {
             Some(i) => i,
             None => return Ok(false),
         };
-        if crate::util::proc::process_alive(intent.writer_pid) {
+        if intent.writer_alive() {
             return Ok(false);
         }
         if let Some((_, _, _)) = self.index.job(&intent.job)? {
@@ -223,6 +231,8 @@ impl Study {
         evaluator: Option<&str>,
     ) -> Result<()> {
         fs::create_dir_all(&spec.dir).at("cannot create", &spec.dir)?;
+        crate::jobs::mark_ours(&spec.dir)?;
+        let me = ProcessStamp::current();
         let intent = JobIntent {
             job: spec.id.clone(),
             kind: spec.kind(),
@@ -236,6 +246,7 @@ impl Study {
             started_at: now_rfc3339(),
             started: Timestamp::now(),
             writer_pid: std::process::id(),
+            writer: me.clone(),
             evaluator: evaluator.map(str::to_string),
         };
         // Registered before the intent exists, so that an opener never misses it (see
@@ -244,7 +255,8 @@ impl Study {
             if let Some(open) = entry.parent() {
                 fs::create_dir_all(open).at("cannot create", open)?;
             }
-            fs::write(&entry, std::process::id().to_string()).at("cannot write", &entry)?;
+            let line = me.map_or_else(|| std::process::id().to_string(), |m| m.line());
+            fs::write(&entry, line).at("cannot write", &entry)?;
         }
         let p = spec.dir.join(INTENT_FILE);
         fs::write(&p, crate::util::hash::json_bytes(&intent)?).at("cannot write", &p)
@@ -262,7 +274,8 @@ const OPEN_INTENTS_DIR: &str = "open";
 const SCANNED_FILE: &str = ".scanned";
 
 /// The directories of the jobs whose intent is open (the registry): what is running now (or
-/// orphaned until a recovery records it). Reads one usually small directory.
+/// orphaned until a recovery records it). Reads one usually small directory. Jobs this machine
+/// did not start are not listed.
 pub(in crate::os) fn open_job_dirs(root: &Path) -> Vec<std::path::PathBuf> {
     let dir = root.join(STATE_DIR).join("jobs");
     let Ok(entries) = fs::read_dir(dir.join(OPEN_INTENTS_DIR)) else {
@@ -272,6 +285,7 @@ pub(in crate::os) fn open_job_dirs(root: &Path) -> Vec<std::path::PathBuf> {
         .flatten()
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .map(|e| dir.join(e.file_name()))
+        .filter(|jd| crate::jobs::is_ours(jd))
         .collect()
 }
 
@@ -285,13 +299,9 @@ fn open_intent_entry(job_dir: &Path) -> Option<std::path::PathBuf> {
     )
 }
 
-/// The pid of the writer that registered the job in `job_dir`, if it is registered.
-fn registered_writer(job_dir: &Path) -> Option<u32> {
-    fs::read_to_string(open_intent_entry(job_dir)?)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+/// The writer that registered the job in `job_dir`, if it is registered.
+fn registered_writer(job_dir: &Path) -> Option<ProcessStamp> {
+    ProcessStamp::parse_line(&fs::read_to_string(open_intent_entry(job_dir)?).ok()?)
 }
 
 fn unregister_intent(job_dir: &Path) {
@@ -312,10 +322,8 @@ fn write_recorded(job_dir: &Path) -> Result<()> {
 /// a claim left by a dead process is taken over.
 pub(in crate::os) fn claim_recovery(job_dir: &Path) -> bool {
     let claim = job_dir.join("recovering");
-    if let Some(pid) = fs::read_to_string(&claim)
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        && !crate::util::proc::process_alive(pid)
+    if let Ok(text) = fs::read_to_string(&claim)
+        && !ProcessStamp::parse_line(&text).is_some_and(|p| p.alive())
     {
         let _ = fs::remove_file(&claim);
     }
@@ -326,7 +334,9 @@ pub(in crate::os) fn claim_recovery(job_dir: &Path) -> bool {
     {
         Ok(mut f) => {
             use std::io::Write;
-            let _ = write!(f, "{}", std::process::id());
+            if let Some(me) = ProcessStamp::current() {
+                let _ = write!(f, "{}", me.line());
+            }
             true
         }
         Err(_) => false,
@@ -348,9 +358,23 @@ pub(in crate::os) struct JobIntent {
     pub(super) started_at: String,
     pub(super) started: Timestamp,
     pub(super) writer_pid: u32,
+    /// The writing process as this machine knows it (pid, boot, start time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) writer: Option<ProcessStamp>,
     /// The evaluator's fingerprint (evaluate jobs), to record a re-attached job as it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) evaluator: Option<String>,
+}
+
+impl JobIntent {
+    /// Whether the process that wrote this intent still runs (the very process: same boot and
+    /// start time, not a later one given its pid).
+    fn writer_alive(&self) -> bool {
+        match &self.writer {
+            Some(w) => w.alive(),
+            None => crate::util::proc::process_alive(self.writer_pid),
+        }
+    }
 }
 
 /// Seconds since the epoch, for durations across processes.
@@ -385,14 +409,8 @@ impl Study {
     /// Jobs of `node` started and not yet recorded (running, or orphans recovery will record),
     /// from the registry of open intents.
     pub fn open_jobs(&self, node: &str) -> Vec<OpenJob> {
-        let dir = self.root.join(STATE_DIR).join("jobs");
-        let Ok(entries) = fs::read_dir(dir.join(OPEN_INTENTS_DIR)) else {
-            return Vec::new();
-        };
-        let mut out: Vec<OpenJob> = entries
-            .flatten()
-            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .map(|e| dir.join(e.file_name()))
+        let mut out: Vec<OpenJob> = open_job_dirs(&self.root)
+            .into_iter()
             .filter(|jd| !jd.join(RECORDED_FILE).exists())
             .filter_map(|jd| read_intent(&jd))
             .filter(|i| i.node == node)
@@ -442,6 +460,7 @@ mod tests {
     fn orphan(s: &Study, id: &str, register: bool) -> PathBuf {
         let jd = s.root.join(STATE_DIR).join("jobs").join(id);
         fs::create_dir_all(&jd).expect("job dir");
+        crate::jobs::mark_ours(&jd).expect("ours");
         if register {
             let e = open_intent_entry(&jd).expect("entry");
             fs::create_dir_all(e.parent().expect("registry")).expect("registry");
@@ -460,6 +479,7 @@ mod tests {
             started_at: now_rfc3339(),
             started: Timestamp::now(),
             writer_pid: DEAD,
+            writer: None,
             evaluator: None,
         };
         let bytes = crate::util::hash::json_bytes(&intent).expect("json");
@@ -492,9 +512,15 @@ mod tests {
             .expect("actions");
         assert_eq!(n0.len(), 4, "init and three lost jobs");
         // A writer that died between registering a job and writing its intent leaves nothing.
-        let never = open_intent_entry(&s.root.join(STATE_DIR).join("jobs").join("j-never"));
-        let never = never.expect("entry");
-        fs::write(&never, DEAD.to_string()).expect("register");
+        let never_dir = s.root.join(STATE_DIR).join("jobs").join("j-never");
+        fs::create_dir_all(&never_dir).expect("job dir");
+        crate::jobs::mark_ours(&never_dir).expect("ours");
+        let never = open_intent_entry(&never_dir).expect("entry");
+        let dead = ProcessStamp {
+            start: 0,
+            ..ProcessStamp::current().expect("this process")
+        };
+        fs::write(&never, dead.line()).expect("register");
         assert_eq!(s.recover_open_jobs().expect("recover"), 0);
         assert!(!never.exists());
     }

@@ -82,12 +82,38 @@ pub enum Append {
 
 pub struct Record {
     repo: Repository,
-    /// The study's signing key: every commit is signed with it, and only commits it signed are
-    /// the study's. `None` only for a study made before signing (its genesis is unsigned).
+    /// The study's private signing key, when it is on this machine and is the key in force: every
+    /// commit this process writes is signed with it.
     key: Option<signing::StudyKey>,
+    /// The study's public keys (from `main`'s `allowed_signers`): only commits they signed are
+    /// the study's. `None` only for a study made before signing (its genesis is unsigned).
+    signers: Option<signing::Signers>,
+    /// Why nothing can be written here (a clone without the study's private key), if so.
+    read_only: Option<String>,
+    /// Commits of `main` that changed the keys without the study's authority (`rsim verify`).
+    key_problems: Vec<String>,
+    /// Whether the public key is committed on `main` (studies made before it was are not).
+    key_committed: bool,
+    /// The private key file's inode when it was loaded: another process's rotation replaces it,
+    /// and this process then signs nothing more with the retired key.
+    key_stamp: Option<u64>,
     /// Whether libgit2 fsynced git writes when this repository was opened (its reference
     /// database reads the switch once, when it is first used).
     fsync_at_open: bool,
+}
+
+/// The inode of the study's private key file, if there is one.
+fn key_stamp(root: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(crate::model::paths::signing_key_path(root))
+        .ok()
+        .map(|m| m.ino())
+}
+
+fn now_epoch() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// libgit2's process-wide switch that fsyncs git objects and reference updates (with their
@@ -135,11 +161,19 @@ impl Record {
         };
         Ok(Record {
             repo,
+            signers: Some(signing::Signers::single(key.public_key())),
             key: Some(key),
+            read_only: None,
+            key_problems: Vec::new(),
+            key_committed: false,
+            key_stamp: key_stamp(root),
             fsync_at_open: FSYNC_GITDIR.load(Ordering::SeqCst),
         })
     }
 
+    /// Open the record at `root`. Its public keys come from `main` (the committed
+    /// `allowed_signers`); the private key in `.rsim/keys/` makes it writable only when it is
+    /// the key in force. Without it the record opens read-only: every commit is still proven.
     pub fn open(root: &Path) -> Result<Record> {
         let fsync_at_open = FSYNC_GITDIR.load(Ordering::SeqCst);
         let repo = Repository::open(root).map_err(|e| {
@@ -149,23 +183,111 @@ impl Record {
                 e.message()
             ))
         })?;
-        let key = signing::StudyKey::load(root)?;
-        let record = Record {
+        let mut record = Record {
             repo,
-            key,
+            key: None,
+            signers: None,
+            read_only: None,
+            key_problems: Vec::new(),
+            key_committed: false,
+            key_stamp: key_stamp(root),
             fsync_at_open,
         };
-        if record.key.is_none()
-            && let Ok(main) = record.main_tip()
-            && record.genesis_signed(main)
-        {
-            return Err(Error::invalid(format!(
-                "{}: the study's signing key {} is missing: its record is signed, and without the key rsim can neither prove nor extend it (restore the key from a backup of .rsim/)",
-                root.display(),
-                crate::model::paths::signing_key_path(root).display()
-            )));
+        let Ok(main) = record.main_tip() else {
+            // Not a study yet (genesis pending): whatever key is there is the one genesis uses.
+            record.key = signing::StudyKey::load(root)?;
+            return Ok(record);
+        };
+        let history = signing::key_history(&record.repo, main).map_err(|why| {
+            Error::invalid(format!(
+                "{}: cannot read the study's keys: {why}",
+                root.display()
+            ))
+        })?;
+        let private = signing::StudyKey::load(root)?;
+        match history {
+            Some(h) => {
+                record.key_committed = true;
+                record.key_problems = h.problems;
+                let current = h.signers.current().map(|s| s.key.clone());
+                record.signers = Some(h.signers);
+                record.key = match private {
+                    Some(k) if Some(k.public_key()) == current => Some(k),
+                    other => {
+                        // A rotation recorded but not finished: its new key takes over now.
+                        match signing::StudyKey::load_next(root)? {
+                            Some(n) if Some(n.public_key()) == current => {
+                                signing::StudyKey::promote_next(root)?;
+                                Some(n)
+                            }
+                            _ => {
+                                record.read_only = Some(match other {
+                                    None => "the study's private signing key is not on this machine (a clone); views and queries work, and every commit is proven with the public key committed on main".to_string(),
+                                    Some(k) => format!(
+                                        "the key in .rsim/keys ({}) is not the study's key in force ({}); nothing is signed with it",
+                                        k.fingerprint(),
+                                        record.key_fingerprint().unwrap_or_default()
+                                    ),
+                                });
+                                None
+                            }
+                        }
+                    }
+                };
+                if record.key.is_some() {
+                    signing::StudyKey::discard_next(root)?;
+                }
+            }
+            None if record.genesis_signed(main) => match private {
+                // Signed before the public key was committed: the key proves it (`rsim key
+                // publish` commits it, so that clones can too).
+                Some(k) => {
+                    record.signers = Some(signing::Signers::single(k.public_key()));
+                    record.key = Some(k);
+                }
+                None => {
+                    return Err(Error::invalid(format!(
+                        "{}: the study's record is signed, but neither its signing key ({}) nor its public key (`{}` on main) is here, so nothing in it can be proven: restore the key from a backup of .rsim/, or ask the study's owner to run `rsim key publish` and fetch main again",
+                        root.display(),
+                        crate::model::paths::signing_key_path(root).display(),
+                        signing::SIGNERS_FILE,
+                    )));
+                }
+            },
+            // A study made before signing: nothing to prove with, nothing to sign with.
+            None => {}
         }
         Ok(record)
+    }
+
+    /// Why nothing can be written to this record, if so (`read-only clone: …` errors say it).
+    pub fn read_only(&self) -> Option<&str> {
+        self.read_only.as_deref()
+    }
+
+    /// The error every write to a read-only record gets.
+    pub fn refuse_write(&self) -> Result<()> {
+        match &self.read_only {
+            Some(why) => Err(Error::forbidden(format!(
+                "read-only clone: {why}; nothing was recorded (only the study's owner, with its key, writes)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The study's public keys (`None`: a study made before signing).
+    pub fn signers(&self) -> Option<&signing::Signers> {
+        self.signers.as_ref()
+    }
+
+    /// Commits of `main` that changed the keys without the study's authority.
+    pub fn key_problems(&self) -> &[String] {
+        &self.key_problems
+    }
+
+    /// Whether the public key is committed on `main`.
+    pub fn key_committed(&self) -> bool {
+        self.key_committed
     }
 
     /// Whether the first commit of `main` (the study's genesis) is signed.
@@ -180,16 +302,19 @@ impl Record {
         signing::is_signed(&self.repo, c.id())
     }
 
-    /// The study's signing key's fingerprint (`None`: a study made before signing).
+    /// The fingerprint of the study's key in force (`None`: a study made before signing).
     pub fn key_fingerprint(&self) -> Option<String> {
-        self.key.as_ref().map(|k| k.fingerprint())
+        self.signers
+            .as_ref()
+            .and_then(|s| s.current())
+            .map(|s| s.fingerprint())
     }
 
-    /// Whether commit `oid` is this study's: signed by its key. A study made before signing
-    /// proves nothing, and says so in fsck.
+    /// Whether commit `oid` is this study's: signed by one of its keys while that key was in
+    /// force. A study made before signing proves nothing, and says so in fsck.
     pub fn verify_commit(&self, oid: Oid) -> std::result::Result<(), String> {
-        match &self.key {
-            Some(k) => k.verify(&self.repo, oid),
+        match &self.signers {
+            Some(s) => s.verify(&self.repo, oid),
             None => Ok(()),
         }
     }
@@ -211,7 +336,7 @@ impl Record {
             key.sign(&data)?;
             sign.push(t.elapsed().as_secs_f64() * 1e6);
             let t = std::time::Instant::now();
-            key.verify(&self.repo, tip).map_err(Error::internal)?;
+            self.verify_commit(tip).map_err(Error::internal)?;
             verify.push(t.elapsed().as_secs_f64() * 1e6);
         }
         Ok((sign, verify))
@@ -225,7 +350,20 @@ impl Record {
         tree: &git2::Tree<'_>,
         parents: &[&git2::Commit<'_>],
     ) -> Result<Oid> {
+        self.refuse_write()?;
+        if let (Some(_), Some(dir)) = (&self.key, self.repo.workdir())
+            && key_stamp(dir) != self.key_stamp
+        {
+            return Err(Error::conflict(
+                "the study's signing key was rotated by another rsim process since this one opened the study; nothing was recorded: open the study again",
+            ));
+        }
         let Some(key) = &self.key else {
+            if self.signers.is_some() {
+                return Err(Error::internal(
+                    "the study's record is signed, but no signing key is loaded",
+                ));
+            }
             return Ok(self.repo.commit(None, sig, sig, message, tree, parents)?);
         };
         let buf = self
@@ -288,6 +426,130 @@ impl Record {
         if !self.repo.is_bare() {
             let mut index = self.repo.index()?;
             index.read_tree(&tree)?;
+            index.write()?;
+        }
+        Ok(oid)
+    }
+
+    /// The committed form of the study's public keys (`allowed_signers`), for genesis.
+    pub fn signers_text(&self) -> Result<Option<String>> {
+        self.signers.as_ref().map(|s| s.render()).transpose()
+    }
+
+    /// Point git at the committed `allowed_signers`, so that `git verify-commit` and
+    /// `git log --show-signature` prove commits in this repository (git reads the path from the
+    /// top of the work tree).
+    pub fn configure_git_verification(&self) -> Result<()> {
+        let mut cfg = self.repo.config()?;
+        if cfg.get_string("gpg.ssh.allowedSignersFile").ok().as_deref()
+            != Some(signing::SIGNERS_FILE)
+        {
+            cfg.set_str("gpg.format", "ssh")?;
+            cfg.set_str("gpg.ssh.allowedSignersFile", signing::SIGNERS_FILE)?;
+        }
+        Ok(())
+    }
+
+    /// Commit the study's public key to `main` (a study signed before rsim recorded it), so that
+    /// any clone can prove its commits. Signed by the key itself.
+    pub fn publish_key(&self) -> Result<Oid> {
+        self.refuse_write()?;
+        if self.key_committed {
+            return Err(Error::invalid(format!(
+                "the study's public key is already on main ({}); nothing was changed",
+                signing::SIGNERS_FILE
+            )));
+        }
+        let signers = self.signers.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "the study was made before rsim signed its record: it has no key to publish",
+            )
+        })?;
+        self.commit_signers(
+            signers,
+            &format!(
+                "key: publish the study's public key {}\n\nEvery commit of this study is signed with it; `rsim verify` (or git with gpg.ssh.allowedSignersFile = {}) proves them.\n",
+                self.key_fingerprint().unwrap_or_default(),
+                signing::SIGNERS_FILE
+            ),
+            now_epoch(),
+        )
+    }
+
+    /// Replace the study's key: a new key is made, and main records it in force from now, the
+    /// old one retired from now (both in `allowed_signers`, signed by the old key — the study's
+    /// authority passes from one to the other). The old private key is deleted. Returns the
+    /// commit and the old and new fingerprints.
+    pub fn rotate_key(&mut self, root: &Path) -> Result<(Oid, String, String)> {
+        self.refuse_write()?;
+        if !self.key_committed {
+            return Err(Error::invalid(
+                "the study's public key is not on main yet: run `rsim key publish` first",
+            ));
+        }
+        let (Some(signers), Some(old)) = (self.signers.clone(), self.key.as_ref()) else {
+            return Err(Error::invalid("the study has no signing key to rotate"));
+        };
+        let old_fp = old.fingerprint();
+        let next = signing::StudyKey::create_next(root)?;
+        let at = now_epoch();
+        let rotated = signers.rotated(next.public_key(), at);
+        let commit = self.commit_signers(
+            &rotated,
+            &format!(
+                "key: rotate the study's key {old_fp} -> {}\n\nCommits from now on are signed with the new key; the old one is retired (valid until this commit).\n",
+                next.fingerprint()
+            ),
+            at,
+        );
+        let oid = match commit {
+            Ok(oid) => oid,
+            Err(e) => {
+                signing::StudyKey::discard_next(root)?;
+                return Err(e);
+            }
+        };
+        signing::StudyKey::promote_next(root)?;
+        let new_fp = next.fingerprint();
+        self.key_stamp = key_stamp(root);
+        self.key = Some(next);
+        self.signers = Some(rotated);
+        Ok((oid, old_fp, new_fp))
+    }
+
+    /// Append to `main` a commit that sets `allowed_signers`, dated `at` and signed by the key in
+    /// force (compare-and-swap on main's tip); the work tree follows when it has main out.
+    fn commit_signers(&self, signers: &signing::Signers, message: &str, at: i64) -> Result<Oid> {
+        let tip = self.main_tip()?;
+        let parent = self.repo.find_commit(tip)?;
+        let text = signers.render()?;
+        let blob = self.repo.blob(text.as_bytes())?;
+        let mut update = TreeUpdateBuilder::new();
+        update.upsert(signing::SIGNERS_FILE, blob, FileMode::Blob);
+        let tree = update.create_updated(&self.repo, &parent.tree()?)?;
+        let tree = self.repo.find_tree(tree)?;
+        let sig = Signature::new("owner", "owner@rsim.invalid", &git2::Time::new(at, 0))?;
+        let oid = self.write_commit(&sig, message, &tree, &[&parent])?;
+        self.repo
+            .reference_matching(MAIN_REF, oid, true, tip, "rsim key")
+            .map_err(|e| {
+                Error::conflict(format!(
+                    "main moved while the key change was being written ({}); nothing was changed, run it again",
+                    e.message()
+                ))
+            })?;
+        let on_main = self
+            .repo
+            .head()
+            .ok()
+            .and_then(|h| h.name().ok().map(|n| n == MAIN_REF))
+            .unwrap_or(false);
+        if on_main && let Some(dir) = self.repo.workdir() {
+            let path = dir.join(signing::SIGNERS_FILE);
+            std::fs::write(&path, text.as_bytes())
+                .map_err(|e| Error::internal(format!("cannot write {}: {e}", path.display())))?;
+            let mut index = self.repo.index()?;
+            index.add_path(Path::new(signing::SIGNERS_FILE))?;
             index.write()?;
         }
         Ok(oid)

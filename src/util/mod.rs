@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod hash;
+pub mod origin;
 pub mod proc;
 pub mod schema;
 pub mod stats;

@@ -537,7 +537,10 @@ impl Backend {
         object(params)?;
         let s = self.s.clone();
         let r = tokio::task::spawn_blocking(move || match s.session() {
-            Ok(session) => json!({ "study": session.root(), "caller": s.caller.agent }),
+            Ok(session) => json!({
+                "study": session.root(), "caller": s.caller.agent,
+                "read_only": session.with(|st| Ok(st.read_only().map(str::to_string))).ok().flatten(),
+            }),
             Err(e) => json!({ "study": null, "error": e.message }),
         })
         .await
@@ -791,6 +794,7 @@ fn summary(s: &Session, caller: &Caller) -> Result<Value> {
         "jobs": jobs,
         "groups": counts,
         "nodes": nodes,
+        "read_only": o.read_only,
     }))
 }
 

@@ -1,0 +1,146 @@
+//! `rsim verify`: prove every commit of the study with the public keys committed on `main` — in
+//! any clone, with no secret. Node commits (every action) must be signed by the study's key in
+//! force when they were made; on `main`, genesis and each change of the keys must be too, while
+//! the owner's own config commits (made with plain git) are counted as unsigned, not proven.
+//! The first commit that does not verify (oldest first) is named.
+
+use std::collections::HashSet;
+
+use git2::{Oid, Sort};
+
+use crate::os::Study;
+use crate::record::signing::{SIGNERS_FILE, Signer};
+use crate::util::error::Result;
+
+#[derive(Debug, Default, serde::Serialize)]
+pub struct VerifyReport {
+    /// The study's keys, oldest first: fingerprint and the window each was in force.
+    pub keys: Vec<KeyInfo>,
+    /// The key that signed genesis: the study's identity (compare it with the one its owner
+    /// published; `--key` does).
+    pub genesis_key: Option<String>,
+    /// Commits proven (signed by the study's key in force at the time).
+    pub verified: usize,
+    /// Commits on `main` the owner made with plain git (config changes): not signed, not proven.
+    pub unsigned_owner_commits: usize,
+    /// Every commit that does not verify, oldest first, and other problems.
+    pub problems: Vec<String>,
+    /// The oldest commit that does not verify.
+    pub first_bad: Option<String>,
+    /// Whether this copy can write (it holds the study's private key).
+    pub read_only: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct KeyInfo {
+    pub fingerprint: String,
+    pub valid_after: Option<i64>,
+    pub valid_before: Option<i64>,
+}
+
+impl From<&Signer> for KeyInfo {
+    fn from(s: &Signer) -> Self {
+        KeyInfo {
+            fingerprint: s.fingerprint(),
+            valid_after: s.valid_after,
+            valid_before: s.valid_before,
+        }
+    }
+}
+
+/// Verify the study; `expect_key`: the genesis key's fingerprint must be this one.
+pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
+    let record = study.record();
+    let repo = record.repo();
+    let mut rep = VerifyReport {
+        read_only: study.read_only().is_some(),
+        ..Default::default()
+    };
+    rep.problems.extend(record.key_problems().iter().cloned());
+    let Some(signers) = record.signers() else {
+        rep.problems.push(
+            "the study has no signing key (made before rsim signed its record): no commit can be proven".into(),
+        );
+        return Ok(rep);
+    };
+    rep.keys = signers.keys.iter().map(KeyInfo::from).collect();
+    if !record.key_committed() {
+        rep.problems.push(format!(
+            "the study's public key is not committed on main ({SIGNERS_FILE}): clones cannot prove its commits; run `rsim key publish`"
+        ));
+    }
+    let main = record.main_tip()?;
+    // main's first-parent chain: genesis, key changes, and the owner's config commits.
+    let mut first_parent = repo.revwalk()?;
+    first_parent.push(main)?;
+    first_parent.simplify_first_parent()?;
+    let chain: Vec<Oid> = first_parent.filter_map(|o| o.ok()).collect();
+    let genesis = chain.last().copied();
+    let on_main: HashSet<Oid> = chain.iter().copied().collect();
+    let mut walk = repo.revwalk()?;
+    walk.set_sorting(Sort::TOPOLOGICAL | Sort::REVERSE)?;
+    walk.push(main)?;
+    for (_, tip) in record.node_tips()? {
+        walk.push(tip)?;
+    }
+    for oid in walk {
+        let oid = oid?;
+        let must = !on_main.contains(&oid)
+            || Some(oid) == genesis
+            || changes_keys(repo, oid)?
+            || crate::record::signing::is_signed(repo, oid);
+        if !must {
+            rep.unsigned_owner_commits += 1;
+            continue;
+        }
+        match signers.signer_of(repo, oid) {
+            Ok(signer) => {
+                rep.verified += 1;
+                if Some(oid) == genesis {
+                    rep.genesis_key = Some(signer.fingerprint());
+                }
+            }
+            Err(why) => {
+                let at = describe(repo, oid);
+                if rep.first_bad.is_none() {
+                    rep.first_bad = Some(oid.to_string());
+                }
+                rep.problems.push(format!("{at}: {why}"));
+            }
+        }
+    }
+    if let Some(want) = expect_key
+        && rep.genesis_key.as_deref() != Some(want)
+    {
+        rep.problems.push(format!(
+            "the study's genesis is signed by {}, not by the key you expect ({want})",
+            rep.genesis_key.as_deref().unwrap_or("no key of its own")
+        ));
+    }
+    Ok(rep)
+}
+
+/// Whether commit `oid` changes `allowed_signers` against its first parent.
+fn changes_keys(repo: &git2::Repository, oid: Oid) -> Result<bool> {
+    let c = repo.find_commit(oid)?;
+    let mine = c.tree()?.get_name(SIGNERS_FILE).map(|e| e.id());
+    let theirs = match c.parent(0) {
+        Ok(p) => p.tree()?.get_name(SIGNERS_FILE).map(|e| e.id()),
+        Err(_) => None,
+    };
+    Ok(mine != theirs)
+}
+
+/// Where a commit sits, in words: the node its trailers name (or main) and its subject.
+fn describe(repo: &git2::Repository, oid: Oid) -> String {
+    let Ok(c) = repo.find_commit(oid) else {
+        return oid.to_string();
+    };
+    let msg = c.message_raw().unwrap_or("");
+    let t = crate::record::Trailers::parse(msg);
+    let subject = crate::util::text::sanitize_line(msg.lines().next().unwrap_or(""));
+    match t.node {
+        Some(n) => format!("node {n}, commit {oid} ({subject})"),
+        None => format!("commit {oid} ({subject})"),
+    }
+}
