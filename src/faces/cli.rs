@@ -958,6 +958,12 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                     }
                 }
                 println!("got through: {}", rep.got_through);
+                if rep.not_in_this_copy > 0 {
+                    println!(
+                        "not re-checked here: {} artifact(s) this read-only clone does not hold (the object store stays with the study's owner)",
+                        rep.not_in_this_copy
+                    );
+                }
             }
             return Ok(());
         }
@@ -979,6 +985,12 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                 );
                 for p in &rep.problems {
                     println!("  - {p}");
+                }
+                if rep.artifacts_not_here > 0 {
+                    println!(
+                        "{} artifact(s) not checked: this read-only clone does not hold them",
+                        rep.artifacts_not_here
+                    );
                 }
             }
             return if rep.problems.is_empty() {

@@ -35,10 +35,23 @@ pub struct AuditReport {
     pub checks: Vec<Check>,
     /// Violations found in the record: hacks that got through. The promise is zero.
     pub got_through: u64,
+    /// Artifacts (datasets, checkpoints) a read-only clone does not hold (the object store is not
+    /// in git): their content re-checks are left to a copy that has them; counts still hold.
+    #[serde(default)]
+    pub not_in_this_copy: u64,
 }
 
 pub fn audit(study: &Study) -> Result<AuditReport> {
     let index = study.index();
+    // In a read-only clone the object store (and the protected sets) stay with the owner.
+    let absent = std::cell::Cell::new(0u64);
+    let here = |sha: &str| {
+        let h = study.read_only().is_none() || study.store().contains(sha);
+        if !h {
+            absent.set(absent.get() + 1);
+        }
+        h
+    };
     let actions = index.actions(None, true, u64::MAX >> 2)?;
     let mut ordered = actions;
     ordered.sort_by(|a, b| {
@@ -298,24 +311,30 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                     }
                 }
                 // What trained is the union: scanned as the one sequence the trainer read.
-                contamination.checked += 1;
-                let mut parts = Vec::new();
-                for (name, sha) in &union {
-                    match study.store().get(sha) {
-                        Ok(bytes) => parts.push(crate::train::datasets::parse_jsonl(&bytes, name)?),
-                        Err(e) => contamination
-                            .violations
-                            .push(format!("{at}: dataset {name:?}: {}", e.message)),
+                // (A clone without the datasets leaves this re-check to a copy that has them.)
+                let all_here = union.iter().fold(true, |all, (_, sha)| here(sha) && all);
+                if all_here {
+                    contamination.checked += 1;
+                    let mut parts = Vec::new();
+                    for (name, sha) in &union {
+                        match study.store().get(sha) {
+                            Ok(bytes) => {
+                                parts.push(crate::train::datasets::parse_jsonl(&bytes, name)?)
+                            }
+                            Err(e) => contamination
+                                .violations
+                                .push(format!("{at}: dataset {name:?}: {}", e.message)),
+                        }
                     }
-                }
-                let views: Vec<&[crate::model::data::Row]> =
-                    parts.iter().map(Vec::as_slice).collect();
-                let hits = study.scan_union(&views)?;
-                if !hits.is_empty() {
-                    contamination.violations.push(format!(
-                        "{at}: the union of its datasets reproduces {} protected item(s)",
-                        hits.len()
-                    ));
+                    let views: Vec<&[crate::model::data::Row]> =
+                        parts.iter().map(Vec::as_slice).collect();
+                    let hits = study.scan_union(&views)?;
+                    if !hits.is_empty() {
+                        contamination.violations.push(format!(
+                            "{at}: the union of its datasets reproduces {} protected item(s)",
+                            hits.len()
+                        ));
+                    }
                 }
                 for art in r
                     .artifacts
@@ -427,6 +446,9 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                             a.node, a.seq, art.name
                         ));
                     }
+                    if !here(&art.sha256) {
+                        continue;
+                    }
                     contamination.checked += 1;
                     match study.store().get(&art.sha256) {
                         Ok(bytes) => {
@@ -450,6 +472,9 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         }
     }
     for ck in &known {
+        if !here(ck) {
+            continue;
+        }
         integrity.checked += 1;
         let damage = study.store().manifest_damage(ck);
         if let Some(d) = damage {
@@ -496,5 +521,6 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         agents: index.agents()?,
         checks,
         got_through,
+        not_in_this_copy: absent.get(),
     })
 }

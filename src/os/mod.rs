@@ -122,6 +122,9 @@ impl Study {
             index.needs_rebuild = false;
             mark_index_ours(&index_path);
         }
+        if record.read_only().is_some() {
+            catch_up_with_fetched_refs(&mut index, &record)?;
+        }
         let repaired = index.repair(&record)?;
         if repaired > 0 {
             tracing::info!(
@@ -414,6 +417,39 @@ fn refuse_foreign_state(root: &Path, repo: &git2::Repository) -> Result<()> {
         root.display(),
         found.join(", ")
     )))
+}
+
+/// A read-only clone's node branches move only by `git fetch`, outside rsim: when git's
+/// references changed since the index last looked (their files' times and sizes), the index
+/// catches up, proving each moved node's new commits. A writer's index is kept in step by the
+/// commit protocol itself.
+fn catch_up_with_fetched_refs(index: &mut Index, record: &Record) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let git = record.repo().path();
+    let seen: String = [
+        "packed-refs",
+        "refs/heads/rsim/n",
+        "refs/heads/main",
+        "FETCH_HEAD",
+    ]
+    .iter()
+    .map(|p| match fs::metadata(git.join(p)) {
+        Ok(m) => format!("{}.{}:{}:{}", m.mtime(), m.mtime_nsec(), m.size(), m.ino()),
+        Err(_) => "-".into(),
+    })
+    .collect::<Vec<_>>()
+    .join(",");
+    if index.meta("refs_seen")?.as_deref() == Some(seen.as_str()) {
+        return Ok(());
+    }
+    let (synced, refused) = index.catch_up(record)?;
+    if synced > 0 {
+        tracing::info!(synced, "the index caught up with fetched node branches");
+    }
+    for why in &refused {
+        tracing::warn!("not this study's history, left out of the views: {why}");
+    }
+    index.set_meta("refs_seen", &seen)
 }
 
 /// Whether the index at `path` was built here (`util::origin`): one copied in with a study, or

@@ -59,6 +59,8 @@ pub struct Session {
     idle: Mutex<Vec<(Study, Option<git2::Oid>)>>,
     /// The record-change watcher, started by the first `watch`; its thread ends with the session.
     changes: Mutex<Option<Arc<tokio::sync::watch::Sender<u64>>>>,
+    /// Why the study is read-only here (a clone without its key), if it is.
+    read_only: Option<String>,
 }
 
 /// How often the watcher asks the index whether it changed. One `PRAGMA data_version` a poll:
@@ -68,14 +70,22 @@ pub const WATCH_POLL: Duration = Duration::from_millis(200);
 impl Session {
     /// Open a session on the study at `root`; fails now (not on the first call) if it is not one.
     pub fn open(root: &Path) -> Result<Session> {
-        let s = Session {
+        let mut s = Session {
             root: root.to_path_buf(),
             idle: Mutex::new(Vec::new()),
             changes: Mutex::new(None),
+            read_only: None,
         };
         let one = s.open_one()?;
+        s.read_only = one.0.read_only().map(str::to_string);
         s.put(one);
         Ok(s)
+    }
+
+    /// Why the study is read-only here (every write is refused), if it is: faces serve it as an
+    /// observer.
+    pub fn read_only(&self) -> Option<&str> {
+        self.read_only.as_deref()
     }
 
     pub fn root(&self) -> &Path {

@@ -387,6 +387,57 @@ impl Index {
         })
     }
 
+    /// Bring the index up to git's node branches when they moved outside rsim (a read-only clone
+    /// after `git fetch`): each node whose tip differs is synced, in node order; a node whose new
+    /// history is not the study's keeps what the index had (its refusal is returned); a node gone
+    /// from git means a rebuild. Returns the nodes synced and the refusals.
+    pub fn catch_up(&mut self, record: &Record) -> Result<(usize, Vec<String>)> {
+        let mut git = record.node_tips()?;
+        git.sort_by_key(|(id, _)| node_num(id));
+        let ours: std::collections::HashMap<String, String> = {
+            let mut st = self.conn.prepare("SELECT id, tip FROM nodes")?;
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        let names: std::collections::HashSet<&str> =
+            git.iter().map(|(id, _)| id.as_str()).collect();
+        if ours.keys().any(|id| !names.contains(id.as_str())) {
+            let r = self.rebuild(record)?;
+            return Ok((r.nodes, r.refused));
+        }
+        let (mut synced, mut refused) = (0, Vec::new());
+        for (id, tip) in &git {
+            if ours.get(id).map(String::as_str) == Some(tip.to_string().as_str()) {
+                continue;
+            }
+            let tx = self.immediate()?;
+            match sync_node_tx(&tx, record, id) {
+                Ok(()) => {
+                    tx.commit()?;
+                    synced += 1;
+                }
+                Err(e) => refused.push(format!("{id}: {}", e.message)),
+            }
+        }
+        Ok((synced, refused))
+    }
+
+    /// A value the index keeps about itself.
+    pub fn meta(&self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key=?1", [key], |r| r.get(0))
+            .optional()?)
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO meta(key,value) VALUES(?1,?2)",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
     // ----- queries -----
 
     pub fn node(&self, id: &str) -> Result<Option<NodeRow>> {

@@ -15,5 +15,6 @@ mod redteam;
 mod redteam_dev;
 mod redteam_limits;
 mod session;
+mod sharing;
 mod slurm;
 mod web;

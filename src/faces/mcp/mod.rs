@@ -81,8 +81,12 @@ enum ToolKind {
 
 impl Shared {
     pub fn open(study: &Path, opts: Options) -> Result<Arc<Shared>> {
+        let pool = Session::open(study)?;
+        if let Some(why) = pool.read_only() {
+            tracing::warn!("read-only clone: every caller is served as an observer ({why})");
+        }
         Ok(Arc::new(Shared {
-            pool: Arc::new(Session::open(study)?),
+            pool: Arc::new(pool),
             registry: Arc::new(Registry::default()),
             tasks: TaskManager::new(),
             opts,
@@ -277,15 +281,22 @@ impl Server {
         }
     }
 
+    /// Who is calling. In a read-only clone everyone is an observer: the tools listed are the
+    /// queries, and a write still reaches the core, which refuses it (`read-only clone: …`).
     fn caller_of(&self, ext: &Extensions) -> std::result::Result<Caller, McpError> {
-        if let Some(parts) = ext.get::<axum::http::request::Parts>()
-            && let Some(c) = parts.extensions.get::<Caller>()
+        let mut caller = match ext
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>())
         {
-            return Ok(c.clone());
+            Some(c) => c.clone(),
+            None => self.caller.clone().ok_or_else(|| {
+                McpError::internal_error("this request carries no identity", None)
+            })?,
+        };
+        if self.shared.pool.read_only().is_some() {
+            caller.role = Role::Observer;
         }
-        self.caller
-            .clone()
-            .ok_or_else(|| McpError::internal_error("this request carries no identity", None))
+        Ok(caller)
     }
 
     async fn blocking<T: Send + 'static>(
