@@ -31,6 +31,8 @@ export interface DagLayout {
   height: number;
   nodes: DagNode[];
   edges: [number, number][];
+  /** Present only when the study cannot be written here (a clone without its private key): why. */
+  read_only?: string | null;
 }
 
 export interface DagView {
@@ -44,6 +46,8 @@ export interface DagView {
 }
 
 export function cleanText(s: unknown): string;
+/** null when the layout's study is writable; else the "read-only clone" marker and its reason. */
+export function readOnlyNote(layout: Pick<DagLayout, "read_only"> | null | undefined): { text: string; title: string } | null;
 export function nodeColor(n: Pick<DagNode, "verdict" | "status">): string;
 export function mountDag(
   element: HTMLElement,

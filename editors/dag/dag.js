@@ -13,8 +13,10 @@
 //
 // A DagLayout is { total, shown, summarised, task, metric, best, best_path: [id], frontier: [id],
 //   width, height, nodes: [{ id, title, status, outcome?, verdict?, score?, evals, suspect?, x, y,
-//   collapsed, expand?, best }], edges: [[from, to]] } — edges index into `nodes`; a collapsed
-//   node (collapsed > 0) hides that many nodes, and `expand` is the id that opens it.
+//   collapsed, expand?, best }], edges: [[from, to]], read_only? } — edges index into `nodes`; a
+//   collapsed node (collapsed > 0) hides that many nodes, and `expand` is the id that opens it;
+//   `read_only`, present only for a study that cannot be written here (a clone without the study's
+//   private key), says why: readOnlyNote(layout) gives what a face shows for it.
 //
 // Interaction: drag to pan, wheel to zoom (around the pointer), click a node → onSelect(id, node);
 // click a collapsed node (it shows "+N") → onExpand(node.expand, node) when given (pass that id
@@ -40,6 +42,14 @@ const SELECT = "#111";
 /** A string with bidi controls and other invisible format characters made visible. */
 export function cleanText(s) {
   return String(s ?? "").replace(/[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]/g, "?");
+}
+
+/** What a face shows above the DAG of a study that cannot be written here: null when it can,
+ * else { text: "read-only clone", title: the server's reason (cleaned, for a tooltip) }. */
+export function readOnlyNote(layout) {
+  const why = layout && layout.read_only;
+  if (typeof why !== "string" || !why) return null;
+  return { text: "read-only clone", title: cleanText(why) };
 }
 
 /** The colour of a node: verdict first, then status. */

@@ -1066,6 +1066,9 @@ fn print_verify(rep: &crate::os::verify::VerifyReport) {
             ""
         }
     );
+    for c in &rep.owner_commits {
+        println!("  owner commit (unsigned): {c}");
+    }
     for p in &rep.problems {
         println!("  - {p}");
     }
@@ -1080,8 +1083,8 @@ fn key_command(study: &mut Study, cmd: &KeyCommand, json: bool) -> Result<()> {
             let rep = crate::os::verify::verify(study, None)?;
             let v = json!({
                 "keys": rep.keys,
-                "in_force": study.record().key_fingerprint(),
-                "committed": study.record().key_committed(),
+                "in_force": rep.in_force,
+                "committed": rep.committed,
                 "read_only": study.read_only(),
             });
             if json {
@@ -1094,7 +1097,7 @@ fn key_command(study: &mut Study, cmd: &KeyCommand, json: bool) -> Result<()> {
                 Some(why) => println!("read-only: {why}"),
                 None => println!("this copy holds the study's private key"),
             }
-            if !study.record().key_committed() {
+            if !rep.committed {
                 println!("the public key is not committed on main yet: run `rsim key publish`");
             }
             Ok(())
@@ -1183,10 +1186,10 @@ fn clone_study(url: &str, dir: Option<&Path>, json: bool) -> Result<()> {
         os("origin"),
         os("+refs/heads/rsim/*:refs/heads/rsim/*"),
     ])?;
-    crate::record::Record::open(&dir)?.configure_git_verification()?;
+    crate::os::verify::configure_git(&dir)?;
     let study = Study::open(&dir)?;
     let rep = crate::os::verify::verify(&study, None)?;
-    let nodes = study.record().node_tips()?.len();
+    let nodes = rep.nodes;
     if json {
         print_json(&json!({
             "dir": dir, "nodes": nodes, "verify": rep, "read_only": study.read_only(),

@@ -419,6 +419,11 @@ mod tests {
         let e = cancel(dir, "alice").expect_err("no job here");
         assert_eq!(e.kind, ErrorKind::NotFound);
         fs::write(dir.join(protocol::SPEC_FILE), b"{}").expect("write");
+        // A job directory this machine did not make is never acted on.
+        let e = cancel(dir, "alice").expect_err("not ours");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert!(!dir.join("cancel").exists());
+        mark_ours(dir).expect("ours");
         cancel(dir, "alice").expect("cancel");
         assert_eq!(cancel_reason(dir), "cancelled on request by alice");
     }

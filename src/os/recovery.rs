@@ -161,6 +161,26 @@ impl Study {
         Ok(true)
     }
 
+    /// An agent waiting on `job` whose writer died meanwhile (its server was killed): record it
+    /// now, as the first write would (only a job this machine started, only in a writable study).
+    /// True when something was recorded.
+    pub fn record_if_orphaned(&self, job: &str) -> Result<bool> {
+        if self.read_only().is_some()
+            || job.is_empty()
+            || !job.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Ok(false);
+        }
+        let jd = crate::model::paths::job_dir(&self.root, job);
+        if !crate::jobs::is_ours(&jd) || jd.join(RECORDED_FILE).exists() {
+            return Ok(false);
+        }
+        match read_intent(&jd) {
+            Some(i) if !i.writer_alive() => Ok(self.recover_job(&jd, false)?),
+            _ => Ok(false),
+        }
+    }
+
     /// Record the action of a re-attached job that has ended, exactly as its writer would have.
     pub(in crate::os) fn record_reattached(
         &self,

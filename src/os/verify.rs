@@ -23,12 +23,26 @@ pub struct VerifyReport {
     pub verified: usize,
     /// Commits on `main` the owner made with plain git (config changes): not signed, not proven.
     pub unsigned_owner_commits: usize,
+    /// Those commits, oldest first (id and subject): what a reader takes on the owner's word.
+    pub owner_commits: Vec<String>,
     /// Every commit that does not verify, oldest first, and other problems.
     pub problems: Vec<String>,
     /// The oldest commit that does not verify.
     pub first_bad: Option<String>,
     /// Whether this copy can write (it holds the study's private key).
     pub read_only: bool,
+    /// The key in force now.
+    pub in_force: Option<String>,
+    /// Whether the public key is committed on main (`rsim key publish` otherwise).
+    pub committed: bool,
+    /// Node branches checked.
+    pub nodes: usize,
+}
+
+/// Point git in the repository at `root` at the committed `allowed_signers` (what `rsim clone`
+/// does, so that plain `git verify-commit` proves commits there too).
+pub fn configure_git(root: &std::path::Path) -> Result<()> {
+    crate::record::Record::open(root)?.configure_git_verification()
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -54,6 +68,8 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
     let repo = record.repo();
     let mut rep = VerifyReport {
         read_only: study.read_only().is_some(),
+        in_force: record.key_fingerprint(),
+        committed: record.key_committed(),
         ..Default::default()
     };
     rep.problems.extend(record.key_problems().iter().cloned());
@@ -82,6 +98,7 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
     walk.push(main)?;
     for (_, tip) in record.node_tips()? {
         walk.push(tip)?;
+        rep.nodes += 1;
     }
     for oid in walk {
         let oid = oid?;
@@ -91,6 +108,7 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
             || crate::record::signing::is_signed(repo, oid);
         if !must {
             rep.unsigned_owner_commits += 1;
+            rep.owner_commits.push(describe(repo, oid));
             continue;
         }
         match signers.signer_of(repo, oid) {

@@ -415,7 +415,9 @@ fn a_job_whose_writer_dies_is_stopped_and_recorded_as_lost() {
     // never opened again, or is deleted, leaves nothing training on for ever).
     let (job_pid, gone) = kill_writer_and_wait_for_job(&mut writer, &pid_file);
     assert!(gone, "the job outlived the rsim that ran it");
-    // The next rsim to open the study records the action with the job lost.
+    // Reading records nothing; the next write (here `rsim recover`) records the action with the
+    // job lost.
+    ok_json(&s, &["recover"]);
     let log = ok_json(&s, &["log", "--node", "n1"]);
     let a = &log["actions"][0];
     assert_eq!(a["action"], "run_sft", "{log}");
@@ -861,7 +863,8 @@ fn a_reproduction_whose_writer_dies_is_stopped_and_recorded_as_lost() {
     let pid_file = pid_file.expect("the reproduction's job started");
     let (_, gone) = kill_writer_and_wait_for_job(&mut writer, &pid_file);
     assert!(gone, "the reproduction's job outlived the rsim that ran it");
-    // The next rsim records it: a reproduce action whose job was lost.
+    // The next write records it: a reproduce action whose job was lost.
+    ok_json(&s, &["recover"]);
     let log = ok_json(&s, &["log", "--node", "n1"]);
     let a = &log["actions"][0];
     assert_eq!(a["action"], "reproduce", "{log}");
@@ -900,9 +903,12 @@ fn a_reproduction_whose_writer_dies_is_stopped_and_recorded_as_lost() {
 fn kill_writer_and_wait_for_job(writer: &mut std::process::Child, pid_file: &Path) -> (i32, bool) {
     writer.kill().expect("kill -9 the writer");
     writer.wait().expect("wait");
+    // `pid boot start`: the job's process as this machine knows it.
     let job_pid: i32 = std::fs::read_to_string(pid_file)
         .expect("pid")
-        .trim()
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
         .parse()
         .expect("pid");
     for _ in 0..100 {

@@ -1049,16 +1049,28 @@ fn unsigned_commits_are_refused_and_a_missing_key_stops_the_study() {
     assert!(audit.got_through >= 1, "{:#?}", audit.checks);
     drop(s);
 
-    // Without the key nothing opens the study (not even to read it as if it were fine).
+    // Without the key the study opens read-only: it proves with the committed public key, and
+    // nothing can be written (not even a rejection).
     let key = root.join(".rsim/keys/record-signing-key");
     let kept = std::fs::read(&key).expect("key");
     std::fs::remove_file(&key).expect("rm key");
-    let Err(err) = Study::open(&root) else {
-        panic!("a signed study without its key opened");
-    };
-    assert!(err.message.contains("signing key"), "{}", err.message);
+    let s = Study::open(&root).expect("read-only open");
+    assert!(s.read_only().is_some_and(|w| w.contains("signing key")));
+    let err = s
+        .call(
+            &Caller::new("owner", Role::Owner),
+            "branch",
+            json!({"parents": ["n0"], "title": "t"}),
+        )
+        .expect_err("read-only");
+    assert!(
+        err.message.starts_with("read-only clone:"),
+        "{}",
+        err.message
+    );
+    drop(s);
     std::fs::write(&key, kept).expect("restore");
-    assert!(Study::open(&root).is_ok());
+    assert!(Study::open(&root).is_ok_and(|s| s.read_only().is_none()));
 }
 
 /// Text that would show a person something other than what was written — bidirectional

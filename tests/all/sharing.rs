@@ -161,6 +161,43 @@ fn a_clone_is_read_only_and_proves_every_commit_with_the_committed_public_key() 
         "{shown}"
     );
 
+    // The servers serve it as an observer and say it is read-only.
+    let (_, ok, said) = http_serve(&reader, &clone);
+    assert!(ok && said.contains("\"read_only\""), "{said}");
+    let (_, ok, said) = mcp_stdio(&reader, &clone);
+    assert!(ok && said.contains("read-only clone"), "{said}");
+    let tools: Vec<String> = said
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["id"] == 2)
+        .flat_map(|v| {
+            v["result"]["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(tools.iter().any(|t| t == "dag"), "{tools:?}");
+    for write in [
+        "branch",
+        "run_sft",
+        "evaluate",
+        "conclude",
+        "register_dataset",
+    ] {
+        assert!(
+            !tools.iter().any(|t| t == write),
+            "{write} listed: {tools:?}"
+        );
+    }
+    let (_, ok, said) = lsp(&reader, &clone);
+    assert!(
+        ok && said.contains("\"read_only\":\"the study's private"),
+        "{said}"
+    );
+
     // Every write is refused with one clear error, and nothing is recorded.
     let refs = git(&clone, &["for-each-ref"]);
     let dataset = crate::common::inline("n0", "d", &[("1+1=".into(), "2".into())]).to_string();
@@ -630,6 +667,9 @@ fn http_serve(who: &Person, study: &Path) -> (String, bool, String) {
                 let _ = s.read_to_string(&mut buf);
                 ok = buf.starts_with("HTTP/1.1 200");
                 said.push_str(buf.lines().next().unwrap_or(""));
+                if path == "/api/dag" {
+                    said.push_str(buf.split("\r\n\r\n").nth(1).unwrap_or(""));
+                }
             }
         }
     }
@@ -729,6 +769,27 @@ fn a_hostile_repository_acts_on_nothing_through_any_read_path() {
         .expect("cp");
     assert!(copied.success());
     plant_job_state(&handed.join(".rsim"), "j-evil", v.0.id());
+    // Its committed config names programs of its own: only the actions that start jobs run them.
+    let evil = handed.join("evil.sh");
+    std::fs::write(
+        &evil,
+        format!("#!/bin/sh\ntouch {}/ran\n", outside.display()),
+    )
+    .expect("evil");
+    std::fs::set_permissions(&evil, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let config = std::fs::read_to_string(handed.join("rsim.toml")).expect("config");
+    let config = config
+        .replace(
+            r#"sft = ["@rsim", "job", "train"]"#,
+            r#"sft = ["./evil.sh"]"#,
+        )
+        .replace(
+            r#"evaluate = ["@rsim", "job", "eval"]"#,
+            r#"evaluate = ["./evil.sh"]"#,
+        );
+    assert!(config.contains("evil.sh"));
+    crate::common::commit_config(&handed, &config, "jobs");
     let (_o, other) = example_study();
     for n in 0..3 {
         owner.ok(

@@ -436,7 +436,7 @@ fn a_restarted_rsim_reattaches_to_its_slurm_job_and_records_the_real_outcome() {
 }
 
 #[test]
-fn an_orphaned_job_can_be_cancelled_and_is_recorded_when_the_study_is_next_opened() {
+fn an_orphaned_job_can_be_cancelled_and_is_recorded_by_the_next_write() {
     if !slurm_here() {
         return;
     }
@@ -460,7 +460,11 @@ fn an_orphaned_job_can_be_cancelled_and_is_recorded_when_the_study_is_next_opene
         assert!(Instant::now() < deadline, "scancel did not stop the job");
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Plain opening of the study records the ended job with its real outcome.
+    // Reading records nothing (it never acts); the next write — here `rsim recover` — records the
+    // ended job with its real outcome.
+    let log = ok_json(&root, &["log", "--node", "n0"]);
+    assert_eq!(log["actions"][0]["action"], "register_dataset", "{log}");
+    ok_json(&root, &["recover"]);
     let log = ok_json(&root, &["log", "--node", "n0"]);
     assert_eq!(log["actions"][0]["action"], "run_sft", "{log}");
     let got = ok_json(

@@ -2,7 +2,7 @@
 // uses) on the left, the selected node's panel on the right. Data comes from the extension
 // (postMessage), which asks `rsim lsp`. Every string is put in the page as text, never as HTML.
 // A plain-JS ES module (typed by dag.d.ts beside it), bundled by esbuild.
-import { mountDag, type DagLayout } from "../../dag/dag.js";
+import { cleanText, mountDag, readOnlyNote, type DagLayout } from "../../dag/dag.js";
 
 declare function acquireVsCodeApi(): { postMessage(m: unknown): void };
 const vscode = acquireVsCodeApi();
@@ -141,9 +141,20 @@ window.addEventListener("message", (ev) => {
         dagEl.setAttribute("data-since-frame-ms", String(Math.round(performance.now())));
       });
     }
-    bar.textContent = `${L.shown} of ${L.total} nodes${L.summarised ? " (summarised: click +N to open)" : ""} · best ${
-      L.best ?? "–"
+    const counts = `${L.shown} of ${L.total} nodes${L.summarised ? " (summarised: click +N to open)" : ""} · best ${
+      cleanText(L.best ?? "–")
     } · frontier ${L.frontier.length}`;
+    // A clone without the study's private key: marked, with the server's reason as its tooltip.
+    const ro = readOnlyNote(L);
+    if (ro) {
+      const mark = el("span", ro.text, "read-only");
+      mark.title = ro.title;
+      bar.replaceChildren(mark, document.createTextNode(` · ${counts}`));
+      dagEl.setAttribute("data-read-only", "true");
+    } else {
+      bar.replaceChildren(document.createTextNode(counts));
+      dagEl.removeAttribute("data-read-only");
+    }
     dagEl.setAttribute("data-nodes", String(L.shown));
     dagEl.setAttribute("data-total", String(L.total));
   } else if (m.type === "node") {
@@ -152,7 +163,7 @@ window.addEventListener("message", (ev) => {
     const pre = side.querySelector(".job-log");
     if (pre) pre.textContent = m.log.log;
   } else if (m.type === "error") {
-    bar.textContent = `error: ${m.message}`;
+    bar.textContent = `error: ${cleanText(m.message)}`;
   }
 });
 

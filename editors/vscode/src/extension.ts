@@ -38,6 +38,13 @@ async function request<T = Json>(method: string, params: Json = {}): Promise<T> 
   return client.sendRequest<T>(method, params);
 }
 
+/** Why the study is read-only (a clone without its private key), from `rsim/summary`,
+ * `rsim/status` or `rsim/dag`; null when it is writable. */
+function readOnlyReason(r: Json): string | null {
+  const ro = r?.read_only;
+  return typeof ro === "string" && ro ? ro : null;
+}
+
 function fmtScore(mean: number | null | undefined, ci?: number[] | null): string {
   if (mean === null || mean === undefined) return "–";
   if (ci && ci.length === 2) return `${mean.toFixed(3)} ± ${((ci[1] - ci[0]) / 2).toFixed(3)}`;
@@ -164,6 +171,7 @@ class DagPanel {
  #side h2{font-size:14px;margin:4px 0} table{border-collapse:collapse} td,th{padding:2px 6px;text-align:left;vertical-align:top}
  pre{white-space:pre-wrap;max-height:240px;overflow:auto;background:var(--vscode-textCodeBlock-background);padding:4px}
  #top{position:absolute;top:4px;left:8px;z-index:2;font-size:12px;background:var(--vscode-editor-background);padding:2px 6px;opacity:.95}
+ #bar .read-only{font-weight:600;color:var(--vscode-editorWarning-foreground,#b58900)}
  #goto{width:90px;margin-right:8px;background:var(--vscode-input-background);color:var(--vscode-input-foreground);border:1px solid var(--vscode-input-border,#888)}
 </style></head><body><div id="dag"><div id="top"><input id="goto" placeholder="node id ⏎" aria-label="Open a node by id"><span id="bar"></span></div></div><div id="side"><p>Click a node.</p></div>
 <script nonce="${nonce}" src="${script}"></script></body></html>`;
@@ -244,6 +252,12 @@ export async function activate(ctx: vscode.ExtensionContext) {
   }
   const args = study ? ["-C", study, "lsp"] : ["lsp"];
   const serverOptions: ServerOptions = { command: rsim, args };
+  // The server's commands (rsim.branch, rsim.conclude, rsim.compare, rsim.cancelJob) are made VS
+  // Code commands by the language client itself, at every start; a second registration of those
+  // ids is refused ("command already exists"). So this extension's own handlers (pick a node, ask
+  // for a title, …) are all kept here, and the client's commands run them through its
+  // executeCommand middleware; only the ids the server does not own are registered directly.
+  const handlers = new Map<string, (...a: any[]) => unknown>();
   const clientOptions: LanguageClientOptions = {
     documentSelector: [
       { scheme: "file", pattern: "**/rsim.toml" },
@@ -252,6 +266,12 @@ export async function activate(ctx: vscode.ExtensionContext) {
       { scheme: "rsim" },
     ],
     outputChannel: out,
+    middleware: {
+      executeCommand: (name, cmdArgs, next) => {
+        const h = handlers.get(name);
+        return h ? h(...cmdArgs) : next(name, cmdArgs);
+      },
+    },
   };
   const tree = new ResearchTree();
   const view = vscode.window.createTreeView("rsimResearch", { treeDataProvider: tree });
@@ -287,12 +307,19 @@ export async function activate(ctx: vscode.ExtensionContext) {
       const best = s.nodes.find((n: Json) => n.id === s.best);
       const used = s.budgets.compute_seconds;
       const pct = used.limit ? Math.round((100 * used.used) / used.limit) : 0;
-      status.text = `$(graph) rsim ${s.summary?.nodes ?? 0}/${s.budgets.max_nodes} nodes · best ${
-        best ? `${best.id} ${fmtScore(best.score)}` : "–"
-      } · compute ${pct}%${s.jobs.length ? ` · $(sync~spin) ${s.jobs.length}` : ""}`;
-      status.tooltip = "rsim: nodes / max_nodes · best dev score · compute budget used · running jobs";
+      // A clone without the study's private key: every view works, every write is refused.
+      const ro = readOnlyReason(s);
+      status.text = `${ro ? "$(lock) rsim read-only ·" : "$(graph) rsim"} ${s.summary?.nodes ?? 0}/${
+        s.budgets.max_nodes
+      } nodes · best ${best ? `${best.id} ${fmtScore(best.score)}` : "–"} · compute ${pct}%${
+        s.jobs.length ? ` · $(sync~spin) ${s.jobs.length}` : ""
+      }`;
+      status.tooltip =
+        (ro ? `rsim: read-only clone: ${ro}\n\n` : "") +
+        "rsim: nodes / max_nodes · best dev score · compute budget used · running jobs";
       status.show();
-      view.message = undefined;
+      view.message = ro ? `read-only clone: ${ro}` : undefined;
+      view.description = ro ? "read-only" : undefined;
     } catch (e: any) {
       status.text = "$(warning) rsim";
       status.tooltip = String(e.message ?? e);
@@ -320,27 +347,49 @@ export async function activate(ctx: vscode.ExtensionContext) {
     if (!r) return [];
     return (Array.isArray(r) ? r : [r]).map((p: Json) => p.label as string);
   };
+  // A write is refused in a read-only clone: say so before asking anything, with the server's
+  // reason (asked again, not the summary's: the study's key may have been put back since).
+  const refuseReadOnly = async (what: string): Promise<boolean> => {
+    let ro: string | null = null;
+    try {
+      ro = readOnlyReason(await request("rsim/status", {}));
+    } catch {
+      return false; // the write itself says what is wrong
+    }
+    if (!ro) return false;
+    vscode.window.showErrorMessage(`rsim: ${what}: read-only clone: ${ro}; nothing was recorded`);
+    return true;
+  };
   const command = async (name: string, arg: Json): Promise<Json | undefined> => {
     try {
       const r: Json = await client!.sendRequest("workspace/executeCommand", { command: name, arguments: [arg] });
       vscode.window.showInformationMessage(`rsim: ${name.replace("rsim.", "")} recorded${r?.commit ? ` (${String(r.commit).slice(0, 10)})` : ""}`);
       return r;
     } catch (e: any) {
-      vscode.window.showErrorMessage(`rsim: ${e.message ?? e}`);
+      // The server's reason as it is ("read-only clone: …", a policy refusal, a bad argument).
+      const msg = `rsim: ${name.replace("rsim.", "")} failed: ${e.message ?? e}`;
+      out.error(msg);
+      vscode.window.showErrorMessage(msg);
       return undefined;
     }
   };
 
+  const serverCommands = new Set(client.initializeResult?.capabilities.executeCommandProvider?.commands ?? []);
+  const register = (id: string, fn: (...a: any[]) => unknown): vscode.Disposable => {
+    handlers.set(id, fn);
+    return serverCommands.has(id) ? new vscode.Disposable(() => handlers.delete(id)) : vscode.commands.registerCommand(id, fn);
+  };
+
   ctx.subscriptions.push(
-    vscode.commands.registerCommand("rsim.openDag", () => DagPanel.show(ctx)),
-    vscode.commands.registerCommand("rsim.refresh", refresh),
-    vscode.commands.registerCommand("rsim.openNode", async (id?: string) => {
+    register("rsim.openDag", () => DagPanel.show(ctx)),
+    register("rsim.refresh", refresh),
+    register("rsim.openNode", async (id?: string) => {
       const node = id ?? (await nodeIds(false))[0];
       if (!node) return;
       const doc = await vscode.workspace.openTextDocument(vscode.Uri.parse(`rsim://node/${node}`));
       await vscode.window.showTextDocument(doc, { preview: true });
     }),
-    vscode.commands.registerCommand("rsim.compare", async () => {
+    register("rsim.compare", async () => {
       const nodes = await nodeIds(true);
       if (nodes.length === 0) return;
       const c = await request("rsim/compare", { nodes });
@@ -362,19 +411,22 @@ export async function activate(ctx: vscode.ExtensionContext) {
 <table><tr><th>node</th><th>n</th><th>mean</th><th>95% CI</th></tr>${rows}</table>
 <h3>Differences (Welch 95% CI)</h3><table><tr><th>pair</th><th>difference</th><th>95% CI</th></tr>${diffs}</table></body></html>`;
     }),
-    vscode.commands.registerCommand("rsim.recordCompare", async () => {
+    register("rsim.recordCompare", async () => {
+      if (await refuseReadOnly("record a comparison")) return;
       const nodes = await nodeIds(true);
       if (nodes.length === 0) return;
       await command("rsim.compare", { node: nodes[0], nodes });
     }),
-    vscode.commands.registerCommand("rsim.branch", async (item?: Item) => {
+    register("rsim.branch", async (item?: Item) => {
+      if (await refuseReadOnly("branch")) return;
       const parent = item?.key ?? (await nodeIds(false))[0];
       if (!parent) return;
       const title = await vscode.window.showInputBox({ prompt: `Title of the new node under ${parent}` });
       if (!title) return;
       await command("rsim.branch", { parents: [parent], title });
     }),
-    vscode.commands.registerCommand("rsim.conclude", async (item?: Item) => {
+    register("rsim.conclude", async (item?: Item) => {
+      if (await refuseReadOnly("conclude")) return;
       const node = item?.key ?? (await nodeIds(false))[0];
       if (!node) return;
       const outcome = await vscode.window.showQuickPick(["positive", "negative", "inconclusive"], {
@@ -385,7 +437,8 @@ export async function activate(ctx: vscode.ExtensionContext) {
       if (findings === undefined) return;
       await command("rsim.conclude", { node, outcome, findings });
     }),
-    vscode.commands.registerCommand("rsim.cancelJob", async (item?: Item | string) => {
+    register("rsim.cancelJob", async (item?: Item | string) => {
+      if (await refuseReadOnly("cancel a job")) return;
       const job =
         typeof item === "string"
           ? item
@@ -393,7 +446,7 @@ export async function activate(ctx: vscode.ExtensionContext) {
       if (!job) return;
       await command("rsim.cancelJob", { job });
     }),
-    vscode.commands.registerCommand("rsim.showJobLog", async (jobArg?: string | Item) => {
+    register("rsim.showJobLog", async (jobArg?: string | Item) => {
       const job =
         typeof jobArg === "string"
           ? jobArg
@@ -425,13 +478,14 @@ export async function activate(ctx: vscode.ExtensionContext) {
         }, 1000);
       }
     }),
-    vscode.commands.registerCommand("rsim.startRun", () => {
+    register("rsim.startRun", async () => {
+      if (await refuseReadOnly("rsim run")) return;
       const { rsim: bin, study: dir } = settings();
       const t = vscode.window.createTerminal({ name: "rsim run", cwd: dir });
       t.show();
       t.sendText(`${JSON.stringify(bin)} -C ${JSON.stringify(dir)} run`);
     }),
-    vscode.commands.registerCommand("rsim.showCommit", async () => {
+    register("rsim.showCommit", async () => {
       const node = (await nodeIds(false))[0];
       if (!node) return;
       const log = await request("rsim/log", { node, limit: 200 });

@@ -499,7 +499,13 @@ impl Server {
                     let j = job.clone();
                     let r = tokio::task::spawn_blocking({
                         let pool = pool.clone();
-                        move || pool.with(|s| s.recorded_result(&j))
+                        move || {
+                            pool.with(|s| {
+                                // A job whose writer died is recorded by the one who waits.
+                                s.record_if_orphaned(&j)?;
+                                s.recorded_result(&j)
+                            })
+                        }
                     })
                     .await;
                     let r = match r {

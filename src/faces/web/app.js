@@ -1,7 +1,7 @@
 // The rsim web page: the live view `rsim serve` serves at `/`, and the same script inlined in the
 // static snapshot `rsim report --html` writes (its data then comes from the embedded JSON).
 // Everything an agent wrote is set with textContent or as an SVG text node — never as HTML.
-import { mountDag, nodeColor, cleanText } from "./dag.js";
+import { mountDag, nodeColor, cleanText, readOnlyNote } from "./dag.js";
 
 const $ = (id) => document.getElementById(id);
 const embedded = $("rsim-data");
@@ -90,6 +90,13 @@ async function loadDag() {
       ? "no nodes yet"
       : `${layout.shown} of ${layout.total} nodes shown${layout.summarised ? " (concluded subtrees collapsed)" : ""} · frontier ${layout.frontier.length}` +
         (layout.best ? ` · best ${layout.best}` : "");
+    // A clone without the study's key: say so before the counts, with the reason on hover.
+    const ro = readOnlyNote(layout);
+    if (ro) {
+      $("counts").textContent = `${ro.text} · ${$("counts").textContent}`;
+      $("counts").title = ro.title;
+      document.body.dataset.readOnly = "true";
+    }
     document.body.dataset.nodes = String(layout.shown);
     // First paint (ms since navigation), for tools/web-bench.sh: the frame after the first draw.
     if (!document.body.dataset.firstPaint) {
