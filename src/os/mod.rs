@@ -109,6 +109,11 @@ impl Study {
         let state = root.join(STATE_DIR);
         fs::create_dir_all(&state).at("cannot create", &state)?;
         let index_path = paths::index_path(&root);
+        if !index_stamp_holds(&index_path) {
+            // State this machine did not build (a copied or handed-over study, or one from
+            // before stamps): nothing below .rsim/ may be a symlink, anywhere.
+            refuse_symlinks_below(&root, &state)?;
+        }
         let fresh = !index_is_ours(&index_path)?;
         let mut index = Index::open(&index_path)?;
         index.set_durable(config.record.fsync)?;
@@ -389,8 +394,12 @@ fn refuse_foreign_state(root: &Path, repo: &git2::Repository) -> Result<()> {
         Ok(m) if m.file_type().is_symlink() => found.push(format!("{STATE_DIR} is a symlink")),
         Ok(m) if !m.is_dir() => found.push(format!("{STATE_DIR} is not a directory")),
         Ok(_) => {
-            look.push(state.join("jobs"));
-            look.push(state.join("jobs").join("open"));
+            let open = state.join("jobs").join("open");
+            if fs::symlink_metadata(&open).is_ok_and(|m| m.file_type().is_symlink()) {
+                found.push(format!("{STATE_DIR}/jobs/open is a symlink"));
+            } else {
+                look.push(open);
+            }
         }
         Err(_) => look.clear(),
     }
@@ -450,6 +459,40 @@ fn catch_up_with_fetched_refs(index: &mut Index, record: &Record) -> Result<()> 
         tracing::warn!("not this study's history, left out of the views: {why}");
     }
     index.set_meta("refs_seen", &seen)
+}
+
+/// Whether the index at `path` carries this machine's stamp (without a machine key: trusted).
+fn index_stamp_holds(path: &Path) -> bool {
+    !crate::util::origin::can_stamp()
+        || crate::util::origin::is_ours("index", path, &path.with_extension("origin"))
+}
+
+/// Every entry below `dir`, walked without following links: the first symlink is refused.
+fn refuse_symlinks_below(root: &Path, dir: &Path) -> Result<()> {
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_symlink() {
+                let p = e.path();
+                return Err(Error::forbidden(format!(
+                    "{}: refusing to open: {} is a symlink. A study's {STATE_DIR}/ is rsim's own \
+                     state on this machine and is never followed out of the study; nothing was \
+                     read through it. Remove the link (or the whole {STATE_DIR}/ of a study that \
+                     came from elsewhere) and open the study again",
+                    root.display(),
+                    p.strip_prefix(root).unwrap_or(&p).display()
+                )));
+            }
+            if t.is_dir() {
+                todo.push(e.path());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether the index at `path` was built here (`util::origin`): one copied in with a study, or

@@ -888,6 +888,25 @@ fn a_hostile_repository_acts_on_nothing_through_any_read_path() {
         "a write through a symlinked .rsim/ entry"
     );
 
+    // 4. A symlink deep inside the handed-over state (here in the object store): refused too.
+    let deep = d.path().join("deep");
+    let copied = Command::new("cp")
+        .args(["-a"])
+        .arg(&study)
+        .arg(&deep)
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let objects = deep.join(".rsim/objects");
+    std::fs::create_dir_all(&objects).expect("objects");
+    std::os::unix::fs::symlink(&outside, objects.join("ff")).expect("symlink");
+    for who in [&reader, &owner] {
+        let out = who.run(&deep, &["dag"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a deep symlink was followed");
+        assert!(err.contains(".rsim/objects/ff is a symlink"), "{err}");
+    }
+
     // Nothing was killed, cancelled, created or deleted outside, through any of it.
     assert!(alive(&mut v), "the process the repository named was killed");
     assert!(
