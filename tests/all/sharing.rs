@@ -516,18 +516,22 @@ fn read_everything(who: &Person, study: &Path) -> Vec<(String, bool, String)> {
     seen
 }
 
-/// `rsim mcp` as a host starts it: initialize, list tools, call a query.
-fn mcp_stdio(who: &Person, study: &Path) -> (String, bool, String) {
-    let mut child = who
-        .cmd()
+/// `rsim -C study FACE` with its stdio piped, as a host or an editor starts it.
+fn spawn_face(who: &Person, study: &Path, face: &str) -> Child {
+    who.cmd()
         .arg("-C")
         .arg(study)
-        .arg("mcp")
+        .arg(face)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("mcp");
+        .expect(face)
+}
+
+/// `rsim mcp` as a host starts it: initialize, list tools, call a query.
+fn mcp_stdio(who: &Person, study: &Path) -> (String, bool, String) {
+    let mut child = spawn_face(who, study, "mcp");
     let mut stdin = child.stdin.take().expect("stdin");
     let msgs = [
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
@@ -564,16 +568,7 @@ fn mcp_stdio(who: &Person, study: &Path) -> (String, bool, String) {
 
 /// `rsim lsp` as an editor starts it on folder open: initialize, the summary the extension asks.
 fn lsp(who: &Person, study: &Path) -> (String, bool, String) {
-    let mut child = who
-        .cmd()
-        .arg("-C")
-        .arg(study)
-        .arg("lsp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("lsp");
+    let mut child = spawn_face(who, study, "lsp");
     let mut stdin = child.stdin.take().expect("stdin");
     let uri = format!("file://{}", study.display());
     let send = |stdin: &mut std::process::ChildStdin, m: Value| {
