@@ -130,6 +130,19 @@ impl Study {
         if record.read_only().is_some() {
             catch_up_with_fetched_refs(&mut index, &record)?;
         }
+        // History that is not the study's is never shown as if it were: say so on every open.
+        let refused = index.refused_nodes()?;
+        if !refused.is_empty() {
+            tracing::warn!(
+                "{} node branch(es) of this repository are not this study's history and are left out of the views (`rsim verify` names each commit): {}",
+                refused.len(),
+                refused
+                    .iter()
+                    .map(|(n, why)| format!("{n}: {why}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
         let repaired = index.repair(&record)?;
         if repaired > 0 {
             tracing::info!(
@@ -451,12 +464,9 @@ fn catch_up_with_fetched_refs(index: &mut Index, record: &Record) -> Result<()> 
     if index.meta("refs_seen")?.as_deref() == Some(seen.as_str()) {
         return Ok(());
     }
-    let (synced, refused) = index.catch_up(record)?;
+    let (synced, _) = index.catch_up(record)?;
     if synced > 0 {
         tracing::info!(synced, "the index caught up with fetched node branches");
-    }
-    for why in &refused {
-        tracing::warn!("not this study's history, left out of the views: {why}");
     }
     index.set_meta("refs_seen", &seen)
 }

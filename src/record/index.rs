@@ -370,6 +370,7 @@ impl Index {
             tx.execute(&format!("DELETE FROM {t}"), [])?;
         }
         let mut refused = Vec::new();
+        let mut by_node = std::collections::BTreeMap::new();
         for (id, _) in &tips {
             let sp = tx.savepoint()?;
             match sync_node_tx(&sp, record, id) {
@@ -377,9 +378,11 @@ impl Index {
                 Err(e) => {
                     drop(sp);
                     refused.push(format!("{id}: {}", e.message));
+                    by_node.insert(id.clone(), e.message);
                 }
             }
         }
+        set_refused(&tx, &by_node)?;
         tx.commit()?;
         Ok(Rebuilt {
             nodes: tips.len() - refused.len(),
@@ -406,6 +409,7 @@ impl Index {
             return Ok((r.nodes, r.refused));
         }
         let (mut synced, mut refused) = (0, Vec::new());
+        let mut by_node = self.refused_nodes()?;
         for (id, tip) in &git {
             if ours.get(id).map(String::as_str) == Some(tip.to_string().as_str()) {
                 continue;
@@ -414,12 +418,27 @@ impl Index {
             match sync_node_tx(&tx, record, id) {
                 Ok(()) => {
                     tx.commit()?;
+                    by_node.remove(id);
                     synced += 1;
                 }
-                Err(e) => refused.push(format!("{id}: {}", e.message)),
+                Err(e) => {
+                    drop(tx);
+                    refused.push(format!("{id}: {}", e.message));
+                    by_node.insert(id.clone(), e.message);
+                }
             }
         }
+        set_refused(&self.conn, &by_node)?;
         Ok((synced, refused))
+    }
+
+    /// Node branches whose history is not the study's, left out of the index (node → why), as
+    /// the last rebuild or catch-up found them.
+    pub fn refused_nodes(&self) -> Result<std::collections::BTreeMap<String, String>> {
+        Ok(self
+            .meta("refused")?
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default())
     }
 
     /// A value the index keeps about itself.
@@ -975,6 +994,17 @@ fn node_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeRow> {
 pub struct Rebuilt {
     pub nodes: usize,
     pub refused: Vec<String>,
+}
+
+fn set_refused(
+    conn: &rusqlite::Connection,
+    by_node: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO meta(key,value) VALUES('refused',?1)",
+        [serde_json::to_string(by_node)?],
+    )?;
+    Ok(())
 }
 
 fn sync_node_tx(tx: &rusqlite::Connection, record: &Record, id: &str) -> Result<()> {

@@ -403,9 +403,21 @@ fn a_forged_or_foreign_commit_in_a_clone_is_named_and_a_rotation_keeps_the_past_
         Some(2),
         "the study's keys stay: {v}"
     );
-    // The views refuse the forged node history rather than show it as the study's.
+    // The views refuse the forged node history rather than show it as the study's, and say so
+    // on every read, not only the first.
     let dag = reader.ok(&clone, &["--json", "dag"]);
     assert!(!dag.contains("a score nobody measured"), "{dag}");
+    for _ in 0..2 {
+        let out = reader.run(&clone, &["dag"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains("not this study's history")
+                && err.contains("n2: ")
+                && err.contains(&forged),
+            "{err}"
+        );
+    }
 }
 
 /// A process the hostile repository names: it must outlive every read.
