@@ -551,6 +551,11 @@ pub struct PolicyConfig {
     /// (stops using the gate as an oracle for which items are in the test set).
     #[serde(default = "default_probes")]
     pub max_contamination_rejections_per_agent: u64,
+    /// Write calls (actions, accepted or refused) one agent may make in a minute; past it, calls
+    /// are refused with rule `throttled` (recorded once a minute) until the minute is over. The
+    /// owner is not throttled. 0: no limit.
+    #[serde(default = "default_writes_per_minute")]
+    pub max_writes_per_agent_per_minute: u64,
     /// Refuse to run jobs when they cannot be cut off from the network.
     #[serde(default)]
     pub require_network_isolation: bool,
@@ -631,6 +636,10 @@ fn default_probes() -> u64 {
     5
 }
 
+fn default_writes_per_minute() -> u64 {
+    240
+}
+
 fn default_max_parents() -> u32 {
     2
 }
@@ -646,6 +655,7 @@ impl Default for PolicyConfig {
             contamination_ngram: default_ngram(),
             contamination_threshold: default_threshold(),
             max_contamination_rejections_per_agent: default_probes(),
+            max_writes_per_agent_per_minute: default_writes_per_minute(),
             require_network_isolation: false,
             max_dataset_rows: default_max_dataset_rows(),
             max_dataset_bytes: default_max_dataset_bytes(),

@@ -1006,9 +1006,14 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
             let text = match args.as_deref() {
                 None => "{}".to_string(),
                 Some("-") => {
-                    let mut s = String::new();
-                    std::io::stdin().read_to_string(&mut s)?;
-                    s
+                    let mut bytes = Vec::new();
+                    std::io::stdin().read_to_end(&mut bytes)?;
+                    String::from_utf8(bytes).map_err(|e| {
+                        Error::invalid(format!(
+                            "arguments on stdin are not UTF-8 (byte {} is not): send JSON text",
+                            e.utf8_error().valid_up_to()
+                        ))
+                    })?
                 }
                 Some(s) => s.to_string(),
             };

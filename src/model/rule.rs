@@ -61,6 +61,9 @@ rules! {
     EmptyDataset = "empty-dataset",
     /// Using the contamination gate as an oracle for test membership.
     ContaminationProbing = "contamination-probing",
+    /// An agent past its write calls per minute (`policy.max_writes_per_agent_per_minute`): a
+    /// loop or a flood. Recorded once a minute per agent; the calls in between are only refused.
+    Throttled = "throttled",
     DatasetUnregistered = "dataset-unregistered",
     CheckpointProvenance = "checkpoint-provenance",
     CheckpointIntegrity = "checkpoint-integrity",

@@ -61,19 +61,35 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
             .then(a.node.cmp(&b.node))
             .then(a.seq.cmp(&b.seq))
     });
-    let (mut attempts, mut accepted, mut rejected) = (0, 0, 0);
+    let (mut attempts, mut accepted, mut rejected) = (0u64, 0u64, 0u64);
+    let mut rejections_by_rule: BTreeMap<String, u64> = BTreeMap::new();
     for a in &ordered {
         if a.record.action == ActionName::Init {
             continue;
         }
-        attempts += 1;
         if a.record.decision.accepted() {
+            attempts += 1;
             accepted += 1;
         } else {
-            rejected += 1;
+            // One recorded refusal may stand for identical repeats coalesced into it.
+            let n = a
+                .record
+                .result
+                .as_ref()
+                .and_then(|r| r["repeats"].as_u64())
+                .unwrap_or(1)
+                .max(1);
+            attempts += n;
+            rejected += n;
+            if let Some(rule) = &a.record.decision.rule {
+                *rejections_by_rule.entry(rule.clone()).or_insert(0) += n;
+            }
         }
     }
-    let rejections_by_rule = index.rejections_by_rule()?.into_iter().collect();
+    // Identical refusals counted since their last record (not yet in git).
+    let unrecorded = index.unrecorded_refusals()?;
+    attempts += unrecorded;
+    rejected += unrecorded;
 
     let base = study.base_checkpoint()?;
     let pin = study.config().jobs.evaluator_sha256.clone();

@@ -51,8 +51,9 @@ use crate::train::datasets;
 use crate::util::error::{Error, ErrorKind, IoContext, Result};
 use recovery::read_intent;
 
-/// This process's quick writes (no job), one at a time.
-static QUICK_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// This process's quick writes (no job), one at a time, served round-robin by agent: a loop
+/// with many calls in flight waits its turn behind each other agent's next call.
+static QUICK_WRITES: crate::util::fair::FairGate = crate::util::fair::FairGate::new();
 
 pub use crate::model::ROOT_NODE;
 pub use crate::model::paths::STATE_DIR;
@@ -243,7 +244,14 @@ impl Study {
     }
 
     /// Record a policy rejection on `node` and return the error the caller sees (kind
-    /// `rejected`, naming the rule).
+    /// `rejected`, naming the rule). What is recorded is bounded: a request larger than
+    /// `MAX_RECORDED_REQUEST` bytes is recorded as its digest, size and top-level fields
+    /// (`bounded_request`). Identical refusals from one agent (same action, node, rule and
+    /// request) are coalesced: recorded the 1st, 2nd, 4th, 8th… time and once per
+    /// `REFUSAL_WINDOW_S`, each record counting the repeats it stands for (`result.repeats`, which
+    /// the audit sums), so a loop adds a logarithmic number of commits. Rejections that answer
+    /// something about the protected items (`Rule::PROBES`) are each recorded: the probing limit
+    /// counts them.
     fn record_rejection(
         &self,
         node: &str,
@@ -254,14 +262,41 @@ impl Study {
     ) -> Error {
         let rule = decision.rule.clone().unwrap_or_default();
         let reason = decision.reason.clone().unwrap_or_default();
-        let res = self.writer().append(node, caller, action, &request, |_| {
-            Ok(Prepared::rejected(decision.clone()))
-        });
         let mut e = Error::new(
             ErrorKind::Rejected,
             format!("rejected by policy rule {rule}: {reason}"),
         );
-        e.rule = Some(rule);
+        e.rule = Some(rule.clone());
+        let bytes = crate::util::hash::json_bytes(&serde_json::json!([
+            action.as_str(),
+            node,
+            rule,
+            &request
+        ]))
+        .unwrap_or_default();
+        let digest = crate::util::hash::sha256_hex(&bytes);
+        let probe = rule::Rule::PROBES.iter().any(|r| r.as_str() == rule);
+        let (record, repeats) = if probe {
+            (true, 1)
+        } else {
+            self.index
+                .note_refusal(&caller.agent, &digest, now_epoch_s(), REFUSAL_WINDOW_S)
+                .unwrap_or((true, 1))
+        };
+        if !record {
+            e.message.push_str(
+                " (the same refusal as one already recorded: counted, not recorded again)",
+            );
+            return e;
+        }
+        let recorded = bounded_request(&request);
+        let res = self.writer().append(node, caller, action, &recorded, |_| {
+            let mut p = Prepared::rejected(decision.clone());
+            if repeats > 1 {
+                p.result = Some(serde_json::json!({ "repeats": repeats }));
+            }
+            Ok(p)
+        });
         match res {
             Ok((oid, _)) => e.commit = Some(oid),
             Err(err) => e.message.push_str(&format!(
@@ -270,6 +305,52 @@ impl Study {
             )),
         }
         e
+    }
+
+    /// The per-agent write rate (`policy.max_writes_per_agent_per_minute`; the owner is not
+    /// throttled): `Err` with rule `throttled` for a call past it — the first of each minute
+    /// recorded (bounded, on the node the request names or the root), the rest only refused.
+    fn throttle(&self, caller: &Caller, action: &str, args: &Value) -> Result<()> {
+        let limit = self.config.policy.max_writes_per_agent_per_minute;
+        if limit == 0 || caller.role == Role::Owner {
+            return Ok(());
+        }
+        let Some(first) = self
+            .index
+            .admit_write(&caller.agent, now_epoch_s(), limit)?
+        else {
+            return Ok(());
+        };
+        let reason = format!(
+            "agent {} made more than {limit} write calls within a minute (policy.max_writes_per_agent_per_minute); calls are refused until the minute is over",
+            caller.agent
+        );
+        let mut e = Error::new(
+            ErrorKind::Rejected,
+            format!("rejected by policy rule throttled: {reason}"),
+        );
+        e.rule = Some(rule::Rule::Throttled.as_str().to_string());
+        let action = serde_json::from_value::<ActionName>(Value::String(action.to_string()));
+        if !first {
+            return Err(e);
+        }
+        let node = args
+            .get("node")
+            .and_then(Value::as_str)
+            .filter(|n| self.record.node_tip(n).ok().flatten().is_some())
+            .unwrap_or(ROOT_NODE);
+        if let Ok(action) = action {
+            let decision = Decision::reject(rule::Rule::Throttled, reason);
+            let res = self
+                .writer()
+                .append(node, caller, action, &bounded_request(args), |_| {
+                    Ok(Prepared::rejected(decision.clone()))
+                });
+            if let Ok((oid, _)) = res {
+                e.commit = Some(oid);
+            }
+        }
+        Err(e)
     }
 
     /// Append an action that may not land on a concluded node (`register_dataset`, `conclude`):
@@ -334,12 +415,14 @@ impl Study {
     /// each other for a node id or a tip (other processes are kept apart by the commit protocol's
     /// compare-and-swap).
     pub fn call(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
-        let req = AnyRequest::parse(action, args)?;
         if schema::spec(action).is_some_and(|s| s.kind != Kind::Query) {
+            check_caller(caller)?;
             self.before_write()?;
+            self.throttle(caller, action, &args)?;
         }
+        let req = AnyRequest::parse(action, args)?;
         let quick = schema::spec(action).is_some_and(|s| s.kind == Kind::Write);
-        let _one = quick.then(|| QUICK_WRITES.lock().unwrap_or_else(|e| e.into_inner()));
+        let _one = quick.then(|| QUICK_WRITES.enter(&caller.agent));
         dispatch(self, caller, req)
     }
 
@@ -625,15 +708,59 @@ pub fn expand_command(cmd: &[String], bin: Option<&Path>) -> Result<Vec<String>>
         .collect()
 }
 
+/// A refused request larger than this (canonical JSON bytes) is recorded bounded.
+const MAX_RECORDED_REQUEST: usize = 2048;
+/// An identical refusal is recorded again at least this often while it repeats.
+const REFUSAL_WINDOW_S: f64 = 600.0;
+
+/// What the record keeps of a refused request: the request itself when it is small; otherwise
+/// its sha256 and size with its top-level fields bounded (strings cut to 200 characters, arrays
+/// and objects by their size), so that no refusal costs the record more than a few KB.
+fn bounded_request(request: &Value) -> Value {
+    let bytes = crate::util::hash::json_bytes(request).unwrap_or_default();
+    if bytes.len() <= MAX_RECORDED_REQUEST {
+        return request.clone();
+    }
+    let cut = |s: &str| -> String { s.chars().take(200).collect() };
+    let mut fields = serde_json::Map::new();
+    if let Value::Object(m) = request {
+        for (k, v) in m.iter().take(32) {
+            let k = cut(k);
+            let v = match v {
+                Value::String(s) => Value::String(cut(s)),
+                Value::Array(a) => serde_json::json!({ "items": a.len() }),
+                Value::Object(o) => serde_json::json!({ "keys": o.len() }),
+                other => other.clone(),
+            };
+            fields.insert(k, v);
+        }
+    }
+    serde_json::json!({
+        "bounded": true,
+        "sha256": crate::util::hash::sha256_hex(&bytes),
+        "bytes": bytes.len(),
+        "fields": fields,
+    })
+}
+
+fn now_epoch_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 fn check_caller(caller: &Caller) -> Result<()> {
     let a = &caller.agent;
+    // git's author names may hold no `<` or `>` (they delimit the address), so neither may an
+    // agent's name: it is refused here, clearly, not inside git as an internal error.
     if a.is_empty()
         || a.len() > 64
-        || a.chars().any(|c| c.is_control() || c.is_whitespace())
+        || a.chars()
+            .any(|c| c.is_control() || c.is_whitespace() || c == '<' || c == '>')
         || a.contains("..")
     {
         return Err(Error::invalid(format!(
-            "agent: {a:?} is not a valid agent name (1-64 characters, no spaces, control characters or \"..\")"
+            "agent: {a:?} is not a valid agent name (1-64 characters, no spaces, control characters, \"<\", \">\" or \"..\")"
         )));
     }
     Ok(())

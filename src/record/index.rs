@@ -16,7 +16,7 @@ use crate::model::{
 use crate::record::{CommittedAction, Record};
 use crate::util::error::Result;
 
-const SCHEMA_VERSION: &str = "5";
+const SCHEMA_VERSION: &str = "6";
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,6 +60,10 @@ CREATE TABLE IF NOT EXISTS agents(
   actions INTEGER NOT NULL, rejected INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS pending(node TEXT NOT NULL, pid INTEGER NOT NULL, writer TEXT NOT NULL,
   PRIMARY KEY(node, writer));
+CREATE TABLE IF NOT EXISTS refusals(agent TEXT NOT NULL, digest TEXT NOT NULL, count INTEGER NOT NULL,
+  recorded INTEGER NOT NULL, recorded_at REAL NOT NULL, PRIMARY KEY(agent, digest)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rates(agent TEXT PRIMARY KEY, window_start REAL NOT NULL, calls INTEGER NOT NULL,
+  throttled INTEGER NOT NULL) WITHOUT ROWID;
 "#;
 
 /// The one rule for which scores are a node's results: a score of a checkpoint that one of the
@@ -439,6 +443,80 @@ impl Index {
             .meta("refused")?
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or_default())
+    }
+
+    /// Count one refusal of `agent` whose request, action, node and rule hash to `digest`. A
+    /// refusal is recorded the 1st, 2nd, 4th, 8th… time it repeats, and again once `window_s` has
+    /// passed since it was last recorded: a loop of identical calls writes a logarithmic number of
+    /// commits. Returns whether to record it now and how many refusals that record stands for
+    /// (itself and those counted since the last record).
+    pub fn note_refusal(
+        &self,
+        agent: &str,
+        digest: &str,
+        now: f64,
+        window_s: f64,
+    ) -> Result<(bool, u64)> {
+        let tx = self.immediate()?;
+        let row: Option<(i64, i64, f64)> = tx
+            .query_row(
+                "SELECT count, recorded, recorded_at FROM refusals WHERE agent=?1 AND digest=?2",
+                params![agent, digest],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let (count, recorded, at) = row.unwrap_or((0, 0, f64::NEG_INFINITY));
+        let count = count + 1;
+        let record = (count as u64).is_power_of_two() || now - at >= window_s;
+        let (recorded_now, at_now) = if record { (count, now) } else { (recorded, at) };
+        tx.execute(
+            "INSERT OR REPLACE INTO refusals(agent,digest,count,recorded,recorded_at) VALUES(?1,?2,?3,?4,?5)",
+            params![agent, digest, count, recorded_now, at_now.max(0.0)],
+        )?;
+        tx.commit()?;
+        Ok((record, (count - recorded).max(1) as u64))
+    }
+
+    /// Refusals counted and not recorded (repeats between two records of the same refusal).
+    pub fn unrecorded_refusals(&self) -> Result<u64> {
+        let n: i64 = self.conn.query_row(
+            "SELECT COALESCE(SUM(count - recorded), 0) FROM refusals",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// One write call of `agent` at `now` against `limit` calls a minute: `None` admitted;
+    /// `Some(first)` throttled, `first` for the first throttled call of this minute (the one
+    /// that is recorded).
+    pub fn admit_write(&self, agent: &str, now: f64, limit: u64) -> Result<Option<bool>> {
+        let tx = self.immediate()?;
+        let row: Option<(f64, i64, i64)> = tx
+            .query_row(
+                "SELECT window_start, calls, throttled FROM rates WHERE agent=?1",
+                [agent],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let (mut start, mut calls, mut throttled) = row.unwrap_or((now, 0, 0));
+        if now - start >= 60.0 || now < start {
+            (start, calls, throttled) = (now, 0, 0);
+        }
+        calls += 1;
+        let verdict = if calls as u64 <= limit {
+            None
+        } else {
+            let first = throttled == 0;
+            throttled = 1;
+            Some(first)
+        };
+        tx.execute(
+            "INSERT OR REPLACE INTO rates(agent,window_start,calls,throttled) VALUES(?1,?2,?3,?4)",
+            params![agent, start, calls, throttled],
+        )?;
+        tx.commit()?;
+        Ok(verdict)
     }
 
     /// A value the index keeps about itself.

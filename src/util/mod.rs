@@ -2,6 +2,7 @@
 //! Invariant: imports nothing from the crate outside `util`.
 
 pub mod error;
+pub mod fair;
 pub mod hash;
 pub mod origin;
 pub mod proc;

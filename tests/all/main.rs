@@ -7,6 +7,7 @@ mod fuzz_support;
 mod api;
 mod cli;
 mod fuzz;
+mod governance;
 mod layering;
 mod mcp;
 mod nix;

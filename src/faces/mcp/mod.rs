@@ -15,6 +15,7 @@ pub mod http;
 pub mod jobs;
 pub mod limits;
 pub mod priming;
+mod stdio;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -983,13 +984,14 @@ pub fn serve_stdio(study: &Path, caller: Caller, opts: Options) -> Result<()> {
         let shared = Shared::open(study, opts)?;
         tracing::info!(agent = %caller.agent, role = %caller.role, "serving MCP on stdio");
         let server = Server::new(shared, Some(caller));
-        let running = rmcp::ServiceExt::serve(server, rmcp::transport::stdio())
+        let (transport, writer) = stdio::checked(tokio::io::stdin(), tokio::io::stdout());
+        let running = rmcp::ServiceExt::serve(server, transport)
             .await
             .map_err(|e| Error::internal(format!("MCP stdio: {e}")))?;
-        running
-            .waiting()
-            .await
-            .map_err(|e| Error::internal(format!("MCP stdio: {e}")))?;
+        let done = running.waiting().await;
+        // The last answers are still between rmcp and stdout: let them out.
+        let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+        done.map_err(|e| Error::internal(format!("MCP stdio: {e}")))?;
         Ok(())
     })
 }

@@ -1,0 +1,292 @@
+//! An agent that loops or floods, through the public interfaces: identical refusals are coalesced
+//! (the record grows by a logarithmic number of small commits, and the audit still counts every
+//! attempt), a flood of distinct calls is throttled per agent (recorded once a minute), what a
+//! refusal records is bounded, and the small faults on the way — undecodable lines over MCP
+//! stdio, non-UTF-8 input to the CLI, agent names git cannot hold — get clear answers.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::{commit_config, example_study, ok_json, rsim, run};
+
+/// `rsim mcp` over raw stdio lines.
+struct Stdio_ {
+    child: Child,
+    stdin: ChildStdin,
+    out: BufReader<ChildStdout>,
+    next: u64,
+}
+
+impl Drop for Stdio_ {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Stdio_ {
+    fn start(study: &Path, agent: &str, role: &str) -> Stdio_ {
+        let mut child = rsim()
+            .arg("-C")
+            .arg(study)
+            .args(["mcp", "--agent", agent, "--role", role])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rsim mcp");
+        let stdin = child.stdin.take().expect("stdin");
+        let out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut s = Stdio_ {
+            child,
+            stdin,
+            out,
+            next: 1,
+        };
+        s.request("initialize", json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}));
+        s.raw(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                .to_string()
+                .as_bytes(),
+        );
+        s
+    }
+
+    fn raw(&mut self, line: &[u8]) {
+        self.stdin.write_all(line).expect("write");
+        self.stdin.write_all(b"\n").expect("write");
+        self.stdin.flush().expect("flush");
+    }
+
+    /// The next line the server writes, within `limit`.
+    fn line(&mut self) -> Value {
+        let mut l = String::new();
+        self.out.read_line(&mut l).expect("read");
+        serde_json::from_str(&l).unwrap_or_else(|e| panic!("{e}: {l}"))
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        self.raw(
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+                .to_string()
+                .as_bytes(),
+        );
+        loop {
+            let v = self.line();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+
+    fn tool(&mut self, name: &str, args: Value) -> Value {
+        self.request("tools/call", json!({"name": name, "arguments": args}))
+    }
+}
+
+fn git_bytes(study: &Path) -> u64 {
+    fn walk(p: &Path) -> u64 {
+        std::fs::read_dir(p)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| match e.file_type() {
+                        Ok(t) if t.is_dir() => walk(&e.path()),
+                        _ => e.metadata().map_or(0, |m| m.len()),
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+    walk(&study.join(".git"))
+}
+
+fn commits(study: &Path) -> usize {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(study)
+        .args(["rev-list", "--all", "--count"])
+        .output()
+        .expect("git");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("count")
+}
+
+#[test]
+fn a_loop_of_identical_refusals_is_coalesced_and_still_counted() {
+    let (_d, study) = example_study();
+    // No rate limit here: coalescing alone bounds the record.
+    let config = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    let config = config.replace(
+        "[policy]\n",
+        "[policy]\nmax_writes_per_agent_per_minute = 0\n",
+    );
+    commit_config(&study, &config, "no write rate");
+    let (bytes0, commits0) = (git_bytes(&study), commits(&study));
+    let mut lp = Stdio_::start(&study, "looper", "observer");
+    // An observer may not review: each call is refused by rule role, with a maximum-size summary.
+    let big = json!({"node": "n0", "summary": "x".repeat(8000)});
+    let calls = 600;
+    for _ in 0..calls {
+        let r = lp.tool("review", big.clone());
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+        assert!(text.contains("rule role"), "{text}");
+    }
+    drop(lp);
+    // 600 identical refusals: recorded the 1st, 2nd, 4th … 512th time (10 commits), each small.
+    let added = commits(&study) - commits0;
+    assert!(
+        added <= 11,
+        "{added} commits for {calls} identical refusals"
+    );
+    let grown = git_bytes(&study).saturating_sub(bytes0);
+    assert!(grown < 200_000, "the record grew {grown} bytes");
+    let log = ok_json(&study, &["log", "--node", "n0", "--limit", "100"]);
+    let recorded = log["actions"].as_array().expect("actions").len();
+    assert!(recorded <= 12, "{log}");
+    // Nothing of the summary's 8,000 characters beyond a bounded cut is in the record.
+    let node = ok_json(&study, &["call", "get_node", r#"{"node":"n0"}"#]);
+    assert!(node.to_string().len() < 20_000, "get_node grew");
+    // The audit counts every attempt: the records' repeats plus those not recorded yet.
+    let audit = ok_json(&study, &["audit"]);
+    assert_eq!(audit["rejected"], calls, "{audit}");
+    assert_eq!(audit["attempts"], calls, "{audit}");
+    // By rule, the recorded ones (the 512 the records stand for; the last 88 are counted in the
+    // index until the next record of the same refusal).
+    let role = audit["rejections_by_rule"]["role"].as_u64().unwrap_or(0);
+    assert_eq!(role, 512, "{audit}");
+}
+
+#[test]
+fn a_flood_of_distinct_calls_is_throttled_per_agent_and_recorded_once_a_minute() {
+    let (_d, study) = example_study();
+    let config = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    let config = config.replace(
+        "[policy]\n",
+        "[policy]\nmax_writes_per_agent_per_minute = 20\n",
+    );
+    commit_config(&study, &config, "a tight write rate");
+    let commits0 = commits(&study);
+    let mut fl = Stdio_::start(&study, "flooder", "observer");
+    let mut throttled = 0;
+    for i in 0..100 {
+        let r = fl.tool(
+            "review",
+            json!({"node": "n0", "summary": format!("attempt {i}")}),
+        );
+        let text = r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        if text.contains("rule throttled") {
+            throttled += 1;
+        } else {
+            assert!(text.contains("rule role"), "{text}");
+        }
+    }
+    assert_eq!(throttled, 80, "20 calls a minute, then throttled");
+    // 20 distinct refusals and one throttled decision are recorded; the other 79 only refused.
+    assert_eq!(commits(&study) - commits0, 21);
+    let log = ok_json(&study, &["log", "--node", "n0", "--limit", "100"]);
+    let rules: Vec<&str> = log["actions"]
+        .as_array()
+        .expect("actions")
+        .iter()
+        .filter_map(|a| a["rule"].as_str())
+        .collect();
+    assert_eq!(
+        rules.iter().filter(|r| **r == "throttled").count(),
+        1,
+        "{log}"
+    );
+    // Another agent is not throttled by the flooder's rate, and the owner never is.
+    let mut other = Stdio_::start(&study, "honest", "worker");
+    let r = other.tool("branch", json!({"parents": ["n0"], "title": "t"}));
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    for _ in 0..30 {
+        let out = run(
+            &study,
+            &["call", "review", r#"{"node":"n0","summary":"s"}"#],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn undecodable_lines_over_stdio_get_a_parse_error_and_the_server_keeps_serving() {
+    let (_d, study) = example_study();
+    let mut s = Stdio_::start(&study, "w", "worker");
+    for bad in [
+        &b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\xff\"}"[..],
+        br#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"x":"\ud800"}}"#,
+        br#"{"jsonrpc":"2.0","id":1e400,"method":"tools/list"}"#,
+        br#"{"jsonrpc":"2.0","id":7,"method":"tools/list","method":"ping"}"#,
+    ] {
+        let t = Instant::now();
+        s.raw(bad);
+        let v = s.line();
+        assert_eq!(v["error"]["code"], -32700, "{v}");
+        assert!(v["id"].is_null(), "{v}");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the reply took {:?}",
+            t.elapsed()
+        );
+    }
+    let r = s.request("tools/list", json!({}));
+    assert!(
+        r["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{r}"
+    );
+}
+
+#[test]
+fn non_utf8_input_and_names_git_cannot_hold_are_clear_errors() {
+    let (_d, study) = example_study();
+    let mut child = rsim()
+        .arg("-C")
+        .arg(&study)
+        .args(["call", "branch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rsim call");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"{\"parents\":[\"n0\"],\"title\":\"\xff\"}")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not UTF-8"));
+    for name in ["a<b", "a>b", "<x@y>"] {
+        let out = run(
+            &study,
+            &["--agent", name, "branch", "--from", "n0", "--title", "t"],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains("not a valid agent name"), "{name}: {err}");
+    }
+}
