@@ -425,7 +425,16 @@ fn racing_concludes_conclude_a_node_once_and_nothing_lands_after() {
 fn a_deep_chain_does_not_blow_up_dag_and_report_output() {
     let size = |depth: usize| {
         let (_d, root) = example_study();
-        configure(&root, &[("max_nodes = 200", "max_nodes = 10000")]);
+        configure(
+            &root,
+            &[
+                ("max_nodes = 200", "max_nodes = 10000"),
+                (
+                    "[policy]\n",
+                    "[policy]\nmax_writes_per_agent_per_minute = 0\n",
+                ),
+            ],
+        );
         let s = open(&root);
         let w = Caller::new("deep-agent", Role::Worker);
         let mut parent = "n0".to_string();
