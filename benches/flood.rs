@@ -292,19 +292,18 @@ fn over_http(base: &Path, calls: usize) -> Outcome {
         .expect("runtime");
     let out = rt.block_on(async {
         let honest = connect(&url, "honest").await;
-        let branch = |h: &rmcp::service::RunningService<rmcp::RoleClient, ()>| {
-            let args = json!({"parents": ["n0"], "title": "honest"});
-            let Value::Object(m) = args else {
+        async fn branch(h: &rmcp::service::RunningService<rmcp::RoleClient, ()>) -> f64 {
+            let Value::Object(m) = json!({"parents": ["n0"], "title": "honest"}) else {
                 unreachable!()
             };
-            let fut = h.call_tool(CallToolRequestParams::new("branch").with_arguments(m));
-            async move {
-                let t = Instant::now();
-                let r = fut.await.expect("branch");
-                assert_ne!(r.is_error, Some(true), "{:?}", r.content);
-                t.elapsed().as_secs_f64() * 1e3
-            }
-        };
+            let t = Instant::now();
+            let r = h
+                .call_tool(CallToolRequestParams::new("branch").with_arguments(m))
+                .await
+                .expect("branch");
+            assert_ne!(r.is_error, Some(true), "{:?}", r.content);
+            t.elapsed().as_secs_f64() * 1e3
+        }
         let mut quiet = Vec::new();
         for _ in 0..20 {
             quiet.push(branch(&honest).await);
