@@ -19,6 +19,9 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 
 const RSIM: &str = env!("CARGO_BIN_EXE_rsim");
+/// The honest Worker's pace: one write every 100 ms (well within its write rate for the seconds
+/// a flood lasts).
+const PACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 fn rsim(study: &Path) -> Command {
     let mut c = Command::new(RSIM);
@@ -199,12 +202,31 @@ fn study(base: &Path, name: &str) -> std::path::PathBuf {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The honest Worker branches for as long as the flood lasts: room for its nodes.
+    let config = std::fs::read_to_string(s.join("rsim.toml")).expect("config");
+    std::fs::write(
+        s.join("rsim.toml"),
+        config.replace("max_nodes = 200", "max_nodes = 100000"),
+    )
+    .expect("config");
+    let git = Command::new("git")
+        .arg("-C")
+        .arg(&s)
+        .args([
+            "-c",
+            "user.name=owner",
+            "-c",
+            "user.email=owner@example.invalid",
+        ])
+        .args(["commit", "-qam", "room for the honest Worker's nodes"])
+        .status()
+        .expect("git");
+    assert!(git.success());
     s
 }
 
 fn over_stdio(base: &Path, calls: usize) -> Outcome {
     let s = study(base, "stdio");
-    let before = views(&s);
     let mut honest = StdioAgent::start(&s, "honest");
     let branch = |h: &mut StdioAgent| {
         let t = Instant::now();
@@ -212,7 +234,16 @@ fn over_stdio(base: &Path, calls: usize) -> Outcome {
         assert_ne!(r["result"]["isError"], true, "{r}");
         t.elapsed().as_secs_f64() * 1e3
     };
-    let quiet_p50 = median((0..20).map(|_| branch(&mut honest)).collect());
+    let quiet_p50 = median(
+        (0..20)
+            .map(|_| {
+                std::thread::sleep(PACE);
+                branch(&mut honest)
+            })
+            .collect(),
+    );
+    // The views before: on the study as the flood finds it (the honest nodes included).
+    let before = views(&s);
     let (bytes0, commits0) = (git_bytes(&s.join(".git")), commits(&s));
     let done = Arc::new(AtomicBool::new(false));
     let t = Instant::now();
@@ -230,6 +261,7 @@ fn over_stdio(base: &Path, calls: usize) -> Outcome {
     };
     let mut during = Vec::new();
     while !done.load(Ordering::SeqCst) {
+        std::thread::sleep(PACE);
         during.push(branch(&mut honest));
     }
     flood.join().expect("flood");
@@ -265,7 +297,6 @@ async fn connect(url: &str, agent: &str) -> rmcp::service::RunningService<rmcp::
 
 fn over_http(base: &Path, calls: usize) -> Outcome {
     let s = study(base, "http");
-    let before = views(&s);
     let mut child = rsim(&s)
         .args([
             "serve",
@@ -306,8 +337,10 @@ fn over_http(base: &Path, calls: usize) -> Outcome {
         }
         let mut quiet = Vec::new();
         for _ in 0..20 {
+            tokio::time::sleep(PACE).await;
             quiet.push(branch(&honest).await);
         }
+        let before = views(&s);
         let (bytes0, commits0) = (git_bytes(&s.join(".git")), commits(&s));
         let looper = Arc::new(connect(&url, "looper").await);
         let t = Instant::now();
@@ -330,6 +363,7 @@ fn over_http(base: &Path, calls: usize) -> Outcome {
         }
         let mut during = Vec::new();
         while tasks.iter().any(|t| !t.is_finished()) {
+            tokio::time::sleep(PACE).await;
             during.push(branch(&honest).await);
         }
         for t in tasks {
@@ -338,11 +372,11 @@ fn over_http(base: &Path, calls: usize) -> Outcome {
         let secs = t.elapsed().as_secs_f64();
         let grown = git_bytes(&s.join(".git")).saturating_sub(bytes0);
         let commits = commits(&s) - commits0 - during.len() as u64;
-        (quiet, during, grown, commits, secs)
+        (quiet, during, grown, commits, secs, before)
     });
     let _ = child.kill();
     let _ = child.wait();
-    let (quiet, during, grown, commits, secs) = out;
+    let (quiet, during, grown, commits, secs, before) = out;
     Outcome {
         grown,
         commits,

@@ -162,6 +162,22 @@ try {
   check(serrors.length === 0, `the static report runs under its CSP (${serrors.join(" | ")})`);
   await sp.screenshot({ path: join(OUT, "5-static-report.png") });
 
+  // A refused live stream (a server at its stream limit answers 503, which closes an EventSource
+  // for good) is retried with backoff until it is live.
+  const rp = await ctx.newPage();
+  let refusedStreams = 0;
+  await rp.route("**/api/events", (route) => {
+    if (refusedStreams < 2) {
+      refusedStreams++;
+      return route.fulfill({ status: 503, body: "too many event streams" });
+    }
+    return route.continue();
+  });
+  await rp.goto(url);
+  await rp.waitForFunction(() => document.querySelector("#live")?.textContent === "live", null, { timeout: 30000 });
+  check(refusedStreams === 2, `a refused event stream is retried until it is live (${refusedStreams} refused first)`);
+  await rp.close();
+
   // Tokens: a wrong token is refused, the right one signs in (HttpOnly, SameSite=Strict cookie).
   const tokens = join(tmp, "tokens.toml");
   writeFileSync(tokens, `[[agent]]\nname = "lead"\nrole = "reviewer"\ntoken = "right-token-0123456789"\n`);

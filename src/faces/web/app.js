@@ -411,12 +411,27 @@ function refreshSoon() {
   }, 400);
 }
 
+// The live stream. A dropped connection is retried by the browser itself; a refused one (the
+// server at its stream limit answers 503) closes the EventSource for good, so the page retries
+// it with a growing, jittered pause (1 s doubling to 30 s), and looks again at what it missed.
+let eventsBackoff = 1000;
 function connectEvents() {
   const live = $("live");
   const es = new EventSource("/api/events");
-  es.addEventListener("open", () => { live.textContent = "live"; live.className = "live on"; });
+  es.addEventListener("open", () => {
+    live.textContent = "live"; live.className = "live on";
+    if (eventsBackoff > 1000) refreshSoon();
+    eventsBackoff = 1000;
+  });
   es.addEventListener("change", (ev) => { document.body.dataset.tick = ev.data; refreshSoon(); });
-  es.addEventListener("error", () => { live.textContent = "reconnecting…"; live.className = "live off"; });
+  es.addEventListener("error", () => {
+    live.textContent = "reconnecting…"; live.className = "live off";
+    if (es.readyState !== EventSource.CLOSED) return;
+    es.close();
+    const pause = eventsBackoff * (0.75 + Math.random() / 2);
+    eventsBackoff = Math.min(eventsBackoff * 2, 30000);
+    setTimeout(connectEvents, pause);
+  });
 }
 
 async function main() {
