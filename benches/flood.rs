@@ -18,6 +18,9 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
 
+#[path = "support.rs"]
+mod support;
+
 const RSIM: &str = env!("CARGO_BIN_EXE_rsim");
 /// The honest Worker's pace: one write every 100 ms (well within its write rate for the seconds
 /// a flood lasts).
@@ -297,26 +300,7 @@ async fn connect(url: &str, agent: &str) -> rmcp::service::RunningService<rmcp::
 
 fn over_http(base: &Path, calls: usize) -> Outcome {
     let s = study(base, "http");
-    let mut child = rsim(&s)
-        .args([
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--agents",
-            "honest,looper",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let url = loop {
-        let l = lines.next().expect("server exited").expect("stderr");
-        if let Some(u) = l.strip_prefix("rsim: listening on ") {
-            break u.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (mut child, url) = support::serve(&s, "honest,looper");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -11,8 +11,6 @@
 //! RSIM_BENCH_CALLS (2000). Run the release build (`cargo bench` does).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,6 +20,9 @@ use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Value, json};
+
+#[path = "support.rs"]
+mod support;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -94,28 +95,7 @@ fn main() {
     let base = std::env::temp_dir().join(format!("rsim-bench-mcp-{}", std::process::id()));
     let study = base.join("study");
     rsi_master::faces::bench::bench_study(&study, agents * writes + 100).expect("bench study");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rsim"))
-        .arg("-C")
-        .arg(&study)
-        .args([
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--agents",
-            &bench_agents(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rsim serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let url = loop {
-        let l = lines.next().expect("server exited").expect("stderr");
-        if let Some(u) = l.strip_prefix("rsim: listening on ") {
-            break u.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (mut child, url) = support::serve(&study, &bench_agents());
     let pid = child.id();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
