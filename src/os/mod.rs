@@ -638,6 +638,14 @@ fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
         .get_name(CONFIG_FILE)
         .ok_or_else(|| Error::invalid(format!("{CONFIG_FILE} is not committed on main")))?;
     let blob = record.repo().find_blob(entry.id())?;
+    // A repository from elsewhere decides this file's size: it is refused before it is read whole.
+    if blob.size() > crate::record::MAX_OWNER_FILE {
+        return Err(Error::invalid(format!(
+            "{CONFIG_FILE} on main is {} bytes, more than a study's config may be ({} bytes); refusing to read it",
+            blob.size(),
+            crate::record::MAX_OWNER_FILE
+        )));
+    }
     let text = std::str::from_utf8(blob.content())
         .map_err(|_| Error::invalid(format!("{CONFIG_FILE} is not UTF-8")))?;
     if let Ok(on_disk) = fs::read_to_string(root.join(CONFIG_FILE))

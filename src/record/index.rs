@@ -473,6 +473,13 @@ impl Index {
             "INSERT OR REPLACE INTO refusals(agent,digest,count,recorded,recorded_at) VALUES(?1,?2,?3,?4,?5)",
             params![agent, digest, count, recorded_now, at_now.max(0.0)],
         )?;
+        // Bounded: a refusal fully recorded and older than the window is forgotten (its next
+        // repeat is recorded afresh), so the table holds at most one window of distinct
+        // refusals — which the write rate bounds per agent.
+        tx.execute(
+            "DELETE FROM refusals WHERE count = recorded AND recorded_at < ?1",
+            params![now - window_s],
+        )?;
         tx.commit()?;
         Ok((record, (count - recorded).max(1) as u64))
     }

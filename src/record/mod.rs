@@ -23,6 +23,10 @@ use crate::util::error::{Error, Result};
 use crate::util::hash::{json_bytes, toml_string};
 use crate::util::text::sanitize_line;
 
+/// The most bytes rsim reads of a file the owner commits on `main` (`rsim.toml`,
+/// `allowed_signers`): a cloned repository decides their size, and none of them is near this.
+pub const MAX_OWNER_FILE: usize = 1 << 20;
+
 /// Prefix of node branches.
 pub const NODE_REF_PREFIX: &str = "refs/heads/rsim/n/";
 pub const MAIN_REF: &str = "refs/heads/main";

@@ -931,3 +931,62 @@ fn a_hostile_repository_acts_on_nothing_through_any_read_path() {
         "the reader's file"
     );
 }
+
+/// The next thing a crafted repository tries: files rsim reads from `main` made huge. An
+/// `allowed_signers` of 2 MiB is never read whole — the change is named and ignored, the study's
+/// keys stay — and an `rsim.toml` of 2 MiB is refused with a clear error before it is parsed.
+#[test]
+fn oversized_files_on_a_cloned_main_are_refused_before_they_are_read() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let owner = Person::new(d.path(), "owner");
+    let reader = Person::new(d.path(), "reader");
+    let (_s, study) = owners_study(&owner);
+    let work = d.path().join("crafted");
+    git(
+        d.path(),
+        &[
+            "clone",
+            "-q",
+            study.to_str().expect("utf8"),
+            work.to_str().expect("utf8"),
+        ],
+    );
+    let huge = format!("# {}\n", "x".repeat(2 << 20));
+    let mut signers = std::fs::read_to_string(work.join("allowed_signers")).expect("signers");
+    signers.push_str(&huge);
+    std::fs::write(work.join("allowed_signers"), signers).expect("write");
+    git(&work, &["commit", "-q", "-am", "keys"]);
+    let swap = git(&work, &["rev-parse", "HEAD"]);
+    let clone = d.path().join("clone");
+    let out = reader
+        .cmd()
+        .arg("clone")
+        .arg(&work)
+        .arg(&clone)
+        .output()
+        .expect("clone");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&swap) && said.contains("more than rsim reads"),
+        "{said}"
+    );
+    let v: Value =
+        serde_json::from_str(&reader.ok(&clone, &["--json", "key", "show"])).expect("json");
+    assert_eq!(
+        v["keys"].as_array().map(Vec::len),
+        Some(1),
+        "the study's key stays: {v}"
+    );
+
+    let mut config = std::fs::read_to_string(work.join("rsim.toml")).expect("config");
+    config.push_str(&huge);
+    std::fs::write(work.join("rsim.toml"), config).expect("write");
+    git(&work, &["commit", "-q", "-am", "config"]);
+    git(&clone, &["pull", "-q", "--ff-only"]);
+    let t = Instant::now();
+    let out = reader.run(&clone, &["dag"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a 2 MiB rsim.toml was read");
+    assert!(err.contains("more than a study's config may be"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(20));
+}

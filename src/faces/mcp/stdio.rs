@@ -29,7 +29,9 @@ where
 {
     let (mut to_rmcp, rmcp_reads) = tokio::io::duplex(1 << 20);
     let (rmcp_writes, from_rmcp) = tokio::io::duplex(1 << 20);
-    let (errors, mut error_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    // Bounded: a client that sends bad lines and never reads its answers is slowed (its stdin is
+    // no longer read) instead of growing the server's memory.
+    let (errors, mut error_rx) = tokio::sync::mpsc::channel::<String>(64);
     tokio::spawn(async move {
         let mut input = BufReader::new(input);
         loop {
@@ -51,7 +53,9 @@ where
                     }
                 }
                 Err(why) => {
-                    let _ = errors.send(parse_error(&why));
+                    if errors.send(parse_error(&why)).await.is_err() {
+                        break;
+                    }
                 }
             }
         }
