@@ -1130,70 +1130,9 @@ fn key_command(study: &mut Study, cmd: &KeyCommand, json: bool) -> Result<()> {
     }
 }
 
-/// `rsim clone`: `git clone`, then every node branch (`refs/heads/rsim/*`, which a plain clone
-/// leaves as remote-tracking branches), git pointed at the committed `allowed_signers`, and the
-/// study opened read-only and verified.
+/// `rsim clone` (the work is `os::verify::clone`): what was cloned and how it verified.
 fn clone_study(url: &str, dir: Option<&Path>, json: bool) -> Result<()> {
-    let dir = match dir {
-        Some(d) => d.to_path_buf(),
-        None => {
-            let name = url
-                .trim_end_matches('/')
-                .rsplit(['/', ':'])
-                .next()
-                .unwrap_or("")
-                .trim_end_matches(".git");
-            if name.is_empty() || name == "." || name == ".." {
-                return Err(Error::invalid(format!(
-                    "cannot tell a directory name from {url:?}; give one: rsim clone URL DIR"
-                )));
-            }
-            PathBuf::from(name)
-        }
-    };
-    if dir.exists() {
-        return Err(Error::invalid(format!(
-            "{} already exists; nothing was cloned",
-            dir.display()
-        )));
-    }
-    let git = |args: &[&std::ffi::OsStr]| -> Result<()> {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| Error::invalid(format!("cannot run git: {e} (is git installed?)")))?;
-        if out.status.success() {
-            return Ok(());
-        }
-        Err(Error::invalid(format!(
-            "git {} failed: {}",
-            args.iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    };
-    let os = std::ffi::OsStr::new;
-    git(&[
-        os("clone"),
-        os("--quiet"),
-        os("--"),
-        os(url),
-        dir.as_os_str(),
-    ])?;
-    git(&[
-        os("-C"),
-        dir.as_os_str(),
-        os("fetch"),
-        os("--quiet"),
-        os("origin"),
-        os("+refs/heads/rsim/*:refs/heads/rsim/*"),
-    ])?;
-    crate::os::verify::configure_git(&dir)?;
-    let study = Study::open(&dir)?;
-    let rep = crate::os::verify::verify(&study, None)?;
+    let (dir, study, rep) = crate::os::verify::clone(url, dir)?;
     let nodes = rep.nodes;
     if json {
         print_json(&json!({

@@ -547,7 +547,7 @@ fn catch_up_with_fetched_refs(index: &mut Index, record: &Record) -> Result<()> 
     if index.meta("refs_seen")?.as_deref() == Some(seen.as_str()) {
         return Ok(());
     }
-    let (synced, _) = index.catch_up(record)?;
+    let synced = index.catch_up(record)?;
     if synced > 0 {
         tracing::info!(synced, "the index caught up with fetched node branches");
     }

@@ -39,9 +39,84 @@ pub struct VerifyReport {
     pub nodes: usize,
 }
 
+/// `rsim clone`: `git clone` (any transport git has, the user's credentials), then every node
+/// branch (`refs/heads/rsim/*`, which a plain clone leaves remote-tracking), git pointed at the
+/// committed `allowed_signers`, and the study opened (read-only without its key) and verified.
+pub fn clone(
+    url: &str,
+    dir: Option<&std::path::Path>,
+) -> Result<(std::path::PathBuf, Study, VerifyReport)> {
+    use std::path::PathBuf;
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => {
+            let name = url
+                .trim_end_matches('/')
+                .rsplit(['/', ':'])
+                .next()
+                .unwrap_or("")
+                .trim_end_matches(".git");
+            if name.is_empty() || name == "." || name == ".." {
+                return Err(crate::util::error::Error::invalid(format!(
+                    "cannot tell a directory name from {url:?}; give one: rsim clone URL DIR"
+                )));
+            }
+            PathBuf::from(name)
+        }
+    };
+    if dir.exists() {
+        return Err(crate::util::error::Error::invalid(format!(
+            "{} already exists; nothing was cloned",
+            dir.display()
+        )));
+    }
+    let git = |args: &[&std::ffi::OsStr]| -> Result<()> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| {
+                crate::util::error::Error::invalid(format!(
+                    "cannot run git: {e} (is git installed?)"
+                ))
+            })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(crate::util::error::Error::invalid(format!(
+            "git {} failed: {}",
+            args.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    };
+    let os = std::ffi::OsStr::new;
+    git(&[
+        os("clone"),
+        os("--quiet"),
+        os("--"),
+        os(url),
+        dir.as_os_str(),
+    ])?;
+    git(&[
+        os("-C"),
+        dir.as_os_str(),
+        os("fetch"),
+        os("--quiet"),
+        os("origin"),
+        os("+refs/heads/rsim/*:refs/heads/rsim/*"),
+    ])?;
+    configure_git(&dir)?;
+    let study = Study::open(&dir)?;
+    let rep = verify(&study, None)?;
+    Ok((dir, study, rep))
+}
+
 /// Point git in the repository at `root` at the committed `allowed_signers` (what `rsim clone`
 /// does, so that plain `git verify-commit` proves commits there too).
-pub fn configure_git(root: &std::path::Path) -> Result<()> {
+fn configure_git(root: &std::path::Path) -> Result<()> {
     crate::record::Record::open(root)?.configure_git_verification()
 }
 

@@ -396,9 +396,9 @@ impl Index {
 
     /// Bring the index up to git's node branches when they moved outside rsim (a read-only clone
     /// after `git fetch`): each node whose tip differs is synced, in node order; a node whose new
-    /// history is not the study's keeps what the index had (its refusal is returned); a node gone
-    /// from git means a rebuild. Returns the nodes synced and the refusals.
-    pub fn catch_up(&mut self, record: &Record) -> Result<(usize, Vec<String>)> {
+    /// history is not the study's keeps what the index had (its refusal is kept with the others,
+    /// `refused_nodes`); a node gone from git means a rebuild. Returns the nodes synced.
+    pub fn catch_up(&mut self, record: &Record) -> Result<usize> {
         let mut git = record.node_tips()?;
         git.sort_by_key(|(id, _)| node_num(id));
         let ours: std::collections::HashMap<String, String> = {
@@ -409,10 +409,9 @@ impl Index {
         let names: std::collections::HashSet<&str> =
             git.iter().map(|(id, _)| id.as_str()).collect();
         if ours.keys().any(|id| !names.contains(id.as_str())) {
-            let r = self.rebuild(record)?;
-            return Ok((r.nodes, r.refused));
+            return Ok(self.rebuild(record)?.nodes);
         }
-        let (mut synced, mut refused) = (0, Vec::new());
+        let mut synced = 0;
         let mut by_node = self.refused_nodes()?;
         for (id, tip) in &git {
             if ours.get(id).map(String::as_str) == Some(tip.to_string().as_str()) {
@@ -427,13 +426,12 @@ impl Index {
                 }
                 Err(e) => {
                     drop(tx);
-                    refused.push(format!("{id}: {}", e.message));
                     by_node.insert(id.clone(), e.message);
                 }
             }
         }
         set_refused(&self.conn, &by_node)?;
-        Ok((synced, refused))
+        Ok(synced)
     }
 
     /// Node branches whose history is not the study's, left out of the index (node → why), as
@@ -803,22 +801,6 @@ impl Index {
             |r| r.get(0),
         )?;
         Ok(n as u64)
-    }
-
-    /// Rejections by rule, most frequent first.
-    pub fn rejections_by_rule(&self) -> Result<Vec<(String, u64)>> {
-        let mut st = self.conn.prepare(
-            "SELECT rule, COUNT(*) c FROM actions WHERE decision='rejected' GROUP BY rule ORDER BY c DESC, rule",
-        )?;
-        let rows = st
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, Option<String>>(0)?.unwrap_or_default(),
-                    r.get::<_, i64>(1)? as u64,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
     }
 
     /// Every registered dataset with the agent that registered it: (name, sha256, rows, agent).
