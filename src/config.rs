@@ -250,6 +250,12 @@ pub struct Budgets {
     /// Maximum number of nodes in the research DAG.
     #[serde(default = "default_max_nodes")]
     pub max_nodes: u64,
+    /// How long a job that does not fit in what running jobs leave (their claims: each its whole
+    /// wall-clock limit) waits in the first-come-first-served admission queue before it is
+    /// refused. While several agents hold or wait for compute, each may claim at most an equal
+    /// share of what the study has left.
+    #[serde(default = "default_queue_wait_seconds")]
+    pub queue_wait_seconds: u64,
     /// Job seconds one node may use (unset: no per-node limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_compute_seconds: Option<u64>,
@@ -300,6 +306,9 @@ fn default_dataset_storage_bytes() -> u64 {
 fn default_compute_seconds() -> u64 {
     36_000
 }
+fn default_queue_wait_seconds() -> u64 {
+    3_600
+}
 fn default_evaluations() -> u64 {
     1_000
 }
@@ -314,6 +323,7 @@ impl Default for Budgets {
     fn default() -> Self {
         Budgets {
             compute_seconds: default_compute_seconds(),
+            queue_wait_seconds: default_queue_wait_seconds(),
             evaluations: default_evaluations(),
             test_evaluations_per_node: default_test_evals(),
             max_nodes: default_max_nodes(),

@@ -20,10 +20,28 @@ impl Study {
     ) -> Result<CancelJobResult> {
         check_caller(caller)?;
         let dir = paths::job_dir(&self.root, &req.job);
+        // A job just admitted (out of the queue, its claim taken) has its directory and spec
+        // written in a moment: wait for them rather than answer that there is no such job.
+        let started = std::time::Instant::now();
+        while !dir.join(crate::jobs::protocol::SPEC_FILE).is_file()
+            && started.elapsed() < std::time::Duration::from_secs(10)
+            && self.index.queued_job(&req.job)?.is_none()
+            && self.index.has_claim(&req.job)?
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let intent = read_intent(&dir);
         let finished = self.index.job(&req.job)?.is_some();
+        // A job still waiting in the admission queue has no directory yet.
+        let queued = match intent {
+            Some(_) => None,
+            None => self.index.queued_job(&req.job)?,
+        };
         let facts = Facts {
-            job_agent: intent.as_ref().map(|i| i.agent.clone()),
+            job_agent: intent
+                .as_ref()
+                .map(|i| i.agent.clone())
+                .or_else(|| queued.as_ref().map(|(_, agent)| agent.clone())),
             ..Facts::default()
         };
         let request = serde_json::to_value(&req)?;
@@ -33,6 +51,7 @@ impl Study {
             let node = intent
                 .as_ref()
                 .map(|i| i.node.clone())
+                .or_else(|| queued.as_ref().map(|(node, _)| node.clone()))
                 .filter(|n| self.record.node_tip(n).ok().flatten().is_some())
                 .unwrap_or_else(|| ROOT_NODE.to_string());
             return Err(self.record_rejection(
@@ -48,6 +67,12 @@ impl Study {
                 "job {} has finished; its action is already recorded",
                 req.job
             )));
+        }
+        if queued.is_some() && self.index.cancel_queued(&req.job, &caller.agent)? {
+            return Ok(CancelJobResult {
+                job: req.job,
+                cancel_requested: true,
+            });
         }
         crate::jobs::cancel(&dir, &caller.agent).map_err(|e| match e.kind {
             ErrorKind::NotFound => {
@@ -100,50 +125,132 @@ impl Study {
     /// job's share if it is accepted — so concurrent jobs, in this process or another, can never
     /// all pass a cap that only one of them fits under. Returns the job's wall-clock limit (cut
     /// to what is left of every compute budget after the other claims), or the refusal.
+    ///
+    /// The policy refuses on compute *used* (recorded). A job that the policy accepts but that
+    /// does not fit in what the others' claims leave now waits in the admission queue, first come
+    /// first served (`Index::enqueue`), for at most `budgets.queue_wait_seconds`; it is admitted
+    /// when it is at the head and fits. While several agents hold or wait for compute, one agent
+    /// may claim at most an equal share of what the study has left (`compute_grant`), so one
+    /// agent's long jobs cannot claim everything while others wait, and cancelling and
+    /// resubmitting only puts a job at the back of the queue.
     pub(in crate::os) fn admit(
         &self,
         caller: &Caller,
         node: &str,
         job: &str,
         evaluation: Option<Split>,
-        mut facts: Facts,
-        decide: impl FnOnce(&Facts) -> Decision,
+        facts: Facts,
+        decide: impl Fn(&Facts) -> Decision,
     ) -> Result<std::result::Result<u64, Decision>> {
-        self.index.with_claims(|index| {
-            let held = index.claimed(node, &caller.agent)?;
-            facts.compute_seconds_used = index.compute_seconds_used()? + held.compute_s;
-            facts.node_compute_used =
-                index.compute_seconds_used_by(Some(node), None)? + held.node_compute_s;
-            facts.agent_compute_used =
-                index.compute_seconds_used_by(None, Some(&caller.agent))? + held.agent_compute_s;
-            if evaluation.is_some() {
-                facts.evaluations_total = index.evaluation_count(None, None)? + held.evaluations;
-                facts.node_evaluations =
-                    index.evaluation_count(Some(node), None)? + held.node_evaluations;
-                facts.agent_evaluations =
-                    index.evaluation_count_by(None, None, Some(&caller.agent))?
-                        + held.agent_evaluations;
-                facts.test_evaluations_on_node =
-                    index.evaluation_count(Some(node), Some("test"))? + held.node_test_evaluations;
-                facts.agent_test_evaluations =
-                    index.evaluation_count_by(None, Some("test"), Some(&caller.agent))?
-                        + held.agent_test_evaluations;
+        let started = std::time::Instant::now();
+        let wait = std::time::Duration::from_secs(self.config.budgets.queue_wait_seconds);
+        // Leaves the queue however admission ends (admitted, refused, failed, cancelled).
+        struct Leave<'a>(&'a crate::record::index::Index, &'a str);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                if let Err(e) = self.0.dequeue(self.1) {
+                    tracing::warn!("job {}: cannot leave the admission queue: {e}", self.1);
+                }
             }
-            let decision = decide(&facts);
-            if !decision.accepted() {
-                return Ok((None, Err(decision)));
+        }
+        let _leave = Leave(&self.index, job);
+        let mut pause = std::time::Duration::from_millis(20);
+        loop {
+            let step = self.index.with_claims(|index| {
+                let mut facts = facts.clone();
+                let held = index.claimed(node, &caller.agent)?;
+                facts.compute_seconds_used = index.compute_seconds_used()?;
+                facts.node_compute_used = index.compute_seconds_used_by(Some(node), None)?;
+                facts.agent_compute_used =
+                    index.compute_seconds_used_by(None, Some(&caller.agent))?;
+                facts.compute_seconds_claimed = held.compute_s;
+                facts.node_compute_claimed = held.node_compute_s;
+                facts.agent_compute_claimed = held.agent_compute_s;
+                if evaluation.is_some() {
+                    facts.evaluations_total =
+                        index.evaluation_count(None, None)? + held.evaluations;
+                    facts.node_evaluations =
+                        index.evaluation_count(Some(node), None)? + held.node_evaluations;
+                    facts.agent_evaluations =
+                        index.evaluation_count_by(None, None, Some(&caller.agent))?
+                            + held.agent_evaluations;
+                    facts.test_evaluations_on_node = index
+                        .evaluation_count(Some(node), Some("test"))?
+                        + held.node_test_evaluations;
+                    facts.agent_test_evaluations =
+                        index.evaluation_count_by(None, Some("test"), Some(&caller.agent))?
+                            + held.agent_test_evaluations;
+                }
+                let decision = decide(&facts);
+                if !decision.accepted() {
+                    return Ok((None, Admission::Refused(decision)));
+                }
+                let queued = index.enqueue(job, node, &caller.agent)?;
+                if let Some(by) = queued.cancelled_by {
+                    return Ok((None, Admission::Cancelled(by)));
+                }
+                let mut sharing = queued.waiting_agents;
+                sharing.extend(index.claim_holders()?.into_keys());
+                sharing.insert(caller.agent.clone());
+                let grant = self.compute_grant(&facts, sharing.len());
+                if queued.ahead > 0 || !grant.fits() {
+                    return Ok((
+                        None,
+                        Admission::Wait(
+                            queued.ahead,
+                            grant,
+                            facts.compute_seconds_claimed,
+                            facts.compute_seconds_used,
+                        ),
+                    ));
+                }
+                let claim = Claim {
+                    job: job.to_string(),
+                    node: node.to_string(),
+                    agent: caller.agent.clone(),
+                    evaluation: evaluation.is_some(),
+                    test: evaluation == Some(Split::Test),
+                    compute_s: grant.timeout_s as f64
+                        * f64::from(self.config.backend.charge_units().max(1)),
+                };
+                Ok((Some(claim), Admission::Admitted(grant.timeout_s)))
+            })?;
+            match step {
+                Admission::Admitted(timeout) => return Ok(Ok(timeout)),
+                Admission::Refused(decision) => return Ok(Err(decision)),
+                Admission::Cancelled(by) => {
+                    return Err(Error::invalid(format!(
+                        "job {job} was cancelled by {by} while it waited in the admission queue; \
+                         it never ran and nothing was recorded"
+                    )));
+                }
+                Admission::Wait(ahead, grant, claimed, used) => {
+                    if started.elapsed() >= wait {
+                        return Ok(Err(Decision::reject(
+                            crate::model::rule::Rule::BudgetCompute,
+                            format!(
+                                "waited {} s in the admission queue (budgets.queue_wait_seconds) \
+                                 with {ahead} job(s) ahead: running jobs claim {:.0} s (their \
+                                 wall-clock limits) and finished jobs used {:.0} s of the study's \
+                                 {} s, leaving this job {} s of the {} s it may get; it can be \
+                                 submitted again, or the owner raises budgets.compute_seconds",
+                                started.elapsed().as_secs(),
+                                claimed,
+                                used,
+                                self.config.budgets.compute_seconds,
+                                grant.timeout_s,
+                                grant.needed_s,
+                            ),
+                        )));
+                    }
+                    // A face waiting for the job's id learns it now: the job can be followed
+                    // (and cancelled) while it waits.
+                    crate::os::session::announce_job(job);
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(250));
+                }
             }
-            let timeout = self.job_timeout(&facts);
-            let claim = Claim {
-                job: job.to_string(),
-                node: node.to_string(),
-                agent: caller.agent.clone(),
-                evaluation: evaluation.is_some(),
-                test: evaluation == Some(Split::Test),
-                compute_s: timeout as f64 * f64::from(self.config.backend.charge_units().max(1)),
-            };
-            Ok((Some(claim), Ok(timeout)))
-        })
+        }
     }
     /// `admit` for an action's request: the job's wall-clock limit and its claim (released when
     /// the guard drops, after the action is recorded), or the refusal recorded on `node`.
@@ -171,23 +278,43 @@ impl Study {
         }
     }
 
-    /// The longest a job may run: the backend's limit, cut to what is left of the study's, the
-    /// node's and the agent's compute budgets after what is used and claimed (so a job is stopped
-    /// when a budget runs out, and concurrent jobs share what is left instead of each getting all).
-    pub(in crate::os) fn job_timeout(&self, used: &Facts) -> u64 {
+    /// The longest a job may run now: the backend's limit, cut to what is left of the study's,
+    /// the node's and the agent's compute budgets after what is used and claimed (so a job is
+    /// stopped when a budget runs out, and concurrent jobs share what is left instead of each
+    /// getting all), and to the caller's equal share of what the study has left while `sharing`
+    /// agents (those holding or waiting for compute, the caller included) want it.
+    pub(in crate::os) fn compute_grant(&self, f: &Facts, sharing: usize) -> Grant {
         let b = &self.config.budgets;
-        let mut left = b.compute_seconds as f64 - used.compute_seconds_used;
+        let budget_left = b.compute_seconds as f64 - f.compute_seconds_used;
+        // What the job could get with nothing else running ...
+        let mut alone = budget_left;
         if let Some(max) = b.node_compute_seconds {
-            left = left.min(max as f64 - used.node_compute_used);
+            alone = alone.min(max as f64 - f.node_compute_used);
         }
         if let Some(max) = b.agent_compute_seconds {
-            left = left.min(max as f64 - used.agent_compute_used);
+            alone = alone.min(max as f64 - f.agent_compute_used);
+        }
+        // ... and what the others' claims and the fair share leave it now.
+        let mut now = (budget_left - f.compute_seconds_claimed)
+            .min(budget_left / sharing.max(1) as f64 - f.agent_compute_claimed);
+        if let Some(max) = b.node_compute_seconds {
+            now = now.min(max as f64 - f.node_compute_used - f.node_compute_claimed);
+        }
+        if let Some(max) = b.agent_compute_seconds {
+            now = now.min(max as f64 - f.agent_compute_used - f.agent_compute_claimed);
         }
         // A job holding several units (CPUs or GPUs of a Slurm job) uses the budget that much faster.
-        let left = left / f64::from(self.config.backend.charge_units().max(1));
-        (left.ceil().max(1.0) as u64).min(self.config.backend.timeout_s())
+        let units = f64::from(self.config.backend.charge_units().max(1));
+        let cap = self.config.backend.timeout_s();
+        let secs = |s: f64| ((s / units).ceil().max(0.0) as u64).min(cap);
+        // The least it waits for: a minute, or all it could get with nothing else running and
+        // its share of the study's budget (when that is less).
+        let needed_s = secs(alone.min(budget_left / sharing.max(1) as f64)).clamp(1, MIN_GRANT_S);
+        Grant {
+            timeout_s: secs(now),
+            needed_s,
+        }
     }
-
     /// The study's job environment, pinned before a job is admitted: `Ok(None)` for `host`
     /// (fingerprinted per command in `job_spec`), `Ok(Some(pin))` for a Nix flake pinned to its
     /// narHash, `Err(why)` — in Nix's own words — when it cannot be pinned. The policy refuses
@@ -308,6 +435,33 @@ impl Study {
         }
         Ok(self.index.checkpoint_origin(c)?.map(|_| c.to_string()))
     }
+}
+
+/// The shortest wall-clock limit a job waits for rather than take less: a job is admitted with
+/// less only when that is all the budgets (and its share of them) could give it.
+const MIN_GRANT_S: u64 = 60;
+
+/// What a job may claim now (`timeout_s`, its wall-clock limit) and the least it is admitted
+/// with (`needed_s`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(in crate::os) struct Grant {
+    pub timeout_s: u64,
+    pub needed_s: u64,
+}
+
+impl Grant {
+    fn fits(&self) -> bool {
+        self.timeout_s >= self.needed_s
+    }
+}
+
+/// One look at the admission queue.
+enum Admission {
+    Admitted(u64),
+    Refused(Decision),
+    Cancelled(String),
+    /// Jobs ahead, what it may get now, and the compute claimed and used (s).
+    Wait(u64, Grant, f64, f64),
 }
 
 /// Releases what an action claimed in the index — an admitted job's share, a dataset name in

@@ -191,9 +191,18 @@ impl Study {
 }
 
 impl crate::os::session::Session {
-    /// Whether the study ever started the job (cheap: no study handle).
+    /// Whether the study ever started the job, or it waits in the admission queue.
     pub fn job_exists(&self, job: &str) -> bool {
-        job_exists(self.root(), job)
+        job_exists(self.root(), job) || self.job_queued(job).is_some()
+    }
+
+    /// The job's place (1: next) in the admission queue, while it waits there.
+    pub fn job_queued(&self, job: &str) -> Option<usize> {
+        self.with(|s| s.index.queue())
+            .ok()?
+            .iter()
+            .position(|(j, ..)| j == job)
+            .map(|p| p + 1)
     }
 
     /// A running job's progress, from its log (cheap: no study handle).

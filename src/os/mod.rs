@@ -280,7 +280,12 @@ impl Study {
             (true, 1)
         } else {
             self.index
-                .note_refusal(&caller.agent, &digest, now_epoch_s(), REFUSAL_WINDOW_S)
+                .note_refusal(
+                    &caller.agent,
+                    &digest,
+                    crate::util::proc::now_epoch_s(),
+                    REFUSAL_WINDOW_S,
+                )
                 .unwrap_or((true, 1))
         };
         if !record {
@@ -315,9 +320,9 @@ impl Study {
         if limit == 0 || caller.role == Role::Owner {
             return Ok(());
         }
-        let Some(first) = self
-            .index
-            .admit_write(&caller.agent, now_epoch_s(), limit)?
+        let Some(first) =
+            self.index
+                .admit_write(&caller.agent, crate::util::proc::now_epoch_s(), limit)?
         else {
             return Ok(());
         };
@@ -749,12 +754,6 @@ fn bounded_request(request: &Value) -> Value {
         "bytes": bytes.len(),
         "fields": fields,
     })
-}
-
-fn now_epoch_s() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn check_caller(caller: &Caller) -> Result<()> {

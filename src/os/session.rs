@@ -29,15 +29,21 @@ thread_local! {
     static JOB_STARTED: RefCell<Option<OnStarted>> = const { RefCell::new(None) };
 }
 
+/// Tell whoever started the current long action (on this thread) its job's id, once: when the
+/// job starts, or earlier, when it starts waiting in the admission queue.
+pub(crate) fn announce_job(id: &str) {
+    if let Some(f) = JOB_STARTED.with(|h| h.borrow_mut().take()) {
+        f(id.to_string());
+    }
+}
+
 /// The study's configured runner (local or Slurm), telling whoever started the current action
 /// which job it started, the moment it starts.
 struct NotifyingRunner(Box<dyn JobRunner>);
 
 impl JobRunner for NotifyingRunner {
     fn run(&self, spec: &JobSpec) -> Result<JobRecord> {
-        if let Some(f) = JOB_STARTED.with(|h| h.borrow_mut().take()) {
-            f(spec.id.clone());
-        }
+        announce_job(&spec.id);
         self.0.run(spec)
     }
     fn cancel(&self, job_dir: &Path, by: &str) -> Result<()> {

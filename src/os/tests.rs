@@ -15,6 +15,8 @@ dev = { path = "eval/dev.jsonl" }
 test = { path = "eval/test.jsonl" }
 [budgets]
 compute_seconds = 90
+# A job that does not fit is refused at once here; the admission queue has its own tests.
+queue_wait_seconds = 0
 evaluations = 10
 test_evaluations_per_node = 1
 max_nodes = 3
@@ -150,7 +152,16 @@ fn agent_names_that_could_forge_a_record_are_refused_before_anything_is_written(
 }
 
 fn admit(s: &Study, job: &str, split: Option<Split>) -> std::result::Result<u64, Decision> {
-    let w = worker("w");
+    admit_as(s, "w", job, split)
+}
+
+fn admit_as(
+    s: &Study,
+    agent: &str,
+    job: &str,
+    split: Option<Split>,
+) -> std::result::Result<u64, Decision> {
+    let w = worker(agent);
     s.admit(&w, ROOT_NODE, job, split, Facts::default(), |f| {
         let req = EvaluateRequest {
             node: ROOT_NODE.into(),
@@ -192,6 +203,109 @@ fn running_jobs_claim_their_share_so_concurrent_jobs_cannot_all_pass_a_cap() {
         .expect("let compute pass");
     let refused = admit(&s, "j-0000000000000005", Some(Split::Test)).expect_err("cap");
     assert_eq!(refused.rule.as_deref(), Some("test-evaluation-limit"));
+}
+
+/// Waits (a bounded while) until `n` jobs wait in the admission queue.
+fn queue_holds(s: &Study, n: usize) -> Vec<String> {
+    for _ in 0..500 {
+        let q = s.index.queue().expect("queue");
+        if q.len() >= n {
+            return q.into_iter().map(|(job, ..)| job).collect();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{n} jobs never waited in the admission queue");
+}
+
+#[test]
+fn a_job_that_does_not_fit_waits_its_turn_and_waiting_agents_share_what_is_left() {
+    let (d, s) = study_with(&CONFIG.replace("queue_wait_seconds = 0", "queue_wait_seconds = 60"));
+    // Alone, agent a may claim the study's whole 90 s.
+    assert_eq!(admit_as(&s, "a", "j-00000000000000a1", None), Ok(90));
+    std::thread::scope(|sc| {
+        // b's job does not fit in what a's claim leaves: it waits instead of being refused.
+        let b = sc.spawn(|| {
+            let s = Study::open(d.path()).expect("open");
+            admit_as(&s, "b", "j-00000000000000b1", None)
+        });
+        assert_eq!(queue_holds(&s, 1), ["j-00000000000000b1"]);
+        // a cancels and resubmits: its new job waits behind b's.
+        let a2 = sc.spawn(|| {
+            let s = Study::open(d.path()).expect("open");
+            admit_as(&s, "a", "j-00000000000000a2", None)
+        });
+        assert_eq!(
+            queue_holds(&s, 2),
+            ["j-00000000000000b1", "j-00000000000000a2"]
+        );
+        s.index.release_claim("j-00000000000000a1").expect("cancel");
+        // b goes first, with an equal share of the 90 s (two agents want it), then a.
+        assert_eq!(b.join().expect("b"), Ok(45));
+        assert_eq!(a2.join().expect("a"), Ok(45));
+    });
+    assert!(
+        s.index.queue().expect("queue").is_empty(),
+        "both left the queue"
+    );
+}
+
+#[test]
+fn a_queued_job_that_waits_too_long_is_refused_saying_what_is_claimed_and_what_is_used() {
+    let (_d, s) = study_with(&CONFIG.replace("queue_wait_seconds = 0", "queue_wait_seconds = 1"));
+    assert_eq!(admit_as(&s, "a", "j-00000000000000a1", None), Ok(90));
+    let refused = admit_as(&s, "b", "j-00000000000000b1", None).expect_err("no room");
+    assert_eq!(refused.rule.as_deref(), Some("budget-compute"));
+    let why = refused.reason.unwrap_or_default();
+    assert!(
+        why.contains("waited 1 s in the admission queue")
+            && why.contains("running jobs claim 90 s")
+            && why.contains("finished jobs used 0 s"),
+        "{why}"
+    );
+    assert!(
+        s.index.queue().expect("queue").is_empty(),
+        "it left the queue"
+    );
+}
+
+#[test]
+fn a_job_cancelled_while_it_waits_never_runs_and_only_its_agent_may_cancel_it() {
+    let (d, s) = study_with(&CONFIG.replace("queue_wait_seconds = 0", "queue_wait_seconds = 60"));
+    assert_eq!(admit_as(&s, "a", "j-00000000000000a1", None), Ok(90));
+    std::thread::scope(|sc| {
+        let b = sc.spawn(|| {
+            let s = Study::open(d.path()).expect("open");
+            s.admit(
+                &worker("b"),
+                ROOT_NODE,
+                "j-00000000000000b1",
+                None,
+                Facts::default(),
+                |_| Decision::accept(),
+            )
+        });
+        queue_holds(&s, 1);
+        let other = s
+            .call(
+                &worker("a"),
+                "cancel_job",
+                json!({"job": "j-00000000000000b1"}),
+            )
+            .expect_err("not a's job");
+        assert!(other.message.contains("job-owner"), "{}", other.message);
+        s.call(
+            &worker("b"),
+            "cancel_job",
+            json!({"job": "j-00000000000000b1"}),
+        )
+        .expect("b cancels its own queued job");
+        let e = b.join().expect("b").expect_err("cancelled");
+        assert!(
+            e.message.contains("cancelled by b while it waited"),
+            "{}",
+            e.message
+        );
+    });
 }
 
 #[test]

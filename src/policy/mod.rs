@@ -23,7 +23,14 @@ pub struct Facts {
     /// Status of the node the action is recorded on (for branch: the first parent).
     pub node_status: Option<NodeStatus>,
     pub node_count: u64,
+    /// Job seconds the record says were used (finished jobs' wall clock × units).
     pub compute_seconds_used: f64,
+    /// Job seconds running jobs claim (each its whole wall-clock limit × units) until they are
+    /// recorded: the study's, the node's and the calling agent's. The policy refuses on what is
+    /// used; what is claimed only makes a job wait in the admission queue.
+    pub compute_seconds_claimed: f64,
+    pub node_compute_claimed: f64,
+    pub agent_compute_claimed: f64,
     pub evaluations_total: u64,
     pub test_evaluations_on_node: u64,
     /// register_dataset: the name is already registered.
@@ -257,8 +264,8 @@ fn compute_budget(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
         Decision::reject(
             Rule::BudgetCompute,
             format!(
-                "the study has used {:.0} s of its {} s compute budget (budgets.compute_seconds; \
-                 the owner raises it in rsim.toml, committed on main)",
+                "the study has used {:.0} s (recorded by finished jobs) of its {} s compute budget \
+                 (budgets.compute_seconds; the owner raises it in rsim.toml, committed on main)",
                 facts.compute_seconds_used, cfg.budgets.compute_seconds
             ),
         )
@@ -383,7 +390,8 @@ fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
         return Some(Decision::reject(
             Rule::BudgetNodeCompute,
             format!(
-                "this node has used {:.0} s of its {max} s (budgets.node_compute_seconds)",
+                "this node has used {:.0} s (recorded by finished jobs) of its {max} s \
+                 (budgets.node_compute_seconds)",
                 facts.node_compute_used
             ),
         ));
@@ -394,7 +402,8 @@ fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
         return Some(Decision::reject(
             Rule::BudgetAgentCompute,
             format!(
-                "this agent has used {:.0} s of its {max} s (budgets.agent_compute_seconds)",
+                "this agent has used {:.0} s (recorded by finished jobs) of its {max} s \
+                 (budgets.agent_compute_seconds)",
                 facts.agent_compute_used
             ),
         ));

@@ -15,6 +15,11 @@
 //! the node budget, a campaign against another orchestrator running one. They take a *hold* in one write transaction with their count, released once
 //! the action (or its rejection) is recorded; a hold of a writer that died is ignored and dropped.
 //!
+//! A job that does not fit in what the others' claims leave waits in the *admission queue*,
+//! first come first served: it is admitted when it reaches the head and fits (see
+//! `Study::admit`), so cancelling and resubmitting never jumps the queue. A queue entry of a
+//! writer that died is ignored and dropped.
+//!
 //! Claims are not derived from git (they describe jobs not yet recorded), so `rebuild` keeps them.
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
@@ -32,6 +37,21 @@ const HOLDS_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS holds(
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS claims(
   job TEXT PRIMARY KEY, node TEXT NOT NULL, agent TEXT NOT NULL, evaluation INTEGER NOT NULL,
   test INTEGER NOT NULL, compute_s REAL NOT NULL, pid INTEGER NOT NULL)";
+
+const QUEUE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS queue(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL UNIQUE, node TEXT NOT NULL,
+  agent TEXT NOT NULL, pid INTEGER NOT NULL, since REAL NOT NULL, cancelled_by TEXT)";
+
+/// A job's place in the admission queue.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Queued {
+    /// Live entries ahead of it.
+    pub ahead: u64,
+    /// Agents with live entries in the queue (this job's agent included).
+    pub waiting_agents: std::collections::BTreeSet<String>,
+    /// Who cancelled it while it waited.
+    pub cancelled_by: Option<String>,
+}
 
 /// One admitted job's share.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,6 +220,124 @@ impl Index {
         Ok(row.unwrap_or_default())
     }
 
+    /// Whether `job` holds a claim (admitted, not yet recorded).
+    pub fn has_claim(&self, job: &str) -> Result<bool> {
+        self.claims_table()?;
+        Ok(self.conn().query_row(
+            "SELECT EXISTS(SELECT 1 FROM claims WHERE job=?1)",
+            [job],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Agents holding claims now (running jobs), with the compute each holds.
+    pub fn claim_holders(&self) -> Result<std::collections::BTreeMap<String, f64>> {
+        self.claims_table()?;
+        let mut st = self
+            .conn()
+            .prepare("SELECT agent, SUM(compute_s) FROM claims GROUP BY agent")?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    fn queue_table(&self) -> Result<()> {
+        self.conn().execute_batch(QUEUE_SCHEMA)?;
+        Ok(())
+    }
+
+    /// Put `job` in the admission queue (once: a job keeps its first place) and say where it
+    /// stands. Entries of writers that died are skipped (and dropped by `drop_dead_claims`).
+    pub fn enqueue(&self, job: &str, node: &str, agent: &str) -> Result<Queued> {
+        self.queue_table()?;
+        self.conn().execute(
+            "INSERT OR IGNORE INTO queue(job,node,agent,pid,since) VALUES(?1,?2,?3,?4,?5)",
+            params![
+                job,
+                node,
+                agent,
+                std::process::id(),
+                crate::util::proc::now_epoch_s()
+            ],
+        )?;
+        let mut st = self
+            .conn()
+            .prepare("SELECT job, agent, pid, cancelled_by FROM queue ORDER BY seq")?;
+        let rows: Vec<(String, String, u32, Option<String>)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut q = Queued::default();
+        let mut found = false;
+        for (j, a, pid, cancelled) in rows {
+            if j == job {
+                found = true;
+                q.cancelled_by = cancelled;
+                q.waiting_agents.insert(a);
+                continue;
+            }
+            if cancelled.is_some() || !crate::util::proc::process_alive(pid) {
+                continue;
+            }
+            if !found {
+                q.ahead += 1;
+            }
+            q.waiting_agents.insert(a);
+        }
+        Ok(q)
+    }
+
+    /// `job` leaves the admission queue (admitted, refused or given up).
+    pub fn dequeue(&self, job: &str) -> Result<()> {
+        self.queue_table()?;
+        self.conn()
+            .execute("DELETE FROM queue WHERE job=?1", [job])?;
+        Ok(())
+    }
+
+    /// The node and agent of `job` if it waits in the admission queue (a live writer's entry).
+    pub fn queued_job(&self, job: &str) -> Result<Option<(String, String)>> {
+        self.queue_table()?;
+        let row: Option<(String, String, u32)> = self
+            .conn()
+            .query_row(
+                "SELECT node, agent, pid FROM queue WHERE job=?1 AND cancelled_by IS NULL",
+                [job],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        Ok(row
+            .filter(|(_, _, pid)| crate::util::proc::process_alive(*pid))
+            .map(|(n, a, _)| (n, a)))
+    }
+
+    /// The jobs waiting in the admission queue, first first: (job, node, agent, since).
+    pub fn queue(&self) -> Result<Vec<(String, String, String, f64)>> {
+        self.queue_table()?;
+        let mut st = self.conn().prepare(
+            "SELECT job, node, agent, pid, since FROM queue WHERE cancelled_by IS NULL ORDER BY seq",
+        )?;
+        let rows: Vec<(String, String, String, u32, f64)> = st
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| crate::util::proc::process_alive(r.3))
+            .map(|(j, n, a, _, t)| (j, n, a, t))
+            .collect())
+    }
+
+    /// Cancel `job` while it waits: its admission gives up at its next look.
+    pub fn cancel_queued(&self, job: &str, by: &str) -> Result<bool> {
+        self.queue_table()?;
+        Ok(self.conn().execute(
+            "UPDATE queue SET cancelled_by=?2 WHERE job=?1 AND cancelled_by IS NULL",
+            params![job, by],
+        )? > 0)
+    }
+
     /// The job's action is recorded (or it never ran): its claim ends.
     pub fn release_claim(&self, job: &str) -> Result<()> {
         self.claims_table()?;
@@ -322,6 +460,18 @@ impl Index {
             for (token, pid) in rows {
                 if !crate::util::proc::process_alive(pid) {
                     self.release_hold(&token)?;
+                    dropped += 1;
+                }
+            }
+        }
+        if table("queue")? {
+            let mut st = self.conn().prepare("SELECT job, pid FROM queue")?;
+            let rows: Vec<(String, u32)> = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            for (job, pid) in rows {
+                if !crate::util::proc::process_alive(pid) {
+                    self.dequeue(&job)?;
                     dropped += 1;
                 }
             }

@@ -69,3 +69,10 @@ pub fn output_within(
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Seconds since the Unix epoch, by the wall clock (0 before 1970).
+pub fn now_epoch_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

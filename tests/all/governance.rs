@@ -30,10 +30,15 @@ impl Drop for Stdio_ {
 
 impl Stdio_ {
     fn start(study: &Path, agent: &str, role: &str) -> Stdio_ {
+        Stdio_::start_with(study, agent, role, &[])
+    }
+
+    fn start_with(study: &Path, agent: &str, role: &str, extra: &[&str]) -> Stdio_ {
         let mut child = rsim()
             .arg("-C")
             .arg(study)
             .args(["mcp", "--agent", agent, "--role", role])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -222,6 +227,79 @@ fn a_flood_of_distinct_calls_is_throttled_per_agent_and_recorded_once_a_minute()
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// The text of a tool call's answer (its structured result or its error).
+fn answer(r: &Value) -> Value {
+    let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+#[test]
+fn a_cancel_and_resubmit_loop_cannot_keep_another_workers_small_job_out() {
+    let (_d, study) = example_study();
+    // The looper's job (cut to the backend's 600 s) claims the study's whole compute budget.
+    let config = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    let config = config
+        .replace("compute_seconds = 3600", "compute_seconds = 600")
+        .replace(
+            "[policy]\n",
+            "[policy]\nmax_writes_per_agent_per_minute = 0\n",
+        );
+    commit_config(&study, &config, "600 s of compute");
+    let mut honest = Stdio_::start_with(&study, "honest", "worker", &["--job-wait", "0"]);
+    let r = honest.tool("branch", json!({"parents": ["n0"], "title": "sft"}));
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    let r = honest.tool("register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 200, "seed": 1}}));
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let looper = {
+        let (study, stop) = (study.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut lp = Stdio_::start_with(&study, "looper", "worker", &["--job-wait", "0"]);
+            let mut loops = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let r = lp.tool("run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 5_000_000, "batch_size": 64}));
+                let a = answer(&r);
+                if let Some(job) = a["job"].as_str() {
+                    let c = lp.tool("cancel_job", json!({"job": job}));
+                    assert_ne!(c["result"]["isError"], true, "{c}");
+                    loops += 1;
+                }
+            }
+            loops
+        })
+    };
+    // The looper holds the budget before each try of the honest Worker.
+    std::thread::sleep(Duration::from_secs(2));
+    let tries = 4;
+    let (mut admitted, mut queued) = (0, 0);
+    for _ in 0..tries {
+        let r = honest.tool("run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 20, "batch_size": 8}));
+        let a = answer(&r);
+        queued += usize::from(a["status"] == "queued");
+        let done = match a["job"].as_str() {
+            Some(job) if a["status"] == "running" || a["status"] == "queued" => {
+                honest.tool("wait_job", json!({"job": job, "timeout_s": 120}))
+            }
+            _ => r,
+        };
+        let text = done["result"]["content"][0]["text"].as_str().unwrap_or("");
+        if done["result"]["isError"] != true {
+            admitted += 1;
+        } else {
+            assert!(text.contains("budget-compute"), "{text}");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let loops = looper.join().expect("looper");
+    assert!(loops >= 2, "the looper looped ({loops} times)");
+    assert_eq!(admitted, tries, "every small job was admitted, in its turn");
+    // It had to wait for its turn: the looper held the budget when it asked.
+    assert!(
+        queued >= 1,
+        "no try of the honest Worker found the budget claimed"
+    );
 }
 
 #[test]

@@ -109,10 +109,23 @@ pub struct JobRunning {
 #[serde(rename_all = "snake_case")]
 pub enum RunningStatus {
     Running,
+    /// Waiting in the admission queue for compute that running jobs claim.
+    Queued,
 }
 
 impl JobRunning {
     pub fn new(session: &Session, job: &str, action: Option<&str>) -> JobRunning {
+        if let Some(place) = session.job_queued(job) {
+            return JobRunning {
+                job: job.to_string(),
+                status: RunningStatus::Queued,
+                action: action.map(str::to_string),
+                progress: None,
+                hint: format!(
+                    "the job waits in the admission queue (place {place}, first come first served) for compute that running jobs claim; it starts when its turn comes, or is refused after budgets.queue_wait_seconds. Call wait_job with {{\"job\": \"{job}\"}} for its result, or cancel_job to take it out of the queue"
+                ),
+            };
+        }
         JobRunning {
             job: job.to_string(),
             status: RunningStatus::Running,

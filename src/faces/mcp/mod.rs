@@ -164,7 +164,7 @@ fn all_tools() -> Result<Vec<(Tool, ToolKind)>> {
         let mut description = a.description.to_string();
         if a.kind == Kind::Job {
             output = any_of(vec![output, running_schema()]);
-            description.push_str(" If the job outlives a short wait, answers {job, status: \"running\"} at once; then call wait_job with the job id (progress notifications report training steps and loss). The job runs to the end and is recorded even if you disconnect; cancel_job stops it.");
+            description.push_str(" If the job outlives a short wait, answers {job, status: \"running\"} at once (\"queued\" while it waits in the admission queue for compute that running jobs claim); then call wait_job with the job id (progress notifications report training steps and loss). The job runs to the end and is recorded even if you disconnect; cancel_job stops it.");
         }
         let kind = match a.action() {
             Some(n) => ToolKind::Action(n),
