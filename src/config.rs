@@ -256,6 +256,15 @@ pub struct Budgets {
     /// share of what the study has left.
     #[serde(default = "default_queue_wait_seconds")]
     pub queue_wait_seconds: u64,
+    /// Bytes the study may hold on disk — stored objects (checkpoints, kept checkpoints, logs,
+    /// datasets), job directories and the record — before jobs and registrations are refused
+    /// (rule `budget-storage`; `rsim storage` shows the count, `rsim gc` frees what nothing
+    /// references). Raise it for large models: a 7B checkpoint in bf16 is about 14 GB.
+    #[serde(default = "default_storage_bytes")]
+    pub storage_bytes: u64,
+    /// Bytes one agent's checkpoints, logs, datasets, job directories and records may take.
+    #[serde(default = "default_agent_storage_bytes")]
+    pub agent_storage_bytes: u64,
     /// Job seconds one node may use (unset: no per-node limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_compute_seconds: Option<u64>,
@@ -306,6 +315,12 @@ fn default_dataset_storage_bytes() -> u64 {
 fn default_compute_seconds() -> u64 {
     36_000
 }
+fn default_storage_bytes() -> u64 {
+    256 << 30
+}
+fn default_agent_storage_bytes() -> u64 {
+    64 << 30
+}
 fn default_queue_wait_seconds() -> u64 {
     3_600
 }
@@ -324,6 +339,8 @@ impl Default for Budgets {
         Budgets {
             compute_seconds: default_compute_seconds(),
             queue_wait_seconds: default_queue_wait_seconds(),
+            storage_bytes: default_storage_bytes(),
+            agent_storage_bytes: default_agent_storage_bytes(),
             evaluations: default_evaluations(),
             test_evaluations_per_node: default_test_evals(),
             max_nodes: default_max_nodes(),

@@ -170,6 +170,19 @@ pub enum Command {
     Reindex,
     /// Verify the record (commits, action files, artifacts, index).
     Fsck,
+    /// What the study holds on disk — objects, job directories, record — per study and per agent,
+    /// against budgets.storage_bytes and budgets.agent_storage_bytes.
+    Storage,
+    /// Remove what nothing in the record references: unreferenced store objects older than the
+    /// grace period, and outputs recorded jobs still hold in their directories.
+    Gc {
+        /// Say what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Spare unreferenced objects younger than this many seconds.
+        #[arg(long, default_value_t = 3600)]
+        grace: u64,
+    },
     /// Attempts, rejections by rule, and whether any hack got through (re-checked from the record).
     Audit,
     /// Stop a running or queued job (its action is recorded with the job cancelled).
@@ -964,6 +977,49 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
                         rep.not_in_this_copy
                     );
                 }
+            }
+            return Ok(());
+        }
+        Command::Storage => {
+            let u = study.storage_use()?;
+            if json {
+                print_json(&serde_json::to_value(&u)?)?;
+            } else {
+                let mib = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20));
+                let mut t = table(&["who", "objects", "job dirs", "record", "total", "budget"]);
+                let row = |who: String, b: &crate::os::storage::Bytes, budget: u64| {
+                    vec![
+                        who,
+                        mib(b.objects),
+                        mib(b.jobs),
+                        mib(b.record),
+                        mib(b.total),
+                        mib(budget),
+                    ]
+                };
+                t.add_row(row("study".into(), &u.study, u.budget));
+                for (agent, b) in &u.agents {
+                    t.add_row(row(agent.clone(), b, u.agent_budget));
+                }
+                println!("{t}");
+                println!(
+                    "unreferenced: {} object(s), {} (rsim gc removes them)",
+                    u.unreferenced_objects,
+                    mib(u.unreferenced_bytes)
+                );
+            }
+            return Ok(());
+        }
+        &Command::Gc { dry_run, grace } => {
+            let rep = study.gc(dry_run, std::time::Duration::from_secs(grace))?;
+            if json {
+                print_json(&serde_json::to_value(&rep)?)?;
+            } else {
+                let verb = if dry_run { "would remove" } else { "removed" };
+                println!(
+                    "{verb} {} unreferenced object(s) ({} bytes) and the leftover outputs of {} recorded job(s) ({} bytes); {} unreferenced object(s) younger than {grace} s kept",
+                    rep.objects, rep.object_bytes, rep.job_dirs, rep.job_bytes, rep.kept_recent
+                );
             }
             return Ok(());
         }

@@ -73,6 +73,9 @@ rules! {
     EvalSetPinned = "eval-set-pinned",
     TestEvaluationLimit = "test-evaluation-limit",
     BudgetCompute = "budget-compute",
+    /// What the study, or one agent, holds on disk (`budgets.storage_bytes`,
+    /// `budgets.agent_storage_bytes`).
+    BudgetStorage = "budget-storage",
     BudgetNodeCompute = "budget-node-compute",
     BudgetAgentCompute = "budget-agent-compute",
     BudgetEvaluations = "budget-evaluations",

@@ -154,6 +154,10 @@ impl Study {
             }
         }
         let _leave = Leave(&self.index, job);
+        // What the study and the agent hold on disk, counted once (a walk of the store and the
+        // job directories) before the queue: a job adds to it only when it ends.
+        let mut facts = facts;
+        facts.storage = Some(self.storage_fact(&caller.agent)?);
         let mut pause = std::time::Duration::from_millis(20);
         loop {
             let step = self.index.with_claims(|index| {
@@ -406,21 +410,18 @@ impl Study {
         })
     }
 
+    /// Move a finished job's log into the store (kept once: the job directory keeps no copy;
+    /// views read the stored log once the live file is gone).
     pub(in crate::os) fn store_log_at(&self, p: &Path) -> Result<Option<String>> {
         if p.is_file() {
-            Ok(Some(self.store.put_file(p)?))
+            Ok(Some(self.store.absorb_file(p)?))
         } else {
             Ok(None)
         }
     }
 
     pub(in crate::os) fn store_log(&self, spec: &JobSpec) -> Result<Option<String>> {
-        let p = spec.log_path();
-        if p.is_file() {
-            Ok(Some(self.store.put_file(&p)?))
-        } else {
-            Ok(None)
-        }
+        self.store_log_at(&spec.log_path())
     }
 
     /// Fingerprint of the evaluator: sha256 over its argv and the content of every file it names.

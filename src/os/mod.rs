@@ -22,6 +22,7 @@ mod recovery;
 pub use recovery::OpenJob;
 pub mod schemas;
 pub mod session;
+pub mod storage;
 #[cfg(test)]
 mod tests;
 pub mod trend;

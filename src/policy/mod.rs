@@ -66,6 +66,9 @@ pub struct Facts {
     /// register_dataset: what the study's registered datasets (and the caller's) hold, with
     /// registrations in flight, and what this one would add (None: not computed).
     pub dataset_storage: Option<StorageFact>,
+    /// run_sft / evaluate / reproduce / register_dataset: what the study and the calling agent
+    /// hold on disk (None: not counted).
+    pub storage: Option<StorageBytes>,
     /// register_dataset: contamination rejections the calling agent already collected (recorded,
     /// and in flight: rejected but not yet recorded).
     pub agent_contamination_rejections: u64,
@@ -99,6 +102,14 @@ pub struct SizeFact {
     pub what: String,
     pub rows: u64,
     pub bytes: u64,
+}
+
+/// The bytes the study holds on disk, and the calling agent's share (`os::storage`), against
+/// `budgets.storage_bytes` and `budgets.agent_storage_bytes`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StorageBytes {
+    pub study: u64,
+    pub agent: u64,
 }
 
 /// Registered data against the study's and the agent's dataset budgets: what is used (recorded
@@ -272,6 +283,36 @@ fn compute_budget(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
     })
 }
 
+/// The study's and the agent's storage budgets (`budgets.storage_bytes`,
+/// `budgets.agent_storage_bytes`), for actions that store more.
+fn disk_budget(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
+    let s = facts.storage?;
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    if s.study >= cfg.budgets.storage_bytes {
+        return Some(Decision::reject(
+            Rule::BudgetStorage,
+            format!(
+                "the study holds {:.2} GiB on disk (objects, job directories, record) of its {:.2} GiB \
+                 (budgets.storage_bytes); the owner frees space with `rsim gc` or raises the budget",
+                gib(s.study),
+                gib(cfg.budgets.storage_bytes)
+            ),
+        ));
+    }
+    if s.agent >= cfg.budgets.agent_storage_bytes {
+        return Some(Decision::reject(
+            Rule::BudgetStorage,
+            format!(
+                "this agent's checkpoints, logs, datasets, job directories and records take {:.2} GiB \
+                 of its {:.2} GiB (budgets.agent_storage_bytes)",
+                gib(s.agent),
+                gib(cfg.budgets.agent_storage_bytes)
+            ),
+        ));
+    }
+    None
+}
+
 /// The study's evaluation budget (`budgets.evaluations`).
 fn evaluation_budget(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
     (facts.evaluations_total >= cfg.budgets.evaluations).then(|| {
@@ -438,6 +479,9 @@ pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts
             Rule::NodeConcluded,
             "the node is concluded; branch a new node from it to continue this direction",
         );
+    }
+    if let Some(d) = disk_budget(cfg, facts) {
+        return d;
     }
     match req {
         Request::Branch(b) => check_branch(b, caller, cfg, facts),

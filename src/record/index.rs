@@ -768,6 +768,46 @@ impl Index {
         )?)
     }
 
+    /// Every artifact the record references (kept checkpoints included) with its kind and the
+    /// agent of the action that referenced it, in the order they were recorded.
+    pub fn artifact_refs(&self) -> Result<Vec<(String, String, String)>> {
+        let mut st = self.conn.prepare(
+            "SELECT sha, kind, agent FROM (
+               SELECT a.sha256 AS sha, a.kind AS kind, ac.agent AS agent, ac.at AS at, ac.seq AS seq
+                 FROM artifacts a JOIN actions ac ON ac.node=a.node AND ac.seq=a.seq
+               UNION ALL
+               SELECT k.sha256, 'checkpoint', ac.agent, ac.at, ac.seq
+                 FROM kept k JOIN actions ac ON ac.node=k.node AND ac.seq=k.seq)
+             ORDER BY at, seq",
+        )?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// The agent of each recorded job (the agent of the action that ran it).
+    pub fn job_agents(&self) -> Result<std::collections::HashMap<String, String>> {
+        let mut st = self.conn.prepare(
+            "SELECT j.id, a.agent FROM jobs j JOIN actions a ON a.node=j.node AND a.seq=j.seq",
+        )?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Bytes of each agent's action records (the JSON each commit holds, before git compresses it).
+    pub fn record_bytes_by_agent(&self) -> Result<std::collections::BTreeMap<String, u64>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT agent, COALESCE(SUM(LENGTH(record)),0) FROM actions GROUP BY agent")?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
     /// Accepted evaluations (all, or on one node, split, agent).
     pub fn evaluation_count(&self, node: Option<&str>, split: Option<&str>) -> Result<u64> {
         self.evaluation_count_by(node, split, None)

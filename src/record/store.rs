@@ -53,6 +53,7 @@ impl ObjectStore {
     pub fn put_bytes(&self, bytes: &[u8]) -> Result<String> {
         let sha = sha256_hex(bytes);
         if self.contains(&sha) {
+            self.touch(&sha);
             return Ok(sha);
         }
         let tmp = self.tmp_path()?;
@@ -86,6 +87,59 @@ impl ObjectStore {
         let sha = hex::encode(hasher.finalize());
         if self.contains(&sha) {
             fs::remove_file(&tmp).at("cannot remove", &tmp)?;
+            self.touch(&sha);
+        } else {
+            self.install(&tmp, &sha)?;
+        }
+        Ok(sha)
+    }
+
+    /// Move a file a finished job wrote into the store; returns its sha256. The file leaves its
+    /// place (renamed into the store's temporary directory first, so nothing can change it
+    /// between its hash and its install), and its bytes are kept once: a job directory never
+    /// holds a second copy of what the store holds.
+    pub fn absorb_file(&self, src: &Path) -> Result<String> {
+        use std::os::unix::fs::MetadataExt;
+        let copy = |src: &Path| -> Result<String> {
+            let sha = self.put_file(src)?;
+            fs::remove_file(src).at("cannot remove", src)?;
+            Ok(sha)
+        };
+        // A file with other names (a hard link a job made) is copied: the store's object must be
+        // an inode no one else can reach.
+        let meta = fs::symlink_metadata(src).at("cannot stat", src)?;
+        if !meta.is_file() || meta.nlink() > 1 {
+            return copy(src);
+        }
+        let tmp = self.tmp_path()?;
+        if fs::rename(src, &tmp).is_err() {
+            // Another file system: copy, then remove the job's copy.
+            return copy(src);
+        }
+        let mut hasher = Sha256::new();
+        {
+            let mut input = File::open(&tmp).at("cannot open", &tmp)?;
+            input.sync_all().at("cannot sync", &tmp)?;
+            // Stored now, whenever the job wrote it: `rsim gc` spares objects younger than its
+            // grace period until their record lands.
+            File::options()
+                .write(true)
+                .open(&tmp)
+                .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+                .at("cannot touch", &tmp)?;
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let n = input.read(&mut buf).at("cannot read", &tmp)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+            }
+        }
+        let sha = hex::encode(hasher.finalize());
+        if self.contains(&sha) {
+            fs::remove_file(&tmp).at("cannot remove", &tmp)?;
+            self.touch(&sha);
         } else {
             self.install(&tmp, &sha)?;
         }
@@ -95,8 +149,18 @@ impl ObjectStore {
     /// Store every regular file under `dir` and a manifest naming them; returns the manifest's hash.
     /// Symlinks and other special files are refused (they could point outside the study).
     pub fn put_dir(&self, dir: &Path) -> Result<String> {
+        self.store_dir(dir, false)
+    }
+
+    /// `put_dir` for what a finished job wrote: each file is moved into the store
+    /// (`absorb_file`), so the job directory keeps no second copy of the checkpoint.
+    pub fn absorb_dir(&self, dir: &Path) -> Result<String> {
+        self.store_dir(dir, true)
+    }
+
+    fn store_dir(&self, dir: &Path, moving: bool) -> Result<String> {
         let mut files = BTreeMap::new();
-        self.collect(dir, dir, &mut files)?;
+        self.collect(dir, dir, moving, &mut files)?;
         if files.is_empty() {
             return Err(Error::invalid(format!("{} holds no files", dir.display())));
         }
@@ -107,7 +171,13 @@ impl ObjectStore {
         self.put_bytes(&serde_json::to_vec_pretty(&manifest)?)
     }
 
-    fn collect(&self, base: &Path, dir: &Path, files: &mut BTreeMap<String, String>) -> Result<()> {
+    fn collect(
+        &self,
+        base: &Path,
+        dir: &Path,
+        moving: bool,
+        files: &mut BTreeMap<String, String>,
+    ) -> Result<()> {
         let mut entries: Vec<_> = fs::read_dir(dir)
             .at("cannot list", dir)?
             .collect::<std::io::Result<_>>()
@@ -117,7 +187,7 @@ impl ObjectStore {
             let path = e.path();
             let ft = e.file_type().at("cannot stat", &path)?;
             if ft.is_dir() {
-                self.collect(base, &path, files)?;
+                self.collect(base, &path, moving, files)?;
             } else if ft.is_file() {
                 let rel = path.strip_prefix(base).map_err(|_| {
                     Error::internal(format!("{} is outside {}", path.display(), base.display()))
@@ -128,7 +198,12 @@ impl ObjectStore {
                         Error::invalid(format!("{}: file name is not UTF-8", path.display()))
                     })?
                     .to_string();
-                files.insert(name, self.put_file(&path)?);
+                let sha = if moving {
+                    self.absorb_file(&path)?
+                } else {
+                    self.put_file(&path)?
+                };
+                files.insert(name, sha);
             } else {
                 return Err(Error::invalid(format!(
                     "{}: only regular files may be stored (symlinks and devices are refused)",
@@ -194,6 +269,13 @@ impl ObjectStore {
         Ok(dir.join(name))
     }
 
+    /// Mark an object as stored again now (best effort): `rsim gc` spares objects younger than
+    /// its grace period, so one that an action is about to reference is never removed under it.
+    fn touch(&self, sha: &str) {
+        let _ =
+            File::open(self.path(sha)).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+    }
+
     fn install(&self, tmp: &Path, sha: &str) -> Result<()> {
         let dest = self.path(sha);
         if let Some(parent) = dest.parent() {
@@ -246,5 +328,31 @@ mod tests {
         // Changing the config changes the checkpoint's identity.
         fs::write(ck.join("config.json"), b"{\"a\":1}").expect("write");
         assert_ne!(store.put_dir(&ck).expect("put_dir"), m1);
+    }
+
+    #[test]
+    fn a_job_output_is_moved_into_the_store_and_a_hard_link_is_copied() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = ObjectStore::new(dir.path().join("objects"));
+        let out = dir.path().join("out");
+        fs::create_dir_all(out.join("ck")).expect("out");
+        fs::write(out.join("ck/model.bin"), b"weights").expect("write");
+        let m = store.absorb_dir(&out.join("ck")).expect("absorb");
+        assert!(!out.join("ck/model.bin").exists(), "moved, not copied");
+        let file = &store.manifest(&m).expect("manifest").files["model.bin"];
+        assert_eq!(store.get(file).expect("get"), b"weights");
+        // A file with another name elsewhere (a job's hard link) is copied: the other name keeps
+        // its own inode, untouched, and the store's object is an inode of its own.
+        let elsewhere = dir.path().join("protected.txt");
+        fs::write(&elsewhere, b"not the job's").expect("write");
+        fs::hard_link(&elsewhere, out.join("link")).expect("link");
+        let sha = store.absorb_file(&out.join("link")).expect("absorb");
+        assert!(!out.join("link").exists());
+        assert!(!fs::metadata(&elsewhere).expect("meta").permissions().readonly());
+        assert_ne!(
+            fs::metadata(store.path(&sha)).expect("meta").ino(),
+            fs::metadata(&elsewhere).expect("meta").ino()
+        );
     }
 }

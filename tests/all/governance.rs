@@ -368,3 +368,149 @@ fn non_utf8_input_and_names_git_cannot_hold_are_clear_errors() {
         assert!(err.contains("not a valid agent name"), "{name}: {err}");
     }
 }
+
+/// Every file under `dir` (recursively).
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn sha256_of(p: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(std::fs::read(p).expect("read")))
+}
+
+#[test]
+fn storage_is_counted_checkpoints_are_held_once_and_gc_removes_only_what_nothing_references() {
+    let (_d, study) = example_study();
+    let w = |args: &[&str]| {
+        let mut full = vec!["--agent", "w", "--role", "worker"];
+        full.extend_from_slice(args);
+        ok_json(&study, &full)
+    };
+    w(&["call", "branch", r#"{"parents":["n0"],"title":"sft"}"#]);
+    w(&[
+        "call",
+        "register_dataset",
+        r#"{"node":"n1","name":"d","source":{"kind":"arith","op":"add","digits":2,"format":"plain","n":200,"seed":1}}"#,
+    ]);
+    let sft = w(&[
+        "call",
+        "run_sft",
+        r#"{"node":"n1","base":"base","datasets":["d"],"learning_rate":0.01,"steps":40,"batch_size":8,"eval_every":20,"eval_task":"add2"}"#,
+    ]);
+    let job = sft["job"]["id"].as_str().expect("job id").to_string();
+    assert_eq!(
+        sft["intermediate"].as_array().map(Vec::len),
+        Some(1),
+        "{sft}"
+    );
+    // The store and the job directories hold each checkpoint (and log) once.
+    let objects = study.join(".rsim/objects/sha256");
+    let stored: std::collections::HashSet<String> =
+        files_under(&objects).iter().map(|p| sha256_of(p)).collect();
+    for f in files_under(&study.join(".rsim/jobs")) {
+        if std::fs::metadata(&f).map_or(0, |m| m.len()) > 64 {
+            assert!(
+                !stored.contains(&sha256_of(&f)),
+                "{} is also in the store",
+                f.display()
+            );
+        }
+    }
+    // One count per study and per agent.
+    let u = ok_json(&study, &["storage"]);
+    let total = |v: &Value| v["total"].as_u64().expect("total");
+    assert!(total(&u["study"]) > 0, "{u}");
+    let wb = &u["agents"]["w"];
+    assert!(
+        wb["objects"].as_u64() > Some(0)
+            && wb["jobs"].as_u64() > Some(0)
+            && wb["record"].as_u64() > Some(0),
+        "{u}"
+    );
+    assert!(total(wb) < total(&u["study"]), "{u}");
+    assert_eq!(u["unreferenced_objects"], 0, "{u}");
+    // Garbage: an object nothing references (stored a day ago), and outputs an older rsim left
+    // in a recorded job's directory.
+    let junk = b"left by a job that failed after storing";
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(junk))
+    };
+    let junk_path = objects.join(&sha[..2]).join(&sha[2..]);
+    std::fs::create_dir_all(junk_path.parent().expect("dir")).expect("dir");
+    std::fs::write(&junk_path, junk).expect("junk");
+    let day_ago = std::time::SystemTime::now() - Duration::from_secs(86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(&junk_path)
+        .and_then(|f| f.set_modified(day_ago))
+        .expect("age");
+    let leftover = study.join(".rsim/jobs").join(&job).join("out/checkpoint");
+    std::fs::create_dir_all(&leftover).expect("leftover");
+    std::fs::write(leftover.join("model.bin"), vec![7u8; 4096]).expect("leftover");
+    let u = ok_json(&study, &["storage"]);
+    assert_eq!(u["unreferenced_objects"], 1, "{u}");
+    let dry = ok_json(&study, &["gc", "--dry-run"]);
+    assert_eq!(dry["objects"], 1, "{dry}");
+    assert!(dry["job_bytes"].as_u64() >= Some(4096), "{dry}");
+    assert!(
+        junk_path.exists() && leftover.exists(),
+        "a dry run removes nothing"
+    );
+    let done = ok_json(&study, &["gc"]);
+    assert_eq!(done["objects"], 1, "{done}");
+    assert!(done["job_bytes"].as_u64() >= Some(4096), "{done}");
+    assert!(!junk_path.exists() && !leftover.exists());
+    // Everything the record references is still there.
+    crate::common::fsck_clean(&study);
+    // Past the agent's storage budget, a job is refused, saying which budget.
+    let config = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    commit_config(
+        &study,
+        &config.replace("[budgets]\n", "[budgets]\nagent_storage_bytes = 1000\n"),
+        "a tiny storage budget per agent",
+    );
+    let out = run(
+        &study,
+        &[
+            "--agent",
+            "w",
+            "--role",
+            "worker",
+            "call",
+            "run_sft",
+            r#"{"node":"n1","base":"base","datasets":["d"],"learning_rate":0.01,"steps":5,"batch_size":8}"#,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("budget-storage")
+            && err.contains("agent_storage_bytes"),
+        "{err}"
+    );
+    // Another agent still has room.
+    let ok = ok_json(
+        &study,
+        &[
+            "--agent",
+            "v",
+            "--role",
+            "worker",
+            "call",
+            "run_sft",
+            r#"{"node":"n1","base":"base","datasets":["d"],"learning_rate":0.01,"steps":5,"batch_size":8}"#,
+        ],
+    );
+    assert_eq!(ok["job"]["state"], "succeeded", "{ok}");
+}

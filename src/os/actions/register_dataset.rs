@@ -170,6 +170,7 @@ impl Study {
         empty: bool,
         hold: bool,
     ) -> Result<(Option<String>, Decision)> {
+        let disk = self.storage_fact(&caller.agent)?;
         self.index.with_holds(|index| {
             let held = index.held(&caller.agent)?;
             let mut storage = StorageFact {
@@ -197,6 +198,7 @@ impl Study {
                 contamination,
                 size: Some(size),
                 dataset_storage: Some(storage),
+                storage: Some(disk),
                 agent_contamination_rejections: Rule::PROBES
                     .iter()
                     .map(|r| index.rejection_count(&caller.agent, r.as_str()))

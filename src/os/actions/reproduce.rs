@@ -254,7 +254,7 @@ impl Study {
                             "the trainer exited 0 but wrote no out/checkpoint/ directory".into(),
                         ),
                         Ok(m) => {
-                            checkpoint = Some(self.store.put_dir(&ck_dir)?);
+                            checkpoint = Some(self.store.absorb_dir(&ck_dir)?);
                             Ok(m)
                         }
                         Err(e) => Err(e.message),

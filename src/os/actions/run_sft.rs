@@ -203,7 +203,12 @@ impl Study {
         let mut checkpoint = None;
         let mut train_metrics = BTreeMap::new();
         let mut intermediate = Vec::new();
-        let curve: Vec<types::LossPoint> = read_log_head(&spec.log_path())
+        // The log is in the store by now (moved there when the job ended).
+        let log = match &job.log {
+            Some(sha) => self.store.path(sha),
+            None => spec.log_path(),
+        };
+        let curve: Vec<types::LossPoint> = read_log_head(&log)
             .map(|log| {
                 protocol::curve_in(&log, MAX_CURVE_POINTS)
                     .into_iter()
@@ -221,7 +226,7 @@ impl Study {
                         Some("the trainer exited 0 but wrote no out/checkpoint/ directory".into());
                 }
                 Ok(m) => {
-                    checkpoint = Some(self.store.put_dir(&ck_dir)?);
+                    checkpoint = Some(self.store.absorb_dir(&ck_dir)?);
                     train_metrics = m;
                     // Only the steps the run was asked to keep: whatever else a job leaves
                     // under out/ is not a checkpoint of the record.
@@ -230,7 +235,7 @@ impl Study {
                             if step % req.eval_every == 0 && step < req.steps {
                                 intermediate.push(types::StepCheckpoint {
                                     step,
-                                    checkpoint: self.store.put_dir(&dir)?,
+                                    checkpoint: self.store.absorb_dir(&dir)?,
                                 });
                             }
                         }
