@@ -65,6 +65,23 @@ pub struct ServerConfig {
     pub idle_timeout_s: u64,
     /// A client must send a request's headers within this many seconds of starting it.
     pub header_timeout_s: u64,
+    /// Open TCP connections from one remote address, counted when the connection is accepted
+    /// (before a byte is read), so one client's slow or silent sockets cannot take every place.
+    /// Loopback peers are exempt: every local agent shares 127.0.0.1 (the per-agent limits
+    /// still hold them).
+    pub max_connections_per_address: usize,
+    /// Connections one agent identity may hold: a connection counts for the identity of its
+    /// latest request from the moment that request's headers are read, idle or not. Over
+    /// HTTP/1.1 a connection carries one request at a time, so this also bounds the identity's
+    /// requests in flight and open streams. The study owner is exempt.
+    pub max_connections_per_agent: usize,
+    /// Live event streams of the web page (`/api/events`) one identity may hold; the study
+    /// owner is exempt.
+    pub max_streams_per_agent: usize,
+    /// Connections (of `max_connections`) and web event streams only the study owner may use,
+    /// so agents holding everything else never make the owner's page answer 503. The owner is
+    /// the web page on loopback without `--tokens`, or the `[owner]` token of the tokens file.
+    pub owner_reserve: usize,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +93,10 @@ impl Default for ServerConfig {
             session_idle_s: 300,
             idle_timeout_s: 120,
             header_timeout_s: 10,
+            max_connections_per_address: 32,
+            max_connections_per_agent: 32,
+            max_streams_per_agent: 8,
+            owner_reserve: 8,
         }
     }
 }
@@ -761,10 +782,31 @@ impl StudyConfig {
             ("server.session_idle_s", sv.session_idle_s),
             ("server.idle_timeout_s", sv.idle_timeout_s),
             ("server.header_timeout_s", sv.header_timeout_s),
+            (
+                "server.max_connections_per_address",
+                sv.max_connections_per_address as u64,
+            ),
+            (
+                "server.max_connections_per_agent",
+                sv.max_connections_per_agent as u64,
+            ),
+            (
+                "server.max_streams_per_agent",
+                sv.max_streams_per_agent as u64,
+            ),
         ] {
             if v == 0 {
                 return bad(key, "expected at least 1".into());
             }
+        }
+        if sv.owner_reserve >= sv.max_connections {
+            return bad(
+                "server.owner_reserve",
+                format!(
+                    "{} would leave agents no connection of server.max_connections = {}; use less",
+                    sv.owner_reserve, sv.max_connections
+                ),
+            );
         }
         if sv.idle_timeout_s <= 15 {
             return bad(
