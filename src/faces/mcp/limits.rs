@@ -8,6 +8,27 @@
 //! - **Slow clients**: a request's headers must arrive within `header_timeout_s` (hyper's own
 //!   timer), and a connection that moves no byte either way for `idle_timeout_s` is closed
 //!   (`Idle`). SSE streams send a keep-alive every 15 s, so a live stream is never idle.
+//! - **Per remote address**: at most `max_connections_per_address` open connections from one
+//!   address off loopback, counted at accept before a byte is read (`Conns::admit`), so slow or
+//!   silent sockets from one client cannot take every place. Loopback peers are exempt: every
+//!   local agent shares 127.0.0.1.
+//! - **Per identity**: once a request's headers are read its connection counts for the
+//!   request's identity (the agent of its token, `X-Rsim-Agent` or the default; the web page's
+//!   caller), idle or not, until the connection closes or carries another identity's request;
+//!   past `max_connections_per_agent` the request is answered `503` naming the key and the
+//!   connection closed (`ConnHandle::admit`). Over HTTP/1.1 a connection carries one request at
+//!   a time, so this bounds an identity's requests in flight and open streams too. The web
+//!   page's event streams are further bounded per identity (`max_streams_per_agent`, in
+//!   `faces::web`).
+//! - **The owner's reserve**: a connection accepted while `max_connections - owner_reserve` or
+//!   more are open serves only the study owner's requests (an agent's gets `503` naming
+//!   `server.owner_reserve`, an anonymous one is served and its connection closed), and the
+//!   last `owner_reserve` event streams are the owner's too; so agents, however many, never
+//!   make the owner's page answer `503`. The owner is exempt from the per-identity limits. The
+//!   owner is the web page on loopback without `--tokens` (any local process can reach it, as
+//!   it can the study's files), or the tokens file's `[owner]` token. Before its headers a
+//!   connection has no identity: sockets that send none hold a place of the reserve for at most
+//!   `header_timeout_s`, and off loopback no more than `max_connections_per_address` of them.
 //! - **Sessions**: at most `max_sessions` MCP sessions, and `max_sessions_per_agent` for one
 //!   identity; an `initialize` past either is answered `503` with a JSON-RPC error saying which
 //!   limit. A session with no request for `session_idle_s` is closed by rmcp's session worker.
