@@ -1266,6 +1266,43 @@ evaluate = ["true"]
     }
 
     #[test]
+    fn the_connection_limits_have_defaults_and_the_owner_reserve_leaves_agents_room() {
+        let c = StudyConfig::parse(GOOD, "rsim.toml").expect("valid");
+        assert_eq!(
+            (
+                c.server.max_connections_per_address,
+                c.server.max_connections_per_agent,
+                c.server.max_streams_per_agent,
+                c.server.owner_reserve
+            ),
+            (32, 32, 8, 8)
+        );
+        let with =
+            |server: &str| StudyConfig::parse(&format!("{GOOD}[server]\n{server}\n"), "rsim.toml");
+        assert_eq!(
+            with("owner_reserve = 0")
+                .expect("no reserve")
+                .server
+                .owner_reserve,
+            0
+        );
+        let e = with("max_connections = 8\nowner_reserve = 8").expect_err("no room for agents");
+        assert!(e.message.contains("server.owner_reserve"), "{}", e.message);
+        for key in [
+            "max_connections_per_address",
+            "max_connections_per_agent",
+            "max_streams_per_agent",
+        ] {
+            let e = with(&format!("{key} = 0")).expect_err("zero");
+            assert!(
+                e.message.contains(&format!("server.{key}")),
+                "{}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
     fn wrong_type_names_file_key_and_expectation() {
         let text = GOOD.replace("[jobs]", "[budgets]\ncompute_seconds = \"lots\"\n[jobs]");
         let e = StudyConfig::parse(&text, "rsim.toml").unwrap_err();
