@@ -65,6 +65,23 @@ pub struct ServerConfig {
     pub idle_timeout_s: u64,
     /// A client must send a request's headers within this many seconds of starting it.
     pub header_timeout_s: u64,
+    /// Open TCP connections from one remote address, counted when the connection is accepted
+    /// (before a byte is read), so one client's slow or silent sockets cannot take every place.
+    /// Loopback peers are exempt: every local agent shares 127.0.0.1 (the per-agent limits
+    /// still hold them).
+    pub max_connections_per_address: usize,
+    /// Connections one agent identity may hold: a connection counts for the identity of its
+    /// latest request from the moment that request's headers are read, idle or not. Over
+    /// HTTP/1.1 a connection carries one request at a time, so this also bounds the identity's
+    /// requests in flight and open streams. The study owner is exempt.
+    pub max_connections_per_agent: usize,
+    /// Live event streams of the web page (`/api/events`) one identity may hold; the study
+    /// owner is exempt.
+    pub max_streams_per_agent: usize,
+    /// Connections (of `max_connections`) and web event streams only the study owner may use,
+    /// so agents holding everything else never make the owner's page answer 503. The owner is
+    /// the web page on loopback without `--tokens`, or the `[owner]` token of the tokens file.
+    pub owner_reserve: usize,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +93,10 @@ impl Default for ServerConfig {
             session_idle_s: 300,
             idle_timeout_s: 120,
             header_timeout_s: 10,
+            max_connections_per_address: 32,
+            max_connections_per_agent: 32,
+            max_streams_per_agent: 8,
+            owner_reserve: 8,
         }
     }
 }
@@ -788,10 +809,31 @@ impl StudyConfig {
             ("server.session_idle_s", sv.session_idle_s),
             ("server.idle_timeout_s", sv.idle_timeout_s),
             ("server.header_timeout_s", sv.header_timeout_s),
+            (
+                "server.max_connections_per_address",
+                sv.max_connections_per_address as u64,
+            ),
+            (
+                "server.max_connections_per_agent",
+                sv.max_connections_per_agent as u64,
+            ),
+            (
+                "server.max_streams_per_agent",
+                sv.max_streams_per_agent as u64,
+            ),
         ] {
             if v == 0 {
                 return bad(key, "expected at least 1".into());
             }
+        }
+        if sv.owner_reserve >= sv.max_connections {
+            return bad(
+                "server.owner_reserve",
+                format!(
+                    "{} would leave agents no connection of server.max_connections = {}; use less",
+                    sv.owner_reserve, sv.max_connections
+                ),
+            );
         }
         if sv.idle_timeout_s <= 15 {
             return bad(
@@ -1248,6 +1290,43 @@ evaluate = ["true"]
         assert!(e.message.contains("sandbox"), "{}", e.message);
         let e = with("sandbox_read = [\"venv\"]").expect_err("relative");
         assert!(e.message.contains("policy.sandbox_read"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_connection_limits_have_defaults_and_the_owner_reserve_leaves_agents_room() {
+        let c = StudyConfig::parse(GOOD, "rsim.toml").expect("valid");
+        assert_eq!(
+            (
+                c.server.max_connections_per_address,
+                c.server.max_connections_per_agent,
+                c.server.max_streams_per_agent,
+                c.server.owner_reserve
+            ),
+            (32, 32, 8, 8)
+        );
+        let with =
+            |server: &str| StudyConfig::parse(&format!("{GOOD}[server]\n{server}\n"), "rsim.toml");
+        assert_eq!(
+            with("owner_reserve = 0")
+                .expect("no reserve")
+                .server
+                .owner_reserve,
+            0
+        );
+        let e = with("max_connections = 8\nowner_reserve = 8").expect_err("no room for agents");
+        assert!(e.message.contains("server.owner_reserve"), "{}", e.message);
+        for key in [
+            "max_connections_per_address",
+            "max_connections_per_agent",
+            "max_streams_per_agent",
+        ] {
+            let e = with(&format!("{key} = 0")).expect_err("zero");
+            assert!(
+                e.message.contains(&format!("server.{key}")),
+                "{}",
+                e.message
+            );
+        }
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! (the record grows by a logarithmic number of small commits, and the audit still counts every
 //! attempt), a flood of distinct calls is throttled per agent (recorded once a minute), what a
 //! refusal records is bounded, and the small faults on the way — undecodable lines over MCP
-//! stdio, non-UTF-8 input to the CLI, agent names git cannot hold — get clear answers.
+//! stdio, non-UTF-8 input to the CLI, agent names git cannot hold — get clear answers. Over
+//! `rsim serve --http`, an agent token holding slow requests and event streams, a crowd of
+//! agents, and slow-header sockets from one remote address leave another agent and the study
+//! owner's page served.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
@@ -513,4 +516,295 @@ fn storage_is_counted_checkpoints_are_held_once_and_gc_removes_only_what_nothing
         ],
     );
     assert_eq!(ok["job"]["state"], "succeeded", "{ok}");
+}
+
+/// The token the tests' tokens file gives `name` (the owner's for `owner`).
+fn token(name: &str) -> String {
+    format!("token-of-{name}-0123456789")
+}
+
+/// A tokens file with a worker per name and the `[owner]` token.
+fn tokens_file(dir: &Path, agents: &[&str]) -> std::path::PathBuf {
+    let mut text = String::new();
+    for a in agents {
+        text.push_str(&format!(
+            "[[agent]]\nname = \"{a}\"\nrole = \"worker\"\ntoken = \"{}\"\n\n",
+            token(a)
+        ));
+    }
+    text.push_str(&format!("[owner]\ntoken = \"{}\"\n", token("owner")));
+    let p = dir.join("tokens.toml");
+    std::fs::write(&p, text).expect("tokens file");
+    p
+}
+
+/// `rsim serve --http LISTEN --tokens FILE`, killed when dropped.
+struct Http {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_http(study: &Path, listen: &str, tokens: &Path) -> Http {
+    let mut child = rsim()
+        .arg("-C")
+        .arg(study)
+        .args(["serve", "--http", listen, "--tokens"])
+        .arg(tokens)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rsim serve");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let port = loop {
+        let line = lines.next().expect("serve exited").expect("stderr");
+        if let Some(u) = line.strip_prefix("rsim: the web page is at http://") {
+            let port = u.trim().trim_end_matches('/').rsplit(':').next();
+            break port.and_then(|p| p.parse().ok()).expect("port");
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Http { child, port }
+}
+
+/// What a new connection sending `req` got: the answer's status and text, or `None` when the
+/// server holds it unanswered for 400 ms. The connection is returned to keep it open.
+fn attempt(addr: &str, req: &str) -> (std::net::TcpStream, Option<(u16, String)>) {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_millis(400)))
+        .expect("timeout");
+    s.write_all(req.as_bytes()).expect("write");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got);
+                // A live stream's head and first event, or a whole answer, is enough.
+                if text.contains("event: change") {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    if got.is_empty() {
+        return (s, None);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (s, Some((status, text)))
+}
+
+/// A request of `who` (a bearer token) the server holds: the headers of a POST to /mcp whose
+/// body never comes.
+fn slow_post(addr: &str, who: &str) -> String {
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{",
+        token(who)
+    )
+}
+
+fn get(addr: &str, path: &str, who: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\r\n",
+        token(who)
+    )
+}
+
+/// One GET of `who` on a connection of its own, closed after the answer.
+fn once(addr: &str, path: &str, who: &str) -> (u16, String) {
+    let req = get(addr, path, who).replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n");
+    let got = attempt(addr, &req).1.expect("answered");
+    // The server closes it: let it count the place free before the next step.
+    std::thread::sleep(Duration::from_millis(100));
+    got
+}
+
+/// An agent token that opens more than its share — slow requests it never finishes and live
+/// event streams — is refused past `max_connections_per_agent` and `max_streams_per_agent`,
+/// and another agent and the owner's page are still served; a crowd of agents filling every
+/// other place still leaves the owner's reserve to the owner.
+#[test]
+fn a_flooding_agent_token_leaves_room_for_another_agent_and_the_owner() {
+    let (d, study) = example_study();
+    let text = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    commit_config(
+        &study,
+        &format!(
+            "{text}\n[server]\nmax_connections = 24\nmax_connections_per_agent = 4\nmax_streams_per_agent = 2\nowner_reserve = 4\nheader_timeout_s = 60\n"
+        ),
+        "server limits",
+    );
+    let flooders = ["flood", "f1", "f2", "f3", "f4"];
+    let mut names = flooders.to_vec();
+    names.push("honest");
+    let tokens = tokens_file(d.path(), &names);
+    let server = serve_http(&study, "127.0.0.1:0", &tokens);
+    let addr = format!("127.0.0.1:{}", server.port);
+    let mut held = Vec::new();
+
+    // Two live streams, then the third is refused naming the key.
+    for _ in 0..2 {
+        let (s, got) = attempt(&addr, &get(&addr, "/api/events", "flood"));
+        let (status, text) = got.expect("a stream answers");
+        assert_eq!(status, 200, "{text}");
+        held.push(s);
+    }
+    let (status, text) = once(&addr, "/api/events", "flood");
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("server.max_streams_per_agent"), "{text}");
+
+    // Slow requests: two more connections are held (four with the streams), the rest refused.
+    let (mut kept, mut refused) = (0, 0);
+    for _ in 0..10 {
+        let (s, got) = attempt(&addr, &slow_post(&addr, "flood"));
+        match got {
+            None => {
+                kept += 1;
+                held.push(s);
+            }
+            Some((status, text)) => {
+                assert_eq!(status, 503, "{text}");
+                assert!(text.contains("server.max_connections_per_agent"), "{text}");
+                assert!(text.contains("agent \\\"flood\\\""), "{text}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((kept, refused), (2, 8));
+
+    // Another agent and the owner are served.
+    let (status, text) = once(&addr, "/api/me", "honest");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"honest\""), "{text}");
+    let (s, got) = attempt(&addr, &get(&addr, "/api/events", "honest"));
+    assert_eq!(got.expect("a stream").0, 200);
+    held.push(s);
+    let (status, text) = once(&addr, "/api/me", "owner");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"role\":\"owner\""), "{text}");
+    let (s, got) = attempt(&addr, &get(&addr, "/api/events", "owner"));
+    assert_eq!(got.expect("a stream").0, 200);
+    held.push(s);
+    // The owner token is the web page's, never an agent's at /mcp.
+    let (s, got) = attempt(&addr, &slow_post(&addr, "owner"));
+    let (status, text) = got.expect("answered");
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("web page"), "{text}");
+    drop(s);
+    std::thread::sleep(Duration::from_millis(200));
+
+    // A crowd of agents holds every place but the owner's reserve (20 of 24; 6 held above).
+    let mut reserve_refusals = 0;
+    for f in &flooders[1..] {
+        for _ in 0..4 {
+            let (s, got) = attempt(&addr, &slow_post(&addr, f));
+            match got {
+                None => held.push(s),
+                Some((status, text)) => {
+                    assert_eq!(status, 503, "{text}");
+                    assert!(text.contains("server.owner_reserve"), "{text}");
+                    reserve_refusals += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(
+        reserve_refusals, 2,
+        "14 of the crowd's 16 fill the agents' places"
+    );
+    // Every agent is now refused, naming the reserve; the owner's page is served, stream
+    // included.
+    let (status, text) = once(&addr, "/api/me", "honest");
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("server.owner_reserve"), "{text}");
+    let page = format!(
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nCookie: rsim_token={}\r\nConnection: close\r\n\r\n",
+        hex::encode(token("owner"))
+    );
+    let (status, text) = attempt(&addr, &page).1.expect("answered");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        !text.contains("name=\"token\""),
+        "the page, not the sign-in form"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let (_s2, got) = attempt(&addr, &get(&addr, "/api/events", "owner"));
+    assert_eq!(got.expect("a stream").0, 200);
+    drop(held);
+}
+
+/// A non-loopback address of this machine (the one its default route leaves from), if any.
+fn non_loopback_address() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // No packet is sent: connecting a UDP socket only picks the route.
+    s.connect("192.0.2.1:9")
+        .or_else(|_| s.connect("8.8.8.8:53"))
+        .ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Slow-header sockets from one remote address are refused at accept past
+/// `max_connections_per_address`, before any byte is read; loopback peers are exempt.
+#[test]
+fn slow_header_sockets_from_one_remote_address_are_capped_and_loopback_is_not() {
+    let Some(remote) = non_loopback_address() else {
+        eprintln!(
+            "skipped: this machine has no non-loopback address (the unit test faces::mcp::limits::tests::a_remote_address_is_capped_at_accept_and_loopback_is_not covers the count)"
+        );
+        return;
+    };
+    let (d, study) = example_study();
+    let text = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    commit_config(
+        &study,
+        &format!(
+            "{text}\n[server]\nmax_connections = 64\nmax_connections_per_address = 3\nheader_timeout_s = 60\n"
+        ),
+        "server limits",
+    );
+    let tokens = tokens_file(d.path(), &["honest"]);
+    let server = serve_http(&study, "0.0.0.0:0", &tokens);
+    let far = std::net::SocketAddr::new(remote, server.port).to_string();
+    let near = format!("127.0.0.1:{}", server.port);
+    let partial = |addr: &str| format!("GET /api/me HTTP/1.1\r\nHost: {addr}\r\n");
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let (s, got) = attempt(&far, &partial(&far));
+        assert!(got.is_none(), "held until its headers end: {got:?}");
+        held.push(s);
+    }
+    let (_s, got) = attempt(&far, &partial(&far));
+    let (status, text) = got.expect("refused at once");
+    assert_eq!(status, 503, "{text}");
+    assert!(
+        text.contains("server.max_connections_per_address"),
+        "{text}"
+    );
+    assert!(text.contains(&remote.to_string()), "{text}");
+    // Loopback peers are not counted per address: more than three of them are held.
+    for _ in 0..5 {
+        let (s, got) = attempt(&near, &partial(&near));
+        assert!(got.is_none(), "loopback is exempt: {got:?}");
+        held.push(s);
+    }
+    assert_eq!(once(&near, "/api/me", "honest").0, 200);
+    // A remote socket that closes frees its place.
+    held.remove(0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(once(&far, "/api/me", "honest").0, 200);
 }

@@ -709,7 +709,7 @@ fn the_server_holds_its_limits_against_crowds_and_slow_clients() {
     crate::common::commit_config(
         &study,
         &format!(
-            "{text}\n[server]\nmax_connections = 12\nmax_sessions = 3\nmax_sessions_per_agent = 2\nheader_timeout_s = 1\n"
+            "{text}\n[server]\nmax_connections = 12\nmax_sessions = 3\nmax_sessions_per_agent = 2\nheader_timeout_s = 1\nowner_reserve = 2\n"
         ),
         "server limits",
     );

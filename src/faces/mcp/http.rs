@@ -5,6 +5,12 @@
 //! a TOML file of `[[agent]] name, role, token`; each request's bearer token picks its agent and
 //! role, and a missing or unknown token is answered 401. rmcp answers oversized bodies with 413 and
 //! malformed JSON-RPC with an error; the server keeps serving.
+//!
+//! The study owner: the tokens file may hold an `[owner]` token, which signs in to the web page
+//! as the owner (never to `/mcp`: agents use their own tokens); on loopback without tokens the
+//! web page is the owner's. Connections are admitted twice (`limits::Conns`): at accept, per
+//! remote address and against `max_connections`, before a byte is read; then each request, once
+//! its headers say whose it is, per agent identity and against the owner's reserve.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -49,6 +55,21 @@ pub struct HttpOptions {
 struct TokensFile {
     #[serde(default)]
     agent: Vec<TokenEntry>,
+    /// The study owner's token: the web page signs in with it as the owner.
+    owner: Option<OwnerEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnerEntry {
+    token: String,
+}
+
+/// The tokens file: agents' tokens, and the owner's if it names one.
+#[derive(Debug, Clone)]
+struct Tokens {
+    agents: HashMap<String, Caller>,
+    owner: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -68,8 +89,8 @@ enum Auth {
         default: String,
         allowed: std::collections::BTreeSet<String>,
     },
-    /// Bearer token → caller.
-    Tokens(HashMap<String, Caller>),
+    /// Bearer token → caller (the owner's token is refused at `/mcp`).
+    Tokens(Tokens),
 }
 
 /// Roles an MCP connection may have (the owner works at the terminal).
@@ -82,7 +103,7 @@ pub fn agent_role(s: &str) -> Result<Role> {
     }
 }
 
-fn load_tokens(path: &Path) -> Result<HashMap<String, Caller>> {
+fn load_tokens(path: &Path) -> Result<Tokens> {
     let text = std::fs::read_to_string(path).at("cannot read tokens file", path)?;
     let file: TokensFile =
         toml::from_str(&text).map_err(|e| Error::invalid(format!("{}: {e}", path.display())))?;
@@ -118,7 +139,35 @@ fn load_tokens(path: &Path) -> Result<HashMap<String, Caller>> {
             path.display()
         )));
     }
-    Ok(out)
+    let owner = match file.owner {
+        Some(o) => {
+            let at = format!("{}: owner", path.display());
+            if o.token.len() < 16 {
+                return Err(Error::invalid(format!(
+                    "{at}: token: use at least 16 characters"
+                )));
+            }
+            if out.contains_key(&o.token) {
+                return Err(Error::invalid(format!(
+                    "{at}: token: the same token is given to an agent"
+                )));
+            }
+            Some(o.token)
+        }
+        None => None,
+    };
+    Ok(Tokens { agents: out, owner })
+}
+
+impl Tokens {
+    /// What the web page signs in with: every agent's token, and the owner's as the owner.
+    fn for_web(&self) -> HashMap<String, Caller> {
+        let mut map = self.agents.clone();
+        if let Some(t) = &self.owner {
+            map.insert(t.clone(), Caller::owner());
+        }
+        map
+    }
 }
 
 impl Auth {
@@ -142,7 +191,7 @@ impl Auth {
                     )),
                 }
             }
-            Auth::Tokens(map) => {
+            Auth::Tokens(tokens) => {
                 let Some(v) = headers.get(header::AUTHORIZATION) else {
                     return Err("missing bearer token: send `Authorization: Bearer <token>` (tokens are issued in the server's --tokens file)".into());
                 };
@@ -155,7 +204,12 @@ impl Auth {
                     })
                     .map(str::trim)
                     .ok_or("malformed Authorization header: expected `Bearer <token>`")?;
-                map.get(token)
+                if tokens.owner.as_deref() == Some(token) {
+                    return Err("the owner token signs in to the web page (/); agents connect to /mcp with the tokens the owner issued them".into());
+                }
+                tokens
+                    .agents
+                    .get(token)
                     .cloned()
                     .ok_or_else(|| "invalid bearer token".to_string())
             }
@@ -208,7 +262,7 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
             None => None,
         };
         let auth = match &tokens {
-            Some(map) => Auth::Tokens(map.clone()),
+            Some(t) => Auth::Tokens(t.clone()),
             None if loopback => Auth::Loopback {
                 role: http.role,
                 default: http.agent.clone(),
@@ -230,6 +284,13 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
                 "rsim: serving at most {max_connections} connections (server.max_connections = {}), what the file-descriptor limit of {fd_limit} leaves after {} for the study",
                 lim.max_connections,
                 limits::FD_RESERVE
+            );
+        }
+        let owner_reserve = lim.owner_reserve.min(max_connections - 1);
+        if owner_reserve < lim.owner_reserve {
+            eprintln!(
+                "rsim: keeping {owner_reserve} connections for the owner (server.owner_reserve = {}), what {max_connections} connections allow",
+                lim.owner_reserve
             );
         }
         let mut config = StreamableHttpServerConfig::default()
@@ -261,20 +322,27 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
         // instead of failing to parse a JSON-RPC error as OAuth metadata.
         // The web page beside /mcp: the same session, the same tokens (on loopback without
         // tokens every page is a read-only observer).
-        let web = crate::faces::web::Web::new(
+        let web = crate::faces::web::Web::with_streams(
             shared.session(),
-            match tokens {
-                Some(map) => crate::faces::web::WebAuth::Tokens(map),
+            match &tokens {
+                Some(t) => crate::faces::web::WebAuth::Tokens(t.for_web()),
                 None => crate::faces::web::WebAuth::Observer,
             },
+            crate::faces::web::StreamLimits::of(&lim),
         );
+        let auth = Arc::new(auth);
+        let identities = Arc::new(Identities {
+            auth: auth.clone(),
+            web: web.clone(),
+        });
         let app = axum::Router::new()
             .route_service("/mcp", service)
             .route_layer(middleware::from_fn(super::priming::strip_for_old_clients))
             .route_layer(middleware::from_fn_with_state(session_limits, limit_sessions))
-            .route_layer(middleware::from_fn_with_state(Arc::new(auth), authenticate))
+            .route_layer(middleware::from_fn_with_state(auth, authenticate))
             .merge(crate::faces::web::router(web))
-            .fallback(not_found);
+            .fallback(not_found)
+            .layer(middleware::from_fn_with_state(identities, admit_request));
         eprintln!("rsim: listening on http://{local}/mcp");
         eprintln!("rsim: the web page is at http://{local}/");
         tracing::info!(%local, study = %shared.root().display(), "serving MCP over HTTP");
@@ -282,7 +350,12 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
             listener,
             app,
             Accept {
-                max_connections,
+                conns: limits::Conns::new(limits::ConnLimits {
+                    max_connections,
+                    per_address: lim.max_connections_per_address,
+                    per_agent: lim.max_connections_per_agent,
+                    owner_reserve,
+                }),
                 idle: Duration::from_secs(lim.idle_timeout_s),
                 header: Duration::from_secs(lim.header_timeout_s),
             },
@@ -297,24 +370,24 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
 
 /// The accept loop's limits (`[server]`).
 struct Accept {
-    max_connections: usize,
+    conns: Arc<limits::Conns>,
     idle: Duration,
     header: Duration,
 }
 
-/// Serve connections until SIGINT/SIGTERM, each under the connection limit, the header timeout
+/// Serve connections until SIGINT/SIGTERM, each under the connection limits, the header timeout
 /// and the idle timeout; then stop accepting and give open connections 5 s to finish.
 async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router, lim: Accept) {
+    use hyper::service::Service as _;
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tokio::io::AsyncWriteExt;
-    let permits = Arc::new(tokio::sync::Semaphore::new(lim.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors or a connection reset before accept: keep serving.
                     tracing::warn!("cannot accept a connection: {e}");
@@ -324,34 +397,98 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router, lim: 
             },
             _ = &mut shutdown => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            let busy = limits::busy_response(lim.max_connections);
-            tokio::spawn(async move {
-                let mut stream = stream;
-                let _ = tokio::time::timeout(Duration::from_secs(2), stream.write_all(&busy)).await;
-                let _ = stream.shutdown().await;
-            });
-            continue;
+        let conn = match lim.conns.admit(peer.ip()) {
+            Ok(c) => c,
+            Err(msg) => {
+                tracing::debug!(%peer, "connection refused: {msg}");
+                let busy = limits::refusal_response(&msg);
+                tokio::spawn(async move {
+                    let mut stream = stream;
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(2), stream.write_all(&busy)).await;
+                    let _ = stream.shutdown().await;
+                });
+                continue;
+            }
         };
         let io = TokioIo::new(limits::Idle::new(stream, lim.idle));
-        let conn = hyper::server::conn::http1::Builder::new()
+        // Every request carries its connection, to be counted for its identity.
+        let handle = conn.handle();
+        let app = hyper_util::service::TowerToHyperService::new(app.clone());
+        let service =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(handle.clone());
+                app.call(req)
+            });
+        let served = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(lim.header)
-            .serve_connection(
-                io,
-                hyper_util::service::TowerToHyperService::new(app.clone()),
-            );
-        let conn = graceful.watch(conn);
+            .serve_connection(io, service);
+        let served = graceful.watch(served);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            if let Err(e) = served.await {
                 tracing::debug!("connection closed: {e}");
             }
-            drop(permit);
+            drop(conn);
         });
     }
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+    }
+}
+
+/// What tells whose a request is: the MCP face's tokens at `/mcp`, the web page's elsewhere.
+struct Identities {
+    auth: Arc<Auth>,
+    web: Arc<crate::faces::web::Web>,
+}
+
+/// Every request, once its headers are read: its connection is counted for its identity
+/// (`limits::ConnHandle::admit`); past the identity's connections, or an agent's request on a
+/// connection of the owner's reserve, it is answered 503 naming the limit and the connection
+/// closed.
+async fn admit_request(State(ids): State<Arc<Identities>>, req: Request, next: Next) -> Response {
+    let Some(conn) = req.extensions().get::<limits::ConnHandle>().cloned() else {
+        return next.run(req).await;
+    };
+    let mcp = req.uri().path() == "/mcp";
+    let who = if mcp {
+        ids.auth.caller(req.headers()).ok().map(|c| (c, false))
+    } else {
+        ids.web.identify(req.headers())
+    };
+    let admit = match &who {
+        None => conn.admit(limits::Who::Anonymous),
+        Some((_, true)) => conn.admit(limits::Who::Owner),
+        Some((c, false)) => conn.admit(limits::Who::Agent(&c.agent)),
+    };
+    match admit {
+        limits::Admit::Serve => next.run(req).await,
+        limits::Admit::ServeThenClose => {
+            let mut resp = next.run(req).await;
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            resp
+        }
+        limits::Admit::Refuse(msg) => {
+            tracing::debug!(agent = ?who.as_ref().map(|(c, _)| &c.agent), "request refused: {msg}");
+            let body = if mcp {
+                limits::rpc_error(-32000, &msg)
+            } else {
+                serde_json::json!({ "error": msg }).to_string()
+            };
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::RETRY_AFTER, "5"),
+                    (header::CONNECTION, "close"),
+                ],
+                body,
+            )
+                .into_response()
+        }
     }
 }
 

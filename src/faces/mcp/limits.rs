@@ -8,6 +8,27 @@
 //! - **Slow clients**: a request's headers must arrive within `header_timeout_s` (hyper's own
 //!   timer), and a connection that moves no byte either way for `idle_timeout_s` is closed
 //!   (`Idle`). SSE streams send a keep-alive every 15 s, so a live stream is never idle.
+//! - **Per remote address**: at most `max_connections_per_address` open connections from one
+//!   address off loopback, counted at accept before a byte is read (`Conns::admit`), so slow or
+//!   silent sockets from one client cannot take every place. Loopback peers are exempt: every
+//!   local agent shares 127.0.0.1.
+//! - **Per identity**: once a request's headers are read its connection counts for the
+//!   request's identity (the agent of its token, `X-Rsim-Agent` or the default; the web page's
+//!   caller), idle or not, until the connection closes or carries another identity's request;
+//!   past `max_connections_per_agent` the request is answered `503` naming the key and the
+//!   connection closed (`ConnHandle::admit`). Over HTTP/1.1 a connection carries one request at
+//!   a time, so this bounds an identity's requests in flight and open streams too. The web
+//!   page's event streams are further bounded per identity (`max_streams_per_agent`, in
+//!   `faces::web`).
+//! - **The owner's reserve**: a connection accepted while `max_connections - owner_reserve` or
+//!   more are open serves only the study owner's requests (an agent's gets `503` naming
+//!   `server.owner_reserve`, an anonymous one is served and its connection closed), and the
+//!   last `owner_reserve` event streams are the owner's too; so agents, however many, never
+//!   make the owner's page answer `503`. The owner is exempt from the per-identity limits. The
+//!   owner is the web page on loopback without `--tokens` (any local process can reach it, as
+//!   it can the study's files), or the tokens file's `[owner]` token. Before its headers a
+//!   connection has no identity: sockets that send none hold a place of the reserve for at most
+//!   `header_timeout_s`, and off loopback no more than `max_connections_per_address` of them.
 //! - **Sessions**: at most `max_sessions` MCP sessions, and `max_sessions_per_agent` for one
 //!   identity; an `initialize` past either is answered `503` with a JSON-RPC error saying which
 //!   limit. A session with no request for `session_idle_s` is closed by rmcp's session worker.
@@ -73,17 +94,262 @@ pub fn rpc_error(code: i64, message: &str) -> String {
 
 /// The answer to a connection past `max_connections`, written before closing it.
 pub fn busy_response(max: usize) -> Vec<u8> {
-    let body = rpc_error(
-        -32000,
-        &format!(
-            "the server holds its maximum of {max} connections (server.max_connections); retry shortly"
-        ),
-    );
+    refusal_response(&format!(
+        "the server holds its maximum of {max} connections (server.max_connections); retry shortly"
+    ))
+}
+
+/// A `503` naming why a connection is refused before any byte of it is read.
+pub fn refusal_response(message: &str) -> Vec<u8> {
+    let body = rpc_error(-32000, message);
     format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 2\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
+}
+
+/// The connection limits of the accept loop and of each request's identity (`[server]`).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// `server.max_connections` (after the file-descriptor limit lowered it).
+    pub max_connections: usize,
+    /// `server.max_connections_per_address`: remote peers only.
+    pub per_address: usize,
+    /// `server.max_connections_per_agent`.
+    pub per_agent: usize,
+    /// `server.owner_reserve`: less than `max_connections`.
+    pub owner_reserve: usize,
+}
+
+/// Who sent a request, as far as the connection limits care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who<'a> {
+    /// No identity (yet): the sign-in page, a missing or wrong token (answered 401 anyway).
+    Anonymous,
+    /// The study owner: exempt from the per-agent limits, and may use the reserve.
+    Owner,
+    /// An agent identity.
+    Agent(&'a str),
+}
+
+/// What becomes of a request once its identity is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admit {
+    Serve,
+    /// Serve it, then close the connection (`Connection: close`): an anonymous request on a
+    /// connection of the owner's reserve does not keep its place.
+    ServeThenClose,
+    /// Answer `503` with this message and close the connection.
+    Refuse(String),
+}
+
+/// Every open connection of the HTTP face: counted per remote address when accepted, and per
+/// agent identity once a request's headers say whose it is.
+///
+/// The owner's reserve: a connection accepted while `max_connections - owner_reserve` or more
+/// are open is on the reserve; only the owner's requests are served on it (an agent's is
+/// refused, an anonymous one is served and the connection closed after it). Connections
+/// accepted below that mark number at most `max_connections - owner_reserve` at any time, so
+/// agents together never hold more, and the owner always finds `owner_reserve` places that no
+/// agent keeps longer than one refused request.
+pub struct Conns {
+    lim: ConnLimits,
+    st: std::sync::Mutex<ConnsState>,
+}
+
+#[derive(Default)]
+struct ConnsState {
+    next: u64,
+    open: HashMap<u64, Slot>,
+    by_address: HashMap<std::net::IpAddr, usize>,
+    by_agent: HashMap<String, usize>,
+}
+
+struct Slot {
+    /// The remote address it counts for (none: loopback).
+    address: Option<std::net::IpAddr>,
+    /// Accepted into the owner's reserve.
+    reserve: bool,
+    /// The agent identity it counts for (its latest request's; none: anonymous or the owner).
+    agent: Option<String>,
+}
+
+impl ConnsState {
+    fn unbind(by_agent: &mut HashMap<String, usize>, slot: &mut Slot) {
+        if let Some(a) = slot.agent.take()
+            && let Some(n) = by_agent.get_mut(&a)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                by_agent.remove(&a);
+            }
+        }
+    }
+}
+
+/// The address a peer counts for: none for loopback (IPv4-mapped loopback included).
+fn counted_address(peer: std::net::IpAddr) -> Option<std::net::IpAddr> {
+    let ip = peer.to_canonical();
+    (!ip.is_loopback()).then_some(ip)
+}
+
+impl Conns {
+    pub fn new(lim: ConnLimits) -> Arc<Conns> {
+        Arc::new(Conns {
+            lim,
+            st: std::sync::Mutex::new(ConnsState::default()),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ConnsState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection just accepted from `peer`, before any byte of it is read: its place, or
+    /// why it has none (the message of the `503` written before closing it).
+    pub fn admit(self: &Arc<Self>, peer: std::net::IpAddr) -> std::result::Result<Conn, String> {
+        let address = counted_address(peer);
+        let mut st = self.state();
+        if let Some(ip) = address {
+            let held = st.by_address.get(&ip).copied().unwrap_or(0);
+            if held >= self.lim.per_address {
+                return Err(format!(
+                    "{ip} holds its maximum of {} open connections (server.max_connections_per_address); close one or retry shortly",
+                    self.lim.per_address
+                ));
+            }
+        }
+        let open = st.open.len();
+        if open >= self.lim.max_connections {
+            return Err(format!(
+                "the server holds its maximum of {} connections (server.max_connections); retry shortly",
+                self.lim.max_connections
+            ));
+        }
+        let reserve = open
+            >= self
+                .lim
+                .max_connections
+                .saturating_sub(self.lim.owner_reserve);
+        let id = st.next;
+        st.next += 1;
+        st.open.insert(
+            id,
+            Slot {
+                address,
+                reserve,
+                agent: None,
+            },
+        );
+        if let Some(ip) = address {
+            *st.by_address.entry(ip).or_default() += 1;
+        }
+        Ok(Conn {
+            handle: ConnHandle {
+                conns: self.clone(),
+                id,
+            },
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.state().open.len()
+    }
+
+    /// Connections counted for `agent` now.
+    pub fn held_by(&self, agent: &str) -> usize {
+        self.state().by_agent.get(agent).copied().unwrap_or(0)
+    }
+}
+
+/// A connection's place, held by the task that serves it; dropped, the place is free.
+pub struct Conn {
+    handle: ConnHandle,
+}
+
+impl Conn {
+    /// What the connection's requests carry, to be admitted by identity.
+    pub fn handle(&self) -> ConnHandle {
+        self.handle.clone()
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let conns = &self.handle.conns;
+        let mut st = conns.state();
+        let ConnsState {
+            open,
+            by_address,
+            by_agent,
+            ..
+        } = &mut *st;
+        if let Some(mut slot) = open.remove(&self.handle.id) {
+            ConnsState::unbind(by_agent, &mut slot);
+            if let Some(ip) = slot.address
+                && let Some(n) = by_address.get_mut(&ip)
+            {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    by_address.remove(&ip);
+                }
+            }
+        }
+    }
+}
+
+/// The connection a request came on (a request extension).
+#[derive(Clone)]
+pub struct ConnHandle {
+    conns: Arc<Conns>,
+    id: u64,
+}
+
+impl ConnHandle {
+    /// Admit a request whose headers say it is `who`'s: the connection counts for that
+    /// identity from now on (for its previous one no longer).
+    pub fn admit(&self, who: Who<'_>) -> Admit {
+        let lim = self.conns.lim;
+        let mut st = self.conns.state();
+        let ConnsState { open, by_agent, .. } = &mut *st;
+        let open_now = open.len();
+        let Some(slot) = open.get_mut(&self.id) else {
+            // The connection is gone (its task ended): nothing to count.
+            return Admit::ServeThenClose;
+        };
+        match who {
+            Who::Anonymous if slot.reserve => Admit::ServeThenClose,
+            Who::Anonymous => Admit::Serve,
+            Who::Owner => {
+                ConnsState::unbind(by_agent, slot);
+                Admit::Serve
+            }
+            Who::Agent(a) => {
+                if slot.agent.as_deref() == Some(a) {
+                    return Admit::Serve;
+                }
+                if slot.reserve {
+                    return Admit::Refuse(format!(
+                        "the server's last {} connections (server.owner_reserve) are kept for the study owner, and {} of server.max_connections = {} are open; retry shortly",
+                        lim.owner_reserve, open_now, lim.max_connections
+                    ));
+                }
+                let held = by_agent.get(a).copied().unwrap_or(0);
+                if held >= lim.per_agent {
+                    return Admit::Refuse(format!(
+                        "agent {a:?} holds its maximum of {} connections (server.max_connections_per_agent), counting its requests in flight and open streams; close one or wait for a request to finish",
+                        lim.per_agent
+                    ));
+                }
+                ConnsState::unbind(by_agent, slot);
+                slot.agent = Some(a.to_string());
+                *by_agent.entry(a.to_string()).or_default() += 1;
+                Admit::Serve
+            }
+        }
+    }
 }
 
 /// A stream that fails with `TimedOut` once no byte has moved either way for `timeout`.
@@ -411,6 +677,98 @@ mod tests {
         assert_eq!(connection_limit(256, 1024), 256);
         assert_eq!(connection_limit(2000, 1024), 1024 - FD_RESERVE as usize);
         assert_eq!(connection_limit(10, 50), 1);
+    }
+
+    fn ip(s: &str) -> std::net::IpAddr {
+        s.parse().expect("ip")
+    }
+
+    fn refused(a: &Admit, key: &str) -> bool {
+        matches!(a, Admit::Refuse(m) if m.contains(key))
+    }
+
+    #[test]
+    fn a_remote_address_is_capped_at_accept_and_loopback_is_not() {
+        let conns = Conns::new(ConnLimits {
+            max_connections: 20,
+            per_address: 3,
+            per_agent: 20,
+            owner_reserve: 0,
+        });
+        let held: Vec<Conn> = (0..3)
+            .map(|_| conns.admit(ip("192.0.2.7")).expect("within the cap"))
+            .collect();
+        let err = conns.admit(ip("192.0.2.7")).err().expect("past the cap");
+        assert!(err.contains("server.max_connections_per_address"), "{err}");
+        // The same address written as IPv4-mapped IPv6 is the same peer.
+        assert!(conns.admit(ip("::ffff:192.0.2.7")).is_err());
+        // Another address, and loopback (however many), still get in.
+        let _other = conns.admit(ip("198.51.100.1")).expect("another address");
+        let local: Vec<Conn> = (0..10)
+            .map(|_| conns.admit(ip("127.0.0.1")).expect("loopback is exempt"))
+            .collect();
+        let _mapped = conns
+            .admit(ip("::ffff:127.0.0.1"))
+            .expect("mapped loopback");
+        assert_eq!(conns.open(), 15);
+        drop(held);
+        let _again = conns
+            .admit(ip("192.0.2.7"))
+            .expect("closed ones free their places");
+        drop(local);
+        assert_eq!(conns.open(), 3);
+    }
+
+    #[test]
+    fn an_identity_is_capped_and_the_reserve_is_the_owners() {
+        let conns = Conns::new(ConnLimits {
+            max_connections: 10,
+            per_address: 100,
+            per_agent: 3,
+            owner_reserve: 2,
+        });
+        let lo = ip("127.0.0.1");
+        // One agent: three connections, the fourth refused naming the key.
+        let flood: Vec<Conn> = (0..4).map(|_| conns.admit(lo).expect("accepted")).collect();
+        for c in &flood[..3] {
+            assert_eq!(c.handle().admit(Who::Agent("flood")), Admit::Serve);
+        }
+        assert!(refused(
+            &flood[3].handle().admit(Who::Agent("flood")),
+            "server.max_connections_per_agent"
+        ));
+        assert_eq!(conns.held_by("flood"), 3);
+        // Its next request on a connection it holds is served; another agent still gets in.
+        assert_eq!(flood[0].handle().admit(Who::Agent("flood")), Admit::Serve);
+        assert_eq!(flood[3].handle().admit(Who::Agent("other")), Admit::Serve);
+        // A connection moves to the identity of its latest request.
+        assert_eq!(flood[0].handle().admit(Who::Agent("other")), Admit::Serve);
+        assert_eq!((conns.held_by("flood"), conns.held_by("other")), (2, 2));
+        // The owner is exempt from the per-agent cap and takes no agent's count.
+        assert_eq!(flood[1].handle().admit(Who::Owner), Admit::Serve);
+        assert_eq!(conns.held_by("flood"), 1);
+        // Fill the agents' places (8 of 10): connections past them are the owner's reserve.
+        let more: Vec<Conn> = (0..4).map(|_| conns.admit(lo).expect("accepted")).collect();
+        for (i, c) in more.iter().enumerate() {
+            assert_eq!(c.handle().admit(Who::Agent(&format!("a{i}"))), Admit::Serve);
+        }
+        let reserve: Vec<Conn> = (0..2).map(|_| conns.admit(lo).expect("accepted")).collect();
+        assert!(conns.admit(lo).is_err(), "past max_connections");
+        assert!(refused(
+            &reserve[0].handle().admit(Who::Agent("late")),
+            "server.owner_reserve"
+        ));
+        assert_eq!(
+            reserve[0].handle().admit(Who::Anonymous),
+            Admit::ServeThenClose
+        );
+        assert_eq!(reserve[0].handle().admit(Who::Owner), Admit::Serve);
+        assert_eq!(reserve[1].handle().admit(Who::Owner), Admit::Serve);
+        // An anonymous request on an agents' place keeps it.
+        assert_eq!(more[0].handle().admit(Who::Anonymous), Admit::Serve);
+        // Closing frees the identity's count.
+        drop(flood);
+        assert_eq!((conns.held_by("flood"), conns.held_by("other")), (0, 0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,14 +5,17 @@
 //! `dag.js` is the DAG view the VS Code extension bundles too), JSON reads under `/api/` (the DAG
 //! laid out by `faces::dagview`, a node's panel, loss curves, comparisons with 95% intervals,
 //! budget and lock-in over time, the audit summary), `/api/events` (server-sent events, one tick
-//! per change of the record, whoever wrote it; at most `MAX_EVENT_STREAMS` open), and writes only
-//! as `POST /api/call/<action>` through `Session::call` under the caller's role — the same
-//! validation, policy and recording as every other face.
+//! per change of the record, whoever wrote it; at most `MAX_EVENT_STREAMS` open, at most
+//! `server.max_streams_per_agent` of one identity, the last `server.owner_reserve` kept for the
+//! study owner), and writes only as `POST /api/call/<action>` through `Session::call` under the
+//! caller's role — the same validation, policy and recording as every other face.
 //!
 //! Identity: on loopback without `--tokens` every page is an observer (read-only; writes are
 //! refused by the policy and recorded as refusals), and requests must name a loopback host
-//! (against DNS rebinding). With `--tokens` a request carries a token: `Authorization: Bearer`,
-//! or the cookie a browser gets from the sign-in form (`HttpOnly; SameSite=Strict`). Every POST
+//! (against DNS rebinding); that page is the study owner's (`Web::identify`: the one the
+//! server's reserve of connections and streams is kept for). With `--tokens` a request carries a
+//! token: `Authorization: Bearer`, or the cookie a browser gets from the sign-in form
+//! (`HttpOnly; SameSite=Strict`); the tokens file's `[owner]` token is the owner. Every POST
 //! must come from the page's own origin (`Origin` header), writes must be JSON. Every string an
 //! agent wrote is escaped where it is put into HTML and set as text by the page's script; the
 //! Content-Security-Policy allows only the page's own script (hashed inline in the static file).
@@ -57,17 +60,131 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Who may use the page.
 pub enum WebAuth {
-    /// Loopback without tokens: every page is this observer.
+    /// Loopback without tokens: every page is this observer, and the study owner's.
     Observer,
-    /// Token → caller (the `--tokens` file the MCP face uses).
+    /// Token → caller (the `--tokens` file the MCP face uses; a caller of role owner is the
+    /// study owner).
     Tokens(HashMap<String, Caller>),
+}
+
+/// Limits on the page's event streams.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamLimits {
+    /// Open at once, all identities together.
+    pub max: usize,
+    /// Open at once for one identity other than the owner (`server.max_streams_per_agent`).
+    pub per_agent: usize,
+    /// Of `max`, kept for the study owner (`server.owner_reserve`).
+    pub owner_reserve: usize,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits::of(&crate::config::ServerConfig::default())
+    }
+}
+
+impl StreamLimits {
+    /// The limits `[server]` sets.
+    pub fn of(server: &crate::config::ServerConfig) -> StreamLimits {
+        StreamLimits {
+            max: MAX_EVENT_STREAMS,
+            per_agent: server.max_streams_per_agent,
+            owner_reserve: server.owner_reserve.min(MAX_EVENT_STREAMS - 1),
+        }
+    }
+}
+
+/// The event streams open now, counted per identity.
+struct Streams {
+    lim: StreamLimits,
+    st: Mutex<StreamsState>,
+}
+
+#[derive(Default)]
+struct StreamsState {
+    open: usize,
+    by_agent: HashMap<String, usize>,
+}
+
+/// One open event stream's place; dropped (its client left), the place is free.
+struct StreamPermit {
+    streams: Arc<Streams>,
+    /// The identity it counts for (none: the owner's).
+    agent: Option<String>,
+}
+
+impl Streams {
+    fn new(lim: StreamLimits) -> Arc<Streams> {
+        Arc::new(Streams {
+            lim,
+            st: Mutex::default(),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, StreamsState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place for one more stream of `caller`, or the message of the `503` that refuses it.
+    fn acquire(self: &Arc<Self>, caller: &Caller, owner: bool) -> Result<StreamPermit, String> {
+        let lim = self.lim;
+        let mut st = self.state();
+        if st.open >= lim.max {
+            return Err(format!(
+                "the server holds its maximum of {} open event streams; retry shortly",
+                lim.max
+            ));
+        }
+        if owner {
+            st.open += 1;
+            return Ok(StreamPermit {
+                streams: self.clone(),
+                agent: None,
+            });
+        }
+        if st.open >= lim.max.saturating_sub(lim.owner_reserve) {
+            return Err(format!(
+                "the last {} event streams (server.owner_reserve) are kept for the study owner; retry shortly",
+                lim.owner_reserve
+            ));
+        }
+        let held = st.by_agent.get(&caller.agent).copied().unwrap_or(0);
+        if held >= lim.per_agent {
+            return Err(format!(
+                "agent {:?} holds its maximum of {} open event streams (server.max_streams_per_agent); close a page",
+                caller.agent, lim.per_agent
+            ));
+        }
+        st.open += 1;
+        *st.by_agent.entry(caller.agent.clone()).or_default() += 1;
+        Ok(StreamPermit {
+            streams: self.clone(),
+            agent: Some(caller.agent.clone()),
+        })
+    }
+}
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        let mut st = self.streams.state();
+        st.open = st.open.saturating_sub(1);
+        if let Some(a) = &self.agent
+            && let Some(n) = st.by_agent.get_mut(a)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.by_agent.remove(a);
+            }
+        }
+    }
 }
 
 /// The web face's state.
 pub struct Web {
     session: Arc<Session>,
     auth: WebAuth,
-    streams: Arc<tokio::sync::Semaphore>,
+    streams: Arc<Streams>,
     tick: tokio::sync::watch::Receiver<u64>,
     /// The overview at a tick: a hundred pages reloading on one change read the index once.
     cache: Mutex<Option<(u64, Arc<DagOverview>)>>,
@@ -80,10 +197,10 @@ pub struct Web {
 
 impl Web {
     pub fn new(session: Arc<Session>, auth: WebAuth) -> Arc<Web> {
-        Self::with_streams(session, auth, MAX_EVENT_STREAMS)
+        Self::with_streams(session, auth, StreamLimits::default())
     }
 
-    pub fn with_streams(session: Arc<Session>, auth: WebAuth, max_streams: usize) -> Arc<Web> {
+    pub fn with_streams(session: Arc<Session>, auth: WebAuth, streams: StreamLimits) -> Arc<Web> {
         let tick = session.watch();
         let study = session
             .root()
@@ -93,7 +210,7 @@ impl Web {
         Arc::new(Web {
             session,
             auth,
-            streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            streams: Streams::new(streams),
             tick,
             cache: Mutex::new(None),
             layout_cache: Mutex::new(None),
@@ -108,7 +225,7 @@ impl Web {
         Arc::new(Web {
             session,
             auth: WebAuth::Observer,
-            streams: Arc::new(tokio::sync::Semaphore::new(MAX_EVENT_STREAMS)),
+            streams: Streams::new(StreamLimits::default()),
             tick,
             cache: Mutex::new(None),
             layout_cache: Mutex::new(None),
@@ -118,8 +235,20 @@ impl Web {
     }
 
     /// Event streams open now.
-    pub fn open_streams(&self, max: usize) -> usize {
-        max.saturating_sub(self.streams.available_permits())
+    pub fn open_streams(&self) -> usize {
+        self.streams.state().open
+    }
+
+    /// Who a request is (none: no valid token), and whether that is the study owner: the
+    /// tokens file's `[owner]` token, or on loopback without tokens every page.
+    pub fn identify(&self, headers: &HeaderMap) -> Option<(Caller, bool)> {
+        let caller = self.caller(headers)?;
+        let owner = self.is_owner(&caller);
+        Some((caller, owner))
+    }
+
+    fn is_owner(&self, caller: &Caller) -> bool {
+        matches!(self.auth, WebAuth::Observer) || caller.role == Role::Owner
     }
 
     fn caller(&self, headers: &HeaderMap) -> Option<Caller> {
@@ -595,7 +724,7 @@ async fn api(
                 .await,
             )
         }
-        "events" => events(w),
+        "events" => events(w, &caller),
         _ => error_response(StatusCode::NOT_FOUND, "no such API path"),
     }
 }
@@ -667,17 +796,20 @@ impl futures_core::Stream for ChannelBody {
 }
 
 /// `GET /api/events`: `event: change` with the record's tick whenever it changes. Bounded: past
-/// `MAX_EVENT_STREAMS` open ones, 503. A stream whose client left ends at its next write (a
-/// change or the 15 s keep-alive) and frees its place.
-fn events(w: Arc<Web>) -> Response {
-    let Ok(permit) = w.streams.clone().try_acquire_owned() else {
-        let mut r = error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many open event streams; retry shortly",
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-        return r;
+/// `MAX_EVENT_STREAMS` open ones, past `max_streams_per_agent` of the caller's, or into the
+/// owner's reserve when the caller is not the owner, 503 naming the limit. A stream whose client
+/// left ends at its next write (a change or the 15 s keep-alive) and frees its place.
+fn events(w: Arc<Web>, caller: &Caller) -> Response {
+    let owner = w.is_owner(caller);
+    let permit = match w.streams.acquire(caller, owner) {
+        Ok(p) => p,
+        Err(msg) => {
+            tracing::debug!(agent = %caller.agent, "event stream refused: {msg}");
+            let mut r = error_response(StatusCode::SERVICE_UNAVAILABLE, &msg);
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            return r;
+        }
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let mut tick = w.tick.clone();
