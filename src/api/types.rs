@@ -506,6 +506,30 @@ pub struct ConcludeResult {
 pub struct GetNodeRequest {
     #[schemars(pattern(NODE_ID_PATTERN))]
     pub node: String,
+    /// Bound on the answer's size in tokens, estimated as its JSON bytes / 4 (default 8000). A
+    /// node past it answers its newest actions and metrics and its first children that fit,
+    /// with their totals; `log` pages through every action, `list_nodes` and `dag` the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 200, max = 10000000))]
+    pub max_tokens: Option<u64>,
+}
+
+impl GetNodeRequest {
+    /// The node within the default bound.
+    pub fn new(node: impl Into<String>) -> GetNodeRequest {
+        GetNodeRequest {
+            node: node.into(),
+            max_tokens: None,
+        }
+    }
+
+    /// The whole node, for the orchestrator's own reads (not for an agent's context).
+    pub fn whole(node: impl Into<String>) -> GetNodeRequest {
+        GetNodeRequest {
+            node: node.into(),
+            max_tokens: Some(10_000_000),
+        }
+    }
 }
 
 /// A node with its place in the DAG, its actions and metrics.
@@ -530,6 +554,20 @@ pub struct NodeInfo {
     /// notes.md (findings), when concluded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
+    /// How many actions, metrics and children the node has (the lists above may hold fewer:
+    /// see `more`).
+    #[serde(default)]
+    pub actions_total: u64,
+    #[serde(default)]
+    pub metrics_total: u64,
+    #[serde(default)]
+    pub children_total: u64,
+    /// Set when the lists were cut to the size bound: what was left out and where to read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub more: Option<String>,
+    /// The answer's size in tokens (its JSON bytes / 4).
+    #[serde(default)]
+    pub tokens: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -360,9 +360,7 @@ impl WorkerAgent for CommandAgent {
     fn work(&self, study: &Study, t: &WorkerTask) -> Result<()> {
         let node = study.get_node(
             &t.caller,
-            crate::api::types::GetNodeRequest {
-                node: t.node.clone(),
-            },
+            crate::api::types::GetNodeRequest::new(t.node.clone()),
         )?;
         let before = run_sft_count(study, &t.node);
         let allowed = t.opts.seeds_per_node as usize;

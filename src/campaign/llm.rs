@@ -230,9 +230,7 @@ impl WorkerAgent for LlmAgent {
     fn work(&self, study: &Study, t: &WorkerTask) -> Result<()> {
         let node = study.get_node(
             &t.caller,
-            crate::api::types::GetNodeRequest {
-                node: t.node.clone(),
-            },
+            crate::api::types::GetNodeRequest::new(t.node.clone()),
         )?;
         let runs = t.opts.seeds_per_node;
         let user = t.brief(&node);

@@ -989,9 +989,7 @@ fn base_score(
     let known = study
         .get_node(
             owner,
-            crate::api::types::GetNodeRequest {
-                node: crate::os::ROOT_NODE.to_string(),
-            },
+            crate::api::types::GetNodeRequest::whole(crate::os::ROOT_NODE),
         )?
         .metrics
         .into_iter()

@@ -77,9 +77,7 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
     let root_metrics: Vec<(u32, crate::model::MetricRecord)> = study
         .get_node(
             &crate::model::Caller::owner(),
-            crate::api::types::GetNodeRequest {
-                node: crate::os::ROOT_NODE.to_string(),
-            },
+            crate::api::types::GetNodeRequest::whole(crate::os::ROOT_NODE),
         )?
         .metrics
         .into_iter()

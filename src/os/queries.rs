@@ -26,7 +26,7 @@ impl Study {
             .read_file(tip, "notes.md")?
             .map(|b| String::from_utf8_lossy(&b).into_owned());
         let outcome = self.record.snapshot(tip)?.meta.outcome;
-        Ok(NodeInfo {
+        let info = NodeInfo {
             branch: record::node_ref(&n.id)
                 .trim_start_matches("refs/heads/")
                 .to_string(),
@@ -43,7 +43,13 @@ impl Study {
             actions,
             metrics,
             notes,
-        })
+            actions_total: 0,
+            metrics_total: 0,
+            children_total: 0,
+            more: None,
+            tokens: 0,
+        };
+        bound_node(info, req.max_tokens)
     }
 
     pub(in crate::os) fn exec_list_nodes(&self, req: ListNodesRequest) -> Result<ListNodesResult> {
@@ -426,4 +432,75 @@ pub(in crate::os) fn dag_node(n: &crate::record::index::DagEntry) -> DagNode {
         relation: None,
         suspect: false,
     }
+}
+
+/// Cut a node's answer to `max_tokens`: its header whole; then its first children, its newest
+/// actions and its newest metrics, each list within a share of what is left, in their order.
+fn bound_node(mut info: NodeInfo, max_tokens: Option<u64>) -> Result<NodeInfo> {
+    info.actions_total = info.actions.len() as u64;
+    info.metrics_total = info.metrics.len() as u64;
+    info.children_total = info.children.len() as u64;
+    let budget = max_tokens.unwrap_or(crate::api::types::DEFAULT_MAX_TOKENS) as usize * 4;
+    let whole = serde_json::to_vec(&info)?.len();
+    if whole + paging::PAGE_FIELDS <= budget {
+        info.tokens = paging::tokens_field(whole);
+        return Ok(info);
+    }
+    let (children, mut actions, mut metrics) = (
+        std::mem::take(&mut info.children),
+        std::mem::take(&mut info.actions),
+        std::mem::take(&mut info.metrics),
+    );
+    // Room for the hint `more` adds.
+    let overhead = serde_json::to_vec(&info)?.len() + paging::PAGE_FIELDS + 400;
+    let left = budget.saturating_sub(overhead);
+    // Children first (a quarter), then the newest actions (half of the rest), then metrics.
+    let keep_children = fit_bytes(&children, left / 4)?;
+    let used: usize = bytes_of(&children[..keep_children])?;
+    let left = left.saturating_sub(used);
+    actions.reverse();
+    let keep_actions = fit_bytes(&actions, left / 2)?;
+    let used = bytes_of(&actions[..keep_actions])?;
+    let left = left.saturating_sub(used);
+    metrics.reverse();
+    let keep_metrics = fit_bytes(&metrics, left)?;
+    actions.truncate(keep_actions);
+    actions.reverse();
+    metrics.truncate(keep_metrics);
+    metrics.reverse();
+    info.children = children.into_iter().take(keep_children).collect();
+    info.more = Some(format!(
+        "cut to max_tokens: the newest {} of {} actions (log {{\"node\": \"{id}\"}} pages through all), \
+         the newest {} of {} metrics, the first {} of {} children (list_nodes or dag for the rest)",
+        actions.len(),
+        info.actions_total,
+        metrics.len(),
+        info.metrics_total,
+        info.children.len(),
+        info.children_total,
+        id = info.id,
+    ));
+    info.actions = actions;
+    info.metrics = metrics;
+    info.tokens = paging::tokens_field(serde_json::to_vec(&info)?.len());
+    Ok(info)
+}
+
+/// How many of `items`, from the first, fit in `room` bytes of JSON.
+fn fit_bytes<T: serde::Serialize>(items: &[T], room: usize) -> Result<usize> {
+    let mut used = 0;
+    for (i, it) in items.iter().enumerate() {
+        used += serde_json::to_vec(it)?.len() + 1;
+        if used > room {
+            return Ok(i);
+        }
+    }
+    Ok(items.len())
+}
+
+fn bytes_of<T: serde::Serialize>(items: &[T]) -> Result<usize> {
+    items
+        .iter()
+        .map(|it| Ok(serde_json::to_vec(it)?.len() + 1))
+        .sum()
 }

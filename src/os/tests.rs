@@ -501,3 +501,62 @@ fn audit_and_fsck_report_a_recorded_job_whose_environment_is_not_pinned() {
         f.problems
     );
 }
+
+#[test]
+fn get_node_answers_within_its_bound_the_newest_actions_and_the_totals() {
+    let (_d, s) = study_with(&CONFIG.replace(
+        "[policy]\n",
+        "[policy]\nmax_writes_per_agent_per_minute = 0\n",
+    ));
+    let observer = Caller::new("olga", Role::Observer);
+    // 300 distinct refusals, each recorded on the root node.
+    for i in 0..300u64 {
+        let _ = s.call(
+            &observer,
+            "cancel_job",
+            json!({"job": format!("j-{i:016x}")}),
+        );
+    }
+    let whole = s
+        .call(
+            &observer,
+            "get_node",
+            json!({"node": ROOT_NODE, "max_tokens": 10_000_000}),
+        )
+        .expect("whole");
+    let total = whole["actions"].as_array().expect("actions").len();
+    assert!(total > 300, "{total}");
+    assert_eq!(whole["actions_total"], total);
+    assert!(whole.get("more").is_none());
+    let cut = s
+        .call(
+            &observer,
+            "get_node",
+            json!({"node": ROOT_NODE, "max_tokens": 2000}),
+        )
+        .expect("cut");
+    let bytes = serde_json::to_vec(&cut).expect("json").len();
+    assert!(bytes <= 2000 * 4, "{bytes} bytes");
+    assert_eq!(cut["tokens"].as_u64(), Some(bytes.div_ceil(4) as u64));
+    let actions = cut["actions"].as_array().expect("actions");
+    assert!(
+        !actions.is_empty() && actions.len() < total,
+        "{}",
+        actions.len()
+    );
+    assert_eq!(cut["actions_total"], total);
+    // The newest ones, in order.
+    assert_eq!(
+        actions.last(),
+        whole["actions"].as_array().and_then(|a| a.last())
+    );
+    assert!(
+        cut["more"].as_str().is_some_and(|m| m.contains("log")),
+        "{cut}"
+    );
+    // The default bound holds too.
+    let default = s
+        .call(&observer, "get_node", json!({"node": ROOT_NODE}))
+        .expect("default");
+    assert!(serde_json::to_vec(&default).expect("json").len() <= 8000 * 4);
+}

@@ -349,7 +349,12 @@ mod tests {
         fs::hard_link(&elsewhere, out.join("link")).expect("link");
         let sha = store.absorb_file(&out.join("link")).expect("absorb");
         assert!(!out.join("link").exists());
-        assert!(!fs::metadata(&elsewhere).expect("meta").permissions().readonly());
+        assert!(
+            !fs::metadata(&elsewhere)
+                .expect("meta")
+                .permissions()
+                .readonly()
+        );
         assert_ne!(
             fs::metadata(store.path(&sha)).expect("meta").ino(),
             fs::metadata(&elsewhere).expect("meta").ino()
