@@ -2,8 +2,13 @@
 //! refused calls (a Worker asking for a Reviewer's `review`, with an 8,000-character summary) —
 //! over MCP stdio and over HTTP, while an honest Worker keeps branching. For each transport:
 //! record growth (bytes of `.git`, commits), the honest Worker's `branch` latency p50 before and
-//! during the flood, and `audit`, `log` and `get_node` (each a CLI process, median of 5) before
-//! and after. Targets (issue 30): growth ≤ 1 MB, the honest p50 ≤ 1.5× quiet, the views ≤ 1.5×.
+//! during the flood, and `audit`, `log` and `get_node` (each a CLI process, median of 5) after
+//! the flood against a control study that got the same honest writes and no flood (so the views'
+//! ratio is the flood's cost alone). Then the compute loop: a Worker that loops run_sft +
+//! cancel_job on a budget its one job claims whole, while an honest Worker submits small runs:
+//! the share of them admitted, and whether the store and the job directories hold any checkpoint
+//! twice. Each figure is the median of RSIM_FLOOD_RUNS (3) runs. Targets (issue 30): growth ≤
+//! 1 MB, the honest p50 ≤ 1.5× quiet, the views ≤ 1.5×, ≥ 90% admitted, no checkpoint twice.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -98,8 +103,13 @@ struct StdioAgent {
 
 impl StdioAgent {
     fn start(study: &Path, agent: &str) -> StdioAgent {
+        StdioAgent::start_with(study, agent, &[])
+    }
+
+    fn start_with(study: &Path, agent: &str, extra: &[&str]) -> StdioAgent {
         let mut child = rsim(study)
             .args(["mcp", "--agent", agent, "--role", "worker"])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -245,8 +255,6 @@ fn over_stdio(base: &Path, calls: usize) -> Outcome {
             })
             .collect(),
     );
-    // The views before: on the study as the flood finds it (the honest nodes included).
-    let before = views(&s);
     let (bytes0, commits0) = (git_bytes(&s.join(".git")), commits(&s));
     let done = Arc::new(AtomicBool::new(false));
     let t = Instant::now();
@@ -280,10 +288,22 @@ fn over_stdio(base: &Path, calls: usize) -> Outcome {
         quiet_p50,
         flood_p50: median(during),
         honest_writes,
-        before,
+        before: control(base, "stdio-control", 20 + honest_writes),
         after: views(&s),
         secs,
     }
+}
+
+/// The views on a control study: the same honest writes (`writes` branches), no flood.
+fn control(base: &Path, name: &str, writes: usize) -> [f64; 3] {
+    let c = study(base, name);
+    let mut honest = StdioAgent::start(&c, "honest");
+    for _ in 0..writes {
+        let r = honest.tool("branch", json!({"parents": ["n0"], "title": "honest"}));
+        assert_ne!(r["result"]["isError"], true, "{r}");
+    }
+    drop(honest);
+    views(&c)
 }
 
 async fn connect(url: &str, agent: &str) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
@@ -324,7 +344,6 @@ fn over_http(base: &Path, calls: usize) -> Outcome {
             tokio::time::sleep(PACE).await;
             quiet.push(branch(&honest).await);
         }
-        let before = views(&s);
         let (bytes0, commits0) = (git_bytes(&s.join(".git")), commits(&s));
         let looper = Arc::new(connect(&url, "looper").await);
         let t = Instant::now();
@@ -356,11 +375,12 @@ fn over_http(base: &Path, calls: usize) -> Outcome {
         let secs = t.elapsed().as_secs_f64();
         let grown = git_bytes(&s.join(".git")).saturating_sub(bytes0);
         let commits = commits(&s) - commits0 - during.len() as u64;
-        (quiet, during, grown, commits, secs, before)
+        (quiet, during, grown, commits, secs)
     });
     let _ = child.kill();
     let _ = child.wait();
-    let (quiet, during, grown, commits, secs, before) = out;
+    let (quiet, during, grown, commits, secs) = out;
+    let before = control(base, "http-control", quiet.len() + during.len());
     Outcome {
         grown,
         commits,
@@ -373,18 +393,193 @@ fn over_http(base: &Path, calls: usize) -> Outcome {
     }
 }
 
+/// Field-wise median of several runs' outcomes.
+fn median_outcome(runs: &[Outcome]) -> Outcome {
+    let m = |f: &dyn Fn(&Outcome) -> f64| median(runs.iter().map(f).collect());
+    let view =
+        |k: usize, after: bool| m(&|o: &Outcome| if after { o.after[k] } else { o.before[k] });
+    Outcome {
+        grown: m(&|o| o.grown as f64) as u64,
+        commits: m(&|o| o.commits as f64) as u64,
+        quiet_p50: m(&|o| o.quiet_p50),
+        flood_p50: m(&|o| o.flood_p50),
+        honest_writes: m(&|o| o.honest_writes as f64) as usize,
+        before: [view(0, false), view(1, false), view(2, false)],
+        after: [view(0, true), view(1, true), view(2, true)],
+        secs: m(&|o| o.secs),
+    }
+}
+
+/// The compute loop's figures.
+struct Fairness {
+    tries: usize,
+    admitted: usize,
+    queued: usize,
+    loops: usize,
+    /// The honest Worker's time from submitting to its job's end, p50 (ms).
+    turn_p50: f64,
+    /// Bytes of job-directory files that are also in the store, and the store's bytes.
+    twice: u64,
+    store: u64,
+}
+
+fn answer(r: &Value) -> Value {
+    let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+fn files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn sha256_of(p: &Path) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(std::fs::read(p).unwrap_or_default()))
+}
+
+/// A Worker loops run_sft + cancel_job on a budget one of its jobs claims whole (600 s, the
+/// backend's limit), while an honest Worker submits `tries` small runs one after another.
+fn compute_loop(base: &Path, tries: usize) -> Fairness {
+    let s = study(base, "compute");
+    let config = std::fs::read_to_string(s.join("rsim.toml")).expect("config");
+    std::fs::write(
+        s.join("rsim.toml"),
+        config
+            .replace("compute_seconds = 3600", "compute_seconds = 600")
+            .replace(
+                "[policy]\n",
+                "[policy]\nmax_writes_per_agent_per_minute = 0\n",
+            ),
+    )
+    .expect("config");
+    let git = Command::new("git")
+        .arg("-C")
+        .arg(&s)
+        .args([
+            "-c",
+            "user.name=owner",
+            "-c",
+            "user.email=owner@example.invalid",
+        ])
+        .args(["commit", "-qam", "one job claims the whole budget"])
+        .status()
+        .expect("git");
+    assert!(git.success());
+    let mut honest = StdioAgent::start_with(&s, "honest", &["--job-wait", "0"]);
+    let r = honest.tool("branch", json!({"parents": ["n0"], "title": "sft"}));
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    let r = honest.tool("register_dataset", json!({"node": "n1", "name": "d", "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 200, "seed": 1}}));
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let looper = {
+        let (s, stop) = (s.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut lp = StdioAgent::start_with(&s, "looper", &["--job-wait", "0"]);
+            let mut loops = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let r = lp.tool("run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 5_000_000, "batch_size": 64}));
+                if let Some(job) = answer(&r)["job"].as_str() {
+                    lp.tool("cancel_job", json!({"job": job}));
+                    loops += 1;
+                }
+            }
+            loops
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let (mut admitted, mut queued, mut turns) = (0, 0, Vec::new());
+    for _ in 0..tries {
+        let t = Instant::now();
+        let r = honest.tool("run_sft", json!({"node": "n1", "base": "base", "datasets": ["d"], "learning_rate": 0.01, "steps": 20, "batch_size": 8}));
+        let a = answer(&r);
+        queued += usize::from(a["status"] == "queued");
+        let done = match a["job"].as_str() {
+            Some(job) if a["status"] == "running" || a["status"] == "queued" => {
+                honest.tool("wait_job", json!({"job": job, "timeout_s": 600}))
+            }
+            _ => r,
+        };
+        turns.push(t.elapsed().as_secs_f64() * 1e3);
+        if done["result"]["isError"] != true {
+            admitted += 1;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let loops = looper.join().expect("looper");
+    let stored: std::collections::HashMap<String, u64> = files(&s.join(".rsim/objects/sha256"))
+        .iter()
+        .map(|p| (sha256_of(p), std::fs::metadata(p).map_or(0, |m| m.len())))
+        .collect();
+    let twice = files(&s.join(".rsim/jobs"))
+        .iter()
+        .filter(|p| std::fs::metadata(p).map_or(0, |m| m.len()) > 64)
+        .filter_map(|p| stored.get(&sha256_of(p)))
+        .sum();
+    Fairness {
+        tries,
+        admitted,
+        queued,
+        loops,
+        turn_p50: median(turns),
+        twice,
+        store: stored.values().sum(),
+    }
+}
+
 fn main() {
     let calls: usize = std::env::var("RSIM_FLOOD_CALLS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3000);
+    let runs: usize = std::env::var("RSIM_FLOOD_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     let base = tempfile::tempdir().expect("tempdir");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!("machine: {cores} cores; release build; the studies are tiny-arith-ngram");
-    report("MCP stdio", calls, &over_stdio(base.path(), calls));
+    println!(
+        "machine: {cores} cores; release build; the studies are tiny-arith-ngram; median of {runs} run(s)"
+    );
+    let dir = |i: usize| {
+        let d = base.path().join(format!("run{i}"));
+        std::fs::create_dir_all(&d).expect("run dir");
+        d
+    };
+    let stdio: Vec<Outcome> = (0..runs).map(|i| over_stdio(&dir(i), calls)).collect();
+    report("MCP stdio", calls, &median_outcome(&stdio));
+    let http: Vec<Outcome> = (0..runs).map(|i| over_http(&dir(i), calls)).collect();
     report(
         "MCP HTTP (8 calls in flight)",
         calls,
-        &over_http(base.path(), calls),
+        &median_outcome(&http),
     );
+    let fair: Vec<Fairness> = (0..runs).map(|i| compute_loop(&dir(i), 10)).collect();
+    let share = median(
+        fair.iter()
+            .map(|f| f.admitted as f64 / f.tries as f64)
+            .collect(),
+    );
+    println!("compute loop: a Worker loops run_sft + cancel_job on a budget one job claims whole");
+    for f in &fair {
+        println!(
+            "  honest Worker: {}/{} small runs admitted ({} waited their turn in the queue), p50 {:.0} ms from submit to end; the looper looped {} times",
+            f.admitted, f.tries, f.queued, f.turn_p50, f.loops
+        );
+        println!(
+            "  store {:.1} KB; bytes in job directories also in the store: {}",
+            f.store as f64 / 1024.0,
+            f.twice
+        );
+    }
+    println!("  admitted (median): {:.0}% (target >= 90%)", share * 100.0);
 }

@@ -229,7 +229,8 @@ impl Study {
                     )));
                 }
                 Admission::Wait(ahead, grant, claimed, used) => {
-                    if started.elapsed() >= wait {
+                    let holds_a_claim = CLAIMS_ON_THIS_THREAD.with(|n| n.get()) > 0;
+                    if started.elapsed() >= wait || holds_a_claim {
                         return Ok(Err(Decision::reject(
                             crate::model::rule::Rule::BudgetCompute,
                             format!(
@@ -456,6 +457,13 @@ impl Grant {
     }
 }
 
+thread_local! {
+    /// Job claims this thread holds (an action still running one of its jobs, or recording it):
+    /// a thread that holds one never waits in the admission queue — it could be waiting for
+    /// itself (a run's scoring of its kept checkpoints while the run's claim is still held).
+    static CLAIMS_ON_THIS_THREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// One look at the admission queue.
 enum Admission {
     Admitted(u64),
@@ -480,6 +488,7 @@ enum Held {
 
 impl<'a> ClaimGuard<'a> {
     pub(in crate::os) fn job(index: &'a crate::record::index::Index, job: &str) -> Self {
+        CLAIMS_ON_THIS_THREAD.with(|n| n.set(n.get() + 1));
         ClaimGuard {
             index,
             held: Held::Job(job.to_string()),
@@ -499,7 +508,10 @@ impl<'a> ClaimGuard<'a> {
 impl Drop for ClaimGuard<'_> {
     fn drop(&mut self) {
         let (what, released) = match &self.held {
-            Held::Job(job) => (job, self.index.release_claim(job)),
+            Held::Job(job) => {
+                CLAIMS_ON_THIS_THREAD.with(|n| n.set(n.get().saturating_sub(1)));
+                (job, self.index.release_claim(job))
+            }
             Held::Hold(token) => (token, self.index.release_hold(token)),
         };
         if let Err(e) = released {

@@ -2024,7 +2024,20 @@ try own-home "echo ok > $HOME/x && cat $HOME/x"
     let label = sft["job"]["sandbox"].as_str().unwrap_or_default();
     assert!(label.starts_with("landlock-abi"), "{sft}");
     let job = sft["job"]["id"].as_str().expect("job id");
-    let log = std::fs::read_to_string(root.join(format!(".rsim/jobs/{job}/job.log"))).expect("log");
+    // A finished job's log is moved into the object store (held once), named in its record.
+    let stored_log = |sft: &Value| {
+        let sha = sft["job"]["log"]
+            .as_str()
+            .expect("a stored log")
+            .to_string();
+        std::fs::read_to_string(root.join(format!(
+            ".rsim/objects/sha256/{}/{}",
+            &sha[..2],
+            &sha[2..]
+        )))
+        .expect("log")
+    };
+    let log = stored_log(&sft);
     let tries: Vec<&str> = log
         .lines()
         .filter(|l| l.starts_with("GOT ") || l.starts_with("DENIED "))
@@ -2109,8 +2122,7 @@ try own-home "echo ok > $HOME/x && cat $HOME/x"
     let off = run_sft("n2");
     assert_eq!(off["job"]["sandbox"], "off", "{off}");
     let job2 = off["job"]["id"].as_str().expect("job id");
-    let log2 =
-        std::fs::read_to_string(root.join(format!(".rsim/jobs/{job2}/job.log"))).expect("log");
+    let log2 = stored_log(&off);
     assert!(
         log2.contains("GOT parent-environ") && log2.contains("planted-rsim-secret"),
         "without the sandbox the attack works (the test attacks for real): {log2}"

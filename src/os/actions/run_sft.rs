@@ -56,7 +56,7 @@ impl Study {
         let request = serde_json::to_value(&req)?;
         let job_id = crate::jobs::new_job_id();
         // Compute used (recorded + claimed by running jobs) is taken, decided on and claimed at once.
-        let (timeout, _claim) = self.admit_or_record(
+        let (timeout, claim) = self.admit_or_record(
             caller,
             &job_id,
             Request::RunSft(&req),
@@ -87,6 +87,9 @@ impl Study {
         let mut job = self.runner.run(&spec)?;
         job.log = self.store_log(&spec)?;
         let mut res = self.finish_sft(caller, &req, request, &spec, job, base_sha)?;
+        // The run is recorded: its compute counts from the record now, and its checkpoints'
+        // scoring (evaluations of their own) must not wait behind the run's own claim.
+        drop(claim);
         res.dev_curve = self.score_steps(caller, &req, &res)?;
         Ok(res)
     }
