@@ -45,6 +45,7 @@ fn validator(action: &str) -> Result<&'static jsonschema::Validator> {
 }
 
 /// Validate `args` against the input schema of `action`; the error names each field and the rule it broke.
+#[tracing::instrument(level = "trace", name = "validate", skip_all)]
 pub fn validate(action: &str, args: &Value) -> Result<()> {
     validate_with(action, validator(action)?, args)
 }

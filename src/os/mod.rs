@@ -70,6 +70,9 @@ pub struct Study {
     rsim_bin: Option<PathBuf>,
     /// Whether the first write's preparation (`before_write`) has run.
     prepared: std::cell::Cell<bool>,
+    /// The last count of what the study holds on disk, and when it was taken (`storage`):
+    /// actions that store more are checked against a count at most `storage::FRESH` old.
+    storage_seen: std::cell::RefCell<Option<(std::time::Instant, storage::StorageUse)>>,
 }
 
 impl Study {
@@ -164,6 +167,7 @@ impl Study {
             runner,
             rsim_bin: None,
             prepared: std::cell::Cell::new(false),
+            storage_seen: std::cell::RefCell::new(None),
         })
     }
 
@@ -420,6 +424,7 @@ impl Study {
     /// JSON result. Quick writes run one at a time in this process, so its own callers never race
     /// each other for a node id or a tip (other processes are kept apart by the commit protocol's
     /// compare-and-swap).
+    #[tracing::instrument(level = "trace", name = "call", skip_all)]
     pub fn call(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
         if schema::spec(action).is_some_and(|s| s.kind != Kind::Query) {
             check_caller(caller)?;

@@ -24,6 +24,9 @@ use crate::model::paths;
 use crate::os::Study;
 use crate::util::error::{Error, IoContext, Result};
 
+/// How old a storage count may be when an action is checked against the storage budgets.
+pub const FRESH: Duration = Duration::from_secs(5);
+
 /// Bytes in each place.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Bytes {
@@ -185,8 +188,19 @@ impl Study {
 
     /// The storage fact an action that stores more is checked against: the study's bytes and the
     /// calling agent's.
+    /// The count is taken again when the last one this handle took is older than `FRESH` (a
+    /// count walks the store, the job directories and `.git`; a loop of registrations must not
+    /// pay it each time).
     pub(in crate::os) fn storage_fact(&self, agent: &str) -> Result<crate::policy::StorageBytes> {
-        let u = self.storage_use()?;
+        let mut seen = self.storage_seen.borrow_mut();
+        let stale = seen.as_ref().is_none_or(|(at, _)| at.elapsed() >= FRESH);
+        if stale {
+            *seen = Some((std::time::Instant::now(), self.storage_use()?));
+        }
+        let u = seen
+            .as_ref()
+            .map(|(_, u)| u)
+            .ok_or_else(|| Error::internal("no storage count"))?;
         Ok(crate::policy::StorageBytes {
             study: u.study.total,
             agent: u.agents.get(agent).map_or(0, |b| b.total),

@@ -453,6 +453,7 @@ fn job_checks(cfg: &StudyConfig, facts: &Facts) -> Option<Decision> {
 }
 
 /// Decide on a request. Pure: same inputs, same decision.
+#[tracing::instrument(level = "trace", name = "policy", skip_all)]
 pub fn check(req: Request<'_>, caller: &Caller, cfg: &StudyConfig, facts: &Facts) -> Decision {
     let Some(action) = ActionName::parse(req.name()) else {
         // Queries change nothing and every role may read.

@@ -355,6 +355,7 @@ impl Index {
     /// what live holds reserve (`held`, `name_held`), and returns the hold to take (or None).
     /// No other writer, in this process or another, can count or hold meanwhile. Returns the
     /// hold's token (to release it once the action is recorded) and `decide`'s answer.
+    #[tracing::instrument(level = "trace", name = "index.holds", skip_all)]
     pub fn with_holds<T>(
         &self,
         decide: impl FnOnce(&Index) -> Result<(Option<Hold>, T)>,

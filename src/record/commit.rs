@@ -156,6 +156,7 @@ impl<'a> Writer<'a> {
 
     /// Append one action to `node`; `prepare` sees the tip it will be appended to and runs again
     /// after a lost race. Returns the commit id and the recorded action.
+    #[tracing::instrument(level = "trace", name = "commit.append", skip_all)]
     pub fn append(
         &self,
         node: &str,
@@ -214,6 +215,7 @@ impl<'a> Writer<'a> {
 
     /// Create a node whose first commit has `parent_tips` as git parents (two parents: a merge).
     /// `first` builds the node and its first action for the id the protocol is trying.
+    #[tracing::instrument(level = "trace", name = "commit.create", skip_all)]
     pub fn create(
         &self,
         id: NodeId,

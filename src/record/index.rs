@@ -290,6 +290,7 @@ impl Index {
 
     /// Mark a node as about to change in git (called before the branch moves). The marker is this
     /// writer's own: if the writer dies before `sync_node`, the next open repairs the node from git.
+    #[tracing::instrument(level = "trace", name = "index.pending", skip_all)]
     pub fn mark_pending(&self, node: &str) -> Result<()> {
         self.conn.execute(
             "INSERT OR IGNORE INTO pending(node,pid,writer) VALUES(?1,?2,?3)",
@@ -331,6 +332,7 @@ impl Index {
 
     /// Make the index's view of node `id` match its branch in git, and clear this writer's marker.
     /// Idempotent.
+    #[tracing::instrument(level = "trace", name = "index.sync", skip_all)]
     pub fn sync_node(&self, record: &Record, id: &str) -> Result<()> {
         let tx = self.immediate()?;
         sync_node_tx(&tx, record, id)?;
@@ -495,6 +497,7 @@ impl Index {
     /// One write call of `agent` at `now` against `limit` calls a minute: `None` admitted;
     /// `Some(first)` throttled, `first` for the first throttled call of this minute (the one
     /// that is recorded).
+    #[tracing::instrument(level = "trace", name = "index.rate", skip_all)]
     pub fn admit_write(&self, agent: &str, now: f64, limit: u64) -> Result<Option<bool>> {
         let tx = self.immediate()?;
         let row: Option<(f64, i64, i64)> = tx

@@ -104,7 +104,22 @@ pub struct Record {
     /// Whether libgit2 fsynced git writes when this repository was opened (its reference
     /// database reads the switch once, when it is first used).
     fsync_at_open: bool,
+    /// Commits proven under the signers in force: those this handle signed and those it
+    /// verified. A commit id names its content and signature, so a proof holds for that id for
+    /// as long as the signers do; the set is emptied when they change (a rotation). Every write
+    /// verifies its tip and every index sync the commits it reads — a commit this process just
+    /// signed, or the tip it proved on the previous write, is not verified again.
+    proven: std::sync::Mutex<std::collections::HashSet<Oid>>,
+    /// Node snapshots read, by tip (a tip's tree never changes): the write path reads a node's
+    /// tip several times per action (the action's checks, the commit protocol, the index sync).
+    snapshots: std::sync::Mutex<std::collections::HashMap<Oid, NodeSnapshot>>,
 }
+
+/// Most snapshots a handle remembers (then it forgets them all).
+const SNAPSHOTS_MAX: usize = 4096;
+
+/// Most commit ids a handle remembers as proven (then it forgets them all and proves again).
+const PROVEN_MAX: usize = 1 << 16;
 
 /// The inode of the study's private key file, if there is one.
 fn key_stamp(root: &Path) -> Option<u64> {
@@ -172,6 +187,8 @@ impl Record {
             key_committed: false,
             key_stamp: key_stamp(root),
             fsync_at_open: FSYNC_GITDIR.load(Ordering::SeqCst),
+            proven: Default::default(),
+            snapshots: Default::default(),
         })
     }
 
@@ -196,6 +213,8 @@ impl Record {
             key_committed: false,
             key_stamp: key_stamp(root),
             fsync_at_open,
+            proven: Default::default(),
+            snapshots: Default::default(),
         };
         let Ok(main) = record.main_tip() else {
             // Not a study yet (genesis pending): whatever key is there is the one genesis uses.
@@ -316,11 +335,30 @@ impl Record {
 
     /// Whether commit `oid` is this study's: signed by one of its keys while that key was in
     /// force. A study made before signing proves nothing, and says so in fsck.
+    #[tracing::instrument(level = "trace", name = "git.verify", skip_all)]
     pub fn verify_commit(&self, oid: Oid) -> std::result::Result<(), String> {
-        match &self.signers {
-            Some(s) => s.verify(&self.repo, oid),
-            None => Ok(()),
+        let Some(s) = &self.signers else {
+            return Ok(());
+        };
+        if self.proven_set().contains(&oid) {
+            return Ok(());
         }
+        s.verify(&self.repo, oid)?;
+        self.proved(oid);
+        Ok(())
+    }
+
+    fn proven_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<Oid>> {
+        self.proven.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `oid` is proven under the signers in force (verified, or signed here with the key in force).
+    fn proved(&self, oid: Oid) {
+        let mut set = self.proven_set();
+        if set.len() >= PROVEN_MAX {
+            set.clear();
+        }
+        set.insert(oid);
     }
 
     /// What signing costs: `n` signatures of the bytes of `node`'s tip commit and `n`
@@ -340,13 +378,17 @@ impl Record {
             key.sign(&data)?;
             sign.push(t.elapsed().as_secs_f64() * 1e6);
             let t = std::time::Instant::now();
-            self.verify_commit(tip).map_err(Error::internal)?;
+            // The signature itself, not the handle's memory of having proven it.
+            if let Some(s) = &self.signers {
+                s.verify(&self.repo, tip).map_err(Error::internal)?;
+            }
             verify.push(t.elapsed().as_secs_f64() * 1e6);
         }
         Ok((sign, verify))
     }
 
     /// Write a commit object (signed with the study's key), moving no reference.
+    #[tracing::instrument(level = "trace", name = "git.sign_write", skip_all)]
     fn write_commit(
         &self,
         sig: &Signature<'_>,
@@ -376,7 +418,10 @@ impl Record {
         let signature = key.sign(&buf)?;
         let text = std::str::from_utf8(&buf)
             .map_err(|_| Error::internal("a commit buffer is not UTF-8"))?;
-        Ok(self.repo.commit_signed(text, &signature, None)?)
+        let oid = self.repo.commit_signed(text, &signature, None)?;
+        // Signed just now with the key in force (checked above): proven without reading it back.
+        self.proved(oid);
+        Ok(oid)
     }
 
     /// Fsync git writes from now on (`[record] fsync`): objects before the branch that names them
@@ -518,6 +563,7 @@ impl Record {
         self.key_stamp = key_stamp(root);
         self.key = Some(next);
         self.signers = Some(rotated);
+        self.proven_set().clear();
         Ok((oid, old_fp, new_fp))
     }
 
@@ -622,7 +668,28 @@ impl Record {
     }
 
     /// Read a node's state at a tip.
+    #[tracing::instrument(level = "trace", name = "git.snapshot", skip_all)]
     pub fn snapshot(&self, tip: Oid) -> Result<NodeSnapshot> {
+        // A commit id names its tree: a snapshot read once holds for as long as the commit.
+        if let Some(s) = self.snapshots_seen().get(&tip) {
+            return Ok(s.clone());
+        }
+        let snap = self.read_snapshot(tip)?;
+        let mut seen = self.snapshots_seen();
+        if seen.len() >= SNAPSHOTS_MAX {
+            seen.clear();
+        }
+        seen.insert(tip, snap.clone());
+        Ok(snap)
+    }
+
+    fn snapshots_seen(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<Oid, NodeSnapshot>> {
+        self.snapshots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_snapshot(&self, tip: Oid) -> Result<NodeSnapshot> {
         let commit = self.repo.find_commit(tip)?;
         let tree = commit.tree()?;
         let meta = self.read_meta(&tree)?;
@@ -726,6 +793,7 @@ impl Record {
     }
 
     /// Create a new node: its first commit has the parents' tips as git parents.
+    #[tracing::instrument(level = "trace", name = "git.create_node", skip_all)]
     pub fn create_node(
         &self,
         meta: &NodeMeta,
@@ -769,6 +837,7 @@ impl Record {
 
     /// Append one action to a node whose branch is at `expected_tip`, optionally rewriting `node.toml`
     /// and other state files. Atomic: the branch moves only if it still points at `expected_tip`.
+    #[tracing::instrument(level = "trace", name = "git.append", skip_all)]
     pub fn append(
         &self,
         id: &str,

@@ -98,6 +98,7 @@ impl StudyKey {
     }
 
     /// The armored signature of a commit buffer, for its `gpgsig` header.
+    #[tracing::instrument(level = "trace", name = "git.sign", skip_all)]
     pub fn sign(&self, commit_buffer: &[u8]) -> Result<String> {
         let sig = self
             .key

@@ -1,0 +1,300 @@
+//! `cargo bench --bench record`: what recording one accepted action costs, against the floor of
+//! the engines under it, measured side by side in one run.
+//!
+//! - **rsim**: RSIM_RECORD_ACTIONS (300) accepted actions through `Study::call` in-process, as
+//!   the owner, on a fresh tiny-arith-ngram study: `branch`, `compare`, `register_dataset`
+//!   (inline, one row that is no arithmetic item) in turn — validated, policy-checked, signed, verified, indexed.
+//! - **floor**: the least a git-backed record with a SQL index can do per action: write one JSON
+//!   blob, a tree holding it (and the files before it), one commit on a branch moved with
+//!   compare-and-swap (`reference_matching`), and one row inserted in an indexed SQLite table
+//!   (WAL) — libgit2 and SQLite, nothing else.
+//!
+//! The two alternate in blocks of 10 actions, RSIM_RECORD_RUNS (3) times, without and then with
+//! fsync (libgit2's fsync switch and SQLite's `synchronous = FULL` for the floor;
+//! `[record] fsync = true` for rsim). Reported: the median per action of each run and their
+//! ratio, and where rsim's time goes (each phase's own time, without the phases inside it,
+//! measured with tracing spans at trace level, which cost nothing when no one listens).
+//! Targets (issue 35): rsim ≤ 1.0× the floor, ≤ 1.2× with fsync.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rsi_master::model::Caller;
+use rsi_master::os::Study;
+use serde_json::json;
+use tracing::span;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+const RSIM: &str = env!("CARGO_BIN_EXE_rsim");
+const BLOCK: usize = 10;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each span name's own time (its time minus its children's), summed, in µs.
+#[derive(Clone, Default)]
+struct Phases(Arc<Mutex<HashMap<&'static str, (f64, u64)>>>);
+
+struct Timing {
+    start: Instant,
+    children: f64,
+}
+
+impl<S> Layer<S> for Phases
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_enter(&self, id: &span::Id, ctx: Context<'_, S>) {
+        if let Some(s) = ctx.span(id) {
+            s.extensions_mut().insert(Timing {
+                start: Instant::now(),
+                children: 0.0,
+            });
+        }
+    }
+
+    fn on_exit(&self, id: &span::Id, ctx: Context<'_, S>) {
+        let Some(s) = ctx.span(id) else { return };
+        let Some(t) = s.extensions_mut().remove::<Timing>() else {
+            return;
+        };
+        let total = t.start.elapsed().as_secs_f64() * 1e6;
+        if let Some(parent) = s.parent()
+            && let Some(pt) = parent.extensions_mut().get_mut::<Timing>()
+        {
+            pt.children += total;
+        }
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let e = m.entry(s.name()).or_default();
+        e.0 += total - t.children;
+        e.1 += 1;
+    }
+}
+
+fn study(base: &Path, name: &str, fsync: bool) -> std::path::PathBuf {
+    let s = base.join(name);
+    let out = Command::new(RSIM)
+        .arg("init")
+        .arg(&s)
+        .args(["--example", "tiny-arith-ngram"])
+        .env_remove("RSIM_STUDY")
+        .output()
+        .expect("init");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = std::fs::read_to_string(s.join("rsim.toml")).expect("config");
+    let config = config.replace("max_nodes = 200", "max_nodes = 100000");
+    let config = if fsync {
+        format!("{config}\n[record]\nfsync = true\n")
+    } else {
+        config
+    };
+    std::fs::write(s.join("rsim.toml"), config).expect("config");
+    let git = Command::new("git")
+        .arg("-C")
+        .arg(&s)
+        .args([
+            "-c",
+            "user.name=owner",
+            "-c",
+            "user.email=owner@example.invalid",
+        ])
+        .args(["commit", "-qam", "bench settings"])
+        .status()
+        .expect("git");
+    assert!(git.success());
+    s
+}
+
+/// rsim's side: one accepted action at a time, as `rsim bench` does.
+struct Rsim {
+    study: Study,
+    last: String,
+    i: usize,
+}
+
+impl Rsim {
+    fn action(&mut self) -> f64 {
+        let owner = Caller::owner();
+        let i = self.i;
+        self.i += 1;
+        let t = Instant::now();
+        let r = match i % 3 {
+            0 => self.study.call(
+                &owner,
+                "branch",
+                json!({"parents": [self.last], "title": format!("direction {i}"), "hypothesis": "bench"}),
+            ),
+            1 => self.study.call(
+                &owner,
+                "compare",
+                json!({"node": self.last, "nodes": ["n0", self.last], "task": "add2"}),
+            ),
+            _ => self.study.call(
+                &owner,
+                "register_dataset",
+                json!({"node": self.last, "name": format!("d{i}"), "source": {"kind": "inline", "rows": [{"prompt": format!("bench row {i}: say ok"), "answer": "ok"}]}}),
+            ),
+        };
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let v = r.unwrap_or_else(|e| panic!("action {i}: {}", e.message));
+        if i % 3 == 0 {
+            self.last = v["node"].as_str().expect("node").to_string();
+        }
+        ms
+    }
+}
+
+/// The floor: a git commit on a branch (compare-and-swap) and one indexed SQLite row.
+struct Floor {
+    repo: git2::Repository,
+    db: rusqlite::Connection,
+    tip: git2::Oid,
+    i: usize,
+}
+
+impl Floor {
+    fn new(dir: &Path, fsync: bool) -> Floor {
+        std::fs::create_dir_all(dir).expect("dir");
+        let repo = git2::Repository::init(dir).expect("git init");
+        let db = rusqlite::Connection::open(dir.join("index.sqlite")).expect("sqlite");
+        db.execute_batch(&format!(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous={};
+             CREATE TABLE actions(node TEXT NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL,
+               commit_oid TEXT NOT NULL, PRIMARY KEY(node, seq));",
+            if fsync { "FULL" } else { "NORMAL" }
+        ))
+        .expect("schema");
+        let sig = git2::Signature::now("floor", "floor@example.invalid").expect("sig");
+        let tree = repo
+            .find_tree(repo.treebuilder(None).expect("tb").write().expect("tree"))
+            .expect("tree");
+        let tip = repo
+            .commit(Some("refs/heads/n0"), &sig, &sig, "genesis", &tree, &[])
+            .expect("genesis");
+        drop(tree);
+        Floor {
+            repo,
+            db,
+            tip,
+            i: 0,
+        }
+    }
+
+    fn action(&mut self) -> f64 {
+        let i = self.i;
+        self.i += 1;
+        let t = Instant::now();
+        let record = json!({"seq": i + 1, "action": "compare", "agent": "owner", "request": {"node": "n0", "nodes": ["n0", "n1"], "task": "add2"}, "decision": "accepted"}).to_string();
+        let blob = self.repo.blob(record.as_bytes()).expect("blob");
+        let parent = self.repo.find_commit(self.tip).expect("parent");
+        let mut tb = self
+            .repo
+            .treebuilder(Some(&parent.tree().expect("tree")))
+            .expect("tb");
+        tb.insert(format!("{:06}-compare.json", i + 1), blob, 0o100644)
+            .expect("insert");
+        let tree = self
+            .repo
+            .find_tree(tb.write().expect("tree"))
+            .expect("tree");
+        let sig = git2::Signature::now("owner", "owner@example.invalid").expect("sig");
+        let msg = format!("compare\n\nRsim-Node: n0\nRsim-Seq: {}\n", i + 1);
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, &msg, &tree, &[&parent])
+            .expect("commit");
+        self.repo
+            .reference_matching("refs/heads/n0", oid, true, self.tip, "append")
+            .expect("compare-and-swap");
+        self.tip = oid;
+        self.db
+            .execute(
+                "INSERT INTO actions(node,seq,record,commit_oid) VALUES('n0',?1,?2,?3)",
+                rusqlite::params![i as i64 + 1, record, oid.to_string()],
+            )
+            .expect("insert");
+        t.elapsed().as_secs_f64() * 1e3
+    }
+}
+
+fn main() {
+    let actions: usize = std::env::var("RSIM_RECORD_ACTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let runs: usize = std::env::var("RSIM_RECORD_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    let phases = Phases::default();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(phases.clone().with_filter(
+            tracing_subscriber::filter::filter_fn(|m| m.target().starts_with("rsi_master")),
+        )),
+    )
+    .expect("subscriber");
+    let base = tempfile::tempdir().expect("tempdir");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "machine: {cores} cores; release build; {actions} actions a run, rsim and the floor alternating every {BLOCK}; {runs} run(s)"
+    );
+    // Without fsync first: libgit2's fsync switch is process-wide and only ever turned on.
+    for fsync in [false, true] {
+        let mut ratios = Vec::new();
+        let (mut rs, mut fs) = (Vec::new(), Vec::new());
+        phases.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        for run in 0..runs {
+            let s = study(base.path(), &format!("study-{fsync}-{run}"), fsync);
+            let mut rsim = Rsim {
+                study: Study::open(&s).expect("open"),
+                last: "n0".into(),
+                i: 0,
+            };
+            let mut floor = Floor::new(&base.path().join(format!("floor-{fsync}-{run}")), fsync);
+            let (mut r, mut f) = (Vec::new(), Vec::new());
+            while r.len() < actions {
+                for _ in 0..BLOCK {
+                    r.push(rsim.action());
+                }
+                for _ in 0..BLOCK {
+                    f.push(floor.action());
+                }
+            }
+            let (rm, fm) = (median(r), median(f));
+            println!(
+                "fsync={fsync} run {}: rsim {rm:.3} ms, floor {fm:.3} ms per action ({:.2}x)",
+                run + 1,
+                rm / fm
+            );
+            ratios.push(rm / fm);
+            rs.push(rm);
+            fs.push(fm);
+        }
+        println!(
+            "fsync={fsync}: median rsim {:.3} ms, floor {:.3} ms, ratio {:.2}x (target {})",
+            median(rs),
+            median(fs),
+            median(ratios),
+            if fsync { "<= 1.2x" } else { "<= 1.0x" }
+        );
+        let m = phases.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let n = (actions * runs) as f64;
+        let mut rows: Vec<_> = m.into_iter().collect();
+        rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+        println!("  where rsim's time goes (own time per action, µs; calls per action):");
+        for (name, (us, calls)) in rows {
+            println!("    {name:<28} {:>8.1}  {:>5.2}", us / n, calls as f64 / n);
+        }
+    }
+}
