@@ -147,7 +147,7 @@ impl Rsim {
         };
         let ms = t.elapsed().as_secs_f64() * 1e3;
         let v = r.unwrap_or_else(|e| panic!("action {i}: {}", e.message));
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             self.last = v["node"].as_str().expect("node").to_string();
         }
         ms
