@@ -190,6 +190,7 @@ impl Study {
     /// What every write does first: refuse in a read-only clone (`read-only clone: …`); then, once
     /// per opened study, record the jobs whose writers died and drop those writers' claims.
     /// Views and queries never do this: reading a study acts on nothing.
+    #[tracing::instrument(level = "trace", name = "before_write", skip_all)]
     pub(crate) fn before_write(&self) -> Result<()> {
         self.record.refuse_write()?;
         if self.prepared.replace(true) {

@@ -50,6 +50,7 @@ impl ObjectStore {
     }
 
     /// Store bytes; returns their sha256.
+    #[tracing::instrument(level = "trace", name = "store.put", skip_all)]
     pub fn put_bytes(&self, bytes: &[u8]) -> Result<String> {
         let sha = sha256_hex(bytes);
         if self.contains(&sha) {
