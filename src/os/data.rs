@@ -54,12 +54,21 @@ impl Study {
     /// Every task's splits no agent may train on: the test split, the sealed split (never shown
     /// to anyone; protected like the test split so that the tripwire compares like with like),
     /// the dev split (the evidence reviewers rank on, unless `policy.train_on_dev`) and its hidden
-    /// twin (protected like dev so that the dev tripwire compares like with like):
-    /// (task, split, items).
-    pub(in crate::os) fn protected_items(
-        &self,
-    ) -> Result<Vec<(String, &'static str, Vec<types::Row>)>> {
-        let mut out = Vec::new();
+    /// twin (protected like dev so that the dev tripwire compares like with like).
+    ///
+    /// They are prepared for the contamination scan (with the task's normal form, if it names
+    /// one).
+    ///
+    /// Preparing them (n-grams, normal forms) costs far more than reading them, so a handle keeps
+    /// what it prepared under a fingerprint of every protected file's bytes and the scan's
+    /// settings: the files are read and hashed on every call, and a changed file (or setting) is
+    /// prepared again.
+    pub(in crate::os) fn protected_sets(&self) -> Result<std::sync::Arc<Vec<EvalSet>>> {
+        let cfg = self.scan_config();
+        let mut files = Vec::new();
+        use sha2::Digest;
+        let mut fp = sha2::Sha256::new();
+        fp.update(format!("{}\0{}\0", cfg.ngram, cfg.threshold).as_bytes());
         for (name, task) in &self.config.tasks {
             for (split, set) in task.splits() {
                 if split == "dev" && self.config.policy.train_on_dev {
@@ -67,28 +76,26 @@ impl Study {
                 }
                 let path = self.study_file(&set.path)?;
                 let bytes = fs::read(&path).at("cannot read protected eval set", &path)?;
-                out.push((
-                    name.clone(),
-                    split,
-                    datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))?,
-                ));
+                let form = task.normal_form;
+                fp.update(format!("{name}\0{split}\0{form:?}\0{}\0", bytes.len()).as_bytes());
+                fp.update(&bytes);
+                files.push((name.clone(), split, form, bytes));
             }
         }
-        Ok(out)
-    }
-
-    /// Every task's protected splits, prepared for the contamination scan (with the task's
-    /// normal form, if it names one).
-    pub(in crate::os) fn protected_sets(&self) -> Result<Vec<EvalSet>> {
-        let cfg = self.scan_config();
-        Ok(self
-            .protected_items()?
-            .iter()
-            .map(|(name, split, items)| {
-                let form = self.config.tasks.get(name).and_then(|t| t.normal_form);
-                EvalSet::new(name, split, items, cfg, form)
-            })
-            .collect())
+        let fp: [u8; 32] = fp.finalize().into();
+        if let Some((seen, sets)) = self.eval_sets_seen.borrow().as_ref()
+            && *seen == fp
+        {
+            return Ok(sets.clone());
+        }
+        let mut sets = Vec::with_capacity(files.len());
+        for (name, split, form, bytes) in files {
+            let items = datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))?;
+            sets.push(EvalSet::new(&name, split, &items, cfg, form));
+        }
+        let sets = std::sync::Arc::new(sets);
+        *self.eval_sets_seen.borrow_mut() = Some((fp, sets.clone()));
+        Ok(sets)
     }
 
     pub(in crate::os) fn scan_config(&self) -> ScanConfig {

@@ -73,6 +73,15 @@ pub struct Study {
     /// The last count of what the study holds on disk, and when it was taken (`storage`):
     /// actions that store more are checked against a count at most `storage::FRESH` old.
     storage_seen: std::cell::RefCell<Option<(std::time::Instant, storage::StorageUse)>>,
+    /// The protected eval sets as the contamination scan prepared them, under a fingerprint of
+    /// their files and the scan's settings (`data::protected_sets`).
+    #[allow(clippy::type_complexity)]
+    eval_sets_seen: std::cell::RefCell<
+        Option<(
+            [u8; 32],
+            std::sync::Arc<Vec<crate::policy::contamination::EvalSet>>,
+        )>,
+    >,
 }
 
 impl Study {
@@ -168,6 +177,7 @@ impl Study {
             rsim_bin: None,
             prepared: std::cell::Cell::new(false),
             storage_seen: std::cell::RefCell::new(None),
+            eval_sets_seen: std::cell::RefCell::new(None),
         })
     }
 
