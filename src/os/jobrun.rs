@@ -503,6 +503,17 @@ impl<'a> ClaimGuard<'a> {
             held: Held::Hold(token),
         }
     }
+
+    /// A hold for one quick action: it ends in the transaction that indexes the action's record
+    /// (or its rejection's) — the next write this handle makes — or, if the action fails before
+    /// it writes, when the guard drops.
+    pub(in crate::os) fn hold_until_recorded(
+        index: &'a crate::record::index::Index,
+        token: String,
+    ) -> Self {
+        index.release_with_next_write(&token);
+        ClaimGuard::hold(index, token)
+    }
 }
 
 impl Drop for ClaimGuard<'_> {
@@ -512,6 +523,7 @@ impl Drop for ClaimGuard<'_> {
                 CLAIMS_ON_THIS_THREAD.with(|n| n.set(n.get().saturating_sub(1)));
                 (job, self.index.release_claim(job))
             }
+            Held::Hold(token) if self.index.take_released(token) => return,
             Held::Hold(token) => (token, self.index.release_hold(token)),
         };
         if let Err(e) = released {

@@ -560,3 +560,40 @@ fn get_node_answers_within_its_bound_the_newest_actions_and_the_totals() {
         .expect("default");
     assert!(serde_json::to_vec(&default).expect("json").len() <= 8000 * 4);
 }
+
+#[test]
+fn a_quick_actions_hold_ends_with_its_record_and_with_a_failure() {
+    let (_d, s) = study();
+    let holds = |s: &Study| -> i64 {
+        s.index
+            .conn()
+            .query_row("SELECT COUNT(*) FROM holds", [], |r| r.get(0))
+            .expect("holds")
+    };
+    let w = worker("w");
+    s.call(&w, "branch", json!({"parents": ["n0"], "title": "t"}))
+        .expect("branch");
+    assert_eq!(holds(&s), 0, "released with the branch's record");
+    s.call(
+        &w,
+        "register_dataset",
+        json!({"node": "n1", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "say ok", "answer": "ok"}]}}),
+    )
+    .expect("register");
+    assert_eq!(holds(&s), 0, "released with the registration's record");
+    // The same name again: refused (recorded); nothing stays held.
+    let _ = s.call(
+        &w,
+        "register_dataset",
+        json!({"node": "n1", "name": "d", "source": {"kind": "inline", "rows": [{"prompt": "say no", "answer": "no"}]}}),
+    );
+    assert_eq!(holds(&s), 0);
+    // Up to the node budget (3), and one more is refused: the holds counted right.
+    s.call(&w, "branch", json!({"parents": ["n0"], "title": "t2"}))
+        .expect("branch");
+    let e = s
+        .call(&w, "branch", json!({"parents": ["n0"], "title": "t3"}))
+        .expect_err("node budget");
+    assert!(e.message.contains("budget-nodes"), "{}", e.message);
+    assert_eq!(holds(&s), 0);
+}

@@ -198,7 +198,7 @@ impl<'a> Writer<'a> {
                 .append(node, snap.tip, &rec, p.meta.as_ref(), &p.files, &msg)?
             {
                 Append::Committed(oid) => {
-                    self.index.sync_node(self.record, node)?;
+                    self.index.sync_own_write(self.record, node)?;
                     return Ok((oid.to_string(), rec));
                 }
                 Append::Stale => {
@@ -245,7 +245,7 @@ impl<'a> Writer<'a> {
                 .create_node(&f.meta, &f.record, parent_tips, &msg)?
             {
                 Create::Created(commit) => {
-                    self.index.sync_node(self.record, &id)?;
+                    self.index.sync_own_write(self.record, &id)?;
                     return Ok((id, commit));
                 }
                 Create::Taken if exact.is_some() => {

@@ -148,6 +148,11 @@ pub struct Index {
     writer: String,
     /// The file held an index of another schema version and was emptied: rebuild it from git.
     pub needs_rebuild: bool,
+    /// A hold to release in the same transaction that indexes this handle's next own write (the
+    /// action it reserved for, or its rejection), instead of in one of its own.
+    release_next: std::cell::RefCell<Option<String>>,
+    /// Holds released that way (their guard then has nothing left to do).
+    released: std::cell::RefCell<Vec<String>>,
 }
 
 /// Numeric part of a node id (`n12` → 12) for ordering.
@@ -275,6 +280,8 @@ impl Index {
             conn,
             writer: format!("{}-{:016x}", std::process::id(), rand::random::<u64>()),
             needs_rebuild,
+            release_next: Default::default(),
+            released: Default::default(),
         })
     }
 
@@ -334,14 +341,58 @@ impl Index {
     /// Idempotent.
     #[tracing::instrument(level = "trace", name = "index.sync", skip_all)]
     pub fn sync_node(&self, record: &Record, id: &str) -> Result<()> {
+        self.sync_node_tx_releasing(record, id, None)
+    }
+
+    /// `sync_node` after this handle's own write landed: the hold set aside with
+    /// `release_with_next_write` (if any) ends in the same transaction that indexes the write.
+    #[tracing::instrument(level = "trace", name = "index.sync", skip_all)]
+    pub fn sync_own_write(&self, record: &Record, id: &str) -> Result<()> {
+        let hold = self.release_next.borrow_mut().take();
+        self.sync_node_tx_releasing(record, id, hold)
+    }
+
+    fn sync_node_tx_releasing(
+        &self,
+        record: &Record,
+        id: &str,
+        hold: Option<String>,
+    ) -> Result<()> {
         let tx = self.immediate()?;
         sync_node_tx(&tx, record, id)?;
         tx.execute(
             "DELETE FROM pending WHERE node=?1 AND writer=?2",
             params![id, self.writer],
         )?;
+        if let Some(token) = &hold {
+            tx.execute("DELETE FROM holds WHERE token=?1", [token])?;
+        }
         tx.commit()?;
+        if let Some(token) = hold {
+            self.released.borrow_mut().push(token);
+        }
         Ok(())
+    }
+
+    /// Release the hold `token` when this handle's next own write is indexed (in that
+    /// transaction) rather than in a transaction of its own.
+    pub fn release_with_next_write(&self, token: &str) {
+        *self.release_next.borrow_mut() = Some(token.to_string());
+    }
+
+    /// Whether the hold `token` was released with a write (forgotten once asked); a hold still
+    /// waiting for its write is no longer set aside.
+    pub fn take_released(&self, token: &str) -> bool {
+        let mut released = self.released.borrow_mut();
+        if let Some(i) = released.iter().position(|t| t == token) {
+            released.swap_remove(i);
+            return true;
+        }
+        let mut next = self.release_next.borrow_mut();
+        if next.as_deref() == Some(token) {
+            *next = None;
+        }
+        false
     }
 
     /// A write transaction that takes the database lock up front (no upgrade deadlocks between writers).

@@ -45,7 +45,7 @@ impl Study {
                 .then(|| Hold::one(HoldKind::Node, &caller.agent));
             Ok((hold, decision))
         })?;
-        let _held = token.map(|t| ClaimGuard::hold(&self.index, t));
+        let _held = token.map(|t| ClaimGuard::hold_until_recorded(&self.index, t));
         if !decision.accepted() {
             return Err(self.record_rejection(
                 &first,

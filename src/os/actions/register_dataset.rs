@@ -101,7 +101,7 @@ impl Study {
             empty,
             true,
         )?;
-        let _held = token.map(|t| ClaimGuard::hold(&self.index, t));
+        let _held = token.map(|t| ClaimGuard::hold_until_recorded(&self.index, t));
         if !decision.accepted() {
             return Err(self.record_rejection(
                 &req.node,
