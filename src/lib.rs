@@ -7,6 +7,7 @@
 //! `campaign` → `faces`.
 
 pub mod api;
+pub mod bench;
 pub mod campaign;
 pub mod config;
 pub mod faces;

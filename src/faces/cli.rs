@@ -279,7 +279,7 @@ pub enum Command {
         warmup: usize,
         /// Which `[record] fsync` settings to measure.
         #[arg(long, value_enum, default_value = "both")]
-        fsync: crate::faces::bench::FsyncChoice,
+        fsync: crate::bench::cli_cost::FsyncChoice,
         /// Where to create the studies (default: a temporary directory, removed after).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -670,21 +670,42 @@ pub fn run(cli: Cli) -> Result<()> {
             web,
             http,
         } => match (web, slurm, views) {
-            (Some(n), None, None) => crate::faces::bench::web(*n, http, bdir.as_deref()),
-            (_, _, Some(n)) => crate::faces::bench::views(*n, bdir.as_deref(), json),
-            (_, Some(n), None) => {
-                crate::faces::bench::run_jobs(*n, partition.as_deref(), bdir.as_deref(), json)
-            }
-            (None, None, None) => {
-                crate::faces::bench::run(*nodes, *actions, *repeat, bdir.as_deref(), *reuse, json)
-            }
+            (Some(n), None, None) => crate::bench::views::web(bdir.as_deref(), |root| {
+                crate::faces::web::serve_made_up(root, *n, http)
+            }),
+            (_, _, Some(n)) => shown(crate::bench::views::views(
+                BENCH_FACES,
+                *n,
+                bdir.as_deref(),
+                json,
+            )),
+            (_, Some(n), None) => shown(crate::bench::slurm::run_jobs(
+                *n,
+                partition.as_deref(),
+                bdir.as_deref(),
+                json,
+            )),
+            (None, None, None) => shown(crate::bench::actions::run(
+                *nodes,
+                *actions,
+                *repeat,
+                bdir.as_deref(),
+                *reuse,
+                json,
+            )),
         },
         Command::BenchCli {
             runs,
             warmup,
             fsync,
             dir: bdir,
-        } => crate::faces::bench::cli(*runs, *warmup, *fsync, bdir.as_deref(), json),
+        } => shown(crate::bench::cli_cost::cli(
+            *runs,
+            *warmup,
+            *fsync,
+            bdir.as_deref(),
+            json,
+        )),
         Command::Run { .. } => run_campaign(&cli, json),
         Command::BenchStrategies {
             example,
@@ -693,7 +714,8 @@ pub fn run(cli: Cli) -> Result<()> {
             steps,
             strategy,
             dir: bdir,
-        } => crate::faces::bench::strategies(
+        } => shown(crate::bench::strategies::strategies(
+            BENCH_FACES,
             example,
             *seeds,
             *experiments,
@@ -701,7 +723,7 @@ pub fn run(cli: Cli) -> Result<()> {
             strategy,
             bdir.as_deref(),
             json,
-        ),
+        )),
         Command::BenchTrain {
             format,
             seeds,
@@ -721,7 +743,7 @@ pub fn run(cli: Cli) -> Result<()> {
             } else {
                 format.clone()
             };
-            let o = crate::faces::bench::TrainBenchOptions {
+            let o = crate::bench::train::TrainBenchOptions {
                 formats,
                 seeds: *seeds,
                 budgets: budgets.clone(),
@@ -730,7 +752,12 @@ pub fn run(cli: Cli) -> Result<()> {
                 batch_size: *batch_size,
                 rows: *rows,
             };
-            crate::faces::bench::training(&o, bdir.as_deref(), json)
+            shown(crate::bench::train::training(
+                BENCH_FACES,
+                &o,
+                bdir.as_deref(),
+                json,
+            ))
         }
         Command::Report { html, task } => {
             let study = Study::open(&dir)?;
@@ -751,6 +778,18 @@ pub fn run(cli: Cli) -> Result<()> {
             run_on_study(&mut study, &who, &cli.command, json)
         }
     }
+}
+
+/// What the benchmarks need from the faces: `rsim init --example` and `rsim report --html`.
+const BENCH_FACES: crate::bench::Faces = crate::bench::Faces {
+    init_example: |dir, example| crate::faces::init::init(dir, Some(example)).map(drop),
+    static_page: crate::faces::web::page::static_page,
+};
+
+/// Print a benchmark's report.
+fn shown(report: Result<String>) -> Result<()> {
+    print!("{}", report?);
+    Ok(())
 }
 
 fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> Result<()> {
@@ -1834,6 +1873,21 @@ impl clap::ValueEnum for AnswerFormat {
     }
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
         Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
+impl clap::ValueEnum for crate::bench::cli_cost::FsyncChoice {
+    fn value_variants<'a>() -> &'a [Self] {
+        use crate::bench::cli_cost::FsyncChoice;
+        &[FsyncChoice::On, FsyncChoice::Off, FsyncChoice::Both]
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        use crate::bench::cli_cost::FsyncChoice;
+        Some(clap::builder::PossibleValue::new(match self {
+            FsyncChoice::On => "on",
+            FsyncChoice::Off => "off",
+            FsyncChoice::Both => "both",
+        }))
     }
 }
 

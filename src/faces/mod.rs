@@ -16,7 +16,6 @@ macro_rules! print {
     };
 }
 
-pub mod bench;
 pub mod cli;
 pub mod dagview;
 pub mod init;
