@@ -17,21 +17,38 @@ pub struct CampaignRun {
     pub summary: crate::campaign::RunSummary,
 }
 
+/// Settings of the strategy benchmark (`rsim bench-strategies`).
+#[derive(Debug, Clone, Copy)]
+pub struct StrategiesOptions<'a> {
+    /// The example each campaign's fresh study is made from.
+    pub example: &'a str,
+    /// Campaigns per strategy (seeds 0, 1, …).
+    pub seeds: u64,
+    /// Each campaign's compute budget: training runs of `steps` steps.
+    pub experiments: u64,
+    pub steps: u64,
+    /// The strategies to run (none: all).
+    pub which: &'a [crate::campaign::Strategy],
+}
+
 /// The efficiency benchmark: each strategy runs `seeds` campaigns of `experiments` × `steps` on
 /// fresh studies of `example`; the best node of each (promoted by reviewers for orchestration,
 /// best on dev for the baselines) is scored once on the protected test split.
 pub fn strategies(
     faces: Faces,
-    example: &str,
-    seeds: u64,
-    experiments: u64,
-    steps: u64,
-    which: &[crate::campaign::Strategy],
+    o: StrategiesOptions<'_>,
     dir: Option<&Path>,
     json_out: bool,
 ) -> Result<String> {
-    let mut txt = String::new();
     use crate::campaign::{RunOptions, Strategy, run};
+    let StrategiesOptions {
+        example,
+        seeds,
+        experiments,
+        steps,
+        which,
+    } = o;
+    let mut txt = String::new();
     let base = bench_dir(dir)?;
     let which: Vec<Strategy> = if which.is_empty() {
         Strategy::ALL.to_vec()
