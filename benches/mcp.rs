@@ -94,7 +94,7 @@ fn main() {
 
     let base = std::env::temp_dir().join(format!("rsim-bench-mcp-{}", std::process::id()));
     let study = base.join("study");
-    rsi_master::faces::bench::bench_study(&study, agents * writes + 100).expect("bench study");
+    rsi_master::bench::bench_study(&study, agents * writes + 100).expect("bench study");
     let (mut child, url) = support::serve(&study, &bench_agents());
     let pid = child.id();
 

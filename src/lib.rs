@@ -1,12 +1,13 @@
 //! rsi-master: the Experiment OS in which LLM agents post-train a base model through a fixed set
 //! of schema-validated, policy-checked, recorded actions. See ARCHITECTURE.md for the map.
 //!
-//! The modules are layers; each imports only the layers above it in this list (checked by
-//! `tests/layering.rs`):
+//! The modules are layers; each imports only the layers before it in this list (checked by
+//! `tests/all/layering.rs`):
 //! `util` → `model` → `api` → `config` → `policy` → `record` → `jobs` → `train` → `os` →
-//! `campaign` → `faces`.
+//! `campaign` → `bench` → `faces`.
 
 pub mod api;
+pub mod bench;
 pub mod campaign;
 pub mod config;
 pub mod faces;

@@ -24,7 +24,7 @@ pub struct BuiltinWorker;
 /// The seed of the k-th experiment on a node: a function of the campaign seed, the node and k,
 /// so a resumed campaign repeats nothing and a rerun with the same seed repeats everything.
 pub fn experiment_seed(campaign_seed: u64, node: &str, k: usize) -> u64 {
-    let n = crate::record::index::node_num(node).max(0) as u64;
+    let n = crate::model::node_num(node).max(0) as u64;
     campaign_seed
         .wrapping_mul(1_000_003)
         .wrapping_add(n * 101)

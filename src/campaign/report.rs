@@ -115,7 +115,7 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
     let mut nodes_by_status = BTreeMap::new();
     let mut verdicts = BTreeMap::new();
     let mut ordered: Vec<_> = st.campaign_nodes().collect();
-    ordered.sort_by_key(|n| crate::record::index::node_num(&n.id));
+    ordered.sort_by_key(|n| crate::model::node_num(&n.id));
     let nodes: Vec<NodeRow> = ordered
         .into_iter()
         .map(|n| {

@@ -261,7 +261,7 @@ impl CampaignState {
         // pass in node order (a parent is always older than its child) computes them all — linear
         // in the DAG, where walking every node's chain up to the root was quadratic in its depth.
         let mut ids = ids;
-        ids.sort_by_key(|id| crate::record::index::node_num(id));
+        ids.sort_by_key(|id| crate::model::node_num(id));
         let mut derived: BTreeMap<String, (String, u32)> = BTreeMap::new();
         for id in ids {
             let first = self.nodes.get(&id).and_then(|n| n.parents.first()).cloned();

@@ -7,7 +7,6 @@ use std::path::Path;
 use crate::api::types::{AnswerFormat, ArithOp, ArithParams};
 use crate::config::CONFIG_FILE;
 use crate::os::STATE_DIR;
-use crate::record::Record;
 use crate::util::error::{Error, IoContext, Result};
 
 pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-add2", "tiny-arith-ngram"];
@@ -57,9 +56,7 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
             EXAMPLES.join(", ")
         )));
     }
-    if let Ok(r) = Record::open(dir)
-        && r.main_tip().is_ok()
-    {
+    if crate::os::genesis::is_study(dir) {
         return Err(Error::invalid(format!(
             "{} is already a study (main has commits); nothing was changed",
             dir.display()

@@ -1,5 +1,5 @@
-//! The faces: thin translations between a protocol (the command line, MCP, and next LSP and the
-//! web page) and the Experiment OS. Invariant: only faces use clap, rmcp, axum or LSP types, and
+//! The faces: thin translations between a protocol (the command line, MCP, the LSP, the web
+//! page) and the Experiment OS. Invariant: only faces use clap, rmcp, axum or LSP types, and
 //! no face writes the record or decides policy — everything goes through `os`.
 
 // Command output goes to stdout through these (they shadow the std macros in every face): when
@@ -16,7 +16,6 @@ macro_rules! print {
     };
 }
 
-pub mod bench;
 pub mod cli;
 pub mod dagview;
 pub mod init;

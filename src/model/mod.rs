@@ -9,6 +9,14 @@ pub mod rule;
 /// The root node: the base model, written by the study's genesis.
 pub const ROOT_NODE: &str = "n0";
 
+/// Numeric part of a node id (`n12` → 12), the order nodes are created in; -1 for an id that is
+/// not `n` and a number.
+pub fn node_num(id: &str) -> i64 {
+    id.strip_prefix('n')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1)
+}
+
 use std::collections::BTreeMap;
 use std::fmt;
 

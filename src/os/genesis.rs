@@ -24,14 +24,18 @@ pub struct InitReport {
     pub message: String,
 }
 
+/// Whether `dir` holds a study already: a git repository whose `main` has commits (`rsim init`
+/// changes nothing there).
+pub fn is_study(dir: &Path) -> bool {
+    Record::open(dir).is_ok_and(|r| r.main_tip().is_ok())
+}
+
 /// Make the directory `root` (holding a filled-in `rsim.toml`, the base checkpoint and the eval
 /// sets it names) a study. Refuses, changing nothing in git, when the config or a file it names
 /// is wrong.
 pub fn create_study(root: &Path) -> Result<InitReport> {
     let root = root.canonicalize().at("cannot resolve", root)?;
-    if let Ok(r) = Record::open(&root)
-        && r.main_tip().is_ok()
-    {
+    if is_study(&root) {
         return Err(Error::invalid(format!(
             "{} is already a study (main has commits); nothing was changed",
             root.display()

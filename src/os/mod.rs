@@ -15,6 +15,7 @@ pub mod genesis;
 mod jobrun;
 mod jobview;
 pub mod overview;
+pub mod owner;
 mod paging;
 pub use overview::{DagOverview, OverviewNode};
 mod queries;

@@ -105,8 +105,7 @@ impl Study {
             .filter_map(|n| n.score.map(|s| (n, s)))
             .max_by(|a, b| {
                 a.1.total_cmp(&b.1).then_with(|| {
-                    crate::record::index::node_num(&b.0.id)
-                        .cmp(&crate::record::index::node_num(&a.0.id))
+                    crate::model::node_num(&b.0.id).cmp(&crate::model::node_num(&a.0.id))
                 })
             })
             .map(|(n, _)| n.id.clone());

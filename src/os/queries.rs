@@ -164,8 +164,7 @@ impl Study {
                 let mut best = self.index.best_per_node(&task, split.as_str(), &metric)?;
                 best.sort_by(|a, b| {
                     b.1.total_cmp(&a.1).then_with(|| {
-                        crate::record::index::node_num(&a.0)
-                            .cmp(&crate::record::index::node_num(&b.0))
+                        crate::model::node_num(&a.0).cmp(&crate::model::node_num(&b.0))
                     })
                 });
                 best.into_iter()
@@ -317,8 +316,7 @@ impl Study {
                 .into_iter()
                 .max_by(|a, b| {
                     a.1.total_cmp(&b.1).then_with(|| {
-                        crate::record::index::node_num(&b.0)
-                            .cmp(&crate::record::index::node_num(&a.0))
+                        crate::model::node_num(&b.0).cmp(&crate::model::node_num(&a.0))
                     })
                 });
             if let Some((id, v)) = best

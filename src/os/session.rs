@@ -1,6 +1,7 @@
-//! The session layer every face uses (CLI, MCP, the orchestrator, and next LSP and the web page):
-//! study handles shared by many callers, long jobs whose start the face learns about at once,
-//! and the reads a face needs about jobs (progress, log, recorded result).
+//! The session layer the serving faces use (MCP over stdio and HTTP, the web page, the LSP
+//! server; the CLI and the orchestrator open a `Study` for their own callers): study handles
+//! shared by many callers, long jobs whose start the face learns about at once, and the reads a
+//! face needs about jobs (progress, log, recorded result).
 //!
 //! Write serialisation and conflict retry are not here but one level down, where every write
 //! passes: quick writes run one at a time per process (`Study::call`), and the commit protocol

@@ -155,12 +155,8 @@ pub struct Index {
     released: std::cell::RefCell<Vec<String>>,
 }
 
-/// Numeric part of a node id (`n12` → 12) for ordering.
-pub fn node_num(id: &str) -> i64 {
-    id.strip_prefix('n')
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(-1)
-}
+/// Numeric part of a node id, for ordering (domain vocabulary: `model::node_num`).
+pub use crate::model::node_num;
 
 /// Pages of WAL past which a committing writer checkpoints it into the database (SQLite's
 /// default is 1000, ~4 MiB, which every process opening the study afterwards reads back).

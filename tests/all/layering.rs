@@ -1,6 +1,7 @@
 //! The source tree's layers, checked from the code itself: every module imports only the layers
 //! below it (ARCHITECTURE.md, "Layers"), job-side code never names the agent API, only faces use
-//! protocol crates, and no two modules of one layer import each other.
+//! protocol crates, nothing above the OS reaches the record around it, and no two modules of one
+//! layer import each other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -8,8 +9,14 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first. A module may import its own layer and any layer before it.
 const LAYERS: &[&str] = &[
     "util", "model", "api", "config", "policy", "record", "jobs", "train", "os", "campaign",
-    "faces",
+    "bench", "faces",
 ];
+
+/// The layers above the Experiment OS: they act and read only through `os`.
+const ABOVE_OS: &[&str] = &["campaign", "bench", "faces"];
+
+/// Crates only the record (and the OS over it) may use: git and the SQLite index.
+const RECORD_CRATES: &[&str] = &["git2", "rusqlite"];
 
 /// Crates only a face may use (protocols and the command line).
 const FACE_CRATES: &[&str] = &["clap", "rmcp", "axum", "tower_lsp_server", "lsp_types"];
@@ -128,6 +135,36 @@ fn crate_modules(code: &str) -> BTreeSet<String> {
     found
 }
 
+/// What a file of `layer` does around the Experiment OS: above it, reads go through its queries
+/// and read methods and writes through its actions and functions, never the study's insides, the
+/// record (`crate::record`, e.g. `Record::open`) or the record's crates.
+fn around_the_os(layer: &str, code: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !ABOVE_OS.contains(&layer) {
+        return problems;
+    }
+    for inside in [".record()", ".index()", ".store()"] {
+        if code.contains(inside) {
+            problems.push(format!(
+                "reads the study's {inside} below the Experiment OS API (add a query or a read method in os/)"
+            ));
+        }
+    }
+    if crate_modules(code).contains("record") {
+        problems.push(format!(
+            "the {layer} layer names crate::record: reach the record through os (a query, an action or a documented os function)"
+        ));
+    }
+    for c in RECORD_CRATES {
+        if code.contains(&format!("{c}::")) || code.contains(&format!("use {c}")) {
+            problems.push(format!(
+                "the {layer} layer uses {c}, the record's own crate: go through os"
+            ));
+        }
+    }
+    problems
+}
+
 fn layer_of(rel: &Path) -> Option<&'static str> {
     let first = rel.components().next()?.as_os_str().to_str()?;
     let name = first.strip_suffix(".rs").unwrap_or(first);
@@ -184,17 +221,11 @@ fn lower_layers_never_import_higher_ones() {
                 rel.display()
             ));
         }
-        // Above the OS, reads go through its queries and read methods, never its insides.
-        if matches!(layer, "campaign" | "faces") {
-            for inside in [".record()", ".index()", ".store()"] {
-                if code.contains(inside) {
-                    problems.push(format!(
-                        "{}: reads the study's {inside} below the Experiment OS API (add a query or a read method in os/)",
-                        rel.display()
-                    ));
-                }
-            }
-        }
+        problems.extend(
+            around_the_os(layer, &code)
+                .into_iter()
+                .map(|p| format!("{}: {p}", rel.display())),
+        );
         if layer != "faces" {
             for c in FACE_CRATES {
                 if code.contains(&format!("{c}::")) || code.contains(&format!("use {c}")) {
@@ -277,4 +308,34 @@ fn the_checker_sees_what_it_must_refuse() {
     assert_eq!(layer_of(Path::new("record/index.rs")), Some("record"));
     assert_eq!(layer_of(Path::new("config.rs")), Some("config"));
     assert!(rank("faces") > rank("os") && rank("util") < rank("model"));
+    // Above the OS nothing reaches the record: a campaign sorting by the index's helper, a face
+    // or a benchmark opening the record or committing with git itself.
+    assert!(
+        !around_the_os(
+            "campaign",
+            "ids.sort_by_key(|id| crate::record::index::node_num(id));"
+        )
+        .is_empty()
+    );
+    assert!(
+        !around_the_os(
+            "faces",
+            "use crate::record::Record;\nif let Ok(r) = Record::open(dir) {}"
+        )
+        .is_empty()
+    );
+    assert!(
+        !around_the_os("bench", "let record = crate::record::Record::open(study)?;").is_empty()
+    );
+    assert!(!around_the_os("bench", "let sig = git2::Signature::now(a, b)?;").is_empty());
+    assert!(
+        around_the_os(
+            "campaign",
+            "ids.sort_by_key(|id| crate::model::node_num(id));"
+        )
+        .is_empty()
+    );
+    // Below the OS the record is fair game.
+    assert!(around_the_os("os", "let r = crate::record::Record::open(root)?;").is_empty());
+    assert!(rank("bench") > rank("campaign") && rank("bench") < rank("faces"));
 }

@@ -286,6 +286,51 @@ impl Web {
     }
 }
 
+/// Serve the page alone at `addr` over a made-up DAG of `n` nodes in place of the study's at
+/// `root` (the layout and everything after it run as for a real study) until interrupted by
+/// Ctrl-C or SIGTERM: what `rsim bench --web N` times in Chromium (`tools/web-bench.sh`).
+pub fn serve_made_up(
+    root: &std::path::Path,
+    n: usize,
+    addr: &str,
+) -> crate::util::error::Result<()> {
+    use crate::util::error::Error;
+    let session = Arc::new(Session::open(root)?);
+    let web = Web::with_overview(session, dagview::synthetic(n, 1));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::internal(format!("cannot start a runtime: {e}")))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::invalid(format!("--http {addr}: {e}")))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| Error::internal(e.to_string()))?;
+        eprintln!("rsim: a made-up DAG of {n} nodes (benchmark)");
+        eprintln!("rsim: the web page is at http://{local}/");
+        axum::serve(listener, router(web))
+            .with_graceful_shutdown(async {
+                let term = async {
+                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    {
+                        Ok(mut s) => {
+                            s.recv().await;
+                        }
+                        Err(_) => std::future::pending::<()>().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term => {}
+                }
+            })
+            .await
+            .map_err(|e| Error::internal(e.to_string()))
+    })
+}
+
 /// The web routes, to merge beside `/mcp`.
 pub fn router(web: Arc<Web>) -> axum::Router {
     use axum::routing::any;

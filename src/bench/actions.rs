@@ -1,0 +1,318 @@
+//! `rsim bench`: the record's performance targets, measured on the machine it runs on.
+//!
+//! 1. Cost of one accepted action (schema validation + policy + git commit + index update):
+//!    median over `actions` `compare`/`branch`/`conclude`-style actions on a fresh study.
+//! 2. A study with `nodes` nodes: the `dag` query (load from the index, build the petgraph, answer)
+//!    and `reindex` (rebuild the index from git alone), each the median of `repeat` runs.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::{bench_dir, bench_study, machine, median, percentile};
+use crate::api::types::*;
+use crate::model::Caller;
+use crate::os::Execute;
+use crate::os::Study;
+use crate::util::error::{Error, Result};
+
+#[derive(Debug, serde::Serialize)]
+pub struct BenchReport {
+    pub machine: String,
+    pub action_ms_median: f64,
+    pub action_ms_p90: f64,
+    pub actions_timed: usize,
+    /// Signing a commit with the study's key (part of every action), and checking one.
+    pub sign_us_median: f64,
+    pub verify_us_median: f64,
+    pub nodes: usize,
+    pub build_s: f64,
+    pub dag_ms_median: f64,
+    pub dag_ms_runs: Vec<f64>,
+    pub reindex_s_median: f64,
+    pub reindex_s_runs: Vec<f64>,
+    /// Size of each query's answer an agent gets (default bound) and of the unbounded `dag`,
+    /// in JSON bytes and estimated tokens (bytes / 4).
+    pub answers: Vec<AnswerSize>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct AnswerSize {
+    pub query: String,
+    pub bytes: usize,
+    pub tokens: u64,
+    /// Items in the answer, and whether a next page exists.
+    pub items: usize,
+    pub more: bool,
+}
+
+/// The answers an agent gets from a study, measured through `Study::call` (JSON as MCP sends it).
+pub fn answer_sizes(study: &Study) -> Result<Vec<AnswerSize>> {
+    let who = Caller::new("bench", crate::model::Role::Observer);
+    let mut out = Vec::new();
+    for (label, query, args, list) in [
+        (
+            "dag full, unbounded",
+            "dag",
+            serde_json::json!({"max_tokens": 10_000_000}),
+            "nodes",
+        ),
+        (
+            "dag full (default bound)",
+            "dag",
+            serde_json::json!({}),
+            "nodes",
+        ),
+        (
+            "dag summary",
+            "dag",
+            serde_json::json!({"view": "summary"}),
+            "nodes",
+        ),
+        (
+            "dag frontier",
+            "dag",
+            serde_json::json!({"view": "frontier"}),
+            "nodes",
+        ),
+        (
+            "list_nodes limit 100000",
+            "list_nodes",
+            serde_json::json!({"limit": 100_000}),
+            "nodes",
+        ),
+        (
+            "log limit 100000",
+            "log",
+            serde_json::json!({"limit": 100_000}),
+            "actions",
+        ),
+    ] {
+        let v = study.call(&who, query, args)?;
+        let bytes = serde_json::to_vec(&v)?.len();
+        out.push(AnswerSize {
+            query: label.to_string(),
+            bytes,
+            tokens: (bytes as u64).div_ceil(4),
+            items: v[list].as_array().map_or(0, Vec::len),
+            more: v["next_cursor"].is_string(),
+        });
+    }
+    Ok(out)
+}
+
+pub fn run(
+    nodes: usize,
+    actions: usize,
+    repeat: usize,
+    dir: Option<&Path>,
+    reuse: bool,
+    json_out: bool,
+) -> Result<String> {
+    let mut txt = String::new();
+    let base = bench_dir(dir)?;
+    let owner = Caller::owner();
+
+    // 1. Action cost on a fresh example study.
+    let small = base.join("actions");
+    if small.exists() {
+        std::fs::remove_dir_all(&small)?;
+    }
+    bench_study(&small, nodes + actions)?;
+    let study = Study::open(&small)?;
+    let mut times = Vec::with_capacity(actions);
+    let mut last = "n0".to_string();
+    for i in 0..actions {
+        let t = Instant::now();
+        match i % 3 {
+            0 => {
+                let r = study.call(
+                    &owner,
+                    "branch",
+                    json!({"parents": [last], "title": format!("direction {i}"), "hypothesis": "bench"}),
+                )?;
+                last = r["node"].as_str().unwrap_or("n0").to_string();
+            }
+            1 => {
+                study.call(
+                    &owner,
+                    "compare",
+                    json!({"node": last, "nodes": ["n0", last], "task": "add2"}),
+                )?;
+            }
+            _ => {
+                study.call(
+                    &owner,
+                    "register_dataset",
+                    json!({"node": last, "name": format!("d{i}"), "source": {"kind": "inline", "rows": [{"prompt": format!("{i}+1="), "answer": (i + 1).to_string()}]}}),
+                )?;
+            }
+        }
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let action_ms_median = median(&mut times);
+    let action_ms_p90 = percentile(&mut times, 0.9);
+    eprintln!(
+        "action: median {action_ms_median:.2} ms, p90 {action_ms_p90:.2} ms over {actions} actions"
+    );
+
+    let (mut sign, mut verify) = study.signing_cost(&last, 200)?;
+    let (sign_us_median, verify_us_median) = (median(&mut sign), median(&mut verify));
+    eprintln!("signing: sign {sign_us_median:.0} µs, verify {verify_us_median:.0} µs per commit");
+    drop(study);
+
+    // 2. A large DAG, built through the same API (branch actions), then packed like a real repo.
+    let big = base.join("dag");
+    let reusing = reuse && big.join(".git").is_dir();
+    if !reusing {
+        bench_study(&big, nodes + actions)?;
+    }
+    let mut study = Study::open(&big)?;
+    let t = Instant::now();
+    let have = study
+        .list_nodes(
+            &Caller::owner(),
+            crate::api::types::ListNodesRequest {
+                status: None,
+                limit: 1,
+                offset: 0,
+                max_tokens: None,
+                cursor: None,
+            },
+        )?
+        .total as usize;
+    let nodes = if reusing { have } else { nodes };
+    let mut ids: Vec<String> = (0..have.max(1)).map(|i| format!("n{i}")).collect();
+    let mut rng_state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in have..nodes {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        let p1 = ids[(rng_state % ids.len() as u64) as usize].clone();
+        let mut parents = vec![p1.clone()];
+        if i % 10 == 0 {
+            let p2 = ids[((rng_state >> 20) % ids.len() as u64) as usize].clone();
+            if p2 != p1 {
+                parents.push(p2);
+            }
+        }
+        let r = study.branch(
+            &owner,
+            BranchRequest {
+                parents,
+                title: format!("direction {i}"),
+                hypothesis: String::new(),
+            },
+        )?;
+        ids.push(r.node);
+        if i % 10_000 == 0 {
+            eprintln!("built {i} nodes in {:.1} s", t.elapsed().as_secs_f64());
+        }
+    }
+    let build_s = t.elapsed().as_secs_f64();
+    let status = std::process::Command::new("git")
+        .args(["-C", &big.to_string_lossy(), "pack-refs", "--all"])
+        .status()
+        .map_err(|e| Error::internal(format!("git pack-refs: {e}")))?;
+    if !status.success() {
+        return Err(Error::internal("git pack-refs failed"));
+    }
+    let mut dag_runs = Vec::new();
+    for _ in 0..repeat {
+        let t = Instant::now();
+        let r = study.dag(
+            &Caller::owner(),
+            DagRequest {
+                max_tokens: Some(10_000_000),
+                ..DagRequest::default()
+            },
+        )?;
+        dag_runs.push(t.elapsed().as_secs_f64() * 1000.0);
+        if r.nodes.len() != nodes {
+            return Err(Error::internal(format!(
+                "dag returned {} nodes, expected {nodes}",
+                r.nodes.len()
+            )));
+        }
+    }
+    let mut reindex_runs = Vec::new();
+    for _ in 0..repeat {
+        let t = Instant::now();
+        study.reindex()?;
+        reindex_runs.push(t.elapsed().as_secs_f64());
+    }
+    let answers = answer_sizes(&study)?;
+    let report = BenchReport {
+        answers,
+        machine: machine(),
+        action_ms_median,
+        action_ms_p90,
+        actions_timed: actions,
+        sign_us_median,
+        verify_us_median,
+        nodes,
+        build_s,
+        dag_ms_median: median(&mut dag_runs.clone()),
+        dag_ms_runs: dag_runs,
+        reindex_s_median: median(&mut reindex_runs.clone()),
+        reindex_s_runs: reindex_runs,
+    };
+    if json_out {
+        outln!(txt, "{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        outln!(txt, "machine:            {}", report.machine);
+        outln!(
+            txt,
+            "accepted action:    median {:.2} ms, p90 {:.2} ms ({} actions)",
+            report.action_ms_median,
+            report.action_ms_p90,
+            actions
+        );
+        outln!(
+            txt,
+            "commit signature:   sign {:.0} µs, verify {:.0} µs (median of 200)",
+            report.sign_us_median,
+            report.verify_us_median
+        );
+        outln!(txt, "build {} nodes:  {:.1} s", nodes, report.build_s);
+        outln!(
+            txt,
+            "dag query:          median {:.1} ms over {} runs {:?}",
+            report.dag_ms_median,
+            repeat,
+            report
+                .dag_ms_runs
+                .iter()
+                .map(|x| (x * 10.0).round() / 10.0)
+                .collect::<Vec<_>>()
+        );
+        outln!(
+            txt,
+            "reindex:            median {:.2} s over {} runs {:?}",
+            report.reindex_s_median,
+            repeat,
+            report
+                .reindex_s_runs
+                .iter()
+                .map(|x| (x * 100.0).round() / 100.0)
+                .collect::<Vec<_>>()
+        );
+        outln!(txt, "answers at {nodes} nodes (tokens = JSON bytes / 4):");
+        for a in &report.answers {
+            outln!(
+                txt,
+                "  {:<26} {:>10} bytes {:>9} tokens {:>7} items{}",
+                a.query,
+                a.bytes,
+                a.tokens,
+                a.items,
+                if a.more { ", next_cursor" } else { "" }
+            );
+        }
+    }
+    if dir.is_none() {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    Ok(txt)
+}

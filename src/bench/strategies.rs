@@ -1,0 +1,185 @@
+//! `rsim bench-strategies`: the efficiency benchmark — orchestration against the baselines at
+//! equal compute, several seeds each, on fresh studies of an example.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{Faces, bench_dir};
+use crate::os::Study;
+use crate::util::error::{Error, Result};
+
+/// One campaign of the strategy benchmark.
+#[derive(Debug, serde::Serialize)]
+pub struct CampaignRun {
+    pub strategy: crate::campaign::Strategy,
+    pub seed: u64,
+    pub summary: crate::campaign::RunSummary,
+}
+
+/// Settings of the strategy benchmark (`rsim bench-strategies`).
+#[derive(Debug, Clone, Copy)]
+pub struct StrategiesOptions<'a> {
+    /// The example each campaign's fresh study is made from.
+    pub example: &'a str,
+    /// Campaigns per strategy (seeds 0, 1, …).
+    pub seeds: u64,
+    /// Each campaign's compute budget: training runs of `steps` steps.
+    pub experiments: u64,
+    pub steps: u64,
+    /// The strategies to run (none: all).
+    pub which: &'a [crate::campaign::Strategy],
+}
+
+/// The efficiency benchmark: each strategy runs `seeds` campaigns of `experiments` × `steps` on
+/// fresh studies of `example`; the best node of each (promoted by reviewers for orchestration,
+/// best on dev for the baselines) is scored once on the protected test split.
+pub fn strategies(
+    faces: Faces,
+    o: StrategiesOptions<'_>,
+    dir: Option<&Path>,
+    json_out: bool,
+) -> Result<String> {
+    use crate::campaign::{RunOptions, Strategy, run};
+    let StrategiesOptions {
+        example,
+        seeds,
+        experiments,
+        steps,
+        which,
+    } = o;
+    let mut txt = String::new();
+    let base = bench_dir(dir)?;
+    let which: Vec<Strategy> = if which.is_empty() {
+        Strategy::ALL.to_vec()
+    } else {
+        which.to_vec()
+    };
+    let mut runs = Vec::new();
+    for seed in 0..seeds {
+        for s in &which {
+            let d = base.join(format!("{s:?}-{seed}").to_lowercase());
+            if !d.join(".git").exists() {
+                (faces.init_example)(&d, example)?;
+            }
+            let study = Study::open(&d)?;
+            let task = study
+                .config()
+                .tasks
+                .keys()
+                .next()
+                .cloned()
+                .ok_or_else(|| Error::invalid("the example has no task"))?;
+            drop(study);
+            let mut o = RunOptions::new(*s, &task);
+            o.experiments = experiments;
+            o.steps = steps;
+            o.seed = seed;
+            if let Some(saved) = crate::campaign::saved_options(&d)?
+                && (saved.strategy, saved.experiments, saved.steps, saved.seed)
+                    != (o.strategy, o.experiments, o.steps, o.seed)
+            {
+                return Err(Error::invalid(format!(
+                    "{}: a campaign with other settings is under way there ({:?}, {} experiments × {} \
+                     steps, seed {}); use another --dir",
+                    d.display(),
+                    saved.strategy,
+                    saved.experiments,
+                    saved.steps,
+                    saved.seed
+                )));
+            }
+            let summary = run(&d, o, true)?;
+            eprintln!(
+                "{s:?} seed {seed}: best dev {:?} test {:?}, lock-in share {:.2} depth {}, {} experiments, {:.0} s",
+                summary.best_dev,
+                summary.test,
+                summary.lock_in.top_share,
+                summary.lock_in.max_lonely_depth,
+                summary.experiments,
+                summary.seconds
+            );
+            runs.push(CampaignRun {
+                strategy: *s,
+                seed,
+                summary,
+            });
+        }
+    }
+    let mut rows = Vec::new();
+    for s in &which {
+        let mine: Vec<&CampaignRun> = runs.iter().filter(|r| r.strategy == *s).collect();
+        let col = |f: &dyn Fn(&CampaignRun) -> Option<f64>| -> Vec<f64> {
+            mine.iter().filter_map(|r| f(r)).collect()
+        };
+        let test = col(&|r| r.summary.test);
+        let dev = col(&|r| r.summary.best_dev);
+        let share = col(&|r| Some(r.summary.lock_in.top_share));
+        let depth = col(&|r| Some(r.summary.lock_in.max_lonely_depth as f64));
+        let secs = col(&|r| Some(r.summary.seconds));
+        let (tm, tci) = crate::util::stats::mean_ci95(&test);
+        rows.push(json!({
+            "strategy": s, "campaigns": mine.len(), "test": test, "test_mean": tm, "test_ci95": tci,
+            "best_dev_mean": crate::util::stats::mean_ci95(&dev).0,
+            "lock_in_share_mean": crate::util::stats::mean_ci95(&share).0,
+            "lock_in_depth_mean": crate::util::stats::mean_ci95(&depth).0,
+            "seconds_mean": crate::util::stats::mean_ci95(&secs).0,
+        }));
+    }
+    if json_out {
+        outln!(
+            txt,
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"example": example, "seeds": seeds, "experiments": experiments, "steps": steps, "strategies": rows, "runs": runs})
+            )?
+        );
+    } else {
+        outln!(
+            txt,
+            "strategy benchmark: {example}, {experiments} experiments × {steps} steps per campaign, {seeds} seeds per strategy"
+        );
+        outln!(
+            txt,
+            "{:<10} {:>22} {:>10} {:>14} {:>14} {:>8}",
+            "strategy",
+            "best test (95% CI)",
+            "best dev",
+            "lock-in share",
+            "lock-in depth",
+            "secs"
+        );
+        for r in &rows {
+            let ci = r["test_ci95"]
+                .as_array()
+                .map(|a| {
+                    format!(
+                        " [{:.3}, {:.3}]",
+                        a[0].as_f64().unwrap_or(f64::NAN),
+                        a[1].as_f64().unwrap_or(f64::NAN)
+                    )
+                })
+                .unwrap_or_default();
+            let f = |k: &str| {
+                r[k].as_f64()
+                    .map_or("n/a".to_string(), |v| format!("{v:.3}"))
+            };
+            outln!(
+                txt,
+                "{:<10} {:>22} {:>10} {:>14} {:>14} {:>8}",
+                r["strategy"].as_str().unwrap_or("?"),
+                format!("{}{ci}", f("test_mean")),
+                f("best_dev_mean"),
+                f("lock_in_share_mean"),
+                f("lock_in_depth_mean"),
+                r["seconds_mean"]
+                    .as_f64()
+                    .map_or("n/a".into(), |v| format!("{v:.0}"))
+            );
+        }
+    }
+    if dir.is_none() {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    Ok(txt)
+}

@@ -1,0 +1,48 @@
+//! The owner's `rsim.toml` on `main` outside actions. An owner changes the study's config by
+//! committing `rsim.toml` on `main` with git; these functions do the same through the record's
+//! repository, for tools that set a config before they measure (`rsim bench-cli` commits
+//! `[record] fsync` and a node budget). The commit is an owner commit like one made with git:
+//! unsigned, and listed as such by `rsim verify`.
+
+use std::path::Path;
+
+use crate::config::{CONFIG_FILE, StudyConfig};
+use crate::record::{MAIN_REF, Record};
+use crate::util::error::{Error, Result};
+
+/// The text of `rsim.toml` as committed on `main` of the study at `root`.
+pub fn committed_config_text(root: &Path) -> Result<String> {
+    let record = Record::open(root)?;
+    let repo = record.repo();
+    let main = repo.find_commit(record.main_tip()?)?;
+    let entry = main
+        .tree()?
+        .get_name(CONFIG_FILE)
+        .ok_or_else(|| Error::internal(format!("{CONFIG_FILE} is not committed on main")))?
+        .id();
+    Ok(String::from_utf8_lossy(repo.find_blob(entry)?.content()).into_owned())
+}
+
+/// Commit `text` as `rsim.toml` on `main` (one commit by `author` — name and email — with
+/// `message`, on the tip of `main`) and write it to the work tree, after checking that it is a
+/// valid study config; a config that is not changes nothing. The committed config applies to
+/// every study opened after. Returns the commit's id.
+pub fn commit_config(
+    root: &Path,
+    text: &str,
+    author: (&str, &str),
+    message: &str,
+) -> Result<String> {
+    let record = Record::open(root)?;
+    StudyConfig::parse(text, CONFIG_FILE)?;
+    std::fs::write(root.join(CONFIG_FILE), text)?;
+    let repo = record.repo();
+    let main = repo.find_commit(record.main_tip()?)?;
+    let blob = repo.blob(text.as_bytes())?;
+    let mut tb = repo.treebuilder(Some(&main.tree()?))?;
+    tb.insert(CONFIG_FILE, blob, i32::from(git2::FileMode::Blob))?;
+    let tree = repo.find_tree(tb.write()?)?;
+    let sig = git2::Signature::now(author.0, author.1)?;
+    let oid = repo.commit(Some(MAIN_REF), &sig, &sig, message, &tree, &[&main])?;
+    Ok(oid.to_string())
+}
