@@ -105,8 +105,8 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecordConfig {
-    /// Fsync what an action writes before it returns: git objects, branch updates and the
-    /// index's transactions. `false` (the default, libgit2's own): the OS writes them back when
+    /// Fsync what an action writes before it returns: git objects, branch updates, the index's
+    /// transactions and the artifacts it stores (datasets, checkpoints, logs). `false` (the default, libgit2's own): the OS writes them back when
     /// it chooses; a killed or crashed rsim process loses nothing, but a power loss or an OS
     /// crash can lose the last actions or leave their git objects empty. `true`: a recorded action survives a power loss, at the price of
     /// about 16 fsyncs per write action (measured: a `branch` from 7.5 to 12 ms per process on

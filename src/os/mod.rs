@@ -165,7 +165,7 @@ impl Study {
                 "index caught up with git after an interrupted write"
             );
         }
-        let store = ObjectStore::new(state.join("objects"));
+        let store = ObjectStore::new(state.join("objects")).durable(config.record.fsync);
         // Opening only reads (and builds the index, which is derived from git): orphaned jobs are
         // recorded, and dead writers' claims dropped, by the first write (`before_write`).
         Ok(Study {

@@ -28,11 +28,32 @@ pub const MANIFEST_KIND: &str = "rsim-manifest/v1";
 #[derive(Debug, Clone)]
 pub struct ObjectStore {
     root: PathBuf,
+    /// Fsync each object before it is installed (`[record] fsync`, like the record's own git
+    /// writes). Without it an object is written and renamed into place like the record's: a
+    /// killed process loses nothing, a power loss can lose what the OS had not written back.
+    durable: bool,
 }
 
 impl ObjectStore {
+    /// A store that fsyncs every object (genesis, tests; `Study` follows `[record] fsync`).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        ObjectStore { root: root.into() }
+        ObjectStore {
+            root: root.into(),
+            durable: true,
+        }
+    }
+
+    /// Whether objects are fsynced before they are installed.
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
+        self
+    }
+
+    fn sync(&self, f: &File, path: &Path) -> Result<()> {
+        if self.durable {
+            f.sync_all().at("cannot sync", path)?;
+        }
+        Ok(())
     }
 
     pub fn root(&self) -> &Path {
@@ -61,7 +82,7 @@ impl ObjectStore {
         {
             let mut f = File::create(&tmp).at("cannot create", &tmp)?;
             f.write_all(bytes).at("cannot write", &tmp)?;
-            f.sync_all().at("cannot sync", &tmp)?;
+            self.sync(&f, &tmp)?;
         }
         self.install(&tmp, &sha)?;
         Ok(sha)
@@ -83,7 +104,7 @@ impl ObjectStore {
                 hasher.update(&buf[..n]);
                 out.write_all(&buf[..n]).at("cannot write", &tmp)?;
             }
-            out.sync_all().at("cannot sync", &tmp)?;
+            self.sync(&out, &tmp)?;
         }
         let sha = hex::encode(hasher.finalize());
         if self.contains(&sha) {
@@ -120,7 +141,7 @@ impl ObjectStore {
         let mut hasher = Sha256::new();
         {
             let mut input = File::open(&tmp).at("cannot open", &tmp)?;
-            input.sync_all().at("cannot sync", &tmp)?;
+            self.sync(&input, &tmp)?;
             // Stored now, whenever the job wrote it: `rsim gc` spares objects younger than its
             // grace period until their record lands.
             File::options()
