@@ -202,40 +202,14 @@ fn report(name: &str, calls: usize, o: &Outcome) {
     }
 }
 
+/// The honest Worker branches for as long as the flood lasts: room for its nodes.
 fn study(base: &Path, name: &str) -> std::path::PathBuf {
-    let s = base.join(name);
-    let out = Command::new(RSIM)
-        .arg("init")
-        .arg(&s)
-        .args(["--example", "tiny-arith-ngram"])
-        .output()
-        .expect("init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // The honest Worker branches for as long as the flood lasts: room for its nodes.
-    let config = std::fs::read_to_string(s.join("rsim.toml")).expect("config");
-    std::fs::write(
-        s.join("rsim.toml"),
-        config.replace("max_nodes = 200", "max_nodes = 100000"),
+    support::example_study(
+        base,
+        name,
+        |c| c.replace("max_nodes = 200", "max_nodes = 100000"),
+        "room for the honest Worker's nodes",
     )
-    .expect("config");
-    let git = Command::new("git")
-        .arg("-C")
-        .arg(&s)
-        .args([
-            "-c",
-            "user.name=owner",
-            "-c",
-            "user.email=owner@example.invalid",
-        ])
-        .args(["commit", "-qam", "room for the honest Worker's nodes"])
-        .status()
-        .expect("git");
-    assert!(git.success());
-    s
 }
 
 fn over_stdio(base: &Path, calls: usize) -> Outcome {
@@ -449,31 +423,18 @@ fn sha256_of(p: &Path) -> String {
 /// A Worker loops run_sft + cancel_job on a budget one of its jobs claims whole (600 s, the
 /// backend's limit), while an honest Worker submits `tries` small runs one after another.
 fn compute_loop(base: &Path, tries: usize) -> Fairness {
-    let s = study(base, "compute");
-    let config = std::fs::read_to_string(s.join("rsim.toml")).expect("config");
-    std::fs::write(
-        s.join("rsim.toml"),
-        config
-            .replace("compute_seconds = 3600", "compute_seconds = 600")
-            .replace(
-                "[policy]\n",
-                "[policy]\nmax_writes_per_agent_per_minute = 0\n",
-            ),
-    )
-    .expect("config");
-    let git = Command::new("git")
-        .arg("-C")
-        .arg(&s)
-        .args([
-            "-c",
-            "user.name=owner",
-            "-c",
-            "user.email=owner@example.invalid",
-        ])
-        .args(["commit", "-qam", "one job claims the whole budget"])
-        .status()
-        .expect("git");
-    assert!(git.success());
+    let s = support::example_study(
+        base,
+        "compute",
+        |c| {
+            c.replace("compute_seconds = 3600", "compute_seconds = 600")
+                .replace(
+                    "[policy]\n",
+                    "[policy]\nmax_writes_per_agent_per_minute = 0\n",
+                )
+        },
+        "one job claims the whole budget",
+    );
     let mut honest = StdioAgent::start_with(&s, "honest", &["--job-wait", "0"]);
     let r = honest.tool("branch", json!({"parents": ["n0"], "title": "sft"}));
     assert_ne!(r["result"]["isError"], true, "{r}");

@@ -18,7 +18,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -29,7 +28,9 @@ use tracing::span;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-const RSIM: &str = env!("CARGO_BIN_EXE_rsim");
+#[path = "support.rs"]
+mod support;
+
 const BLOCK: usize = 10;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -78,41 +79,19 @@ where
 }
 
 fn study(base: &Path, name: &str, fsync: bool) -> std::path::PathBuf {
-    let s = base.join(name);
-    let out = Command::new(RSIM)
-        .arg("init")
-        .arg(&s)
-        .args(["--example", "tiny-arith-ngram"])
-        .env_remove("RSIM_STUDY")
-        .output()
-        .expect("init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let config = std::fs::read_to_string(s.join("rsim.toml")).expect("config");
-    let config = config.replace("max_nodes = 200", "max_nodes = 100000");
-    let config = if fsync {
-        format!("{config}\n[record]\nfsync = true\n")
-    } else {
-        config
-    };
-    std::fs::write(s.join("rsim.toml"), config).expect("config");
-    let git = Command::new("git")
-        .arg("-C")
-        .arg(&s)
-        .args([
-            "-c",
-            "user.name=owner",
-            "-c",
-            "user.email=owner@example.invalid",
-        ])
-        .args(["commit", "-qam", "bench settings"])
-        .status()
-        .expect("git");
-    assert!(git.success());
-    s
+    support::example_study(
+        base,
+        name,
+        |c| {
+            let c = c.replace("max_nodes = 200", "max_nodes = 100000");
+            if fsync {
+                format!("{c}\n[record]\nfsync = true\n")
+            } else {
+                c
+            }
+        },
+        "bench settings",
+    )
 }
 
 /// rsim's side: one accepted action at a time, as `rsim bench` does.
