@@ -541,7 +541,8 @@ async fn limit_sessions(
 /// The MCP session header (streamable HTTP).
 const SESSION_HEADER: &str = "mcp-session-id";
 
-async fn shutdown_signal() {
+/// Ctrl-C or SIGTERM: the servers (MCP over HTTP, the web page) shut down gracefully.
+pub(crate) async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {

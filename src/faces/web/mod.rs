@@ -311,21 +311,7 @@ pub fn serve_made_up(
         eprintln!("rsim: a made-up DAG of {n} nodes (benchmark)");
         eprintln!("rsim: the web page is at http://{local}/");
         axum::serve(listener, router(web))
-            .with_graceful_shutdown(async {
-                let term = async {
-                    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    {
-                        Ok(mut s) => {
-                            s.recv().await;
-                        }
-                        Err(_) => std::future::pending::<()>().await,
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term => {}
-                }
-            })
+            .with_graceful_shutdown(crate::faces::mcp::http::shutdown_signal())
             .await
             .map_err(|e| Error::internal(e.to_string()))
     })

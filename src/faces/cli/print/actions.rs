@@ -83,10 +83,7 @@ pub fn human(action: &str, out: &Value) -> Result<()> {
                 "when", "node", "#", "action", "decision", "agent", "summary",
             ]);
             for a in out["actions"].as_array().into_iter().flatten() {
-                let dec = match a["rule"].as_str() {
-                    Some(r) => format!("rejected ({r})"),
-                    None => s(&a["decision"]),
-                };
+                let dec = decision_cell(a);
                 t.add_row(vec![
                     s(&a["at"]),
                     s(&a["node"]),
@@ -137,10 +134,7 @@ pub fn human(action: &str, out: &Value) -> Result<()> {
             }
             let mut t = table(&["#", "action", "decision", "agent", "summary"]);
             for a in out["actions"].as_array().into_iter().flatten() {
-                let dec = match a["rule"].as_str() {
-                    Some(r) => format!("rejected ({r})"),
-                    None => s(&a["decision"]),
-                };
+                let dec = decision_cell(a);
                 t.add_row(vec![
                     s(&a["seq"]),
                     s(&a["action"]),
@@ -277,5 +271,13 @@ pub fn reproduced(node: &str, seq: u32, r: &Value) {
             m["reproduced"],
             m["difference"]
         );
+    }
+}
+
+/// An action's decision as a table shows it: "accepted", or "rejected (RULE)".
+fn decision_cell(a: &Value) -> String {
+    match a["rule"].as_str() {
+        Some(r) => format!("rejected ({r})"),
+        None => s(&a["decision"]),
     }
 }
