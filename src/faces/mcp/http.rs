@@ -382,7 +382,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router, lim: 
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tokio::io::AsyncWriteExt;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let shutdown = shutdown_signal();
+    let shutdown = crate::util::proc::shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -540,19 +540,3 @@ async fn limit_sessions(
 
 /// The MCP session header (streamable HTTP).
 const SESSION_HEADER: &str = "mcp-session-id";
-
-/// Ctrl-C or SIGTERM: the servers (MCP over HTTP, the web page) shut down gracefully.
-pub(crate) async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
-}

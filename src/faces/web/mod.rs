@@ -311,7 +311,7 @@ pub fn serve_made_up(
         eprintln!("rsim: a made-up DAG of {n} nodes (benchmark)");
         eprintln!("rsim: the web page is at http://{local}/");
         axum::serve(listener, router(web))
-            .with_graceful_shutdown(crate::faces::mcp::http::shutdown_signal())
+            .with_graceful_shutdown(crate::util::proc::shutdown_signal())
             .await
             .map_err(|e| Error::internal(e.to_string()))
     })
