@@ -193,6 +193,22 @@ impl Study {
                 if let Some(by) = queued.cancelled_by {
                     return Ok((None, Admission::Cancelled(by)));
                 }
+                // One waiting job per agent: a loop that submits job after job cannot fill the
+                // queue and push every other agent's job behind its own.
+                if queued.same_agent > 0 {
+                    return Ok((
+                        None,
+                        Admission::Refused(Decision::reject(
+                            crate::model::rule::Rule::BudgetCompute,
+                            format!(
+                                "agent {:?} already has a job waiting in the admission queue for \
+                                 compute that running jobs claim; one job per agent waits at a \
+                                 time (wait for it, or cancel it)",
+                                caller.agent
+                            ),
+                        )),
+                    ));
+                }
                 let mut sharing = queued.waiting_agents;
                 sharing.extend(index.claim_holders()?.into_keys());
                 sharing.insert(caller.agent.clone());

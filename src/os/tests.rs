@@ -597,3 +597,42 @@ fn a_quick_actions_hold_ends_with_its_record_and_with_a_failure() {
     assert!(e.message.contains("budget-nodes"), "{}", e.message);
     assert_eq!(holds(&s), 0);
 }
+
+#[test]
+fn an_agent_that_floods_the_queue_waits_with_one_job_and_the_rest_are_refused() {
+    let (d, s) = study_with(&CONFIG.replace("queue_wait_seconds = 0", "queue_wait_seconds = 60"));
+    // Another agent's job claims the whole budget.
+    assert_eq!(admit_as(&s, "a", "j-00000000000000a1", None), Ok(90));
+    std::thread::scope(|sc| {
+        let first = sc.spawn(|| {
+            let s = Study::open(d.path()).expect("open");
+            admit_as(&s, "looper", "j-00000000000000f1", None)
+        });
+        queue_holds(&s, 1);
+        // Its next jobs do not queue behind (and ahead of everyone after) the first.
+        for k in 2..6 {
+            let refused = admit_as(&s, "looper", &format!("j-00000000000000f{k}"), None)
+                .expect_err("one waiting job per agent");
+            assert!(
+                refused
+                    .reason
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("already has a job waiting"),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(s.index.queue().expect("queue").len(), 1);
+        // Another agent still takes its place in the queue, right behind.
+        let other = sc.spawn(|| {
+            let s = Study::open(d.path()).expect("open");
+            admit_as(&s, "honest", "j-00000000000000b1", None)
+        });
+        queue_holds(&s, 2);
+        s.index
+            .release_claim("j-00000000000000a1")
+            .expect("release");
+        assert!(first.join().expect("looper").is_ok());
+        assert!(other.join().expect("honest").is_ok());
+    });
+}

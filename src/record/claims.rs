@@ -51,6 +51,8 @@ pub struct Queued {
     pub waiting_agents: std::collections::BTreeSet<String>,
     /// Who cancelled it while it waited.
     pub cancelled_by: Option<String>,
+    /// Other live entries of the same agent (anywhere in the queue).
+    pub same_agent: u64,
 }
 
 /// One admitted job's share.
@@ -281,6 +283,9 @@ impl Index {
             }
             if !found {
                 q.ahead += 1;
+            }
+            if a == agent {
+                q.same_agent += 1;
             }
             q.waiting_agents.insert(a);
         }
