@@ -14,7 +14,7 @@
 //! `[record] fsync = true` for rsim). Reported: the median per action of each run and their
 //! ratio, and where rsim's time goes (each phase's own time, without the phases inside it,
 //! measured with tracing spans at trace level, which cost nothing when no one listens).
-//! Targets (issue 35): rsim ≤ 1.0× the floor, ≤ 1.2× with fsync.
+//! RSIM_RECORD_FSYNC=off|on runs one of the two only. Targets (issue 35): rsim ≤ 1.0× the floor, ≤ 1.2× with fsync.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -229,7 +229,13 @@ fn main() {
         "machine: {cores} cores; release build; {actions} actions a run, rsim and the floor alternating every {BLOCK}; {runs} run(s)"
     );
     // Without fsync first: libgit2's fsync switch is process-wide and only ever turned on.
-    for fsync in [false, true] {
+    // RSIM_RECORD_FSYNC=off|on runs only one of the two (for profiling one).
+    let modes: &[bool] = match std::env::var("RSIM_RECORD_FSYNC").as_deref() {
+        Ok("off") => &[false],
+        Ok("on") => &[true],
+        _ => &[false, true],
+    };
+    for &fsync in modes {
         let mut ratios = Vec::new();
         let (mut rs, mut fs) = (Vec::new(), Vec::new());
         phases.0.lock().unwrap_or_else(|e| e.into_inner()).clear();

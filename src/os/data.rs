@@ -6,7 +6,7 @@ use std::io::Write;
 
 use super::*;
 use crate::policy::SizeFact;
-use crate::policy::contamination::{EvalSet, Hit, ScanConfig, Scanner};
+use crate::policy::contamination::{EvalSet, Hit, ScanConfig, ScanIndex, Scanner};
 
 /// Most hits a scan collects (evidence lists a few; the count says how many items matched).
 const HIT_LIMIT: usize = 50;
@@ -127,7 +127,22 @@ impl Study {
     /// The union of several datasets, scanned as the one sequence a run_sft trains on.
     pub fn scan_union(&self, parts: &[&[types::Row]]) -> Result<Vec<Hit>> {
         let sets = self.protected_sets()?;
-        Ok(Scanner::new(&sets, self.scan_config()).scan_parts(parts, HIT_LIMIT))
+        Ok(self.scanner(&sets).scan_parts(parts, HIT_LIMIT))
+    }
+
+    /// A scanner over the protected sets `protected_sets` gave, with their index built once
+    /// for as long as they are the sets in force.
+    fn scanner<'s>(&self, sets: &'s std::sync::Arc<Vec<EvalSet>>) -> Scanner<'s> {
+        let mut seen = self.scan_index_seen.borrow_mut();
+        let ix = match seen.as_ref() {
+            Some((for_sets, ix)) if std::sync::Arc::ptr_eq(for_sets, sets) => ix.clone(),
+            _ => {
+                let ix = std::sync::Arc::new(ScanIndex::new(sets, self.scan_config()));
+                *seen = Some((sets.clone(), ix.clone()));
+                ix
+            }
+        };
+        Scanner::with_index(sets, self.scan_config(), ix)
     }
 
     /// The study's secret salt (created on first use; in `.rsim/`, never in the record).
@@ -180,7 +195,7 @@ impl Study {
         let seed = u64::from_str_radix(&digest[..16], 16)
             .map_err(|e| Error::internal(format!("salted seed: {e}")))?;
         let sets = self.protected_sets()?;
-        let scanner = Scanner::new(&sets, self.scan_config());
+        let scanner = self.scanner(&sets);
         let n = p.n as usize;
         // Protected items are a small share of any problem space the generator has (one digit:
         // 100 problems); a request that cannot be met in 4n + 10000 draws is refused without

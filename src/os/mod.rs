@@ -83,6 +83,17 @@ pub struct Study {
             std::sync::Arc<Vec<crate::policy::contamination::EvalSet>>,
         )>,
     >,
+    /// The contamination scan's index of the eval sets last prepared (`data::protected_sets`),
+    /// for as long as those sets are the ones in force.
+    #[allow(clippy::type_complexity)]
+    scan_index_seen: std::cell::RefCell<
+        Option<(
+            std::sync::Arc<Vec<crate::policy::contamination::EvalSet>>,
+            std::sync::Arc<crate::policy::contamination::ScanIndex>,
+        )>,
+    >,
+    /// Sizes of store objects read once (an object's bytes never change under its hash).
+    stored_sizes: std::cell::RefCell<std::collections::HashMap<String, u64>>,
 }
 
 impl Study {
@@ -179,6 +190,8 @@ impl Study {
             prepared: std::cell::Cell::new(false),
             storage_seen: std::cell::RefCell::new(None),
             eval_sets_seen: std::cell::RefCell::new(None),
+            stored_sizes: Default::default(),
+            scan_index_seen: Default::default(),
         })
     }
 

@@ -227,12 +227,42 @@ type At = (usize, usize);
 pub struct Scanner<'a> {
     sets: &'a [EvalSet],
     cfg: ScanConfig,
+    ix: std::sync::Arc<ScanIndex>,
+}
+
+/// What a scan looks up, built from the eval sets once: a study keeps it for as long as its
+/// eval sets and scan settings are unchanged, so a registration does not rebuild it.
+pub struct ScanIndex {
     /// Window lengths of the normalized pass: n and every short item's length.
     lens: Vec<usize>,
     norm: HashSet<u64>,
     skel: HashSet<u64>,
     keys: HashSet<String>,
     forms: Vec<NormalForm>,
+}
+
+impl ScanIndex {
+    pub fn new(sets: &[EvalSet], cfg: ScanConfig) -> ScanIndex {
+        let mut lens: Vec<usize> = sets
+            .iter()
+            .flat_map(|s| s.short_lens.iter().copied())
+            .collect();
+        lens.push(cfg.ngram);
+        lens.sort_unstable();
+        lens.dedup();
+        let mut forms: Vec<NormalForm> = sets.iter().filter_map(|s| s.form).collect();
+        forms.dedup();
+        let items = || sets.iter().flat_map(|s| s.items.iter());
+        ScanIndex {
+            lens,
+            norm: items()
+                .flat_map(|i| i.full.iter().chain(&i.prompt).copied())
+                .collect(),
+            skel: items().flat_map(|i| i.skeleton.iter().copied()).collect(),
+            keys: items().flat_map(|i| i.keys.iter().cloned()).collect(),
+            forms,
+        }
+    }
 }
 
 /// What one pass over rows found: the first place each wanted gram or key occurred.
@@ -256,27 +286,17 @@ struct Tail {
 
 impl<'a> Scanner<'a> {
     pub fn new(sets: &'a [EvalSet], cfg: ScanConfig) -> Scanner<'a> {
-        let mut lens: Vec<usize> = sets
-            .iter()
-            .flat_map(|s| s.short_lens.iter().copied())
-            .collect();
-        lens.push(cfg.ngram);
-        lens.sort_unstable();
-        lens.dedup();
-        let mut forms: Vec<NormalForm> = sets.iter().filter_map(|s| s.form).collect();
-        forms.dedup();
-        let items = || sets.iter().flat_map(|s| s.items.iter());
-        Scanner {
-            sets,
-            cfg,
-            lens,
-            norm: items()
-                .flat_map(|i| i.full.iter().chain(&i.prompt).copied())
-                .collect(),
-            skel: items().flat_map(|i| i.skeleton.iter().copied()).collect(),
-            keys: items().flat_map(|i| i.keys.iter().cloned()).collect(),
-            forms,
-        }
+        Scanner::with_index(sets, cfg, std::sync::Arc::new(ScanIndex::new(sets, cfg)))
+    }
+
+    /// A scanner over `sets` with their index built before (`ScanIndex::new` of the same sets
+    /// and settings).
+    pub fn with_index(
+        sets: &'a [EvalSet],
+        cfg: ScanConfig,
+        ix: std::sync::Arc<ScanIndex>,
+    ) -> Scanner<'a> {
+        Scanner { sets, cfg, ix }
     }
 
     /// Look at one row (and the pair it forms with the previous one, if any), in each reading.
@@ -294,13 +314,13 @@ impl<'a> Scanner<'a> {
     fn visit_text(&self, text: &str, at: At, tail: &mut Tail, found: &mut Found) {
         let toks = tokens(text);
         let ids = token_ids(&toks);
-        let skel = if self.skel.is_empty() {
+        let skel = if self.ix.skel.is_empty() {
             Vec::new()
         } else {
             token_ids(&skeleton(text))
         };
         let n = self.cfg.ngram;
-        let longest = self.lens.last().copied().unwrap_or(n).max(n);
+        let longest = self.ix.lens.last().copied().unwrap_or(n).max(n);
         // Windows of length l that end in this row: over the previous row's last l-1 tokens and
         // this row's.
         let scan = |wanted: &HashSet<u64>,
@@ -328,13 +348,19 @@ impl<'a> Scanner<'a> {
                 }
             }
         };
-        scan(&self.norm, &mut found.norm, &tail.ids, &ids, &self.lens);
-        scan(&self.skel, &mut found.skel, &tail.skel, &skel, &[n]);
-        if !self.keys.is_empty() {
+        scan(
+            &self.ix.norm,
+            &mut found.norm,
+            &tail.ids,
+            &ids,
+            &self.ix.lens,
+        );
+        scan(&self.ix.skel, &mut found.skel, &tail.skel, &skel, &[n]);
+        if !self.ix.keys.is_empty() {
             let prev = &tail.toks[tail.toks.len().saturating_sub(8)..];
-            for &f in &self.forms {
+            for &f in &self.ix.forms {
                 for k in normal_form::keys_across(f, prev, &toks) {
-                    if self.keys.contains(&k) {
+                    if self.ix.keys.contains(&k) {
                         found.keys.entry(k).or_insert(at);
                     }
                 }

@@ -24,7 +24,7 @@
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
-use crate::record::index::Index;
+use crate::record::index::{ExecCached, Index};
 use crate::util::error::Result;
 
 /// Holds: what quick actions in flight reserve between their check and their record — a
@@ -171,7 +171,7 @@ impl Index {
         let tx = rusqlite::Transaction::new_unchecked(self.conn(), TransactionBehavior::Immediate)?;
         let (claim, out) = admit(self)?;
         if let Some(c) = claim {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT OR REPLACE INTO claims(job,node,agent,evaluation,test,compute_s,pid)
                  VALUES(?1,?2,?3,?4,?5,?6,?7)",
                 params![
@@ -253,7 +253,7 @@ impl Index {
     /// stands. Entries of writers that died are skipped (and dropped by `drop_dead_claims`).
     pub fn enqueue(&self, job: &str, node: &str, agent: &str) -> Result<Queued> {
         self.queue_table()?;
-        self.conn().execute(
+        self.conn().exec_cached(
             "INSERT OR IGNORE INTO queue(job,node,agent,pid,since) VALUES(?1,?2,?3,?4,?5)",
             params![
                 job,
@@ -296,7 +296,7 @@ impl Index {
     pub fn dequeue(&self, job: &str) -> Result<()> {
         self.queue_table()?;
         self.conn()
-            .execute("DELETE FROM queue WHERE job=?1", [job])?;
+            .exec_cached("DELETE FROM queue WHERE job=?1", [job])?;
         Ok(())
     }
 
@@ -337,7 +337,7 @@ impl Index {
     /// Cancel `job` while it waits: its admission gives up at its next look.
     pub fn cancel_queued(&self, job: &str, by: &str) -> Result<bool> {
         self.queue_table()?;
-        Ok(self.conn().execute(
+        Ok(self.conn().exec_cached(
             "UPDATE queue SET cancelled_by=?2 WHERE job=?1 AND cancelled_by IS NULL",
             params![job, by],
         )? > 0)
@@ -347,7 +347,7 @@ impl Index {
     pub fn release_claim(&self, job: &str) -> Result<()> {
         self.claims_table()?;
         self.conn()
-            .execute("DELETE FROM claims WHERE job=?1", [job])?;
+            .exec_cached("DELETE FROM claims WHERE job=?1", [job])?;
         Ok(())
     }
 
@@ -371,7 +371,7 @@ impl Index {
         let token = match hold {
             Some(h) => {
                 let token = format!("{}-{:016x}", std::process::id(), rand::random::<u64>());
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO holds(token,kind,agent,name,rows,bytes,pid)
                      VALUES(?1,?2,?3,?4,?5,?6,?7)",
                     params![
@@ -443,7 +443,7 @@ impl Index {
     pub fn release_hold(&self, token: &str) -> Result<()> {
         self.holds_table()?;
         self.conn()
-            .execute("DELETE FROM holds WHERE token=?1", [token])?;
+            .exec_cached("DELETE FROM holds WHERE token=?1", [token])?;
         Ok(())
     }
 
@@ -574,7 +574,7 @@ mod tests {
         // A writer that died (no such process) holds nothing, and its hold is dropped.
         index
             .conn()
-            .execute(
+            .exec_cached(
                 "INSERT INTO holds(token,kind,agent,name,rows,bytes,pid)
                  VALUES('dead','dataset','a','y',5,50,?1)",
                 [i32::MAX as u32],

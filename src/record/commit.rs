@@ -20,7 +20,7 @@ use crate::model::{
     ActionName, ActionRecord, ArtifactKind, ArtifactRef, Caller, Decision, JobRecord, MetricRecord,
     NodeMeta, NodeStatus, now_rfc3339,
 };
-use crate::record::index::Index;
+use crate::record::index::{Index, OwnWrite};
 use crate::record::{self, Append, Create, NodeSnapshot, Record, TreeFile};
 use crate::util::error::{Error, Result};
 
@@ -198,7 +198,21 @@ impl<'a> Writer<'a> {
                 .append(node, snap.tip, &rec, p.meta.as_ref(), &p.files, &msg)?
             {
                 Append::Committed(oid) => {
-                    self.index.sync_own_write(self.record, node)?;
+                    self.index.sync_own_write(
+                        self.record,
+                        &OwnWrite {
+                            node,
+                            parent: Some(snap.tip),
+                            tip: oid,
+                            meta: p.meta.as_ref(),
+                            record: &rec,
+                        },
+                    )?;
+                    self.record.remember_snapshot(NodeSnapshot {
+                        tip: oid,
+                        meta: p.meta.unwrap_or(snap.meta),
+                        action_count: rec.seq,
+                    });
                     return Ok((oid.to_string(), rec));
                 }
                 Append::Stale => {
@@ -245,7 +259,21 @@ impl<'a> Writer<'a> {
                 .create_node(&f.meta, &f.record, parent_tips, &msg)?
             {
                 Create::Created(commit) => {
-                    self.index.sync_own_write(self.record, &id)?;
+                    self.index.sync_own_write(
+                        self.record,
+                        &OwnWrite {
+                            node: &id,
+                            parent: None,
+                            tip: commit,
+                            meta: Some(&f.meta),
+                            record: &f.record,
+                        },
+                    )?;
+                    self.record.remember_snapshot(NodeSnapshot {
+                        tip: commit,
+                        meta: f.meta,
+                        action_count: 1,
+                    });
                     return Ok((id, commit));
                 }
                 Create::Taken if exact.is_some() => {

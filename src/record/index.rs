@@ -1,8 +1,8 @@
 //! The SQLite index: a derived, disposable view of the git record for fast queries.
 //! `sync_node` brings one node up to date with its branch (idempotent, order independent);
 //! `rebuild` recreates everything from git alone. Before a writer moves a branch it marks the
-//! node pending here, so a writer killed between the git commit and the index update is
-//! repaired the next time the study is opened.
+//! node pending here (a marker it keeps while it lives), so a writer killed between the git
+//! commit and the index update is repaired the next time the study is opened.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,8 +13,24 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use crate::model::{
     ActionName, ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict,
 };
-use crate::record::{CommittedAction, Record};
+use crate::record::Record;
 use crate::util::error::Result;
+
+/// `Connection::execute` through the connection's cache of prepared statements: the statements
+/// every write runs are parsed once per handle, not once per write.
+pub(crate) trait ExecCached {
+    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+}
+
+impl ExecCached for Connection {
+    fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+}
+
+/// How many prepared statements a handle keeps (rusqlite's default, 16, is fewer than one
+/// write runs).
+const STATEMENT_CACHE: usize = 64;
 
 const SCHEMA_VERSION: &str = "6";
 
@@ -153,6 +169,32 @@ pub struct Index {
     release_next: std::cell::RefCell<Option<String>>,
     /// Holds released that way (their guard then has nothing left to do).
     released: std::cell::RefCell<Vec<String>>,
+    /// Whether pending markers are fsynced before a branch moves (`set_durable`).
+    durable: std::cell::Cell<bool>,
+    /// Nodes this handle holds a pending marker for. A marker stays while the handle lives (a
+    /// further write to the node needs no transaction to mark it again) and goes when the
+    /// handle is dropped, or with the next index update once more than `STICKY_MARKERS` are
+    /// held; a writer that dies leaves them, and the next open repairs those nodes from git.
+    marked: std::cell::RefCell<std::collections::HashSet<String>>,
+}
+
+/// How many pending markers a handle keeps before its next index update clears them all (they
+/// bound what the next open repairs after a writer dies: one cheap sync per node).
+const STICKY_MARKERS: usize = 256;
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        if self.marked.get_mut().is_empty() {
+            return;
+        }
+        // Every write of this handle is indexed: its markers have nothing left to guard.
+        if let Err(e) = self
+            .conn
+            .exec_cached("DELETE FROM pending WHERE writer=?1", [&self.writer])
+        {
+            tracing::warn!("could not clear this writer's pending markers: {e}");
+        }
+    }
 }
 
 /// Numeric part of a node id, for ordering (domain vocabulary: `model::node_num`).
@@ -196,7 +238,7 @@ fn set_up(conn: &Connection) -> Result<bool> {
         None => false,
     };
     tx.execute_batch(SCHEMA)?;
-    tx.execute(
+    tx.exec_cached(
         "INSERT OR REPLACE INTO meta(key,value) VALUES('schema',?1)",
         [SCHEMA_VERSION],
     )?;
@@ -204,16 +246,17 @@ fn set_up(conn: &Connection) -> Result<bool> {
     Ok(rebuild)
 }
 
-/// `synchronous` under WAL. NORMAL (the default): a commit is written to the WAL without an
-/// fsync; the WAL is fsynced at each checkpoint. A killed process loses nothing (the WAL is in
-/// the OS's cache), and a power loss can roll back the last transactions but never corrupts the
-/// database. That suits a derived index: it is rebuilt from git (`rsim reindex`), and a node is
-/// repaired from git on open while its pending marker is there. FULL fsyncs the WAL at every
-/// commit, so a pending marker is on disk before the branch moves: with fsynced git writes
-/// (`[record] fsync = true`) a power loss then cannot leave a branch ahead of an unmarked index.
-/// Measured on a 2-core VM with a shared disk: FULL adds two fsyncs to a write action (its
-/// marker and its sync) and took a `branch` process from ~14 to ~24 ms (mean of 120, noisy);
-/// under NORMAL a write fsyncs only when it checkpoints.
+/// `synchronous` under WAL. NORMAL (every transaction but one kind): a commit is written to the
+/// WAL without an fsync; the WAL is fsynced at each checkpoint. A killed process loses nothing
+/// (the WAL is in the OS's cache), and a power loss can roll back the last transactions but never
+/// corrupts the database. That suits a derived index: it is rebuilt from git (`rsim reindex`),
+/// and a node is repaired from git on open while its pending marker is there. With fsynced git
+/// writes (`[record] fsync = true`) a pending marker is committed under FULL, which fsyncs the
+/// WAL, so it is on disk before the branch moves: a power loss then cannot leave a branch ahead
+/// of an unmarked index. Nothing else needs to reach the disk first (holds and claims end with
+/// their process; a lost index update is redone from git because its marker survived), so a
+/// durable write fsyncs the index once, for its marker, and only for a node its handle has not
+/// marked yet.
 fn set_synchronous(conn: &Connection, durable: bool) -> Result<()> {
     conn.pragma_update(None, "synchronous", if durable { "FULL" } else { "NORMAL" })?;
     Ok(())
@@ -255,6 +298,7 @@ impl Index {
     pub fn open(path: &Path) -> Result<Index> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(30))?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // SQLite checkpoints the WAL into the database when its last connection closes, with
         // fsyncs: each CLI process paid that on exit, queries included. The WAL is checkpointed
         // by SQLite's automatic checkpoint instead (in the writer that fills it past
@@ -278,13 +322,18 @@ impl Index {
             needs_rebuild,
             release_next: Default::default(),
             released: Default::default(),
+            durable: Default::default(),
+            marked: Default::default(),
         })
     }
 
-    /// Fsync every index transaction (`true`, for studies whose git writes are fsynced too) or
-    /// only at checkpoints (`false`, the default); see `set_synchronous`.
+    /// Fsync pending markers before the branch they guard moves (`true`, for studies whose git
+    /// writes are fsynced too) or leave every index transaction to the checkpoints (`false`, the
+    /// default); see `set_synchronous`. Only a marker must be on disk first: an index update
+    /// lost with a power cut is redone from git at the next open, because its marker is there.
     pub fn set_durable(&self, durable: bool) -> Result<()> {
-        set_synchronous(&self.conn, durable)
+        self.durable.set(durable);
+        Ok(())
     }
 
     pub fn conn(&self) -> &Connection {
@@ -292,13 +341,26 @@ impl Index {
     }
 
     /// Mark a node as about to change in git (called before the branch moves). The marker is this
-    /// writer's own: if the writer dies before `sync_node`, the next open repairs the node from git.
+    /// writer's own: if the writer dies before its write is indexed, the next open repairs the
+    /// node from git. A node this handle marked before is still marked (see `marked`).
     #[tracing::instrument(level = "trace", name = "index.pending", skip_all)]
     pub fn mark_pending(&self, node: &str) -> Result<()> {
-        self.conn.execute(
+        if self.marked.borrow().contains(node) {
+            return Ok(());
+        }
+        let durable = self.durable.get();
+        if durable {
+            set_synchronous(&self.conn, true)?;
+        }
+        let marked = self.conn.exec_cached(
             "INSERT OR IGNORE INTO pending(node,pid,writer) VALUES(?1,?2,?3)",
             params![node, std::process::id(), self.writer],
-        )?;
+        );
+        if durable {
+            set_synchronous(&self.conn, false)?;
+        }
+        marked?;
+        self.marked.borrow_mut().insert(node.to_string());
         Ok(())
     }
 
@@ -323,7 +385,7 @@ impl Index {
             }
             let tx = self.immediate()?;
             sync_node_tx(&tx, record, &node)?;
-            tx.execute(
+            tx.exec_cached(
                 "DELETE FROM pending WHERE node=?1 AND writer=?2",
                 params![node, writer],
             )?;
@@ -337,33 +399,45 @@ impl Index {
     /// Idempotent.
     #[tracing::instrument(level = "trace", name = "index.sync", skip_all)]
     pub fn sync_node(&self, record: &Record, id: &str) -> Result<()> {
-        self.sync_node_tx_releasing(record, id, None)
+        self.sync_node_tx_releasing(record, id, None, None)
     }
 
-    /// `sync_node` after this handle's own write landed: the hold set aside with
-    /// `release_with_next_write` (if any) ends in the same transaction that indexes the write.
+    /// Index this handle's own write, which just landed, from what it wrote (nothing is read
+    /// back from git): when the index stands exactly where the write started (the node's
+    /// indexed tip is the commit it appended to, or the node is new), the write's row and the
+    /// node's new tip go in; otherwise another writer moved the node meanwhile and the node is
+    /// synced from git as `sync_node` does. The hold set aside with `release_with_next_write`
+    /// (if any) ends in the same transaction.
     #[tracing::instrument(level = "trace", name = "index.sync", skip_all)]
-    pub fn sync_own_write(&self, record: &Record, id: &str) -> Result<()> {
+    pub fn sync_own_write(&self, record: &Record, w: &OwnWrite<'_>) -> Result<()> {
         let hold = self.release_next.borrow_mut().take();
-        self.sync_node_tx_releasing(record, id, hold)
+        self.sync_node_tx_releasing(record, w.node, Some(w), hold)
     }
 
     fn sync_node_tx_releasing(
         &self,
         record: &Record,
         id: &str,
+        own: Option<&OwnWrite<'_>>,
         hold: Option<String>,
     ) -> Result<()> {
         let tx = self.immediate()?;
-        sync_node_tx(&tx, record, id)?;
-        tx.execute(
-            "DELETE FROM pending WHERE node=?1 AND writer=?2",
-            params![id, self.writer],
-        )?;
+        match own {
+            Some(w) if index_own_write(&tx, w)? => {}
+            _ => sync_node_tx(&tx, record, id)?,
+        }
+        // Every write of this handle is indexed once this commits: past the bound, its markers go.
+        let clear = self.marked.borrow().len() > STICKY_MARKERS;
+        if clear {
+            tx.exec_cached("DELETE FROM pending WHERE writer=?1", [&self.writer])?;
+        }
         if let Some(token) = &hold {
-            tx.execute("DELETE FROM holds WHERE token=?1", [token])?;
+            tx.exec_cached("DELETE FROM holds WHERE token=?1", [token])?;
         }
         tx.commit()?;
+        if clear {
+            self.marked.borrow_mut().clear();
+        }
         if let Some(token) = hold {
             self.released.borrow_mut().push(token);
         }
@@ -418,9 +492,20 @@ impl Index {
             "artifacts",
             "datasets",
             "agents",
-            "pending",
         ] {
             tx.execute(&format!("DELETE FROM {t}"), [])?;
+        }
+        // Every node is read from git now: markers have nothing left to guard, except those of
+        // other writers still running (each guards a write of theirs that may not be in git yet).
+        let markers: Vec<(u32, String)> = {
+            let mut st = tx.prepare("SELECT pid, writer FROM pending")?;
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        for (pid, writer) in markers {
+            if writer == self.writer || !crate::util::proc::process_alive(pid) {
+                tx.exec_cached("DELETE FROM pending WHERE writer=?1", [&writer])?;
+            }
         }
         let mut refused = Vec::new();
         let mut by_node = std::collections::BTreeMap::new();
@@ -437,6 +522,7 @@ impl Index {
         }
         set_refused(&tx, &by_node)?;
         tx.commit()?;
+        self.marked.get_mut().clear();
         Ok(Rebuilt {
             nodes: tips.len() - refused.len(),
             refused,
@@ -516,14 +602,14 @@ impl Index {
         let count = count + 1;
         let record = (count as u64).is_power_of_two() || now - at >= window_s;
         let (recorded_now, at_now) = if record { (count, now) } else { (recorded, at) };
-        tx.execute(
+        tx.exec_cached(
             "INSERT OR REPLACE INTO refusals(agent,digest,count,recorded,recorded_at) VALUES(?1,?2,?3,?4,?5)",
             params![agent, digest, count, recorded_now, at_now.max(0.0)],
         )?;
         // Bounded: a refusal fully recorded and older than the window is forgotten (its next
         // repeat is recorded afresh), so the table holds at most one window of distinct
         // refusals — which the write rate bounds per agent.
-        tx.execute(
+        tx.exec_cached(
             "DELETE FROM refusals WHERE count = recorded AND recorded_at < ?1",
             params![now - window_s],
         )?;
@@ -566,7 +652,7 @@ impl Index {
             throttled = 1;
             Some(first)
         };
-        tx.execute(
+        tx.exec_cached(
             "INSERT OR REPLACE INTO rates(agent,window_start,calls,throttled) VALUES(?1,?2,?3,?4)",
             params![agent, start, calls, throttled],
         )?;
@@ -583,7 +669,7 @@ impl Index {
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
-        self.conn.execute(
+        self.conn.exec_cached(
             "INSERT OR REPLACE INTO meta(key,value) VALUES(?1,?2)",
             params![key, value],
         )?;
@@ -1157,7 +1243,7 @@ fn set_refused(
     conn: &rusqlite::Connection,
     by_node: &std::collections::BTreeMap<String, String>,
 ) -> Result<()> {
-    conn.execute(
+    conn.exec_cached(
         "INSERT OR REPLACE INTO meta(key,value) VALUES('refused',?1)",
         [serde_json::to_string(by_node)?],
     )?;
@@ -1196,9 +1282,50 @@ fn sync_node_tx(tx: &rusqlite::Connection, record: &Record, id: &str) -> Result<
     }
     upsert_node(tx, &snap.meta, &tip.to_string(), snap.action_count)?;
     for a in &new_actions {
-        insert_action(tx, a)?;
+        insert_action(tx, a.commit, &a.record)?;
     }
     Ok(())
+}
+
+/// What a writer just committed on a node, as it wrote it (`Index::sync_own_write`).
+pub struct OwnWrite<'a> {
+    pub node: &'a str,
+    /// The tip the action was appended to; None when the write created the node.
+    pub parent: Option<git2::Oid>,
+    /// The commit the node's branch now points at.
+    pub tip: git2::Oid,
+    /// `node.toml` as of `tip` when the write created or rewrote it (None: unchanged).
+    pub meta: Option<&'a NodeMeta>,
+    pub record: &'a ActionRecord,
+}
+
+/// Index `w` directly when the index holds the node exactly as the write found it; false (and
+/// nothing written) otherwise.
+fn index_own_write(tx: &rusqlite::Connection, w: &OwnWrite<'_>) -> Result<bool> {
+    let indexed: Option<(String, u32)> = tx
+        .prepare_cached("SELECT tip, action_count FROM nodes WHERE id=?1")?
+        .query_row([w.node], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let in_step = match (w.parent, &indexed) {
+        (None, None) => w.record.seq == 1 && w.meta.is_some(),
+        (Some(p), Some((tip, n))) => *tip == p.to_string() && n + 1 == w.record.seq,
+        _ => false,
+    };
+    if !in_step || w.record.node != w.node {
+        return Ok(false);
+    }
+    let tip = w.tip.to_string();
+    match w.meta {
+        Some(m) => upsert_node(tx, m, &tip, w.record.seq)?,
+        None => {
+            tx.exec_cached(
+                "UPDATE nodes SET tip=?2, action_count=?3 WHERE id=?1",
+                params![w.node, tip, w.record.seq],
+            )?;
+        }
+    }
+    insert_action(tx, w.tip, w.record)?;
+    Ok(true)
 }
 
 fn delete_node(tx: &rusqlite::Connection, id: &str) -> Result<()> {
@@ -1224,7 +1351,7 @@ fn upsert_node(
     tip: &str,
     action_count: u32,
 ) -> Result<()> {
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO nodes(id,num,title,hypothesis,status,outcome,created_at,created_by,tip,action_count)
          VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)
          ON CONFLICT(id) DO UPDATE SET title=?3,hypothesis=?4,status=?5,outcome=?6,tip=?9,action_count=?10",
@@ -1241,9 +1368,9 @@ fn upsert_node(
             action_count
         ],
     )?;
-    tx.execute("DELETE FROM node_parents WHERE node=?1", [&m.id])?;
+    tx.exec_cached("DELETE FROM node_parents WHERE node=?1", [&m.id])?;
     for (i, p) in m.parents.iter().enumerate() {
-        tx.execute(
+        tx.exec_cached(
             "INSERT INTO node_parents(node,parent,ord,node_num,parent_num) VALUES(?1,?2,?3,?4,?5)",
             params![m.id, p, i as i64, node_num(&m.id), node_num(p)],
         )?;
@@ -1251,10 +1378,9 @@ fn upsert_node(
     Ok(())
 }
 
-fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
-    let r = &a.record;
+fn insert_action(tx: &rusqlite::Connection, commit: git2::Oid, r: &ActionRecord) -> Result<()> {
     let json = serde_json::to_string(r)?;
-    tx.execute(
+    tx.exec_cached(
         "INSERT OR REPLACE INTO actions(node,seq,action,decision,rule,reason,agent,role,at,summary,commit_oid,job,record)
          VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
         params![
@@ -1268,13 +1394,13 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
             r.role.as_str(),
             r.at,
             r.summary,
-            a.commit.to_string(),
+            commit.to_string(),
             r.job.as_ref().map(|j| j.id.clone()),
             json
         ],
     )?;
     let rejected = i64::from(r.decision.decision == Verdict::Rejected);
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO agents(id,role,first_seen,last_seen,actions,rejected) VALUES(?1,?2,?3,?3,1,?4)
          ON CONFLICT(id) DO UPDATE SET
            role=CASE WHEN ?3>=last_seen THEN ?2 ELSE role END,
@@ -1286,7 +1412,7 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
         return Ok(());
     }
     for m in &r.metrics {
-        tx.execute(
+        tx.exec_cached(
             "INSERT INTO metrics(node,seq,name,value,task,split,checkpoint) VALUES(?1,?2,?3,?4,?5,?6,?7)",
             params![r.node, r.seq, m.name, m.value, m.task, m.split.as_str(), m.checkpoint],
         )?;
@@ -1304,7 +1430,7 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
                 .map(str::to_string)
         });
         if let Some(ck) = checkpoint {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT OR IGNORE INTO suspect(node,seq,checkpoint) VALUES(?1,?2,?3)",
                 params![r.node, r.seq, ck],
             )?;
@@ -1323,7 +1449,7 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
                 k.get("step").and_then(|v| v.as_u64()),
                 k.get("checkpoint").and_then(|v| v.as_str()),
             ) {
-                tx.execute(
+                tx.exec_cached(
                     "INSERT OR IGNORE INTO kept(node,seq,step,sha256) VALUES(?1,?2,?3,?4)",
                     params![r.node, r.seq, step as i64, sha],
                 )?;
@@ -1331,7 +1457,7 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
         }
     }
     if let Some(j) = &r.job {
-        tx.execute(
+        tx.exec_cached(
             "INSERT OR REPLACE INTO jobs(id,node,seq,kind,state,exit_code,started_at,finished_at,duration_s,env,log,error,record)
              VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
             params![
@@ -1352,7 +1478,7 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
         )?;
     }
     for art in &r.artifacts {
-        tx.execute(
+        tx.exec_cached(
             "INSERT OR IGNORE INTO artifacts(sha256,kind,name,node,seq,parent) VALUES(?1,?2,?3,?4,?5,?6)",
             params![art.sha256, art.kind.as_str(), art.name, r.node, r.seq, art.parent],
         )?;
@@ -1363,7 +1489,7 @@ fn insert_action(tx: &rusqlite::Connection, a: &CommittedAction) -> Result<()> {
                 .and_then(|v| v.get("rows"))
                 .and_then(|v| v.as_u64())
                 .unwrap_or(0);
-            tx.execute(
+            tx.exec_cached(
                 "INSERT OR IGNORE INTO datasets(name,sha256,node,seq,rows) VALUES(?1,?2,?3,?4,?5)",
                 params![art.name, art.sha256, r.node, r.seq, rows as i64],
             )?;
@@ -1391,6 +1517,28 @@ mod tests {
             .collect()
     }
 
+    /// A writer killed without dropping its handle: its pending markers stay.
+    fn die(ix: Index) {
+        std::mem::forget(ix);
+    }
+
+    #[test]
+    fn a_handle_keeps_its_markers_while_it_lives_and_clears_them_when_dropped() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let path = d.path().join("index.sqlite");
+        let ix = Index::open(&path).expect("create");
+        let other = Index::open(&path).expect("other");
+        ix.mark_pending("n1").expect("mark");
+        ix.mark_pending("n1").expect("again");
+        ix.mark_pending("n2").expect("mark");
+        other.mark_pending("n3").expect("mark");
+        assert_eq!(ix.pending().expect("pending").len(), 3);
+        drop(ix);
+        let left = other.pending().expect("pending");
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].0, "n3");
+    }
+
     #[test]
     fn opening_a_set_up_index_writes_nothing() {
         let d = tempfile::tempdir().expect("tempdir");
@@ -1398,7 +1546,7 @@ mod tests {
         let ix = Index::open(&path).expect("create");
         assert!(!ix.needs_rebuild);
         ix.mark_pending("n1").expect("mark");
-        drop(ix);
+        die(ix);
         let before = files(&path);
         for _ in 0..3 {
             let ix = Index::open(&path).expect("open");
@@ -1415,7 +1563,7 @@ mod tests {
         let path = d.path().join("index.sqlite");
         let ix = Index::open(&path).expect("create");
         ix.mark_pending("n7").expect("mark");
-        drop(ix);
+        die(ix);
         let wal = std::fs::metadata(format!("{}-wal", path.display())).map_or(0, |m| m.len());
         assert!(wal > 0, "the WAL was checkpointed and removed on close");
         let ix = Index::open(&path).expect("reopen");
@@ -1429,7 +1577,7 @@ mod tests {
         let ix = Index::open(&path).expect("create");
         ix.mark_pending("n1").expect("mark");
         ix.conn()
-            .execute("UPDATE meta SET value='0' WHERE key='schema'", [])
+            .exec_cached("UPDATE meta SET value='0' WHERE key='schema'", [])
             .expect("downgrade");
         drop(ix);
         let ix = Index::open(&path).expect("open");

@@ -161,9 +161,20 @@ fn enable_fsync_gitdir() -> Result<()> {
     Ok(())
 }
 
+/// libgit2 checks, by default, that every object a new commit or tree names exists and has the
+/// right type, reading each one back from disk (`GIT_OPT_ENABLE_STRICT_OBJECT_CREATION`). rsim
+/// only ever names objects it just wrote or looked up itself, so the check re-reads what this
+/// process holds on every write; it is turned off process-wide. Reading is unchanged: every
+/// object read is still hashed and checked against its id (strict hash verification stays on).
+fn trust_own_object_ids() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| git2::opts::strict_object_creation(false));
+}
+
 impl Record {
     /// Create the study repository (branch `main`).
     pub fn init(root: &Path) -> Result<Record> {
+        trust_own_object_ids();
         let mut opts = RepositoryInitOptions::new();
         opts.initial_head("main").no_reinit(true).mkdir(true);
         let repo = Repository::init_opts(root, &opts).map_err(|e| {
@@ -196,6 +207,7 @@ impl Record {
     /// `allowed_signers`); the private key in `.rsim/keys/` makes it writable only when it is
     /// the key in force. Without it the record opens read-only: every commit is still proven.
     pub fn open(root: &Path) -> Result<Record> {
+        trust_own_object_ids();
         let fsync_at_open = FSYNC_GITDIR.load(Ordering::SeqCst);
         let repo = Repository::open(root).map_err(|e| {
             Error::invalid(format!(
@@ -681,6 +693,16 @@ impl Record {
         }
         seen.insert(tip, snap.clone());
         Ok(snap)
+    }
+
+    /// Remember the snapshot of a commit this process just wrote (its meta and action count
+    /// are what it wrote), so the next action on the node does not read them back from git.
+    pub(crate) fn remember_snapshot(&self, snap: NodeSnapshot) {
+        let mut seen = self.snapshots_seen();
+        if seen.len() >= SNAPSHOTS_MAX {
+            seen.clear();
+        }
+        seen.insert(snap.tip, snap);
     }
 
     fn snapshots_seen(

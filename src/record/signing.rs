@@ -31,6 +31,8 @@ const NEXT_KEY_SUFFIX: &str = "next";
 /// The study's signing key.
 pub struct StudyKey {
     key: PrivateKey,
+    /// The same key expanded for signing, once (deriving it costs two scalar multiplications).
+    signer: ed25519_dalek::SigningKey,
 }
 
 impl std::fmt::Debug for StudyKey {
@@ -64,7 +66,7 @@ impl StudyKey {
             .to_openssh(LineEnding::LF)
             .map_err(|e| Error::internal(format!("cannot encode the signing key: {e}")))?;
         write_private(&path, pem.as_bytes())?;
-        Ok(StudyKey { key })
+        StudyKey::new(key, &path)
     }
 
     /// The study's key, if it has one.
@@ -90,7 +92,22 @@ impl StudyKey {
                 path.display()
             )));
         }
-        Ok(Some(StudyKey { key }))
+        StudyKey::new(key, &path).map(Some)
+    }
+
+    fn new(key: PrivateKey, path: &Path) -> Result<StudyKey> {
+        let signer = match key.key_data().ed25519() {
+            Some(pair) => ed25519_dalek::SigningKey::try_from(pair).map_err(|e| {
+                Error::invalid(format!("{}: not a usable ed25519 key: {e}", path.display()))
+            })?,
+            None => {
+                return Err(Error::invalid(format!(
+                    "{}: the study's signing key must be an ed25519 key",
+                    path.display()
+                )));
+            }
+        };
+        Ok(StudyKey { key, signer })
     }
 
     pub fn fingerprint(&self) -> String {
@@ -100,10 +117,22 @@ impl StudyKey {
     /// The armored signature of a commit buffer, for its `gpgsig` header.
     #[tracing::instrument(level = "trace", name = "git.sign", skip_all)]
     pub fn sign(&self, commit_buffer: &[u8]) -> Result<String> {
-        let sig = self
-            .key
-            .sign(NAMESPACE, HashAlg::Sha512, commit_buffer)
-            .map_err(|e| Error::internal(format!("cannot sign a commit: {e}")))?;
+        use ed25519_dalek::Signer;
+        let failed = |e: ssh_key::Error| Error::internal(format!("cannot sign a commit: {e}"));
+        // What `PrivateKey::sign` does (an SSHSIG over the SHA-512 of the buffer), with the
+        // key expanded once instead of at every signature.
+        let data =
+            SshSig::signed_data(NAMESPACE, HashAlg::Sha512, commit_buffer).map_err(failed)?;
+        let raw = self.signer.sign(&data);
+        let sig =
+            ssh_key::Signature::new(Algorithm::Ed25519, raw.to_bytes().to_vec()).map_err(failed)?;
+        let sig = SshSig::new(
+            self.key.public_key().key_data().clone(),
+            NAMESPACE,
+            HashAlg::Sha512,
+            sig,
+        )
+        .map_err(failed)?;
         sig.to_pem(LineEnding::LF)
             .map_err(|e| Error::internal(format!("cannot encode a signature: {e}")))
     }

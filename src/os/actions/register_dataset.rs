@@ -151,6 +151,24 @@ impl Study {
 }
 
 impl Study {
+    /// The size of store object `sha` (0 when it is missing), read from disk once per handle:
+    /// a content-addressed object's size never changes. A registration counts every registered
+    /// dataset's bytes, which must not cost a `stat` per dataset per registration.
+    fn stored_size(&self, sha: &str) -> u64 {
+        if let Some(n) = self.stored_sizes.borrow().get(sha) {
+            return *n;
+        }
+        let Ok(m) = fs::metadata(self.store.path(sha)) else {
+            return 0;
+        };
+        let mut seen = self.stored_sizes.borrow_mut();
+        if seen.len() >= 1 << 16 {
+            seen.clear();
+        }
+        seen.insert(sha.to_string(), m.len());
+        m.len()
+    }
+
     /// Decide on a registration in one write transaction of the index: count what is registered
     /// plus what registrations in flight hold (names, rows, bytes, contamination rejections not
     /// yet recorded), ask the policy, and — with `hold` — hold this registration's share until it
@@ -182,7 +200,7 @@ impl Study {
                 bytes: asked.1,
             };
             for (_, sha, n, agent) in index.datasets_registered()? {
-                let stored = fs::metadata(self.store.path(&sha)).map_or(0, |m| m.len());
+                let stored = self.stored_size(&sha);
                 storage.used_rows = storage.used_rows.saturating_add(n);
                 storage.used_bytes = storage.used_bytes.saturating_add(stored);
                 if agent == caller.agent {
