@@ -32,7 +32,7 @@ impl ExecCached for Connection {
 /// write runs).
 const STATEMENT_CACHE: usize = 64;
 
-const SCHEMA_VERSION: &str = "6";
+const SCHEMA_VERSION: &str = "7";
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS actions(
   reason TEXT, agent TEXT NOT NULL, role TEXT NOT NULL, at TEXT NOT NULL, summary TEXT NOT NULL,
   commit_oid TEXT NOT NULL, job TEXT, record TEXT NOT NULL, PRIMARY KEY(node, seq));
 CREATE INDEX IF NOT EXISTS actions_at ON actions(at);
+CREATE INDEX IF NOT EXISTS actions_rejected ON actions(agent, rule) WHERE decision='rejected';
 CREATE TABLE IF NOT EXISTS metrics(
   node TEXT NOT NULL, seq INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, task TEXT NOT NULL,
   split TEXT NOT NULL, checkpoint TEXT NOT NULL);
