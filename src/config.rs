@@ -407,6 +407,12 @@ pub enum Backend {
         /// Address-space limit of a job, MiB (RLIMIT_AS); unset: no limit.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_memory_mb: Option<u64>,
+        /// Compute threads of one job (`RAYON_NUM_THREADS`, `OMP_NUM_THREADS` and the like, set
+        /// before the job's compute library starts its pools); unset: this machine's cores
+        /// shared among `max_parallel_jobs`, at least one, so jobs side by side never ask for
+        /// more threads than there are cores.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        threads_per_job: Option<u32>,
     },
     /// Jobs submitted to a Slurm cluster with `sbatch` (a generated batch script runs the same
     /// job command in the same environment); rsim polls `squeue` and reads the outcome from `sacct`.
@@ -523,6 +529,7 @@ impl Default for Backend {
             timeout_s: default_timeout(),
             max_file_mb: default_max_file_mb(),
             max_memory_mb: None,
+            threads_per_job: None,
         }
     }
 }
@@ -550,17 +557,23 @@ impl Backend {
                 max_parallel_jobs,
                 max_file_mb,
                 max_memory_mb,
+                threads_per_job,
                 ..
             } => JobLimits {
                 max_parallel: *max_parallel_jobs,
                 max_file_bytes: max_file_mb.saturating_mul(1 << 20),
                 max_memory_bytes: max_memory_mb.map(|m| m.saturating_mul(1 << 20)),
+                threads: Some(threads_per_job.unwrap_or_else(|| {
+                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    (u32::try_from(cores).unwrap_or(u32::MAX) / (*max_parallel_jobs).max(1)).max(1)
+                })),
             },
             // The cluster schedules Slurm jobs; memory is a Slurm request (`--mem`), not an rlimit.
             Backend::Slurm(s) => JobLimits {
                 max_parallel: u32::MAX,
                 max_file_bytes: s.max_file_mb.saturating_mul(1 << 20),
                 max_memory_bytes: None,
+                threads: Some(s.cpus_per_job.max(1)),
             },
         }
     }
@@ -869,6 +882,7 @@ impl StudyConfig {
                 max_parallel_jobs,
                 timeout_s,
                 max_file_mb,
+                threads_per_job,
                 ..
             } => {
                 if *max_file_mb == 0 {
@@ -876,6 +890,9 @@ impl StudyConfig {
                 }
                 if *max_parallel_jobs == 0 {
                     return bad("backend.max_parallel_jobs", "expected at least 1".into());
+                }
+                if *threads_per_job == Some(0) {
+                    return bad("backend.threads_per_job", "expected at least 1".into());
                 }
                 if *timeout_s == 0 {
                     return bad("backend.timeout_s", "expected at least 1 second".into());
@@ -1164,6 +1181,9 @@ pub struct JobLimits {
     pub max_parallel: u32,
     pub max_file_bytes: u64,
     pub max_memory_bytes: Option<u64>,
+    /// Compute threads the job is given (`jobs::THREAD_VARS`); None: left to the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
 }
 
 impl Default for JobLimits {
@@ -1172,6 +1192,7 @@ impl Default for JobLimits {
             max_parallel: 2,
             max_file_bytes: 4 << 30,
             max_memory_bytes: None,
+            threads: None,
         }
     }
 }

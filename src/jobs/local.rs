@@ -57,6 +57,7 @@ impl JobRunner for LocalRunner {
                         compute_s: None,
                         slurm: None,
                         sandbox: None,
+                        threads: None,
                     });
                 }
             },
@@ -80,6 +81,9 @@ impl JobRunner for LocalRunner {
             if let Ok(v) = std::env::var(k) {
                 cmd.env(k, v);
             }
+        }
+        for (k, v) in crate::jobs::thread_env(&spec.limits) {
+            cmd.env(k, v);
         }
         cmd.env("RSIM_JOB_ID", &spec.id)
             .env("RSIM_JOB_DIR", &spec.dir)
@@ -143,6 +147,7 @@ impl JobRunner for LocalRunner {
             compute_s: None,
             slurm: None,
             sandbox: crate::jobs::sandbox::outcome(spec.sandbox.as_ref(), &spec.dir, true),
+            threads: spec.limits.threads,
         };
         let spawned = cmd.spawn();
         if let Ok(c) = &spawned {
@@ -282,6 +287,42 @@ mod tests {
                 .expect("log")
                 .contains("\"kind\": \"evaluate\"")
         );
+    }
+
+    #[test]
+    fn a_job_gets_its_threads_in_every_pool_variable_and_its_record_says_so() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut s = spec(
+            d.path(),
+            &[
+                "sh",
+                "-c",
+                "echo \"$RAYON_NUM_THREADS $OMP_NUM_THREADS $MKL_NUM_THREADS $OPENBLAS_NUM_THREADS\" > \"$RSIM_JOB_OUT/t\"",
+                "sh",
+            ],
+            10,
+        );
+        s.limits.threads = Some(3);
+        let r = LocalRunner.run(&s).expect("run");
+        assert_eq!(r.state, JobState::Succeeded, "{r:?}");
+        assert_eq!(r.threads, Some(3));
+        assert_eq!(
+            fs::read_to_string(s.out_dir().join("t")).expect("out"),
+            "3 3 3 3\n"
+        );
+        // Sized by the backend: the cores shared among the jobs that may run at once.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let local = |parallel: u32, threads: Option<u32>| crate::config::Backend::Local {
+            max_parallel_jobs: parallel,
+            timeout_s: 60,
+            max_file_mb: 1,
+            max_memory_mb: None,
+            threads_per_job: threads,
+        };
+        assert_eq!(local(1, None).limits().threads, Some(cores));
+        assert_eq!(local(cores, None).limits().threads, Some(1));
+        assert_eq!(local(4 * cores, None).limits().threads, Some(1));
+        assert_eq!(local(2, Some(5)).limits().threads, Some(5));
     }
 
     #[test]

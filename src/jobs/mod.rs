@@ -31,6 +31,24 @@ use crate::util::error::{Error, IoContext, Result};
 /// Environment variables a job may inherit; everything else (API keys, tokens, credentials) is dropped.
 pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR"];
 
+/// The variables the compute libraries a job may use read for their thread pools: rayon and
+/// candle, OpenMP (PyTorch's intra-op pool), MKL, OpenBLAS. Each is set to the job's threads
+/// (`JobLimits::threads`), so jobs side by side do not oversubscribe the cores.
+pub const THREAD_VARS: &[&str] = &[
+    "RAYON_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+];
+
+/// The thread variables of a job and their value (none when its threads are left to it).
+pub fn thread_env(limits: &crate::config::JobLimits) -> Vec<(&'static str, String)> {
+    limits
+        .threads
+        .map(|n| THREAD_VARS.iter().map(|k| (*k, n.to_string())).collect())
+        .unwrap_or_default()
+}
+
 /// What a runner needs to run one job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSpec {
@@ -247,6 +265,7 @@ pub fn lost_record(
         compute_s: None,
         slurm: None,
         sandbox: None,
+        threads: None,
     }
 }
 

@@ -128,6 +128,9 @@ fn batch_script(cfg: &SlurmBackend, spec: &JobSpec) -> String {
             s.push_str(&format!("export {k}={}\n", sh_quote(&v)));
         }
     }
+    for (k, v) in crate::jobs::thread_env(&spec.limits) {
+        s.push_str(&format!("export {k}={v}\n"));
+    }
     for (k, v) in [
         ("RSIM_JOB_ID", spec.id.clone()),
         ("RSIM_JOB_DIR", spec.dir.to_string_lossy().into_owned()),
@@ -724,6 +727,7 @@ fn record(sub: &Submitted, row: &CompletionRow) -> JobRecord {
         }),
         // The node's own note (it may not be the machine rsim runs on).
         sandbox: crate::jobs::sandbox::outcome(spec.sandbox.as_ref(), dir, false),
+        threads: spec.limits.threads,
     }
 }
 
@@ -746,6 +750,7 @@ fn never_ran(spec: &JobSpec, at: f64, state: JobState, error: String) -> JobReco
         compute_s: Some(0.0),
         slurm: None,
         sandbox: None,
+        threads: None,
     }
 }
 
@@ -862,11 +867,17 @@ mod tests {
             env: "host".into(),
             isolate_network: false,
             require_isolation: false,
-            limits: crate::jobs::JobLimits::default(),
+            limits: crate::config::Backend::Slurm(cfg.clone()).limits(),
             slots_dir: None,
             params: crate::jobs::protocol::example_eval(),
             sandbox: None,
         };
+        // The job's compute pools are sized to the CPUs it asks the cluster for.
+        assert!(
+            batch_script(&cfg, &spec).contains("export OMP_NUM_THREADS=1\n"),
+            "{}",
+            batch_script(&cfg, &spec)
+        );
         let args = sbatch_args(&cfg, &spec);
         for want in [
             "--parsable",

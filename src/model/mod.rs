@@ -341,6 +341,10 @@ pub struct JobRecord {
     /// Unset: the program never started, or the job predates sandboxes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// Compute threads the job was given (`RAYON_NUM_THREADS`, `OMP_NUM_THREADS`, …): the
+    /// backend's cores per job. Unset: left to the job (records before threads were sized).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<u32>,
 }
 
 impl JobRecord {

@@ -309,16 +309,27 @@ impl Gpt {
                 .p("tok_emb")
                 .index_select(&ids.flatten_all()?, 0)?
                 .reshape((b, t, d))?;
-            let pos = self.p("pos_emb").narrow(0, 0, t)?;
-            let mut x = tok.broadcast_add(&pos)?;
+            // Positions by lookup, as tokens are: the embedding's gradient is then a scatter of
+            // rows, not a sum over the batch of a broadcast.
+            let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
+            let positions = Tensor::from_vec(positions, b * t, ids.device())?;
+            let pos = self.p("pos_emb").index_select(&positions, 0)?;
+            let ones = Tensor::ones((b * t, 1), DType::F32, ids.device())?;
+            let rows = |v: &Tensor| broadcast_rows(&ones, v);
+            // The residual stream as `[B·T, D]` rows: every projection is then one plain matmul
+            // whose weight gradient is one matmul too (a batched `broadcast_matmul` made B small
+            // ones and summed them over the batch), and every bias or norm gain broadcasts over
+            // one leading dim only.
+            let mut x = (tok.reshape((b * t, d))? + pos)?;
             let mask = self.mask.narrow(0, 0, t)?.narrow(1, 0, t)?;
             let scale = 1.0 / (hd as f64).sqrt();
             for l in 0..self.config.n_layers {
                 let g = |n: &str| self.p(&format!("h{l}.{n}"));
-                let a = layer_norm(&x, g("ln1_g"), g("ln1_b"))?;
+                let a = layer_norm(&x, &rows(g("ln1_g"))?, &rows(g("ln1_b"))?)?;
                 let qkv = a
-                    .broadcast_matmul(&self.w(&format!("h{l}.qkv_w"))?)?
-                    .broadcast_add(g("qkv_b"))?;
+                    .matmul(&self.w(&format!("h{l}.qkv_w"))?)?
+                    .add(&rows(g("qkv_b"))?)?
+                    .reshape((b, t, 3 * d))?;
                 let split = |i: usize| -> candle_core::Result<Tensor> {
                     qkv.narrow(2, i * d, d)?
                         .reshape((b, t, h, hd))?
@@ -332,23 +343,24 @@ impl Gpt {
                     .matmul(&v)?
                     .transpose(1, 2)?
                     .contiguous()?
-                    .reshape((b, t, d))?;
+                    .reshape((b * t, d))?;
                 let y = y
-                    .broadcast_matmul(&self.w(&format!("h{l}.proj_w"))?)?
-                    .broadcast_add(g("proj_b"))?;
+                    .matmul(&self.w(&format!("h{l}.proj_w"))?)?
+                    .add(&rows(g("proj_b"))?)?;
                 x = (x + y)?;
-                let m = layer_norm(&x, g("ln2_g"), g("ln2_b"))?;
+                let m = layer_norm(&x, &rows(g("ln2_g"))?, &rows(g("ln2_b"))?)?;
                 let m = m
-                    .broadcast_matmul(&self.w(&format!("h{l}.fc_w"))?)?
-                    .broadcast_add(g("fc_b"))?
+                    .matmul(&self.w(&format!("h{l}.fc_w"))?)?
+                    .add(&rows(g("fc_b"))?)?
                     .relu()?;
                 let m = m
-                    .broadcast_matmul(&self.w(&format!("h{l}.out_w"))?)?
-                    .broadcast_add(g("out_b"))?;
+                    .matmul(&self.w(&format!("h{l}.out_w"))?)?
+                    .add(&rows(g("out_b"))?)?;
                 x = (x + m)?;
             }
-            let x = layer_norm(&x, self.p("lnf_g"), self.p("lnf_b"))?;
-            x.broadcast_matmul(self.p("head_w"))
+            let x = layer_norm(&x, &rows(self.p("lnf_g"))?, &rows(self.p("lnf_b"))?)?;
+            let head = self.p("head_w");
+            x.matmul(head)?.reshape((b, t, head.dim(1)?))
         };
         f().map_err(ce)
     }
@@ -471,14 +483,21 @@ impl Gpt {
     }
 }
 
-/// Layer norm from basic tensor ops (candle's fused one does not backpropagate).
+/// Layer norm from basic tensor ops (candle's fused one does not backpropagate), over rows `x`
+/// `[N, D]`, with the gain and bias already one row each per row of `x` (`broadcast_rows`).
 fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
     let mean = x.mean_keepdim(D::Minus1)?;
     let xc = x.broadcast_sub(&mean)?;
     let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-    xc.broadcast_div(&(var + 1e-5)?.sqrt()?)?
-        .broadcast_mul(g)?
-        .broadcast_add(b)
+    (xc.broadcast_div(&(var + 1e-5)?.sqrt()?)? * g)? + b
+}
+
+/// The vector `v` `[D]` as `ones.len()` rows `[N, D]`, made by the outer product with `ones`
+/// `[N, 1]`: its gradient is then one matrix product (`onesᵀ · grad`). Candle's broadcast
+/// reduces the gradient over the broadcast rows with a strided sum that took a third of a
+/// training step.
+fn broadcast_rows(ones: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
+    ones.matmul(&v.reshape((1, v.elem_count()))?)
 }
 
 fn normal(rng: &mut StdRng) -> f32 {
