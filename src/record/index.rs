@@ -28,6 +28,21 @@ impl ExecCached for Connection {
     }
 }
 
+/// The tables derived from the record (a rebuild empties and refills them); the others are the
+/// index's own bookkeeping (pending markers, holds, claims, the queue, rates, refusals).
+pub const RECORD_TABLES: [&str; 10] = [
+    "nodes",
+    "node_parents",
+    "actions",
+    "metrics",
+    "kept",
+    "suspect",
+    "jobs",
+    "artifacts",
+    "datasets",
+    "agents",
+];
+
 /// How many prepared statements a handle keeps (rusqlite's default, 16, is fewer than one
 /// write runs).
 const STATEMENT_CACHE: usize = 64;
@@ -482,18 +497,7 @@ impl Index {
         let mut tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        for t in [
-            "nodes",
-            "node_parents",
-            "actions",
-            "metrics",
-            "kept",
-            "suspect",
-            "jobs",
-            "artifacts",
-            "datasets",
-            "agents",
-        ] {
+        for t in RECORD_TABLES {
             tx.execute(&format!("DELETE FROM {t}"), [])?;
         }
         // Every node is read from git now: markers have nothing left to guard, except those of

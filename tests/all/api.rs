@@ -568,18 +568,7 @@ fn deleting_the_index_and_reindexing_gives_the_same_answers() {
 fn index_rows(s: &Study) -> Vec<String> {
     let conn = s.index().conn();
     let mut out = Vec::new();
-    for t in [
-        "nodes",
-        "node_parents",
-        "actions",
-        "metrics",
-        "kept",
-        "suspect",
-        "jobs",
-        "artifacts",
-        "datasets",
-        "agents",
-    ] {
+    for t in rsi_master::record::index::RECORD_TABLES {
         let mut st = conn.prepare(&format!("SELECT * FROM {t}")).expect("select");
         let n = st.column_count();
         let rows = st
