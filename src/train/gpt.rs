@@ -67,6 +67,13 @@ pub struct Gpt {
     lora_scale: f64,
 }
 
+/// Each layer's keys and values `[B, H, len, hd]` of the positions run so far (`Gpt::run`).
+#[derive(Default)]
+struct KvCache {
+    layers: Vec<(Tensor, Tensor)>,
+    len: usize,
+}
+
 /// The weight matrices LoRA adapts (per layer).
 const LORA_TARGETS: [&str; 4] = ["qkv_w", "proj_w", "fc_w", "out_w"];
 
@@ -300,18 +307,36 @@ impl Gpt {
 
     /// Logits `[B, T, V]` for token ids `[B, T]`.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        self.run(ids, None)
+    }
+
+    /// The forward pass over `ids` `[B, T]`, the positions after those `cache` holds (none
+    /// without a cache). With a cache, each layer's keys and values of these positions are
+    /// appended to it and attention spans every cached position, and only the last position's
+    /// logits are computed (`[B, 1, V]`): generation runs the prompt once, then one token a step.
+    fn run(&self, ids: &Tensor, mut cache: Option<&mut KvCache>) -> Result<Tensor> {
         let (b, t) = ids.dims2().map_err(ce)?;
+        let start = cache.as_ref().map_or(0, |c| c.len);
+        if start + t > self.config.context {
+            return Err(Error::invalid(format!(
+                "{} positions do not fit the model's context of {}",
+                start + t,
+                self.config.context
+            )));
+        }
         let d = self.config.d_model;
         let h = self.config.n_heads;
         let hd = d / h;
-        let f = || -> candle_core::Result<Tensor> {
+        let mut f = || -> candle_core::Result<Tensor> {
             let tok = self
                 .p("tok_emb")
                 .index_select(&ids.flatten_all()?, 0)?
                 .reshape((b, t, d))?;
             // Positions by lookup, as tokens are: the embedding's gradient is then a scatter of
             // rows, not a sum over the batch of a broadcast.
-            let positions: Vec<u32> = (0..b).flat_map(|_| 0..t as u32).collect();
+            let positions: Vec<u32> = (0..b)
+                .flat_map(|_| start as u32..(start + t) as u32)
+                .collect();
             let positions = Tensor::from_vec(positions, b * t, ids.device())?;
             let pos = self.p("pos_emb").index_select(&positions, 0)?;
             let ones = Tensor::ones((b * t, 1), DType::F32, ids.device())?;
@@ -321,7 +346,11 @@ impl Gpt {
             // ones and summed them over the batch), and every bias or norm gain broadcasts over
             // one leading dim only.
             let mut x = (tok.reshape((b * t, d))? + pos)?;
-            let mask = self.mask.narrow(0, 0, t)?.narrow(1, 0, t)?;
+            // Causal: position start+i sees positions up to start+i (a single new position sees
+            // everything cached, so it needs no mask).
+            let mask = (t > 1)
+                .then(|| self.mask.narrow(0, start, t)?.narrow(1, 0, start + t))
+                .transpose()?;
             let scale = 1.0 / (hd as f64).sqrt();
             for l in 0..self.config.n_layers {
                 let g = |n: &str| self.p(&format!("h{l}.{n}"));
@@ -336,8 +365,23 @@ impl Gpt {
                         .transpose(1, 2)?
                         .contiguous()
                 };
-                let (q, k, v) = (split(0)?, split(1)?, split(2)?);
-                let att = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(&mask)?;
+                let (q, mut k, mut v) = (split(0)?, split(1)?, split(2)?);
+                if let Some(c) = cache.as_deref_mut() {
+                    if let Some((ck, cv)) = c.layers.get(l) {
+                        k = Tensor::cat(&[ck, &k], 2)?;
+                        v = Tensor::cat(&[cv, &v], 2)?;
+                    }
+                    if l < c.layers.len() {
+                        c.layers[l] = (k.clone(), v.clone());
+                    } else {
+                        c.layers.push((k.clone(), v.clone()));
+                    }
+                }
+                let att = (q.matmul(&k.t()?.contiguous()?)? * scale)?;
+                let att = match &mask {
+                    Some(m) => att.broadcast_add(m)?,
+                    None => att,
+                };
                 let att = candle_nn::ops::softmax(&att, D::Minus1)?;
                 let y = att
                     .matmul(&v)?
@@ -358,9 +402,18 @@ impl Gpt {
                     .add(&rows(g("out_b"))?)?;
                 x = (x + m)?;
             }
+            let (x, t_out, rows_out) = match cache.as_deref_mut() {
+                Some(c) => {
+                    c.len = start + t;
+                    let last = x.reshape((b, t, d))?.narrow(1, t - 1, 1)?.reshape((b, d))?;
+                    (last, 1, ones.narrow(0, 0, b)?)
+                }
+                None => (x, t, ones.clone()),
+            };
+            let rows = |v: &Tensor| broadcast_rows(&rows_out, v);
             let x = layer_norm(&x, &rows(self.p("lnf_g"))?, &rows(self.p("lnf_b"))?)?;
             let head = self.p("head_w");
-            x.matmul(head)?.reshape((b, t, head.dim(1)?))
+            x.matmul(head)?.reshape((b, t_out, head.dim(1)?))
         };
         f().map_err(ce)
     }
@@ -441,7 +494,9 @@ impl Gpt {
         f().map_err(ce)
     }
 
-    /// Greedy answers for prompts (batched by prompt length), each up to the end token.
+    /// Greedy answers for prompts (batched by prompt length), each up to the end token. Each
+    /// batch runs its prompts once and then one new token a step against a key/value cache
+    /// (what recomputing the whole sequence every token gives, as a test checks).
     pub fn generate(&self, prompts: &[String]) -> Result<Vec<String>> {
         let mut out = vec![String::new(); prompts.len()];
         let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
@@ -453,21 +508,23 @@ impl Gpt {
             groups.entry(e.len()).or_default().push(i);
         }
         for (len, members) in groups {
-            let mut seqs: Vec<Vec<u32>> = members.iter().map(|&i| encoded[i].clone()).collect();
+            let prompt: Vec<u32> = members
+                .iter()
+                .flat_map(|&i| encoded[i].iter().copied())
+                .collect();
+            let mut ids =
+                Tensor::from_vec(prompt, (members.len(), len), &self.device).map_err(ce)?;
+            let mut cache = KvCache::default();
             let mut done = vec![false; members.len()];
             let mut cur = len;
             while cur < self.config.context && done.iter().any(|d| !d) {
-                let flat: Vec<u32> = seqs.iter().flat_map(|s| s.iter().copied()).collect();
-                let ids = Tensor::from_vec(flat, (seqs.len(), cur), &self.device).map_err(ce)?;
-                let logits = self.forward(&ids)?;
-                let last = logits
-                    .narrow(1, cur - 1, 1)
-                    .and_then(|l| l.squeeze(1))
+                let logits = self.run(&ids, Some(&mut cache))?;
+                let next: Vec<u32> = logits
+                    .squeeze(1)
                     .and_then(|l| l.argmax(D::Minus1))
+                    .and_then(|l| l.to_vec1())
                     .map_err(ce)?;
-                let next: Vec<u32> = last.to_vec1().map_err(ce)?;
                 for (k, &tok) in next.iter().enumerate() {
-                    seqs[k].push(tok);
                     if !done[k] {
                         if tok == 0 {
                             done[k] = true;
@@ -476,6 +533,7 @@ impl Gpt {
                         }
                     }
                 }
+                ids = Tensor::from_vec(next, (members.len(), 1), &self.device).map_err(ce)?;
                 cur += 1;
             }
         }
@@ -755,6 +813,62 @@ mod tests {
         assert_eq!(flat(&m, "tok_emb"), emb);
         assert_eq!(flat(&m, "h0.ln1_g"), ln);
         assert_ne!(flat(&m, "h0.qkv_w"), qkv);
+    }
+
+    /// Greedy decoding as it was before the key/value cache: the whole sequence run again for
+    /// every token.
+    fn generate_by_recomputing(m: &Gpt, prompt: &str) -> String {
+        let mut seq = m.encode(prompt).expect("encode");
+        let mut out = String::new();
+        while seq.len() < m.config.context {
+            let ids = Tensor::from_vec(seq.clone(), (1, seq.len()), &m.device).expect("ids");
+            let logits = m.forward(&ids).expect("forward");
+            let tok: u32 = logits
+                .narrow(1, seq.len() - 1, 1)
+                .and_then(|l| l.squeeze(1))
+                .and_then(|l| l.argmax(D::Minus1))
+                .and_then(|l| l.to_vec1::<u32>())
+                .expect("argmax")[0];
+            if tok == 0 {
+                break;
+            }
+            out.push(m.decode(tok));
+            seq.push(tok);
+        }
+        out
+    }
+
+    #[test]
+    fn cached_generation_gives_what_recomputing_every_token_gives() {
+        let m = Gpt::init(GptConfig::small(), 11).expect("init");
+        let r = rows();
+        train(
+            &m,
+            &r,
+            3e-3,
+            Schedule::Constant,
+            80,
+            0,
+            8,
+            true,
+            3,
+            |_, _| {},
+            0,
+            |_| Ok(()),
+        )
+        .expect("train");
+        // Prompts of several lengths, batched together by length, some of them repeated.
+        let prompts: Vec<String> = ["12+34=", "7+8=", "123+456=", "5+5=", "999+1=", "12+34="]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let cached = m.generate(&prompts).expect("generate");
+        let recomputed: Vec<String> = prompts
+            .iter()
+            .map(|p| generate_by_recomputing(&m, p))
+            .collect();
+        assert_eq!(cached, recomputed);
+        assert!(cached.iter().any(|c| !c.is_empty()), "{cached:?}");
     }
 
     #[test]

@@ -132,17 +132,33 @@ fn model_kind(ck: &CheckpointRef) -> Result<String> {
     })
 }
 
-/// Jobs run single-threaded (measured faster than two threads on 2 cores, and jobs run side by side).
-fn single_thread() {
+/// What a job process sets first. Threads: the job's threads come from its backend
+/// (`RAYON_NUM_THREADS`, which candle's matmuls use; see `jobs::THREAD_VARS`), and candle's own
+/// element-wise pool (`CANDLE_NUM_THREADS`) follows it; run outside a backend, one thread. Memory:
+/// glibc hands blocks over 128 KiB straight back to the kernel and maps them anew, and a training
+/// step frees and allocates hundreds of tensors that size: the page faults of those fresh mappings
+/// cost 4 s of system time in a 45 s job. Freed memory is kept for reuse instead (the job's
+/// footprint stays its peak, which it reaches every step anyway).
+fn prepare_process() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        let threads = std::env::var("RAYON_NUM_THREADS")
+            .ok()
+            .filter(|v| v.parse::<u32>().is_ok_and(|n| n > 0))
+            .unwrap_or_else(|| "1".into());
         // SAFETY: called first thing in a job process, before any other thread exists.
-        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", threads) };
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes glibc's allocator settings; called before any other thread.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
     }
 }
 
 /// `rsim job train SPEC`: fine-tune the base checkpoint on rows sampled from the datasets.
 pub fn train(spec_path: &Path) -> Result<()> {
-    single_thread();
+    prepare_process();
     let spec = SftParams::read(spec_path)?;
     let mut rows = Vec::new();
     for d in &spec.datasets {
@@ -272,7 +288,7 @@ fn train_ngram(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetric
 
 /// `rsim job eval SPEC`: exact match of the parsed answer on every item of the eval set.
 pub fn eval(spec_path: &Path) -> Result<()> {
-    single_thread();
+    prepare_process();
     let spec = EvalParams::read(spec_path)?;
     let items = parse_jsonl(
         &fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?,
@@ -330,7 +346,7 @@ pub fn eval(spec_path: &Path) -> Result<()> {
 /// `rsim job pretrain`: a tiny-gpt base model from a short seeded pretraining on generic arithmetic
 /// text (1–3 digit sums and differences, plain format, loss on every token).
 pub fn pretrain(dir: &Path, seed: u64, steps: u64) -> Result<serde_json::Value> {
-    single_thread();
+    prepare_process();
     let mut rows = Vec::new();
     for (digits, n) in [(1u32, 400u64), (2, 2000), (3, 4000)] {
         for op in [
