@@ -190,8 +190,12 @@ pub struct Index {
     /// Nodes this handle holds a pending marker for. A marker stays while the handle lives (a
     /// further write to the node needs no transaction to mark it again) and goes when the
     /// handle is dropped, or with the next index update once more than `STICKY_MARKERS` are
-    /// held; a writer that dies leaves them, and the next open repairs those nodes from git.
+    /// held — unless its node is `dirty`; a writer that dies leaves them all, and the next open
+    /// repairs those nodes from git.
     marked: std::cell::RefCell<std::collections::HashSet<String>>,
+    /// Marked nodes whose last write by this handle is not indexed yet (its index update
+    /// failed, or has not run): their markers outlive the handle, so the next open repairs them.
+    dirty: std::cell::RefCell<std::collections::HashSet<String>>,
 }
 
 /// How many pending markers a handle keeps before its next index update clears them all (they
@@ -203,11 +207,8 @@ impl Drop for Index {
         if self.marked.get_mut().is_empty() {
             return;
         }
-        // Every write of this handle is indexed: its markers have nothing left to guard.
-        if let Err(e) = self
-            .conn
-            .exec_cached("DELETE FROM pending WHERE writer=?1", [&self.writer])
-        {
+        // The markers of writes this handle indexed have nothing left to guard.
+        if let Err(e) = self.clear_clean_markers(&self.conn) {
             tracing::warn!("could not clear this writer's pending markers: {e}");
         }
     }
@@ -340,7 +341,25 @@ impl Index {
             released: Default::default(),
             durable: Default::default(),
             marked: Default::default(),
+            dirty: Default::default(),
         })
+    }
+
+    /// Delete this handle's markers of nodes whose writes are all indexed (in `conn`, which may
+    /// be a transaction); the markers of `dirty` nodes stay.
+    fn clear_clean_markers(&self, conn: &Connection) -> rusqlite::Result<()> {
+        let dirty = self.dirty.borrow();
+        if dirty.is_empty() {
+            conn.exec_cached("DELETE FROM pending WHERE writer=?1", [&self.writer])?;
+        } else {
+            for node in self.marked.borrow().iter().filter(|n| !dirty.contains(*n)) {
+                conn.exec_cached(
+                    "DELETE FROM pending WHERE node=?1 AND writer=?2",
+                    params![node, self.writer],
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Fsync pending markers before the branch they guard moves (`true`, for studies whose git
@@ -361,6 +380,7 @@ impl Index {
     /// node from git. A node this handle marked before is still marked (see `marked`).
     #[tracing::instrument(level = "trace", name = "index.pending", skip_all)]
     pub fn mark_pending(&self, node: &str) -> Result<()> {
+        self.dirty.borrow_mut().insert(node.to_string());
         if self.marked.borrow().contains(node) {
             return Ok(());
         }
@@ -445,14 +465,22 @@ impl Index {
         // Every write of this handle is indexed once this commits: past the bound, its markers go.
         let clear = self.marked.borrow().len() > STICKY_MARKERS;
         if clear {
-            tx.exec_cached("DELETE FROM pending WHERE writer=?1", [&self.writer])?;
+            // This node's write is indexed once this commits: its marker goes with the others.
+            let was_dirty = self.dirty.borrow_mut().remove(id);
+            let cleared = self.clear_clean_markers(&tx);
+            if was_dirty {
+                self.dirty.borrow_mut().insert(id.to_string());
+            }
+            cleared?;
         }
         if let Some(token) = &hold {
             tx.exec_cached("DELETE FROM holds WHERE token=?1", [token])?;
         }
         tx.commit()?;
+        self.dirty.borrow_mut().remove(id);
         if clear {
-            self.marked.borrow_mut().clear();
+            let dirty = self.dirty.borrow();
+            self.marked.borrow_mut().retain(|n| dirty.contains(n));
         }
         if let Some(token) = hold {
             self.released.borrow_mut().push(token);
@@ -528,6 +556,7 @@ impl Index {
         set_refused(&tx, &by_node)?;
         tx.commit()?;
         self.marked.get_mut().clear();
+        self.dirty.get_mut().clear();
         Ok(Rebuilt {
             nodes: tips.len() - refused.len(),
             refused,
@@ -1538,10 +1567,24 @@ mod tests {
         ix.mark_pending("n2").expect("mark");
         other.mark_pending("n3").expect("mark");
         assert_eq!(ix.pending().expect("pending").len(), 3);
+        // Their index updates ran (what `sync_own_write` records on success).
+        ix.dirty.borrow_mut().clear();
         drop(ix);
         let left = other.pending().expect("pending");
         assert_eq!(left.len(), 1, "{left:?}");
         assert_eq!(left[0].0, "n3");
+        // A write whose index update never ran (it failed) keeps its marker past the handle:
+        // the next open repairs that node from git.
+        let ix = Index::open(&path).expect("again");
+        ix.mark_pending("n4").expect("mark");
+        drop(ix);
+        let left: Vec<String> = other
+            .pending()
+            .expect("pending")
+            .into_iter()
+            .map(|m| m.0)
+            .collect();
+        assert_eq!(left, ["n3", "n4"]);
     }
 
     #[test]
