@@ -408,9 +408,9 @@ pub enum Backend {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_memory_mb: Option<u64>,
         /// Compute threads of one job (`RAYON_NUM_THREADS`, `OMP_NUM_THREADS` and the like, set
-        /// before the job's compute library starts its pools); unset: this machine's cores
-        /// shared among `max_parallel_jobs`, at least one, so jobs side by side never ask for
-        /// more threads than there are cores.
+        /// before the job's compute library starts its pools), 1 to 1024, and never more than
+        /// this machine's cores; unset: the cores shared among `max_parallel_jobs`, at least
+        /// one, so jobs side by side never ask for more threads than there are cores.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         threads_per_job: Option<u32>,
     },
@@ -518,6 +518,10 @@ fn default_max_file_mb() -> u64 {
 fn default_parallel() -> u32 {
     2
 }
+/// The most threads `backend.threads_per_job` may ask for (a job is also held to the cores of
+/// the machine it runs on).
+const MAX_THREADS_PER_JOB: u32 = 1024;
+
 fn default_timeout() -> u64 {
     3_600
 }
@@ -563,10 +567,14 @@ impl Backend {
                 max_parallel: *max_parallel_jobs,
                 max_file_bytes: max_file_mb.saturating_mul(1 << 20),
                 max_memory_bytes: max_memory_mb.map(|m| m.saturating_mul(1 << 20)),
-                threads: Some(threads_per_job.unwrap_or_else(|| {
-                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                    (u32::try_from(cores).unwrap_or(u32::MAX) / (*max_parallel_jobs).max(1)).max(1)
-                })),
+                threads: Some({
+                    let cores = std::thread::available_parallelism()
+                        .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX));
+                    // A configured count (a cloned study's, too) never exceeds this machine's cores.
+                    threads_per_job
+                        .unwrap_or(cores / (*max_parallel_jobs).max(1))
+                        .clamp(1, cores)
+                }),
             },
             // The cluster schedules Slurm jobs; memory is a Slurm request (`--mem`), not an rlimit.
             Backend::Slurm(s) => JobLimits {
@@ -891,8 +899,13 @@ impl StudyConfig {
                 if *max_parallel_jobs == 0 {
                     return bad("backend.max_parallel_jobs", "expected at least 1".into());
                 }
-                if *threads_per_job == Some(0) {
-                    return bad("backend.threads_per_job", "expected at least 1".into());
+                if let Some(t) = threads_per_job
+                    && !(1..=MAX_THREADS_PER_JOB).contains(t)
+                {
+                    return bad(
+                        "backend.threads_per_job",
+                        format!("expected 1 to {MAX_THREADS_PER_JOB}, got {t}"),
+                    );
                 }
                 if *timeout_s == 0 {
                     return bad("backend.timeout_s", "expected at least 1 second".into());
@@ -1434,6 +1447,26 @@ evaluate = ["true"]
         ] {
             let e = StudyConfig::parse(&with(r), "rsim.toml").unwrap_err();
             assert!(e.message.contains(key), "{r}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn threads_per_job_is_bounded_and_a_bad_value_names_the_key() {
+        let with = |t: &str| {
+            GOOD.replace(
+                "[jobs]",
+                &format!("[backend]\nkind = \"local\"\nthreads_per_job = {t}\n[jobs]"),
+            )
+        };
+        let c = StudyConfig::parse(&with("1"), "rsim.toml").expect("valid");
+        assert_eq!(c.backend.limits().threads, Some(1));
+        for t in ["0", "1025", "4000000000"] {
+            let e = StudyConfig::parse(&with(t), "rsim.toml").unwrap_err();
+            assert!(
+                e.message.contains("backend.threads_per_job"),
+                "{t}: {}",
+                e.message
+            );
         }
     }
 

@@ -322,7 +322,9 @@ mod tests {
         assert_eq!(local(1, None).limits().threads, Some(cores));
         assert_eq!(local(cores, None).limits().threads, Some(1));
         assert_eq!(local(4 * cores, None).limits().threads, Some(1));
-        assert_eq!(local(2, Some(5)).limits().threads, Some(5));
+        assert_eq!(local(2, Some(1)).limits().threads, Some(1));
+        // Never more than the cores, whatever the (possibly cloned) config asks.
+        assert_eq!(local(1, Some(1024)).limits().threads, Some(cores));
     }
 
     #[test]

@@ -535,7 +535,7 @@ fn deleting_the_index_and_reindexing_gives_the_same_answers() {
             json!({"node": b, "outcome": "negative", "findings": "base is bad"}),
         )
         .expect("conclude");
-        (all_answers(&s), index_rows(&s))
+        (all_answers(&s), crate::common::index_rows(&s))
     };
     let (answers, rows) = answers;
     assert!(answers.len() > 20);
@@ -553,7 +553,7 @@ fn deleting_the_index_and_reindexing_gives_the_same_answers() {
         assert_eq!(a, b);
     }
     // Row for row: what writers indexed from their own writes is what git alone gives.
-    let rebuilt = index_rows(&s);
+    let rebuilt = crate::common::index_rows(&s);
     assert!(rows.len() > 30, "{}", rows.len());
     for (a, b) in rows.iter().zip(&rebuilt) {
         assert_eq!(a, b);
@@ -561,30 +561,6 @@ fn deleting_the_index_and_reindexing_gives_the_same_answers() {
     assert_eq!(rows.len(), rebuilt.len());
     let rep = rsi_master::os::fsck::fsck(&s).expect("fsck");
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
-}
-
-/// Every row of the index's record tables, as text, sorted (the index's own bookkeeping —
-/// pending markers, holds, claims, rates — is left out).
-fn index_rows(s: &Study) -> Vec<String> {
-    let conn = s.index().conn();
-    let mut out = Vec::new();
-    for t in rsi_master::record::index::RECORD_TABLES {
-        let mut st = conn.prepare(&format!("SELECT * FROM {t}")).expect("select");
-        let n = st.column_count();
-        let rows = st
-            .query_map([], |r| {
-                let cols: Vec<String> = (0..n)
-                    .map(|i| format!("{:?}", r.get_ref(i).map(|v| v.to_owned())))
-                    .collect();
-                Ok(format!("{t}: {}", cols.join(" | ")))
-            })
-            .expect("query")
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .expect("rows");
-        out.extend(rows);
-    }
-    out.sort();
-    out
 }
 
 #[test]

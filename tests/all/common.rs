@@ -102,3 +102,27 @@ pub fn inline(node: &str, name: &str, rows: &[(String, String)]) -> Value {
         .collect();
     serde_json::json!({"node": node, "name": name, "source": {"kind": "inline", "rows": rows}})
 }
+
+/// Every row of the index's record tables, as text, sorted (the index's own bookkeeping —
+/// pending markers, holds, claims, rates — is left out).
+pub fn index_rows(s: &rsi_master::Study) -> Vec<String> {
+    let conn = s.index().conn();
+    let mut out = Vec::new();
+    for t in rsi_master::record::index::RECORD_TABLES {
+        let mut st = conn.prepare(&format!("SELECT * FROM {t}")).expect("select");
+        let n = st.column_count();
+        let rows = st
+            .query_map([], |r| {
+                let cols: Vec<String> = (0..n)
+                    .map(|i| format!("{:?}", r.get_ref(i).map(|v| v.to_owned())))
+                    .collect();
+                Ok(format!("{t}: {}", cols.join(" | ")))
+            })
+            .expect("query")
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .expect("rows");
+        out.extend(rows);
+    }
+    out.sort();
+    out
+}

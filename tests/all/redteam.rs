@@ -2518,3 +2518,90 @@ fn a_worker_cannot_erase_a_rivals_result_by_keeping_the_same_checkpoint() {
     assert_eq!(c["rows"][0]["n"], 1, "{c}");
     assert_eq!(c["rows"][1]["n"], 1, "{c}");
 }
+
+/// A writer indexes its own write from what it wrote (nothing read back from git) only when the
+/// index stands exactly where the write found the node. The attack: writers in separate processes
+/// race appends, registrations and a conclude on one node, so that writes land between another
+/// writer's branch move and its index update, and the conclude rewrites the node's meta under
+/// them. Afterwards the index must be what git alone gives, row for row; every call is recorded
+/// once (accepted, or rejected once the node is concluded) and nothing is lost.
+#[test]
+fn writers_racing_in_separate_processes_leave_the_index_that_git_alone_gives() {
+    use crate::common::{example_study, index_rows, ok_json, rsim};
+    let (_d, root) = example_study();
+    let n = ok_json(
+        &root,
+        &[
+            "call",
+            "branch",
+            r#"{"parents":["n0"],"title":"contested"}"#,
+        ],
+    )["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let calls_per_writer = 6;
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (root, n) = (root.clone(), n.clone());
+            std::thread::spawn(move || {
+                let mut outcomes = Vec::new();
+                for i in 0..calls_per_writer {
+                    let (action, args) = match (w, i) {
+                        (0, 3) => (
+                            "conclude",
+                            json!({"node": n, "outcome": "negative", "findings": "raced"}),
+                        ),
+                        (_, i) if i % 2 == 0 => (
+                            "register_dataset",
+                            json!({"node": n, "name": format!("w{w}-{i}"), "source": {"kind": "inline", "rows": [{"prompt": format!("say {w} {i}"), "answer": "ok"}]}}),
+                        ),
+                        _ => (
+                            "compare",
+                            json!({"node": n, "nodes": ["n0", n], "task": "add2"}),
+                        ),
+                    };
+                    let out = rsim()
+                        .arg("-C")
+                        .arg(&root)
+                        .args(["--json", "call", action, &args.to_string()])
+                        .output()
+                        .expect("spawn rsim");
+                    outcomes.push((action, out.status.success()));
+                }
+                outcomes
+            })
+        })
+        .collect();
+    let outcomes: Vec<(&str, bool)> = writers
+        .into_iter()
+        .flat_map(|t| t.join().expect("writer"))
+        .collect();
+    assert!(
+        outcomes.iter().any(|(a, ok)| *a == "conclude" && *ok),
+        "{outcomes:?}"
+    );
+    let mut s = Study::open(&root).expect("open");
+    let node = s
+        .call(&Caller::owner(), "get_node", json!({"node": n}))
+        .expect("node");
+    // The branch and every call of every writer, each recorded once (refusals included).
+    assert_eq!(
+        node["actions"].as_array().expect("actions").len(),
+        1 + outcomes.len(),
+        "{outcomes:?}"
+    );
+    assert_eq!(node["status"], "concluded");
+    let indexed = index_rows(&s);
+    s.reindex().expect("reindex");
+    let rebuilt = index_rows(&s);
+    for (a, b) in indexed.iter().zip(&rebuilt) {
+        assert_eq!(
+            a, b,
+            "the index written by the racing writers is not what git gives"
+        );
+    }
+    assert_eq!(indexed.len(), rebuilt.len());
+    let rep = rsi_master::os::fsck::fsck(&s).expect("fsck");
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
