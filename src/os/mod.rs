@@ -142,7 +142,7 @@ impl Study {
         }
         let fresh = !index_is_ours(&index_path)?;
         let mut index = Index::open(&index_path)?;
-        index.set_durable(config.record.fsync)?;
+        index.set_durable(config.record.fsync);
         if index.needs_rebuild || fresh {
             if !fresh {
                 tracing::warn!(

@@ -208,7 +208,7 @@ impl Drop for Index {
             return;
         }
         // The markers of writes this handle indexed have nothing left to guard.
-        if let Err(e) = self.clear_clean_markers(&self.conn) {
+        if let Err(e) = self.clear_clean_markers(&self.conn, None) {
             tracing::warn!("could not clear this writer's pending markers: {e}");
         }
     }
@@ -346,13 +346,18 @@ impl Index {
     }
 
     /// Delete this handle's markers of nodes whose writes are all indexed (in `conn`, which may
-    /// be a transaction); the markers of `dirty` nodes stay.
-    fn clear_clean_markers(&self, conn: &Connection) -> rusqlite::Result<()> {
+    /// be a transaction that indexes `indexing`'s write); the markers of `dirty` nodes stay.
+    fn clear_clean_markers(
+        &self,
+        conn: &Connection,
+        indexing: Option<&str>,
+    ) -> rusqlite::Result<()> {
         let dirty = self.dirty.borrow();
-        if dirty.is_empty() {
+        let still_dirty = |n: &str| dirty.contains(n) && Some(n) != indexing;
+        if !dirty.iter().any(|n| still_dirty(n)) {
             conn.exec_cached("DELETE FROM pending WHERE writer=?1", [&self.writer])?;
         } else {
-            for node in self.marked.borrow().iter().filter(|n| !dirty.contains(*n)) {
+            for node in self.marked.borrow().iter().filter(|n| !still_dirty(n)) {
                 conn.exec_cached(
                     "DELETE FROM pending WHERE node=?1 AND writer=?2",
                     params![node, self.writer],
@@ -366,9 +371,8 @@ impl Index {
     /// writes are fsynced too) or leave every index transaction to the checkpoints (`false`, the
     /// default); see `set_synchronous`. Only a marker must be on disk first: an index update
     /// lost with a power cut is redone from git at the next open, because its marker is there.
-    pub fn set_durable(&self, durable: bool) -> Result<()> {
+    pub fn set_durable(&self, durable: bool) {
         self.durable.set(durable);
-        Ok(())
     }
 
     pub fn conn(&self) -> &Connection {
@@ -466,12 +470,7 @@ impl Index {
         let clear = self.marked.borrow().len() > STICKY_MARKERS;
         if clear {
             // This node's write is indexed once this commits: its marker goes with the others.
-            let was_dirty = self.dirty.borrow_mut().remove(id);
-            let cleared = self.clear_clean_markers(&tx);
-            if was_dirty {
-                self.dirty.borrow_mut().insert(id.to_string());
-            }
-            cleared?;
+            self.clear_clean_markers(&tx, Some(id))?;
         }
         if let Some(token) = &hold {
             tx.exec_cached("DELETE FROM holds WHERE token=?1", [token])?;

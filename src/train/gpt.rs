@@ -785,21 +785,7 @@ mod tests {
                 .expect("loss")
         };
         let before = loss(&m);
-        train(
-            &m,
-            &r,
-            1e-2,
-            Schedule::Constant,
-            60,
-            0,
-            8,
-            true,
-            3,
-            |_, _| {},
-            0,
-            |_| Ok(()),
-        )
-        .expect("train");
+        train_briefly(&m, &r, 1e-2, 60);
         let trained = loss(&m);
         assert!(trained < before * 0.9, "loss {before} → {trained}");
         m.merge_lora().expect("merge");
@@ -813,6 +799,25 @@ mod tests {
         assert_eq!(flat(&m, "tok_emb"), emb);
         assert_eq!(flat(&m, "h0.ln1_g"), ln);
         assert_ne!(flat(&m, "h0.qkv_w"), qkv);
+    }
+
+    /// `steps` steps of batch 8 at a constant `lr`, answer-only loss, seed 3, nothing kept.
+    fn train_briefly(m: &Gpt, r: &[Row], lr: f64, steps: u64) {
+        train(
+            m,
+            r,
+            lr,
+            Schedule::Constant,
+            steps,
+            0,
+            8,
+            true,
+            3,
+            |_, _| {},
+            0,
+            |_| Ok(()),
+        )
+        .expect("train");
     }
 
     /// Greedy decoding as it was before the key/value cache: the whole sequence run again for
@@ -842,21 +847,7 @@ mod tests {
     fn cached_generation_gives_what_recomputing_every_token_gives() {
         let m = Gpt::init(GptConfig::small(), 11).expect("init");
         let r = rows();
-        train(
-            &m,
-            &r,
-            3e-3,
-            Schedule::Constant,
-            80,
-            0,
-            8,
-            true,
-            3,
-            |_, _| {},
-            0,
-            |_| Ok(()),
-        )
-        .expect("train");
+        train_briefly(&m, &r, 3e-3, 80);
         // Prompts of several lengths, batched together by length, some of them repeated.
         let prompts: Vec<String> = ["12+34=", "7+8=", "123+456=", "5+5=", "999+1=", "12+34="]
             .iter()
@@ -881,21 +872,7 @@ mod tests {
                 .loss(&refs, true)
                 .and_then(|l| l.to_scalar::<f32>().map_err(ce))
                 .expect("loss");
-            train(
-                &m,
-                &r,
-                3e-3,
-                Schedule::Constant,
-                60,
-                0,
-                8,
-                true,
-                3,
-                |_, _| {},
-                0,
-                |_| Ok(()),
-            )
-            .expect("train");
+            train_briefly(&m, &r, 3e-3, 60);
             let after = m
                 .loss(&refs, true)
                 .and_then(|l| l.to_scalar::<f32>().map_err(ce))
