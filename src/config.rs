@@ -387,6 +387,42 @@ pub enum Environment {
     Host,
     /// A Nix flake; its narHash is recorded with every job.
     Nix { flake: String },
+    /// A Python virtual environment built from a lock (a requirements file in which every
+    /// requirement is pinned `name==version` with its `--hash=sha256:…`s) by `rsim env build`
+    /// (and `rsim init`); checked against the lock before every job, which it must match
+    /// exactly. The lock's hash, the interpreter and the versions of torch, transformers, peft,
+    /// CUDA and the driver are recorded with every job.
+    Python {
+        /// The lock, relative to the study.
+        lock: String,
+        /// The interpreter that builds the environment (a command on PATH or an absolute path).
+        #[serde(default = "default_python")]
+        python: String,
+        /// Where environments are kept, one folder per lock and interpreter (absolute; outside
+        /// the study). Unset: `$RSIM_PYTHON_ENVS`, else `~/.cache/rsim/python-envs`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        envs: Option<PathBuf>,
+    },
+}
+
+fn default_python() -> String {
+    "python3".into()
+}
+
+impl Environment {
+    /// The Python environment's settings, for `kind = "python"`.
+    pub fn python(&self) -> Option<crate::jobs::pyenv::PythonEnvConfig<'_>> {
+        match self {
+            Environment::Python { lock, python, envs } => {
+                Some(crate::jobs::pyenv::PythonEnvConfig {
+                    lock,
+                    python,
+                    envs: envs.as_deref(),
+                })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Which job backend runs jobs.
@@ -947,6 +983,20 @@ impl StudyConfig {
             && flake.trim().is_empty()
         {
             return bad("environment.flake", "expected a flake reference".into());
+        }
+        if let Environment::Python { lock, python, envs } = &self.environment {
+            if let Err(m) = check_relative_path(lock) {
+                return bad("environment.lock", m);
+            }
+            if python.trim().is_empty() {
+                return bad("environment.python", "expected an interpreter".into());
+            }
+            if let Some(d) = envs.as_ref().filter(|d| !d.is_absolute()) {
+                return bad(
+                    "environment.envs",
+                    format!("expected an absolute path, got {}", d.display()),
+                );
+            }
         }
         if !(1..=64).contains(&self.policy.contamination_ngram) {
             return bad(

@@ -9,7 +9,7 @@ use crate::config::CONFIG_FILE;
 use crate::os::STATE_DIR;
 use crate::util::error::{Error, IoContext, Result};
 
-pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-add2", "tiny-arith-ngram"];
+pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-add2", "tiny-arith-ngram", "hf-tiny"];
 
 const TEMPLATE: &str = r#"# rsim study config. Fill in the base model and tasks, then run `rsim init` again.
 
@@ -98,6 +98,7 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
             include_str!("../../examples/tiny-add2/README.md"),
         )?,
         Some("tiny-arith-ngram") => materialize_tiny_arith_ngram(&root)?,
+        Some("hf-tiny") => materialize_hf_tiny(&root)?,
         _ => {}
     }
     crate::os::genesis::create_study(&root)
@@ -167,14 +168,19 @@ fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 4]> 
 }
 
 fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 4]) -> Result<()> {
-    let evaluator =
-        crate::os::evaluator_fingerprint(root, &["@rsim".into(), "job".into(), "eval".into()])?;
     let toml = toml
         .replace("@DEV_SHA256@", &pins[0])
         .replace("@TEST_SHA256@", &pins[1])
         .replace("@SEALED_SHA256@", &pins[2])
-        .replace("@DEV_TWIN_SHA256@", &pins[3])
-        .replace("@EVALUATOR_SHA256@", &evaluator);
+        .replace("@DEV_TWIN_SHA256@", &pins[3]);
+    // The evaluator the example names, pinned (the placeholder parses as a valid hash).
+    let placeholder = "@EVALUATOR_SHA256@";
+    let config = crate::config::StudyConfig::parse(
+        &toml.replace(placeholder, &"0".repeat(64)),
+        CONFIG_FILE,
+    )?;
+    let evaluator = crate::os::evaluator_fingerprint(root, &config.jobs.evaluate)?;
+    let toml = toml.replace(placeholder, &evaluator);
     fs::write(root.join(CONFIG_FILE), toml).at("cannot write", root)?;
     fs::write(root.join("README.md"), readme).at("cannot write", root)?;
     Ok(())
@@ -209,4 +215,91 @@ fn materialize_tiny_arith_ngram(root: &Path) -> Result<()> {
         include_str!("../../examples/tiny-arith-ngram/README.md"),
         &pins,
     )
+}
+
+/// The recipes the hf-tiny example runs (transformers + peft), written into its `recipes/`.
+const HF_RECIPES: &[(&str, &str)] = &[
+    ("common.py", include_str!("../../tools/recipes/common.py")),
+    ("sft.py", include_str!("../../tools/recipes/sft.py")),
+    ("eval.py", include_str!("../../tools/recipes/eval.py")),
+    (
+        "init_model.py",
+        include_str!("../../tools/recipes/init_model.py"),
+    ),
+    ("lock.py", include_str!("../../tools/recipes/lock.py")),
+];
+
+/// The hf-tiny base model: `init_model.py`'s arguments (a randomly initialised GPT-2, seeded).
+pub const HF_TINY_BASE: &[&str] = &[
+    "--layers",
+    "2",
+    "--width",
+    "128",
+    "--heads",
+    "4",
+    "--context",
+    "16",
+    "--seed",
+    "0",
+];
+
+/// The hf-tiny example: the transformers path on a CPU. Its Python environment is built from
+/// the shipped lock (or found built), and its base model made in it by `init_model.py`.
+fn materialize_hf_tiny(root: &Path) -> Result<()> {
+    let pins = write_eval_sets(root, "add2", 2)?;
+    let recipes = root.join("recipes");
+    let env = root.join("env");
+    fs::create_dir_all(&recipes).at("cannot create", &recipes)?;
+    fs::create_dir_all(&env).at("cannot create", &env)?;
+    for (name, text) in HF_RECIPES {
+        fs::write(recipes.join(name), text).at("cannot write", &recipes)?;
+    }
+    for (name, text) in [
+        (
+            "requirements.in",
+            include_str!("../../examples/hf-tiny/env/requirements.in"),
+        ),
+        (
+            "requirements.lock",
+            include_str!("../../examples/hf-tiny/env/requirements.lock"),
+        ),
+    ] {
+        fs::write(env.join(name), text).at("cannot write", &env)?;
+    }
+    write_example_config(
+        root,
+        include_str!("../../examples/hf-tiny/rsim.toml"),
+        include_str!("../../examples/hf-tiny/README.md"),
+        &pins,
+    )?;
+    let config = crate::config::StudyConfig::load(root)?;
+    let cfg = config
+        .environment
+        .python()
+        .ok_or_else(|| Error::internal("the hf-tiny example has no Python environment"))?;
+    let pin = crate::jobs::pyenv::build(root, &cfg, false)?;
+    let mut command: Vec<String> = [
+        "python3",
+        "recipes/init_model.py",
+        "--out",
+        &config.base_model.path,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    command.extend(HF_TINY_BASE.iter().map(|s| s.to_string()));
+    let out = crate::jobs::pyenv::command_in(&pin, &command)
+        .current_dir(root)
+        .env("OMP_NUM_THREADS", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Error::invalid(format!("cannot run init_model.py: {e}")))?;
+    if !out.status.success() {
+        return Err(Error::invalid(format!(
+            "init_model.py failed ({}): {}",
+            out.status,
+            crate::util::text::sanitize_line(&String::from_utf8_lossy(&out.stderr))
+        )));
+    }
+    Ok(())
 }

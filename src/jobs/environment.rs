@@ -7,6 +7,9 @@
 //!   (`pin_flake`); the job then runs against Nix's locked reference to that very content
 //!   (`NixPin::wrap`).
 //!
+//! - `python lock=<path>@<sha256> python=<version> torch=… …`: a Python environment checked
+//!   against its lock (`pyenv`).
+//!
 //! A job whose environment cannot be pinned does not run; `is_pinned` is the test the OS applies
 //! before a job runs and `rsim audit` / `rsim fsck` apply to the record.
 
@@ -76,6 +79,9 @@ pub fn is_pinned(env: &str) -> bool {
                 .iter()
                 .any(|k| f.len() > k.len() && f.starts_with(k))
         });
+    }
+    if super::pyenv::is_pinned_label(env) {
+        return true;
     }
     env.strip_prefix("nix:")
         .and_then(|rest| rest.rsplit_once('#'))

@@ -10,6 +10,7 @@
 pub mod environment;
 pub mod local;
 pub mod protocol;
+pub mod pyenv;
 pub mod sandbox;
 pub mod slurm;
 
@@ -22,6 +23,27 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use environment::{NixPin, host_fingerprint, is_pinned, pin_flake};
+pub use pyenv::PythonPin;
+
+/// A study's job environment pinned before a job is admitted (`host` needs none: it is
+/// fingerprinted per command).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvPin {
+    /// A Nix flake pinned to its narHash.
+    Nix(NixPin),
+    /// A Python environment checked against its lock.
+    Python(PythonPin),
+}
+
+impl EnvPin {
+    /// The environment as the record names it (`JobRecord.env`, `Rsim-Env`).
+    pub fn label(&self) -> String {
+        match self {
+            EnvPin::Nix(p) => p.label(),
+            EnvPin::Python(p) => p.label(),
+        }
+    }
+}
 pub use local::LocalRunner;
 pub use protocol::{JobParams, Progress, progress_in};
 

@@ -44,6 +44,11 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
     let config_path = root.join(CONFIG_FILE);
     let text = fs::read_to_string(&config_path).at("cannot read", &config_path)?;
     let config = StudyConfig::parse(&text, CONFIG_FILE)?;
+    // A Python environment is built from its lock now (or found built and checked), so the
+    // study's first job does not wait for pip, and a lock that cannot be built stops here.
+    if let Some(cfg) = config.environment.python() {
+        crate::jobs::pyenv::build(&root, &cfg, false)?;
+    }
     let base_path = root.join(&config.base_model.path);
     if !base_path.exists() {
         return Err(Error::invalid(format!(

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::jobs::NixPin;
+use crate::jobs::EnvPin;
 use crate::jobs::protocol::{CheckpointRef, JobParams};
 use crate::record::claims::Claim;
 
@@ -338,15 +338,21 @@ impl Study {
     }
     /// The study's job environment, pinned before a job is admitted: `Ok(None)` for `host`
     /// (fingerprinted per command in `job_spec`), `Ok(Some(pin))` for a Nix flake pinned to its
-    /// narHash, `Err(why)` — in Nix's own words — when it cannot be pinned. The policy refuses
-    /// the job then (`environment-pinned`); it is a fact gathered before the check, like the
-    /// machine's network isolation.
-    pub(in crate::os) fn pin_environment(&self) -> std::result::Result<Option<NixPin>, String> {
+    /// narHash or a Python environment that matches its lock, `Err(why)` — in Nix's own words,
+    /// or what drifted from the lock — when it cannot be pinned. The policy refuses the job then
+    /// (`environment-pinned`); it is a fact gathered before the check, like the machine's
+    /// network isolation.
+    pub(in crate::os) fn pin_environment(&self) -> std::result::Result<Option<EnvPin>, String> {
         match &self.config.environment {
             crate::config::Environment::Host => Ok(None),
             crate::config::Environment::Nix { flake } => crate::jobs::pin_flake(&self.root, flake)
-                .map(Some)
+                .map(|p| Some(EnvPin::Nix(p)))
                 .map_err(|e| e.message),
+            env @ crate::config::Environment::Python { .. } => env
+                .python()
+                .ok_or_else(|| "not a Python environment".to_string())
+                .and_then(|cfg| crate::jobs::pyenv::pin(&self.root, &cfg).map_err(|e| e.message))
+                .map(|p| Some(EnvPin::Python(p))),
         }
     }
 
@@ -358,7 +364,7 @@ impl Study {
         command: &[String],
         params: JobParams,
         timeout_s: u64,
-        pin: &std::result::Result<Option<NixPin>, String>,
+        pin: &std::result::Result<Option<EnvPin>, String>,
     ) -> Result<JobSpec> {
         let pin = pin.as_ref().map_err(|why| {
             Error::internal(format!(
@@ -366,10 +372,17 @@ impl Study {
             ))
         })?;
         let dir = self.root.join(STATE_DIR).join("jobs").join(&id);
-        let command = crate::jobs::absolute_command(
+        let mut command = crate::jobs::absolute_command(
             &self.root,
             &expand_command(command, self.rsim_bin.as_deref())?,
         );
+        // A Python environment's programs are its own; the sandbox lets the job read the
+        // environment and its interpreter's prefix.
+        let mut read = self.config.policy.sandbox_read.clone();
+        if let Some(EnvPin::Python(p)) = pin {
+            command = p.resolve(command);
+            read.extend(p.read_paths());
+        }
         // The sandbox wraps the job's own program, inside its environment (Nix runs outside it).
         let rsim = match self.rsim_bin.as_deref() {
             Some(b) => b.to_path_buf(),
@@ -383,7 +396,7 @@ impl Study {
                 &params,
                 &command,
                 &self.root,
-                &self.config.policy.sandbox_read,
+                &read,
                 mode == crate::config::SandboxMode::Required,
             )),
         };
@@ -398,12 +411,15 @@ impl Study {
                 let env = crate::jobs::host_fingerprint(&self.root, &command, &cache)?;
                 (sandboxed(command), env)
             }
-            (crate::config::Environment::Nix { .. }, Some(pin)) => {
+            (crate::config::Environment::Nix { .. }, Some(EnvPin::Nix(pin))) => {
                 (pin.wrap(sandboxed(command)), pin.label())
             }
-            (crate::config::Environment::Nix { flake }, None) => {
+            (crate::config::Environment::Python { .. }, Some(pin @ EnvPin::Python(_))) => {
+                (sandboxed(command), pin.label())
+            }
+            (env, _) => {
                 return Err(Error::internal(format!(
-                    "job {id}: the Nix flake {flake:?} was not pinned before the job was admitted"
+                    "job {id}: the {env:?} environment was not pinned before the job was admitted"
                 )));
             }
         };

@@ -8,6 +8,7 @@ for the visible dev split).
 """
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from common import CharTokenizer, out_dir, parse_answer, read_rows, spec_from_argv
@@ -21,8 +22,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    work = Path(spec_path).parent / "model"
-    work.mkdir(exist_ok=True)
+    # (in a temporary folder: a sandboxed job writes only out/, its home and its TMPDIR)
+    work = Path(tempfile.mkdtemp(prefix="model-"))
     for name, path in spec["checkpoint"]["files"].items():
         (work / name).unlink(missing_ok=True)
         (work / name).symlink_to(Path(path).resolve())

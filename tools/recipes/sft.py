@@ -11,6 +11,7 @@ import json
 import math
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,8 +47,8 @@ def main() -> None:
     torch.manual_seed(h["seed"])
     files = spec["base"]["files"]
     # Files of a checkpoint live in rsim's object store under their hashes: link them under their names.
-    work = Path(spec_path).parent / "base"
-    work.mkdir(exist_ok=True)
+    # (in a temporary folder: a sandboxed job writes only out/, its home and its TMPDIR)
+    work = Path(tempfile.mkdtemp(prefix="base-"))
     for name, path in files.items():
         (work / name).unlink(missing_ok=True)
         (work / name).symlink_to(Path(path).resolve())

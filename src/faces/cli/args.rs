@@ -430,11 +430,37 @@ pub enum Command {
         #[arg(long, default_value = "rsim")]
         name: String,
     },
+    /// The study's job environment (read from rsim.toml; works before `rsim init`): build a
+    /// Python environment from its lock, check it, or run a command in it.
+    Env {
+        #[command(subcommand)]
+        cmd: EnvCommand,
+    },
     /// Job programs run by the job runner (not for agents).
     #[command(hide = true)]
     Job {
         #[command(subcommand)]
         kind: JobCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EnvCommand {
+    /// Build the Python environment from the study's lock (nothing when it is built and matches
+    /// the lock); prints what jobs record as their environment.
+    Build {
+        /// Rebuild it even when it is built.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Check the environment as a job's admission does; prints what jobs record as their
+    /// environment, or why a job would be refused (exit 1).
+    Check,
+    /// Run a command in the Python environment (its bin/ first on PATH), e.g. to make a base
+    /// model: `rsim env run -- python3 recipes/init_model.py --out models/base`.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
     },
 }
 

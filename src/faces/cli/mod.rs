@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::json;
 
-pub use args::{Cli, Command, DagFormat, JobCommand, KeyCommand, McpClient};
+pub use args::{Cli, Command, DagFormat, EnvCommand, JobCommand, KeyCommand, McpClient};
 
 use crate::model::{Caller, Role};
 use crate::os::Study;
@@ -109,6 +109,7 @@ pub fn run(cli: Cli) -> Result<()> {
             ops::init(&d, example.as_deref(), json)
         }
         Command::Job { kind } => ops::job(kind),
+        Command::Env { cmd } => ops::env(&dir, cmd, json),
         Command::Schemas { out, check } => ops::schemas(out, *check),
         Command::Clone { url, dir: d } => ops::clone_study(url, d.as_deref(), json),
         Command::Mcp { job_wait } => serve::mcp_stdio(&cli, &dir, *job_wait),
@@ -177,6 +178,7 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         Command::Fsck => ops::fsck(study, json),
         Command::Call { action, args } => ops::call(study, who, action, args.as_deref()),
         Command::Init { .. }
+        | Command::Env { .. }
         | Command::Job { .. }
         | Command::Schemas { .. }
         | Command::Run { .. }

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::print::{self, actions, reports};
-use super::{DagFormat, JobCommand, KeyCommand};
+use super::{DagFormat, EnvCommand, JobCommand, KeyCommand};
 use crate::model::{Caller, Role};
 use crate::os::{Execute, Study};
 use crate::util::error::{Error, Result};
@@ -36,6 +36,52 @@ pub fn job(kind: &JobCommand) -> Result<()> {
             let report = crate::train::pretrain(out, *seed, *steps)?;
             print::json(&report)
         }
+    }
+}
+
+/// `rsim env …`: the study's job environment, from its rsim.toml alone.
+pub fn env(dir: &Path, cmd: &EnvCommand, json: bool) -> Result<()> {
+    let root = dir
+        .canonicalize()
+        .map_err(|e| Error::invalid(format!("{}: {e}", dir.display())))?;
+    let config = crate::config::StudyConfig::load(&root)?;
+    let python = config.environment.python();
+    let label = match (cmd, &python) {
+        (EnvCommand::Run { command }, Some(cfg)) => {
+            let pin = crate::jobs::pyenv::pin(&root, cfg)?;
+            let status = crate::jobs::pyenv::command_in(&pin, command)
+                .current_dir(&root)
+                .status()
+                .map_err(|e| Error::invalid(format!("cannot run {:?}: {e}", command[0])))?;
+            return match status.code() {
+                Some(0) => Ok(()),
+                _ => Err(Error::invalid(format!(
+                    "{:?} failed ({status})",
+                    command[0]
+                ))),
+            };
+        }
+        (EnvCommand::Run { .. }, None) => {
+            return Err(Error::invalid(
+                "rsim.toml: `rsim env run` needs [environment] kind = \"python\"",
+            ));
+        }
+        (EnvCommand::Build { force }, Some(cfg)) => {
+            crate::jobs::pyenv::build(&root, cfg, *force)?.label()
+        }
+        (EnvCommand::Check, Some(cfg)) => crate::jobs::pyenv::pin(&root, cfg)?.label(),
+        (_, None) => match &config.environment {
+            crate::config::Environment::Nix { flake } => {
+                crate::jobs::pin_flake(&root, flake)?.label()
+            }
+            _ => "host (fingerprinted per job program)".to_string(),
+        },
+    };
+    if json {
+        print::json(&json!({ "env": label }))
+    } else {
+        println!("{label}");
+        Ok(())
     }
 }
 

@@ -217,7 +217,7 @@ impl Study {
     fn environment_label(
         &self,
         command: &[String],
-        pin: &std::result::Result<Option<crate::jobs::NixPin>, String>,
+        pin: &std::result::Result<Option<crate::jobs::EnvPin>, String>,
     ) -> Result<String> {
         match pin {
             Ok(Some(p)) => Ok(p.label()),

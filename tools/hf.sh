@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The transformers path through rsim, every CI run: builds the hf-tiny example's Python
+# environment from its lock (pip, about 3 GB the first time: torch and its CUDA wheels; kept in
+# ~/.cache/rsim/python-envs/ or $RSIM_PYTHON_ENVS and only checked afterwards), then
+# tools/hf_check.py drives a study through `rsim call` as an agent would (full SFT, LoRA, dev and
+# test evaluations, a contaminated dataset, a drifted environment, reproduce, fsck, audit) and
+# runs the same SFT spec bare. About 6 minutes on two cores once the environment is built.
+#   RSIM_BIN=target/debug/rsim tools/hf.sh [WORK_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rsim="${RSIM_BIN:-target/debug/rsim}"
+work="${1:-test-output/hf}"
+log() { echo "hf.sh: $*" >&2; }
+python3 -m venv --help >/dev/null 2>&1 || {
+  log "installing python3-venv"
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+}
+# Build (or check) the environment once, before the study exists: `rsim env build` reads only
+# rsim.toml and the lock, here the example's own.
+pre="$(mktemp -d)"
+trap 'rm -rf "$pre"' EXIT
+mkdir -p "$pre/env"
+cp examples/hf-tiny/env/requirements.lock "$pre/env/"
+sed -e 's/@[A-Z_]*SHA256@/0000000000000000000000000000000000000000000000000000000000000000/' \
+  examples/hf-tiny/rsim.toml > "$pre/rsim.toml"
+start=$(date +%s)
+"$rsim" -C "$pre" env build >&2
+log "environment ready in $(( $(date +%s) - start )) s"
+python3 tools/hf_check.py "$rsim" "$work"
