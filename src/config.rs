@@ -1358,6 +1358,48 @@ evaluate = ["true"]
     }
 
     #[test]
+    fn a_python_environment_names_a_lock_in_the_study() {
+        let with =
+            |env: &str| StudyConfig::parse(&format!("{GOOD}[environment]\n{env}\n"), "rsim.toml");
+        let c = with("kind = \"python\"\nlock = \"env/requirements.lock\"").expect("valid");
+        let cfg = c.environment.python().expect("python");
+        assert_eq!(
+            (cfg.lock, cfg.python, cfg.envs),
+            ("env/requirements.lock", "python3", None)
+        );
+        for (bad, key) in [
+            ("kind = \"python\"", "lock"),
+            (
+                "kind = \"python\"\nlock = \"../x.lock\"",
+                "environment.lock",
+            ),
+            (
+                "kind = \"python\"\nlock = \"/etc/x.lock\"",
+                "environment.lock",
+            ),
+            (
+                "kind = \"python\"\nlock = \"x\"\npython = \" \"",
+                "environment.python",
+            ),
+            (
+                "kind = \"python\"\nlock = \"x\"\nenvs = \"rel\"",
+                "environment.envs",
+            ),
+            ("kind = \"python\"\nlock = \"x\"\nflake = \"env\"", "flake"),
+        ] {
+            let e = with(bad).expect_err(bad);
+            assert!(e.message.contains(key), "{bad}: {}", e.message);
+        }
+        assert!(
+            StudyConfig::parse(GOOD, "rsim.toml")
+                .expect("valid")
+                .environment
+                .python()
+                .is_none()
+        );
+    }
+
+    #[test]
     fn the_sandbox_is_best_effort_by_default_and_its_extra_paths_are_absolute() {
         let c = StudyConfig::parse(GOOD, "rsim.toml").expect("valid");
         assert_eq!(c.policy.sandbox, SandboxMode::BestEffort);

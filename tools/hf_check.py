@@ -10,6 +10,7 @@ Run by tools/hf.sh (which builds the environment into the cache first). Prints a
 writes WORK_DIR/summary.json; exits non-zero on the first thing that is not as it should be.
 """
 import json
+import math
 import os
 import shutil
 import statistics
@@ -50,6 +51,14 @@ class Rsim:
         return out, p, took
 
 
+def falls(sft: dict, what: str) -> None:
+    """The recorded learning curve (the recipe's progress lines, parsed by rsim) goes down."""
+    # Uniform guessing over the 18-character vocabulary costs ln 18 = 2.89 per token.
+    curve = [p["loss"] for p in sft.get("curve", [])]
+    if len(curve) < 5 or not (curve[-1] < curve[0] and curve[-1] < 0.6 * math.log(18)):
+        fail(f"the {what} run's recorded learning curve does not fall: {curve}")
+
+
 def main() -> None:
     rsim_bin, work = sys.argv[1], Path(sys.argv[2])
     if work.exists():
@@ -68,10 +77,10 @@ def main() -> None:
             and " transformers=5.23.0" in env and " peft=0.21.2" in env):
         fail(f"the environment label names the lock, interpreter and versions: {env}")
 
-    r.call("branch", {"parents": ["n0"], "title": "Full SFT on plain sums"})
+    r.call("branch", {"parents": ["n0"], "title": "Full SFT on reversed sums"})
     reg, _, times["register_dataset"] = r.call("register_dataset", {
-        "node": "n1", "name": "plain",
-        "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 8000, "seed": 1}})
+        "node": "n1", "name": "rev",
+        "source": {"kind": "arith", "op": "add", "digits": 2, "format": "reversed", "n": 8000, "seed": 1}})
     if reg["rows"] != 8000:
         fail(f"register_dataset: {reg}")
     # The gate on this path too: the protected test split's items, handed in as training rows.
@@ -81,7 +90,7 @@ def main() -> None:
     if p.returncode == 0 or "policy rule contamination" not in p.stderr:
         fail(f"a dataset of test items was not refused (exit {p.returncode}): {p.stderr.strip()[-500:]}")
 
-    sft, _, times["run_sft_full"] = r.call("run_sft", {"node": "n1", "base": "base", "datasets": ["plain"], **FULL})
+    sft, _, times["run_sft_full"] = r.call("run_sft", {"node": "n1", "base": "base", "datasets": ["rev"], **FULL})
     if sft["job"]["state"] != "succeeded":
         fail(f"run_sft full: {json.dumps(sft)[:2000]}")
     ck = sft["checkpoint"]
@@ -96,23 +105,32 @@ def main() -> None:
     base_dev = evs["n0_dev"]["metrics"]["exact_match"]
     full_dev = evs["n1_dev"]["metrics"]["exact_match"]
     full_test = evs["n1_test"]["metrics"].get("exact_match")
-    if not full_dev >= base_dev + 0.2:
+    if not full_dev >= base_dev + 0.3:
         fail(f"full SFT did not visibly help: dev {base_dev} -> {full_dev}")
+    falls(sft, "full")
     # The tripwire scored the sealed split beside it, and found nothing to withhold.
     if full_test is None or evs["n1_test"].get("suspected_contamination", False) is not False:
         fail(f"the test evaluation: {json.dumps(evs['n1_test'])[:1500]}")
 
-    r.call("branch", {"parents": ["n0"], "title": "LoRA on plain sums"})
-    r.call("register_dataset", {"node": "n2", "name": "plain-n2",
-                                "source": {"kind": "arith", "op": "add", "digits": 2, "format": "plain", "n": 8000, "seed": 1}})
-    lora, _, times["run_sft_lora"] = r.call("run_sft", {"node": "n2", "base": "base", "datasets": ["plain-n2"], **LORA})
+    r.call("branch", {"parents": ["n0"], "title": "LoRA on reversed sums"})
+    r.call("register_dataset", {"node": "n2", "name": "rev-n2",
+                                "source": {"kind": "arith", "op": "add", "digits": 2, "format": "reversed", "n": 8000, "seed": 1}})
+    lora, _, times["run_sft_lora"] = r.call("run_sft", {"node": "n2", "base": "base", "datasets": ["rev-n2"], **LORA})
     if lora["job"]["state"] != "succeeded":
         fail(f"run_sft lora: {json.dumps(lora)[:2000]}")
     ev, _, times["evaluate_n2_dev"] = r.call("evaluate", {"node": "n2", "checkpoint": lora["checkpoint"],
                                                           "task": "add2", "split": "dev"})
     lora_dev = ev["metrics"]["exact_match"]
-    if not lora_dev > base_dev:
-        fail(f"LoRA did not beat the base: dev {base_dev} -> {lora_dev}")
+    # LoRA cannot train this random base's embeddings: it learns far less, but it learns.
+    if not lora_dev >= base_dev:
+        fail(f"LoRA fell below the base: dev {base_dev} -> {lora_dev}")
+    falls(lora, "LoRA")
+
+    # Checkpoint provenance over model directories: a checkpoint hash no run_sft of this study
+    # recorded is refused before any job starts.
+    _, p, _ = r.call("run_sft", {"node": "n2", "base": "ab" * 32, "datasets": ["rev-n2"], **LORA}, ok=False)
+    if p.returncode == 0 or "checkpoint-provenance" not in p.stderr:
+        fail(f"a foreign checkpoint was not refused (exit {p.returncode}): {p.stderr.strip()[-500:]}")
 
     # Reproduce the full run from the record: the identical checkpoint (CPU kernels, one thread).
     seq = r.call("get_job", {"job": sft["job"]["id"]})[0]["seq"]
@@ -129,7 +147,7 @@ def main() -> None:
     drift = site / "requests-2.0.0.dist-info"
     drift.mkdir()
     try:
-        _, p, _ = r.call("run_sft", {"node": "n1", "base": "base", "datasets": ["plain"], **FULL, "steps": 5}, ok=False)
+        _, p, _ = r.call("run_sft", {"node": "n1", "base": "base", "datasets": ["rev"], **FULL, "steps": 5}, ok=False)
     finally:
         drift.rmdir()
     if p.returncode == 0 or "environment-pinned" not in p.stderr or "requests" not in p.stderr:
@@ -151,7 +169,7 @@ def main() -> None:
     through, walls = [times["run_sft_full"]], []
     for i in range(RATIO_RUNS):
         if i > 0:
-            again, _, took = r.call("run_sft", {"node": "n1", "base": "base", "datasets": ["plain"], **FULL})
+            again, _, took = r.call("run_sft", {"node": "n1", "base": "base", "datasets": ["rev"], **FULL})
             if again["checkpoint"] != ck:
                 fail("the same run_sft gave another checkpoint")
             through.append(took)
@@ -171,6 +189,7 @@ def main() -> None:
     summary = {
         "environment": env,
         "dev_exact_match": {"base": base_dev, "full": full_dev, "lora": lora_dev},
+        "curves_first_last": {k: [v["curve"][0]["loss"], v["curve"][-1]["loss"]] for k, v in [("full", sft), ("lora", lora)]},
         "test_exact_match_full": full_test,
         "seconds": {k: round(v, 2) for k, v in times.items()},
         "run_sft_full_seconds": [round(x, 2) for x in through],

@@ -43,3 +43,8 @@ RSIM_BIN=target/debug/rsim tools/web.sh
 # through headless Chromium while a campaign runs (under a minute once installed; the first install
 # of code-server takes a few minutes); screenshots in test-output/editor/.
 RSIM_BIN=target/debug/rsim tools/editor.sh
+# The transformers path: the hf-tiny example's Python environment from its lock (torch,
+# transformers, peft: ~3 GB and ~3 minutes the first time, kept in ~/.cache/rsim/python-envs/),
+# then a study driven through `rsim call` end to end — full SFT, LoRA, evaluations, reproduce,
+# a contaminated dataset and a drifted environment refused — about 4 minutes.
+RSIM_BIN=target/debug/rsim tools/hf.sh

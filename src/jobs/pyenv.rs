@@ -90,6 +90,16 @@ pub fn read_lock(study_root: &Path, rel: &str) -> Result<Lock> {
     crate::config::check_relative_path(rel)
         .map_err(|m| Error::invalid(format!("environment.lock: {m}")))?;
     let path = study_root.join(rel);
+    // A lock is the study's own file: one that leads elsewhere (a symlink a shared repository
+    // carries) is not read.
+    if let (Ok(real), Ok(root)) = (path.canonicalize(), study_root.canonicalize())
+        && !real.starts_with(&root)
+    {
+        return Err(Error::invalid(format!(
+            "environment.lock: {rel} leads outside the study ({})",
+            real.display()
+        )));
+    }
     let bytes = fs::read(&path).map_err(|e| {
         Error::invalid(format!(
             "environment.lock: cannot read {}: {e}",
@@ -681,5 +691,18 @@ mod tests {
         let lock2 = read_lock(d.path(), "req.lock").expect("lock");
         let e = check(&env, &lock2).expect_err("other lock");
         assert!(e.message.contains("another lock"), "{}", e.message);
+        // A lock that is a symlink out of the study is not read.
+        let study = d.path().join("study");
+        fs::create_dir_all(&study).expect("study");
+        std::os::unix::fs::symlink(d.path().join("req.lock"), study.join("req.lock"))
+            .expect("symlink");
+        let e = read_lock(&study, "req.lock").expect_err("outside");
+        assert!(
+            e.message.contains("leads outside the study"),
+            "{}",
+            e.message
+        );
+        let e = read_lock(&study, "../req.lock").expect_err("dotdot");
+        assert!(e.message.contains("environment.lock"), "{}", e.message);
     }
 }

@@ -114,7 +114,7 @@ fn proc_and_dev() -> (Vec<PathBuf>, Vec<PathBuf>) {
 }
 
 /// What the sandboxed program may touch. Paths that do not exist grant nothing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sandbox {
     /// Refuse to run the program when the kernel cannot enforce the sandbox (policy
@@ -135,6 +135,111 @@ pub struct Sandbox {
     /// Where to note what was applied (`landlock-abiN`, `none: why`, `refused: why`).
     #[serde(default)]
     pub status: Option<PathBuf>,
+    /// Deny every TCP connect and bind (Landlock's network rights, Linux 6.7).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deny_net: bool,
+    /// Deny creating processes and reaching others (seccomp: fork, vfork and clone without
+    /// `CLONE_THREAD` fail with EPERM — clone3 answers ENOSYS, so threads fall back to clone —
+    /// as do signals to any process but itself, ptrace and cross-process memory access): a
+    /// program cannot fork-bomb, start another program beside itself or touch another process.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_fork: bool,
+    /// Resource limits set before the program starts (and inherited by what it execs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rlimits: Option<Rlimits>,
+}
+
+/// The resource limits of a sandboxed program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rlimits {
+    /// CPU seconds (RLIMIT_CPU: SIGXCPU, then SIGKILL).
+    pub cpu_s: u64,
+    /// Address space, MiB (RLIMIT_AS: allocations beyond it fail).
+    pub memory_mb: u64,
+    /// Largest file it may write, KiB (RLIMIT_FSIZE).
+    pub file_kb: u64,
+    /// Open files (RLIMIT_NOFILE).
+    pub open_files: u64,
+}
+
+/// Set `l` on this process (inherited across exec).
+fn set_rlimits(l: &Rlimits) -> std::result::Result<(), String> {
+    use nix::sys::resource::{Resource, setrlimit};
+    // The CPU limit's hard value a second later: at the soft one the kernel sends SIGXCPU, so
+    // the program's end says why (at the hard one, SIGKILL, which says nothing).
+    for (r, soft, hard) in [
+        (Resource::RLIMIT_CPU, l.cpu_s, l.cpu_s + 1),
+        (Resource::RLIMIT_AS, l.memory_mb << 20, l.memory_mb << 20),
+        (Resource::RLIMIT_FSIZE, l.file_kb << 10, l.file_kb << 10),
+        (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
+        (Resource::RLIMIT_CORE, 0, 0),
+    ] {
+        setrlimit(r, soft, hard).map_err(|e| format!("setrlimit {r:?}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Forbid creating processes from now on (this process and what it execs): see `Sandbox::no_fork`.
+fn forbid_processes() -> std::result::Result<(), String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| format!("seccomp: {e}"))?;
+    let e = |e: seccompiler::BackendError| format!("seccomp: {e}");
+    // clone(flags, …): a new thread carries CLONE_THREAD; a new process does not.
+    let not_a_thread = SeccompRule::new(vec![
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(nix::libc::CLONE_THREAD as u64),
+            0,
+        )
+        .map_err(e)?,
+    ])
+    .map_err(e)?;
+    // Signals only to itself (the pid is this process's, which the exec keeps): no kill(1), no
+    // kill(-1), whatever Landlock's scoping the kernel has; no tracing or reading another
+    // process's memory.
+    let me = u64::from(std::process::id());
+    let not_me = |arg: u8| -> std::result::Result<SeccompRule, String> {
+        SeccompRule::new(vec![
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, me).map_err(e)?,
+        ])
+        .map_err(e)
+    };
+    let mut deny: std::collections::BTreeMap<i64, Vec<SeccompRule>> = [
+        (nix::libc::SYS_clone, vec![not_a_thread]),
+        (nix::libc::SYS_kill, vec![not_me(0)?]),
+        (nix::libc::SYS_tgkill, vec![not_me(0)?]),
+        (nix::libc::SYS_tkill, vec![]),
+        (nix::libc::SYS_ptrace, vec![]),
+        (nix::libc::SYS_process_vm_readv, vec![]),
+        (nix::libc::SYS_process_vm_writev, vec![]),
+        (nix::libc::SYS_pidfd_open, vec![]),
+        (nix::libc::SYS_pidfd_send_signal, vec![]),
+    ]
+    .into();
+    #[cfg(target_arch = "x86_64")]
+    {
+        deny.insert(nix::libc::SYS_fork, vec![]);
+        deny.insert(nix::libc::SYS_vfork, vec![]);
+    }
+    let clone3: std::collections::BTreeMap<i64, Vec<SeccompRule>> =
+        [(nix::libc::SYS_clone3, vec![])].into();
+    for (rules, errno) in [(deny, nix::libc::EPERM), (clone3, nix::libc::ENOSYS)] {
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch,
+        )
+        .map_err(e)?;
+        let prog: BpfProgram = filter.try_into().map_err(e)?;
+        seccompiler::apply_filter(&prog).map_err(|e| format!("seccomp: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The Landlock ABI version of the running kernel, or why there is none. Probed once.
@@ -191,7 +296,14 @@ pub fn apply(sb: &Sandbox) -> std::result::Result<String, String> {
     let e = |what: &str, err: landlock::RulesetError| format!("Landlock: {what}: {err}");
     let mut rs = Ruleset::default()
         .handle_access(all)
-        .map_err(|err| e("handled rights", err))?
+        .map_err(|err| e("handled rights", err))?;
+    if sb.deny_net {
+        // Handled with no rule allowing any port: every TCP connect and bind is denied.
+        rs = rs
+            .handle_access(landlock::AccessNet::from_all(target))
+            .map_err(|err| e("network rights", err))?;
+    }
+    let mut rs = rs
         .scope(Scope::from_all(target))
         .map_err(|err| e("scopes", err))?
         .create()
@@ -216,6 +328,9 @@ pub fn apply(sb: &Sandbox) -> std::result::Result<String, String> {
     let st = rs
         .restrict_self()
         .map_err(|err| e("cannot restrict", err))?;
+    if sb.no_fork {
+        forbid_processes()?;
+    }
     match (st.ruleset, st.landlock) {
         (RulesetStatus::NotEnforced, _) => {
             Err("the kernel enforced none of the Landlock rules".into())
@@ -249,6 +364,9 @@ pub fn exec(file: &Path, argv: &[String]) -> Result<()> {
         .ok_or_else(|| Error::invalid("rsim job sandbox: no command after --"))?;
     for d in [&sb.home, &sb.tmp].into_iter().flatten() {
         fs::create_dir_all(d).at("cannot create", d)?;
+    }
+    if let Some(l) = &sb.rlimits {
+        set_rlimits(l).map_err(|why| Error::internal(format!("rsim job sandbox: {why}")))?;
     }
     // Opened before the sandbox closes the directory it is in (an open file stays writable).
     let mut status = match &sb.status {
@@ -396,6 +514,7 @@ pub fn for_job(
         home: Some(job_dir.join(HOME_DIR)),
         tmp: Some(job_dir.join(TMP_DIR)),
         status: Some(job_dir.join(STATUS_FILE)),
+        ..Sandbox::default()
     }
 }
 
@@ -449,9 +568,7 @@ pub fn all_but(deny: &[PathBuf], required: bool) -> Sandbox {
         required,
         read,
         write,
-        home: None,
-        tmp: None,
-        status: None,
+        ..Sandbox::default()
     }
 }
 

@@ -175,6 +175,13 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         checked: 0,
         violations: Vec::new(),
     };
+    let mut programs = Check {
+        name: "programs",
+        counts: false,
+        what: "the model programs code evaluations ran (pass_at_1), each in its sandbox: those the sandbox denied something, that ran out of time or exceeded a limit are listed — attempts it stopped, none got through",
+        checked: 0,
+        violations: Vec::new(),
+    };
     let budgets = &study.config().budgets;
     let probe_limit = study.config().policy.max_contamination_rejections_per_agent;
     let (mut data_rows, mut data_bytes) = (0u64, 0u64);
@@ -367,6 +374,29 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                 }
             }
             ActionName::Evaluate => {
+                let count = |name: &str| {
+                    r.metrics
+                        .iter()
+                        .filter(|m| m.name == name)
+                        .map(|m| m.value.max(0.0) as u64)
+                        .sum::<u64>()
+                };
+                use crate::train::programs::Outcome;
+                programs.checked += Outcome::ALL.iter().map(|o| count(o.metric())).sum::<u64>();
+                let tried: Vec<String> = [Outcome::Blocked, Outcome::TimedOut, Outcome::OverLimit]
+                    .iter()
+                    .filter_map(|o| {
+                        let n = count(o.metric());
+                        (n > 0).then(|| format!("{} {n}", o.metric()))
+                    })
+                    .collect();
+                if !tried.is_empty() {
+                    let ck = r.metrics.first().map_or("?", |m| m.checkpoint.as_str());
+                    programs.violations.push(format!(
+                        "{at}: programs of checkpoint {ck} stopped by the sandbox: {}",
+                        tried.join(", ")
+                    ));
+                }
                 provenance.checked += 1;
                 let c = resolve(r.request["checkpoint"].as_str().unwrap_or_default());
                 if !known.contains(&c) {
@@ -523,6 +553,7 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
         dev_tripwire,
         sandbox,
         limits,
+        programs,
     ];
     let got_through = checks
         .iter()

@@ -90,7 +90,7 @@ impl Study {
         }
         let mut sets = Vec::with_capacity(files.len());
         for (name, split, form, bytes) in files {
-            let items = datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))?;
+            let items = datasets::parse_eval_jsonl(&bytes, &format!("task {name} {split} split"))?;
             sets.push(EvalSet::new(&name, split, &items, cfg, form));
         }
         let sets = std::sync::Arc::new(sets);

@@ -210,8 +210,10 @@ fn refuse_overlapping_splits(
     for (split, set) in t.splits() {
         let p = root.join(&set.path);
         let bytes = fs::read(&p).at("cannot read", &p)?;
-        let rows =
-            crate::train::datasets::parse_jsonl(&bytes, &format!("task {name} {split} split"))?;
+        let rows = crate::train::datasets::parse_eval_jsonl(
+            &bytes,
+            &format!("task {name} {split} split"),
+        )?;
         splits.push((split, rows));
     }
     let cfg = crate::policy::contamination::ScanConfig {

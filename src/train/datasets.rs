@@ -132,6 +132,43 @@ pub fn parse_jsonl(bytes: &[u8], what: &str) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// A task's eval split: `{prompt, answer}` rows, and for a code task (`pass_at_1`) each with its
+/// hidden `tests` as well — what the contamination gate reads is the prompt and the answer (the
+/// reference solution).
+pub fn parse_eval_jsonl(bytes: &[u8], what: &str) -> Result<Vec<Row>> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Item {
+        prompt: String,
+        answer: String,
+        #[serde(default)]
+        #[allow(dead_code)]
+        tests: Option<serde_json::Value>,
+    }
+    let text =
+        std::str::from_utf8(bytes).map_err(|_| Error::invalid(format!("{what}: not UTF-8")))?;
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let it: Item = serde_json::from_str(line).map_err(|e| {
+            Error::invalid(format!(
+                "{what}: line {}: expected {{\"prompt\", \"answer\"}} (and \"tests\" for a code task): {e}",
+                i + 1
+            ))
+        })?;
+        rows.push(Row {
+            prompt: it.prompt,
+            answer: it.answer,
+        });
+    }
+    if rows.is_empty() {
+        return Err(Error::invalid(format!("{what}: no rows")));
+    }
+    Ok(rows)
+}
+
 /// Draw `n` rows from each part (without replacement while rows last, then with replacement)
 /// and shuffle them together, deterministically from `seed`.
 pub fn mix(parts: &[(Vec<Row>, u64)], seed: u64) -> Vec<Row> {

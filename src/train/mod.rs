@@ -9,6 +9,7 @@
 
 pub mod datasets;
 pub mod gpt;
+pub mod programs;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -290,10 +291,24 @@ fn train_ngram(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetric
 pub fn eval(spec_path: &Path) -> Result<()> {
     prepare_process();
     let spec = EvalParams::read(spec_path)?;
-    let items = parse_jsonl(
-        &fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?,
-        "eval set",
-    )?;
+    let bytes = fs::read(&spec.eval_set).at("cannot read", &spec.eval_set)?;
+    let code = spec.metric == programs::METRIC;
+    let (items, tests): (Vec<Row>, Vec<Vec<programs::TestCase>>) = if code {
+        programs::parse_items(&bytes, "eval set")?
+            .into_iter()
+            .map(|i| {
+                (
+                    Row {
+                        prompt: i.prompt,
+                        answer: i.answer,
+                    },
+                    i.tests,
+                )
+            })
+            .unzip()
+    } else {
+        (parse_jsonl(&bytes, "eval set")?, Vec::new())
+    };
     let prompts: Vec<String> = items.iter().map(|i| i.prompt.clone()).collect();
     let outputs: Vec<String> = match model_kind(&spec.checkpoint)?.as_str() {
         "char-ngram" => {
@@ -322,6 +337,9 @@ pub fn eval(spec_path: &Path) -> Result<()> {
             )));
         }
     };
+    if code {
+        return judge_programs(spec_path, &items, &tests, outputs);
+    }
     let mut results = Vec::with_capacity(items.len());
     let mut correct = 0u64;
     for (it, output) in items.iter().zip(outputs) {
@@ -341,6 +359,89 @@ pub fn eval(spec_path: &Path) -> Result<()> {
         items: results,
     };
     protocol::write_eval_result(&protocol::out_dir_of(spec_path), &result)
+}
+
+/// The `pass_at_1` evaluation: every item's program run against its test cases in the programs'
+/// sandbox (`programs`), items spread over the job's threads; the outcome of each counted.
+fn judge_programs(
+    spec_path: &Path,
+    items: &[Row],
+    tests: &[Vec<programs::TestCase>],
+    outputs: Vec<String>,
+) -> Result<()> {
+    let out = protocol::out_dir_of(spec_path);
+    let work = std::env::temp_dir().join(format!("rsim-programs-{}", std::process::id()));
+    let runner = programs::Runner::new(&work, Path::new(programs::PYTHON), programs::LIMITS)?;
+    eprintln!("programs run under {}", runner.describe()?);
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1)
+        .clamp(1, 64);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let verdicts: Vec<Result<(usize, programs::Outcome)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if i >= items.len() {
+                            break;
+                        }
+                        mine.push(runner.judge(i, &outputs[i], &tests[i]).map(|o| (i, o)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    let mut outcome = vec![programs::Outcome::Empty; items.len()];
+    for v in verdicts {
+        let (i, o) = v?;
+        outcome[i] = o;
+    }
+    let _ = fs::remove_dir_all(&work);
+    let mut metrics = BTreeMap::new();
+    for o in programs::Outcome::ALL {
+        metrics.insert(
+            o.metric().to_string(),
+            outcome.iter().filter(|x| **x == o).count() as f64,
+        );
+    }
+    let passed = outcome
+        .iter()
+        .filter(|o| **o == programs::Outcome::Passed)
+        .count();
+    let n = items.len() as u64;
+    metrics.insert(
+        programs::METRIC.to_string(),
+        passed as f64 / n.max(1) as f64,
+    );
+    let results = items
+        .iter()
+        .zip(outputs)
+        .zip(&outcome)
+        .map(|((it, output), o)| EvalItem {
+            prompt: it.prompt.clone(),
+            expected: it.answer.clone(),
+            output,
+            correct: *o == programs::Outcome::Passed,
+        })
+        .collect();
+    protocol::write_eval_result(
+        &out,
+        &EvalResult {
+            metrics,
+            n_items: n,
+            items: results,
+        },
+    )
 }
 
 /// `rsim job pretrain`: a tiny-gpt base model from a short seeded pretraining on generic arithmetic
