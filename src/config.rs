@@ -176,7 +176,9 @@ pub struct BaseModel {
 pub struct TaskConfig {
     #[serde(default)]
     pub description: String,
-    /// Name of the metric the evaluator reports as the task's headline.
+    /// Name of the metric the evaluator reports as the task's headline: `exact_match` (the
+    /// parsed answer) or, for a code task, `pass_at_1` (the model's program run against each
+    /// item's hidden `tests`, in a sandbox; see the README's "Code tasks").
     #[serde(default = "default_metric")]
     pub metric: String,
     /// Visible split: agents may see per-item results.

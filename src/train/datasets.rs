@@ -109,27 +109,35 @@ pub fn to_jsonl(rows: &[Row]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Parse JSON Lines rows, naming the line of the first bad row.
-pub fn parse_jsonl(bytes: &[u8], what: &str) -> Result<Vec<Row>> {
+/// Parse JSON Lines into `T`s, naming the line of the first bad one (`shape` says what a line
+/// should hold) and refusing a file with none.
+pub fn parse_lines<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &str,
+    shape: &str,
+) -> Result<Vec<(usize, T)>> {
     let text =
         std::str::from_utf8(bytes).map_err(|_| Error::invalid(format!("{what}: not UTF-8")))?;
-    let mut rows = Vec::new();
+    let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let row: Row = serde_json::from_str(line).map_err(|e| {
-            Error::invalid(format!(
-                "{what}: line {}: expected {{\"prompt\", \"answer\"}}: {e}",
-                i + 1
-            ))
+        let v: T = serde_json::from_str(line).map_err(|e| {
+            Error::invalid(format!("{what}: line {}: expected {shape}: {e}", i + 1))
         })?;
-        rows.push(row);
+        out.push((i + 1, v));
     }
-    if rows.is_empty() {
+    if out.is_empty() {
         return Err(Error::invalid(format!("{what}: no rows")));
     }
-    Ok(rows)
+    Ok(out)
+}
+
+/// Parse JSON Lines rows, naming the line of the first bad row.
+pub fn parse_jsonl(bytes: &[u8], what: &str) -> Result<Vec<Row>> {
+    let rows = parse_lines::<Row>(bytes, what, "{\"prompt\", \"answer\"}")?;
+    Ok(rows.into_iter().map(|(_, r)| r).collect())
 }
 
 /// A task's eval split: `{prompt, answer}` rows, and for a code task (`pass_at_1`) each with its
@@ -145,28 +153,18 @@ pub fn parse_eval_jsonl(bytes: &[u8], what: &str) -> Result<Vec<Row>> {
         #[allow(dead_code)]
         tests: Option<serde_json::Value>,
     }
-    let text =
-        std::str::from_utf8(bytes).map_err(|_| Error::invalid(format!("{what}: not UTF-8")))?;
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let it: Item = serde_json::from_str(line).map_err(|e| {
-            Error::invalid(format!(
-                "{what}: line {}: expected {{\"prompt\", \"answer\"}} (and \"tests\" for a code task): {e}",
-                i + 1
-            ))
-        })?;
-        rows.push(Row {
+    let items = parse_lines::<Item>(
+        bytes,
+        what,
+        "{\"prompt\", \"answer\"} (and \"tests\" for a code task)",
+    )?;
+    Ok(items
+        .into_iter()
+        .map(|(_, it)| Row {
             prompt: it.prompt,
             answer: it.answer,
-        });
-    }
-    if rows.is_empty() {
-        return Err(Error::invalid(format!("{what}: no rows")));
-    }
-    Ok(rows)
+        })
+        .collect())
 }
 
 /// Draw `n` rows from each part (without replacement while rows last, then with replacement)

@@ -494,8 +494,10 @@ pub fn evaluator_source_hash() -> String {
         include_str!("mod.rs"),
         include_str!("gpt.rs"),
         include_str!("datasets.rs"),
+        include_str!("programs.rs"),
         include_str!("../model/data.rs"),
         include_str!("../jobs/protocol.rs"),
+        include_str!("../jobs/sandbox.rs"),
     ]
     .concat();
     crate::util::hash::sha256_hex(src.as_bytes())

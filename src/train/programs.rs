@@ -7,9 +7,9 @@
 //! sandbox.
 //!
 //! Each run is one process under `rsim job sandbox` (a sandbox inside the evaluation job's own):
-//! - files: the system's directories to read (the interpreter and its standard library), its
-//!   own fresh directory (holding only `main.py`) to write; nothing of the study, the job, the
-//!   eval set or `/proc` of any other process;
+//! - files: the system's directories and its own fresh directory (holding only `main.py`) to
+//!   read, nothing to write but `/dev/null` (no file it could fill a disk with); nothing of the
+//!   study, the job, the eval set or `/proc` of any process;
 //! - no network (Landlock denies every TCP connect and bind; the job's network namespace, where
 //!   the machine gives one, holds no interface but loopback);
 //! - no new processes (seccomp: fork, vfork and clone without `CLONE_THREAD` fail), so no fork
@@ -60,31 +60,17 @@ pub struct CodeItem {
 
 /// Parse a code task's eval set; every item needs at least one test case.
 pub fn parse_items(bytes: &[u8], what: &str) -> Result<Vec<CodeItem>> {
-    let text =
-        std::str::from_utf8(bytes).map_err(|_| Error::invalid(format!("{what}: not UTF-8")))?;
-    let mut items = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let item: CodeItem = serde_json::from_str(line).map_err(|e| {
-            Error::invalid(format!(
-                "{what}: line {}: expected {{\"prompt\", \"answer\", \"tests\": [{{\"input\", \"output\"}}]}}: {e}",
-                i + 1
-            ))
-        })?;
-        if item.tests.is_empty() {
-            return Err(Error::invalid(format!(
-                "{what}: line {}: a code item needs at least one test case",
-                i + 1
-            )));
-        }
-        items.push(item);
+    let items = crate::train::datasets::parse_lines::<CodeItem>(
+        bytes,
+        what,
+        "{\"prompt\", \"answer\", \"tests\": [{\"input\", \"output\"}]}",
+    )?;
+    if let Some((line, _)) = items.iter().find(|(_, i)| i.tests.is_empty()) {
+        return Err(Error::invalid(format!(
+            "{what}: line {line}: a code item needs at least one test case"
+        )));
     }
-    if items.is_empty() {
-        return Err(Error::invalid(format!("{what}: no items")));
-    }
-    Ok(items)
+    Ok(items.into_iter().map(|(_, i)| i).collect())
 }
 
 /// The limits of one run.
@@ -238,12 +224,17 @@ impl Runner {
             .iter()
             .map(PathBuf::from)
             .collect();
-        read.extend(["/dev/null", "/dev/urandom"].map(PathBuf::from));
-        read.push(self.python.clone());
+        read.extend([
+            PathBuf::from("/dev/urandom"),
+            self.python.clone(),
+            dir.clone(),
+        ]);
+        // It writes nowhere (stdout is a pipe): not even its own directory, so no program can
+        // fill a disk one file-size limit at a time.
         let sb = Sandbox {
             required: true,
             read,
-            write: vec![dir.clone()],
+            write: vec![PathBuf::from("/dev/null")],
             deny_net: true,
             no_fork: true,
             rlimits: Some(Rlimits {

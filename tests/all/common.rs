@@ -126,3 +126,19 @@ pub fn index_rows(s: &rsi_master::Study) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Whether this machine can sandbox jobs (Landlock); without it a sandbox test skips, unless
+/// `RSIM_REQUIRE_SANDBOX` is set (CI), where it fails.
+pub fn sandbox_available() -> bool {
+    match rsi_master::jobs::sandbox::landlock_abi() {
+        Ok(_) => true,
+        Err(why) => {
+            assert!(
+                std::env::var_os("RSIM_REQUIRE_SANDBOX").is_none(),
+                "RSIM_REQUIRE_SANDBOX is set but this machine cannot sandbox jobs: {why}"
+            );
+            eprintln!("skipped: no sandbox here: {why}");
+            false
+        }
+    }
+}

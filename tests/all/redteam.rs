@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::sandbox_available;
 use rsi_master::api::types::{AnswerFormat, Row};
 use rsi_master::model::{Caller, Role};
 use rsi_master::{ErrorKind, Study, faces::init, train::datasets};
@@ -1857,22 +1858,6 @@ fn racing_registrations_cannot_take_one_dataset_name_twice() {
         rep.checks
     );
     assert!(rep.got_through >= 1);
-}
-
-/// Landlock is needed for the sandbox tests; where the kernel lacks it they skip, unless
-/// `RSIM_REQUIRE_SANDBOX` is set (tools/test.sh sets it), where they fail.
-fn sandbox_available() -> bool {
-    match rsi_master::jobs::sandbox::landlock_abi() {
-        Ok(_) => true,
-        Err(why) => {
-            assert!(
-                std::env::var_os("RSIM_REQUIRE_SANDBOX").is_none(),
-                "RSIM_REQUIRE_SANDBOX is set but this machine cannot sandbox jobs: {why}"
-            );
-            eprintln!("skipped: no sandbox here: {why}");
-            false
-        }
-    }
 }
 
 /// Issue 14, class 5: a hostile trainer — recipe code, or code a checkpoint smuggles in — tries

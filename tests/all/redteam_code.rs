@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::common::{fsck_clean, inline, ok_json, rsim, run};
+use crate::common::{fsck_clean, inline, ok_json, rsim, run, sandbox_available};
 
 /// A code item: its prompt, a reference solution and its hidden (input, output) test cases.
 type Item = (
@@ -49,16 +49,25 @@ fn items(rows: &[Item]) -> String {
 fn code_study() -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().expect("tempdir");
     let root = d.path().join("study");
+    let out = init_code_study(&root, &items(DEV));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (d, root)
+}
+
+/// `rsim init` of a code study whose dev split is `dev`.
+fn init_code_study(root: &Path, dev: &str) -> std::process::Output {
     let prot = root.join(".rsim/protected/code");
     fs::create_dir_all(&prot).expect("dirs");
-    fs::write(prot.join("dev.jsonl"), items(DEV)).expect("dev");
+    fs::write(prot.join("dev.jsonl"), dev).expect("dev");
     fs::write(prot.join("test.jsonl"), items(TEST)).expect("test");
     rsi_master::train::write_base_model(&root.join("models/base")).expect("base");
-    let evaluator = rsi_master::os::evaluator_fingerprint(
-        &root,
-        &["@rsim".into(), "job".into(), "eval".into()],
-    )
-    .expect("fingerprint");
+    let evaluator =
+        rsi_master::os::evaluator_fingerprint(root, &["@rsim".into(), "job".into(), "eval".into()])
+            .expect("fingerprint");
     fs::write(
         root.join("rsim.toml"),
         format!(
@@ -90,13 +99,23 @@ max_writes_per_agent_per_minute = 0
         ),
     )
     .expect("config");
-    let out = rsim().arg("init").arg(&root).output().expect("init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    rsim().arg("init").arg(root).output().expect("init")
+}
+
+#[test]
+fn a_code_task_without_hidden_tests_is_refused_at_init() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let root = d.path().join("study");
+    let out = init_code_study(
+        &root,
+        "{\"prompt\":\"f:rev=>\",\"answer\":\"print(input()[::-1])\"}\n",
     );
-    (d, root)
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("task code dev split") && err.contains("tests"),
+        "{err}"
+    );
 }
 
 fn call(root: &Path, action: &str, req: &Value) -> Value {
@@ -140,23 +159,9 @@ fn taught(root: &Path, title: &str, program: &str) -> (String, String, Value) {
     (node, ck, ev)
 }
 
-fn sandbox_here() -> bool {
-    match rsi_master::jobs::sandbox::landlock_abi() {
-        Ok(_) => true,
-        Err(why) => {
-            assert!(
-                std::env::var_os("RSIM_REQUIRE_SANDBOX").is_none(),
-                "RSIM_REQUIRE_SANDBOX is set but this machine cannot sandbox programs: {why}"
-            );
-            eprintln!("skipped: no sandbox here: {why}");
-            false
-        }
-    }
-}
-
 #[test]
 fn a_correct_program_passes_its_hidden_tests_and_a_wrong_one_does_not() {
-    if !sandbox_here() {
+    if !sandbox_available() {
         return;
     }
     let (_d, root) = code_study();
@@ -189,7 +194,7 @@ fn a_correct_program_passes_its_hidden_tests_and_a_wrong_one_does_not() {
 
 #[test]
 fn execution_hacks_score_nothing_leave_nothing_and_are_counted() {
-    if !sandbox_here() {
+    if !sandbox_available() {
         return;
     }
     let (_d, root) = code_study();
@@ -215,6 +220,11 @@ fn execution_hacks_score_nothing_leave_nothing_and_are_counted() {
         (
             "write outside its directory",
             format!("open('{}','w').write('x')", marker.display()),
+            &["programs_blocked"],
+        ),
+        (
+            "fill the disk from its own directory",
+            "open('f','w').write('x'*10**6)".into(),
             &["programs_blocked"],
         ),
         (
