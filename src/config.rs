@@ -411,17 +411,27 @@ fn default_python() -> String {
     "python3".into()
 }
 
+/// What `[environment] kind = "python"` says, borrowed (what `jobs::pyenv` builds and checks).
+#[derive(Debug, Clone, Copy)]
+pub struct PythonEnvConfig<'a> {
+    /// The lock, relative to the study.
+    pub lock: &'a str,
+    /// The interpreter that builds the environment (a command on PATH or an absolute path).
+    pub python: &'a str,
+    /// Where environments are kept (absolute); `None`: `$RSIM_PYTHON_ENVS`, else
+    /// `$XDG_CACHE_HOME/rsim/python-envs`, else `~/.cache/rsim/python-envs`.
+    pub envs: Option<&'a Path>,
+}
+
 impl Environment {
     /// The Python environment's settings, for `kind = "python"`.
-    pub fn python(&self) -> Option<crate::jobs::pyenv::PythonEnvConfig<'_>> {
+    pub fn python(&self) -> Option<PythonEnvConfig<'_>> {
         match self {
-            Environment::Python { lock, python, envs } => {
-                Some(crate::jobs::pyenv::PythonEnvConfig {
-                    lock,
-                    python,
-                    envs: envs.as_deref(),
-                })
-            }
+            Environment::Python { lock, python, envs } => Some(PythonEnvConfig {
+                lock,
+                python,
+                envs: envs.as_deref(),
+            }),
             _ => None,
         }
     }

@@ -27,17 +27,7 @@ use std::process::{Command, Stdio};
 
 use crate::util::error::{Error, IoContext, Result};
 
-/// What `[environment] kind = "python"` says.
-#[derive(Debug, Clone, Copy)]
-pub struct PythonEnvConfig<'a> {
-    /// The lock, relative to the study.
-    pub lock: &'a str,
-    /// The interpreter that builds the environment (a command on PATH or an absolute path).
-    pub python: &'a str,
-    /// Where environments are kept (absolute); `None`: `$RSIM_PYTHON_ENVS`, else
-    /// `$XDG_CACHE_HOME/rsim/python-envs`, else `~/.cache/rsim/python-envs`.
-    pub envs: Option<&'a Path>,
-}
+pub use crate::config::PythonEnvConfig;
 
 /// The file in an environment that says which lock built it; written last, so an environment
 /// without it is a build that did not finish.
