@@ -97,6 +97,11 @@ def main() -> None:
     job_env = sft["job"]["env"]
     if job_env != env:
         fail(f"the job recorded {job_env!r}, `rsim env check` says {env!r}")
+    # The commit names it too, in full (git log is the experiment record).
+    body = subprocess.run(["git", "-C", str(study), "log", "-1", "--format=%B", sft["commit"]],
+                          capture_output=True, text=True, check=True).stdout
+    if f"Rsim-Env: {env}\n" not in body:
+        fail(f"the run_sft commit's Rsim-Env trailer is not the environment's label: {body}")
     evs = {}
     for node, ckpt, split in [("n0", "base", "dev"), ("n1", ck, "dev"), ("n1", ck, "test")]:
         ev, _, took = r.call("evaluate", {"node": node, "checkpoint": ckpt, "task": "add2", "split": split})

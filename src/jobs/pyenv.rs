@@ -37,14 +37,7 @@ const STAMP: &str = ".rsim-env.json";
 const BOOTSTRAP: &[&str] = &["pip", "setuptools", "wheel"];
 
 /// The distributions whose versions the record names (when the environment holds them).
-const RECORDED: &[&str] = &[
-    "torch",
-    "transformers",
-    "peft",
-    "accelerate",
-    "safetensors",
-    "tokenizers",
-];
+const RECORDED: &[&str] = &["torch", "transformers", "peft"];
 
 /// A lock, read and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]

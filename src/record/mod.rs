@@ -26,6 +26,10 @@ use crate::util::text::sanitize_line;
 /// The most bytes rsim reads of a file the owner commits on `main` (`rsim.toml`,
 /// `allowed_signers`): a cloned repository decides their size, and none of them is near this.
 pub const MAX_OWNER_FILE: usize = 1 << 20;
+/// The longest `Rsim-Env` trailer, bytes (other trailers: 200): a Python environment's label —
+/// the lock's path and hash, the interpreter, torch, transformers, peft, CUDA and the driver —
+/// runs past 200.
+pub const ENV_TRAILER_MAX: usize = 512;
 
 /// Prefix of node branches.
 pub const NODE_REF_PREFIX: &str = "refs/heads/rsim/n/";
@@ -1069,7 +1073,13 @@ pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> 
     for (k, v) in tr {
         msg.push_str(k);
         msg.push_str(": ");
-        msg.push_str(&sanitize_line(&v));
+        // An environment is named in full (a Python one: the lock's hash and the versions).
+        let max = if k == "Rsim-Env" {
+            ENV_TRAILER_MAX
+        } else {
+            200
+        };
+        msg.push_str(&crate::util::text::sanitize_line_within(&v, max));
         msg.push('\n');
     }
     msg

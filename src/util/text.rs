@@ -35,8 +35,14 @@ pub fn fence(author: &str, text: &str) -> String {
     )
 }
 
-/// One line with no control or deceptive characters (for subjects and trailer values).
+/// One line with no control or deceptive characters (for subjects and trailer values), at most
+/// 200 bytes.
 pub fn sanitize_line(s: &str) -> String {
+    sanitize_line_within(s, 200)
+}
+
+/// `sanitize_line` with another length limit, in bytes (an ellipsis marks a cut).
+pub fn sanitize_line_within(s: &str, max: usize) -> String {
     let mut out: String = s
         .chars()
         .map(|c| {
@@ -47,8 +53,8 @@ pub fn sanitize_line(s: &str) -> String {
             }
         })
         .collect();
-    if out.len() > 200 {
-        let mut cut = 200;
+    if out.len() > max {
+        let mut cut = max;
         while !out.is_char_boundary(cut) {
             cut -= 1;
         }
