@@ -314,8 +314,8 @@ pub fn pin(study_root: &Path, cfg: &PythonEnvConfig) -> Result<PythonPin> {
     check(&dir, &lock)
 }
 
-/// Build the study's environment from its lock unless it is built already (then it is checked),
-/// one builder at a time; `force` rebuilds it. pip's output goes to stderr.
+/// Build the study's environment from its lock unless it is built already and matches it, one
+/// builder at a time; `force` rebuilds it regardless. pip's output goes to stderr.
 pub fn build(study_root: &Path, cfg: &PythonEnvConfig, force: bool) -> Result<PythonPin> {
     use nix::fcntl::{Flock, FlockArg};
     let lock = read_lock(study_root, cfg.lock)?;
@@ -329,8 +329,13 @@ pub fn build(study_root: &Path, cfg: &PythonEnvConfig, force: bool) -> Result<Py
     let f = fs::File::create(&lock_file).at("cannot create", &lock_file)?;
     let _held = Flock::lock(f, FlockArg::LockExclusive)
         .map_err(|(_, e)| Error::internal(format!("cannot lock {}: {e}", lock_file.display())))?;
+    // Built and as the lock says: nothing to do. Built but drifted (a package installed by
+    // hand, a build another tool touched): building means making it match, so it is rebuilt.
     if !force && dir.join(STAMP).is_file() {
-        return check(&dir, &lock);
+        match check(&dir, &lock) {
+            Ok(pin) => return Ok(pin),
+            Err(e) => tracing::warn!("rebuilding: {}", e.message),
+        }
     }
     if dir.exists() {
         fs::remove_dir_all(&dir).at("cannot remove", &dir)?;
@@ -440,7 +445,7 @@ fn check(dir: &Path, lock: &Lock) -> Result<PythonPin> {
     };
     let mismatch = |why: String| {
         Error::invalid(format!(
-            "the Python environment {} does not match the study's lock ({why}); rebuild it with `rsim env build --force`",
+            "the Python environment {} does not match the study's lock ({why}); rebuild it with `rsim env build`",
             dir.display()
         ))
     };

@@ -447,7 +447,8 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum EnvCommand {
     /// Build the Python environment from the study's lock (nothing when it is built and matches
-    /// the lock); prints what jobs record as their environment.
+    /// the lock; one that drifted from it is rebuilt); prints what jobs record as their
+    /// environment.
     Build {
         /// Rebuild it even when it is built.
         #[arg(long)]
