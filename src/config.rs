@@ -1000,6 +1000,14 @@ impl StudyConfig {
             if let Err(m) = check_relative_path(lock) {
                 return bad("environment.lock", m);
             }
+            // The lock's path is a field of the recorded label (`python lock=<path>@<sha256> …`),
+            // whose fields are separated by spaces.
+            if lock.chars().any(char::is_whitespace) {
+                return bad(
+                    "environment.lock",
+                    format!("expected a path without spaces, got {lock:?}"),
+                );
+            }
             if python.trim().is_empty() {
                 return bad("environment.python", "expected an interpreter".into());
             }
@@ -1398,6 +1406,10 @@ evaluate = ["true"]
                 "environment.envs",
             ),
             ("kind = \"python\"\nlock = \"x\"\nflake = \"env\"", "flake"),
+            (
+                "kind = \"python\"\nlock = \"env/my lock.txt\"",
+                "without spaces",
+            ),
         ] {
             let e = with(bad).expect_err(bad);
             assert!(e.message.contains(key), "{bad}: {}", e.message);

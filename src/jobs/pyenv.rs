@@ -39,6 +39,10 @@ const BOOTSTRAP: &[&str] = &["pip", "setuptools", "wheel"];
 /// The distributions whose versions the record names (when the environment holds them).
 const RECORDED: &[&str] = &["torch", "transformers", "peft"];
 
+/// The largest lock read (a lock of 60 distributions with one hash each is 7 KiB; one with
+/// every platform's wheels for a few hundred, some hundreds of KiB).
+pub const MAX_LOCK_BYTES: u64 = 4 << 20;
+
 /// A lock, read and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
@@ -81,6 +85,13 @@ pub fn read_lock(study_root: &Path, rel: &str) -> Result<Lock> {
         return Err(Error::invalid(format!(
             "environment.lock: {rel} leads outside the study ({})",
             real.display()
+        )));
+    }
+    // A lock is a list of pins: one of megabytes (a cloned repository's, say) is not read.
+    let size = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if size > MAX_LOCK_BYTES {
+        return Err(Error::invalid(format!(
+            "environment.lock: {rel} is {size} bytes; a lock may hold at most {MAX_LOCK_BYTES}"
         )));
     }
     let bytes = fs::read(&path).map_err(|e| {
@@ -288,14 +299,12 @@ fn envs_root(cfg: &PythonEnvConfig) -> Result<PathBuf> {
 
 /// The interpreter as configured, resolved on PATH.
 fn interpreter(cfg: &PythonEnvConfig) -> Result<PathBuf> {
-    crate::jobs::resolve_program(Path::new("/"), cfg.python)
-        .filter(|_| !cfg.python.is_empty())
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "environment.python: no interpreter {:?} (on PATH or at that path)",
-                cfg.python
-            ))
-        })
+    crate::jobs::resolve_program(Path::new("/"), cfg.python).ok_or_else(|| {
+        Error::invalid(format!(
+            "environment.python: no interpreter {:?} (on PATH or at that path)",
+            cfg.python
+        ))
+    })
 }
 
 /// The environment's folder for this lock and interpreter (as configured: what `python3` finds
@@ -692,5 +701,10 @@ mod tests {
         );
         let e = read_lock(&study, "../req.lock").expect_err("dotdot");
         assert!(e.message.contains("environment.lock"), "{}", e.message);
+        // A lock too big to be one is not read.
+        let f = fs::File::create(study.join("big.lock")).expect("big");
+        f.set_len(MAX_LOCK_BYTES + 1).expect("size");
+        let e = read_lock(&study, "big.lock").expect_err("big");
+        assert!(e.message.contains("at most"), "{}", e.message);
     }
 }

@@ -251,3 +251,20 @@ fn tempdir_in(dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(&p).at("cannot create", &p)?;
     Ok(p)
 }
+
+/// What runs the programs and writes the folders a study's rsim.toml names outside any action
+/// (`rsim env build`, `rsim env run`) is refused in a read-only clone: there that file is
+/// someone else's, and nothing of a cloned repository acts on this machine until it is one's own
+/// study. A directory that is no study yet (before `rsim init`) is the caller's own.
+pub fn refuse_in_clone(root: &Path, what: &str) -> Result<()> {
+    if !is_study(root) {
+        return Ok(());
+    }
+    match crate::os::Study::open(root)?.read_only() {
+        Some(why) => Err(Error::invalid(format!(
+            "{what} is refused in a read-only clone ({why}): it would run the programs and write the folders \
+             this clone's rsim.toml names, which are not yours"
+        ))),
+        None => Ok(()),
+    }
+}

@@ -257,6 +257,16 @@ fn execution_hacks_score_nothing_leave_nothing_and_are_counted() {
             &["programs_timed_out"],
         ),
         (
+            "sleep past the CPU limit",
+            "import time;time.sleep(60)".into(),
+            &["programs_timed_out"],
+        ),
+        (
+            "look at the other programs' directories",
+            "import os;print(os.listdir('..'))".into(),
+            &["programs_blocked"],
+        ),
+        (
             "flood the output",
             "while 1:print('x'*999)".into(),
             &["programs_over_limit"],

@@ -990,3 +990,63 @@ fn oversized_files_on_a_cloned_main_are_refused_before_they_are_read() {
     assert!(err.contains("more than a study's config may be"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(20));
 }
+
+/// A shared repository whose rsim.toml names a Python environment built by a program of its
+/// choosing into a folder of its choosing: in the reader's clone, `rsim env build` and `rsim env
+/// run` run nothing and write nothing (`rsim env check` only reads, and says what is missing).
+#[test]
+fn a_clones_python_environment_is_never_built_nor_run() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let owner = Person::new(d.path(), "owner");
+    let reader = Person::new(d.path(), "reader");
+    let (_s, study) = owners_study(&owner);
+    let planted = d.path().join("reader-envs");
+    let config = std::fs::read_to_string(study.join("rsim.toml"))
+        .expect("config")
+        .replace(
+            "[environment]\nkind = \"host\"",
+            &format!(
+                "[environment]\nkind = \"python\"\nlock = \"env.lock\"\npython = \"/usr/bin/touch\"\nenvs = \"{}\"",
+                planted.display()
+            ),
+        );
+    assert!(config.contains("kind = \"python\""), "{config}");
+    crate::common::commit_config(&study, &config, "a Python environment");
+    let clone = d.path().join("clone");
+    let out = reader
+        .cmd()
+        .arg("clone")
+        .arg(&study)
+        .arg(&clone)
+        .output()
+        .expect("clone");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(
+        clone.join("env.lock"),
+        format!("six==1.16.0 --hash=sha256:{}\n", "a".repeat(64)),
+    )
+    .expect("lock");
+    for args in [&["env", "build"][..], &["env", "run", "--", "true"]] {
+        let out = reader.run(&clone, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} ran in a clone");
+        assert!(err.contains("read-only clone"), "{args:?}: {err}");
+    }
+    assert!(
+        !planted.exists(),
+        "a clone's config made {}",
+        planted.display()
+    );
+    let out = reader.run(&clone, &["env", "check"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not built"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!planted.exists());
+}

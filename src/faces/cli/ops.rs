@@ -45,6 +45,9 @@ pub fn env(dir: &Path, cmd: &EnvCommand, json: bool) -> Result<()> {
         .canonicalize()
         .map_err(|e| Error::invalid(format!("{}: {e}", dir.display())))?;
     let config = crate::config::StudyConfig::load(&root)?;
+    if !matches!(cmd, EnvCommand::Check) {
+        crate::os::genesis::refuse_in_clone(&root, "`rsim env build` / `rsim env run`")?;
+    }
     let python = config.environment.python();
     let label = match (cmd, &python) {
         (EnvCommand::Run { command }, Some(cfg)) => {
