@@ -142,12 +142,8 @@ fn model_kind(ck: &CheckpointRef) -> Result<String> {
 /// footprint stays its peak, which it reaches every step anyway).
 fn prepare_process() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
-        let threads = std::env::var("RAYON_NUM_THREADS")
-            .ok()
-            .filter(|v| v.parse::<u32>().is_ok_and(|n| n > 0))
-            .unwrap_or_else(|| "1".into());
         // SAFETY: called first thing in a job process, before any other thread exists.
-        unsafe { std::env::set_var("CANDLE_NUM_THREADS", threads) };
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", job_threads().to_string()) };
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's allocator settings; called before any other thread.
@@ -155,6 +151,16 @@ fn prepare_process() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
     }
+}
+
+/// The threads a job process may use: what the runner gave it (`RAYON_NUM_THREADS`, set from
+/// `JobLimits::threads`), else one.
+fn job_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(1)
 }
 
 /// `rsim job train SPEC`: fine-tune the base checkpoint on rows sampled from the datasets.
@@ -370,15 +376,16 @@ fn judge_programs(
     outputs: Vec<String>,
 ) -> Result<()> {
     let out = protocol::out_dir_of(spec_path);
-    let work = std::env::temp_dir().join(format!("rsim-programs-{}", std::process::id()));
+    // In the job's own tmp/ (writable in its sandbox, removed with the job), never the
+    // machine's: a job killed half-way leaves nothing that outlives its directory.
+    let work = spec_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(crate::jobs::sandbox::TMP_DIR)
+        .join("programs");
     let runner = programs::Runner::new(&work, Path::new(programs::PYTHON), programs::LIMITS)?;
     eprintln!("programs run under {}", runner.describe()?);
-    let threads = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-        .unwrap_or(1)
-        .clamp(1, 64);
+    let threads = job_threads().min(64);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let verdicts: Vec<Result<(usize, programs::Outcome)>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
