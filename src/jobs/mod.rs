@@ -35,6 +35,24 @@ pub enum EnvPin {
     Python(PythonPin),
 }
 
+/// Pin a study's job environment before a job is admitted (building nothing): `None` for `host`
+/// (fingerprinted per command), a Nix flake pinned to its narHash, or a Python environment
+/// checked against its lock; an error — Nix's own words, or what drifted — when it cannot be.
+pub fn pin_environment(
+    study_root: &Path,
+    env: &crate::config::Environment,
+) -> Result<Option<EnvPin>> {
+    use crate::config::Environment;
+    Ok(match env {
+        Environment::Host => None,
+        Environment::Nix { flake } => Some(EnvPin::Nix(pin_flake(study_root, flake)?)),
+        Environment::Python { .. } => match env.python() {
+            Some(cfg) => Some(EnvPin::Python(pyenv::pin(study_root, &cfg)?)),
+            None => None,
+        },
+    })
+}
+
 impl EnvPin {
     /// The environment as the record names it (`JobRecord.env`, `Rsim-Env`).
     pub fn label(&self) -> String {

@@ -343,17 +343,7 @@ impl Study {
     /// (`environment-pinned`); it is a fact gathered before the check, like the machine's
     /// network isolation.
     pub(in crate::os) fn pin_environment(&self) -> std::result::Result<Option<EnvPin>, String> {
-        match &self.config.environment {
-            crate::config::Environment::Host => Ok(None),
-            crate::config::Environment::Nix { flake } => crate::jobs::pin_flake(&self.root, flake)
-                .map(|p| Some(EnvPin::Nix(p)))
-                .map_err(|e| e.message),
-            env @ crate::config::Environment::Python { .. } => env
-                .python()
-                .ok_or_else(|| "not a Python environment".to_string())
-                .and_then(|cfg| crate::jobs::pyenv::pin(&self.root, &cfg).map_err(|e| e.message))
-                .map(|p| Some(EnvPin::Python(p))),
-        }
+        crate::jobs::pin_environment(&self.root, &self.config.environment).map_err(|e| e.message)
     }
 
     /// The spec of an admitted job. `pin` is what `pin_environment` gave before the policy

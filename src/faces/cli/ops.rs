@@ -48,10 +48,9 @@ pub fn env(dir: &Path, cmd: &EnvCommand, json: bool) -> Result<()> {
     if !matches!(cmd, EnvCommand::Check) {
         crate::os::genesis::refuse_in_clone(&root, "`rsim env build` / `rsim env run`")?;
     }
-    let python = config.environment.python();
-    let label = match (cmd, &python) {
+    let label = match (cmd, config.environment.python()) {
         (EnvCommand::Run { command }, Some(cfg)) => {
-            let pin = crate::jobs::pyenv::pin(&root, cfg)?;
+            let pin = crate::jobs::pyenv::pin(&root, &cfg)?;
             let status = crate::jobs::pyenv::command_in(&pin, command)
                 .current_dir(&root)
                 .status()
@@ -70,15 +69,13 @@ pub fn env(dir: &Path, cmd: &EnvCommand, json: bool) -> Result<()> {
             ));
         }
         (EnvCommand::Build { force }, Some(cfg)) => {
-            crate::jobs::pyenv::build(&root, cfg, *force)?.label()
+            crate::jobs::pyenv::build(&root, &cfg, *force)?.label()
         }
-        (EnvCommand::Check, Some(cfg)) => crate::jobs::pyenv::pin(&root, cfg)?.label(),
-        (_, None) => match &config.environment {
-            crate::config::Environment::Nix { flake } => {
-                crate::jobs::pin_flake(&root, flake)?.label()
-            }
-            _ => "host (fingerprinted per job program)".to_string(),
-        },
+        // What a job's admission would pin (a Nix flake, a Python environment) or fingerprint.
+        _ => crate::jobs::pin_environment(&root, &config.environment)?.map_or_else(
+            || "host (fingerprinted per job program)".to_string(),
+            |p| p.label(),
+        ),
     };
     if json {
         print::json(&json!({ "env": label }))
