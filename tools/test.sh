@@ -3,6 +3,14 @@
 # formatting and lints and runs the whole suite (unit, API, CLI, crash-safety, schema freshness).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's start, the time the one before took, and the disk left (a CI machine's disk ran out
+# once: the log says where, and how fast the time goes).
+t0=$SECONDS last=$SECONDS
+stage() {
+  echo "test.sh: ${SECONDS}s (+$((SECONDS - last))s) $* — disk free $(df -h --output=avail . | tail -1 | tr -d ' ')" >&2
+  last=$SECONDS
+}
+stage "installing what the tests need"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need git; then
@@ -26,25 +34,33 @@ MCP_ONLY=install tools/mcp-clients.sh
 export RSIM_REQUIRE_MCP_CLIENTS=1
 
 # One profile (debug) for everything: building release too would compile every crate twice.
+stage "fmt, clippy"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+stage "cargo test"
 cargo test --locked
 # Real MCP clients (conformance suite, Inspector CLI, Python and TypeScript SDKs) against the binary;
 # the conformance suite's fixture tools are behind the `conformance` feature, in a second binary.
+stage "MCP clients"
 cargo build --locked --features conformance && cp target/debug/rsim target/rsim-conformance && cargo build --locked
 RSIM_BIN=target/debug/rsim RSIM_CONFORMANCE_BIN=target/rsim-conformance tools/mcp-clients.sh
 # Real MCP hosts (Claude Code, Codex CLI, Gemini CLI from npm) against a scripted model endpoint on
 # loopback: stdio, HTTP, HTTP with tokens, and `rsim run --worker 'cmd:…'` (about a minute).
+stage "MCP hosts"
 RSIM_BIN=target/debug/rsim tools/hosts.sh
 # The web page in headless Chromium against a real `rsim serve` while a campaign runs (under a
 # minute; installs chromium and playwright-core when missing); screenshots in test-output/web/.
+stage "web"
 RSIM_BIN=target/debug/rsim tools/web.sh
 # The editor face: `rsim lsp` from Node (vscode-jsonrpc), then the VS Code extension in code-server
 # through headless Chromium while a campaign runs (under a minute once installed; the first install
 # of code-server takes a few minutes); screenshots in test-output/editor/.
+stage "editor"
 RSIM_BIN=target/debug/rsim tools/editor.sh
 # The transformers path: the hf-tiny example's Python environment from its lock (torch,
 # transformers, peft: ~3 GB and ~3 minutes the first time, kept in ~/.cache/rsim/python-envs/),
 # then a study driven through `rsim call` end to end — full SFT, LoRA, evaluations, reproduce,
 # a contaminated dataset and a drifted environment refused — about 4 minutes.
+stage "transformers path"
 RSIM_BIN=target/debug/rsim tools/hf.sh
+stage "done in $((SECONDS - t0)) s"
