@@ -658,7 +658,8 @@ pub struct PolicyConfig {
     /// Most rows an agent may register inline in one dataset.
     #[serde(default = "default_inline_rows")]
     pub max_inline_rows: u64,
-    /// Contamination gate: n-gram length (tokens) of the overlap scan against protected eval sets.
+    /// Contamination gate: n-gram length (tokens, 1 to 128) of the overlap scan against protected
+    /// eval sets; items shorter than it are matched whole.
     #[serde(default = "default_ngram")]
     pub contamination_ngram: u32,
     /// Contamination gate: share of an eval item's n-grams found in a dataset that makes it contaminated.
@@ -1018,10 +1019,10 @@ impl StudyConfig {
                 );
             }
         }
-        if !(1..=64).contains(&self.policy.contamination_ngram) {
+        if !(1..=128).contains(&self.policy.contamination_ngram) {
             return bad(
                 "policy.contamination_ngram",
-                format!("expected 1 to 64, got {}", self.policy.contamination_ngram),
+                format!("expected 1 to 128, got {}", self.policy.contamination_ngram),
             );
         }
         let t = self.policy.contamination_threshold;

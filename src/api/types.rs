@@ -83,7 +83,7 @@ pub struct BranchResult {
 
 // Data types jobs read too live in `model::data`; they are part of this contract.
 pub use crate::model::data::{
-    Adapter, AnswerFormat, ArithOp, ArithParams, EvalItem, Row, Schedule,
+    Adapter, AnswerFormat, ArithOp, ArithParams, CodeParams, CodeStyle, EvalItem, Row, Schedule,
 };
 
 /// Where a dataset's rows come from.
@@ -103,6 +103,9 @@ pub enum DatasetSource {
     /// The built-in arithmetic generator: exactly `n` rows, none of which reproduces a protected
     /// test item (such draws are skipped, silently: how many is never reported).
     Arith(ArithParams),
+    /// The built-in code generator (tiny-code): exactly `n` rows of specifications and programs,
+    /// none of which reproduces a protected item (skipped silently, like the arithmetic ones).
+    Code(CodeParams),
     /// Rows sampled from registered datasets, shuffled together.
     Mixture {
         #[schemars(length(min = 1, max = 16))]

@@ -9,7 +9,13 @@ use crate::config::CONFIG_FILE;
 use crate::os::STATE_DIR;
 use crate::util::error::{Error, IoContext, Result};
 
-pub const EXAMPLES: &[&str] = &["tiny-arith", "tiny-add2", "tiny-arith-ngram", "hf-tiny"];
+pub const EXAMPLES: &[&str] = &[
+    "tiny-arith",
+    "tiny-add2",
+    "tiny-code",
+    "tiny-arith-ngram",
+    "hf-tiny",
+];
 
 const TEMPLATE: &str = r#"# rsim study config. Fill in the base model and tasks, then run `rsim init` again.
 
@@ -97,6 +103,7 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
             include_str!("../../examples/tiny-add2/rsim.toml"),
             include_str!("../../examples/tiny-add2/README.md"),
         )?,
+        Some("tiny-code") => materialize_tiny_code(&root)?,
         Some("tiny-arith-ngram") => materialize_tiny_arith_ngram(&root)?,
         Some("hf-tiny") => materialize_hf_tiny(&root)?,
         _ => {}
@@ -104,25 +111,49 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     crate::os::genesis::create_study(&root)
 }
 
+/// What an example's eval splits hold.
+#[derive(Clone, Copy)]
+enum EvalFamily {
+    /// Addition of operands of this many digits, plain format (`12+34=` → `46`).
+    Addition(u32),
+    /// tiny-code compositions of two or three operations, each with three hidden test cases.
+    Code,
+}
+
 /// Generate a task's eval splits into `.rsim/protected/<task>/`: dev (visible), test (protected),
 /// sealed (the test tripwire's: drawn from the test split's distribution, never shown to anyone)
 /// and dev_twin (the dev tripwire's: drawn from the dev split's distribution, never shown);
 /// returns their sha256 pins in that order.
-fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 4]> {
+fn write_eval_sets(root: &Path, task: &str, family: EvalFamily) -> Result<[String; 4]> {
     use crate::policy::contamination::{EvalSet, ScanConfig, Scanner};
     let prot = root.join(STATE_DIR).join("protected").join(task);
     fs::create_dir_all(&prot).at("cannot create", &prot)?;
     let mut pins = [String::new(), String::new(), String::new(), String::new()];
-    // Disjoint in the gate's sense of "the same item" (the examples' settings and normal form:
-    // `12+34` is `34+12`): each split is drawn from what the earlier ones do not hold, and holds
-    // no item twice, so per-item dev results reveal no other split's item and each tripwire
-    // compares two splits that share nothing.
-    let form = Some(crate::config::NormalForm::Arithmetic);
-    let cfg = ScanConfig {
-        ngram: 8,
-        threshold: 0.5,
+    // Disjoint in the gate's sense of "the same item", with the example's settings, and no
+    // problem in two places: each split is drawn from what the earlier ones do not hold, and no
+    // problem appears twice in all of them (for arithmetic its normal form, `12+34` is `34+12`;
+    // for code its composition, `del a;add b` is `del c;add d`, which the gate's skeleton sees
+    // only in items long enough to have one), so per-item dev results reveal no other split's
+    // item and each tripwire compares two splits that share nothing.
+    let (form, cfg) = match family {
+        EvalFamily::Addition(_) => (
+            Some(crate::config::NormalForm::Arithmetic),
+            ScanConfig {
+                ngram: 8,
+                threshold: 0.5,
+            },
+        ),
+        EvalFamily::Code => (
+            None,
+            ScanConfig {
+                ngram: crate::train::code_tasks::GATE_NGRAM,
+                threshold: 0.5,
+            },
+        ),
     };
     let mut taken: Vec<crate::model::data::Row> = Vec::new();
+    // Problems (normal forms, compositions) taken by any split so far: no split repeats one.
+    let mut keys = std::collections::HashSet::new();
     for (i, (split, n, seed)) in [
         ("dev", 200usize, 1001),
         ("test", 500, 2002),
@@ -134,31 +165,83 @@ fn write_eval_sets(root: &Path, task: &str, digits: u32) -> Result<[String; 4]> 
     {
         let earlier = [EvalSet::new(task, "earlier", &taken, cfg, form)];
         let scanner = Scanner::new(&earlier, cfg);
-        let mut keys = std::collections::HashSet::new();
-        let params = ArithParams {
-            op: ArithOp::Add,
-            digits,
-            format: AnswerFormat::Plain,
-            n: 0,
-            seed,
+        let mut fresh = |r: &crate::model::data::Row, key: String| {
+            !scanner.row_reproduces(r) && keys.insert(key)
         };
-        let rows: Vec<_> = crate::train::datasets::arith_stream(&params, seed)
-            .take(n * 50)
-            .filter(|r| {
-                let key = crate::policy::normal_form::keys_of_text(
-                    crate::config::NormalForm::Arithmetic,
-                    &r.prompt,
-                );
-                !scanner.row_reproduces(r) && keys.insert(key)
-            })
-            .take(n)
-            .collect();
+        // Candidates in draw order, each as its row and its line in the file: every one the
+        // earlier splits do not hold (judged as the gate judges a row), twice as many as needed.
+        let candidates: Vec<(crate::model::data::Row, Vec<u8>)> = match family {
+            EvalFamily::Addition(digits) => {
+                let params = ArithParams {
+                    op: ArithOp::Add,
+                    digits,
+                    format: AnswerFormat::Plain,
+                    n: 0,
+                    seed,
+                };
+                crate::train::datasets::arith_stream(&params, seed)
+                    .take(n * 50)
+                    .filter(|r| {
+                        let key = crate::policy::normal_form::keys_of_text(
+                            crate::config::NormalForm::Arithmetic,
+                            &r.prompt,
+                        );
+                        fresh(r, key.join("\n"))
+                    })
+                    .take(2 * n)
+                    .map(|r| {
+                        let line = crate::train::datasets::to_jsonl(std::slice::from_ref(&r))?;
+                        Ok((r, line))
+                    })
+                    .collect::<Result<_>>()?
+            }
+            EvalFamily::Code => {
+                use crate::train::code_tasks;
+                code_tasks::eval_stream(seed, 3)
+                    .take(n * 50)
+                    .map(|it| {
+                        let row = crate::model::data::Row {
+                            prompt: it.prompt.clone(),
+                            answer: it.answer.clone(),
+                        };
+                        (row, it)
+                    })
+                    .filter(|(row, _)| fresh(row, code_tasks::composition_key(&row.prompt)))
+                    .take(2 * n)
+                    .map(|(row, it)| {
+                        let mut line = serde_json::to_vec(&it)?;
+                        line.push(b'\n');
+                        Ok((row, line))
+                    })
+                    .collect::<Result<_>>()?
+            }
+        };
+        // The gate's judgement is not symmetric (a short item is matched as a window of a longer
+        // row, a long one by its skeleton's share): a candidate that a row of an earlier split
+        // reproduces, on its own, is left out too.
+        let rows: Vec<crate::model::data::Row> =
+            candidates.iter().map(|(r, _)| r.clone()).collect();
+        let mine = [EvalSet::new(task, split, &rows, cfg, form)];
+        let reverse = Scanner::new(&mine, cfg);
+        let mut reproduced = std::collections::HashSet::new();
+        for r in &taken {
+            reproduced.extend(reverse.items_reproduced_by(r).into_iter().map(|(_, i)| i));
+        }
+        let (mut rows, mut bytes) = (Vec::with_capacity(n), Vec::new());
+        for (i, (row, line)) in candidates.into_iter().enumerate() {
+            if rows.len() == n {
+                break;
+            }
+            if !reproduced.contains(&i) {
+                rows.push(row);
+                bytes.extend(line);
+            }
+        }
         if rows.len() < n {
             return Err(Error::internal(format!(
                 "the {split} split of {task} could not be drawn apart from the others"
             )));
         }
-        let bytes = crate::train::datasets::to_jsonl(&rows)?;
         let p = prot.join(format!("{split}.jsonl"));
         fs::write(&p, &bytes).at("cannot write", &p)?;
         pins[i] = crate::util::hash::sha256_hex(&bytes);
@@ -189,7 +272,7 @@ fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 4
 /// The tiny-gpt examples (tiny-arith, tiny-add2): the shipped tiny-gpt base model (`rsim job
 /// pretrain --seed 0` made it) and an addition task with a protected test split.
 fn materialize_tiny_gpt(root: &Path, task: (&str, u32), toml: &str, readme: &str) -> Result<()> {
-    let pins = write_eval_sets(root, task.0, task.1)?;
+    let pins = write_eval_sets(root, task.0, EvalFamily::Addition(task.1))?;
     let base = root.join("models").join("base");
     fs::create_dir_all(&base).at("cannot create", &base)?;
     fs::write(
@@ -205,9 +288,43 @@ fn materialize_tiny_gpt(root: &Path, task: (&str, u32), toml: &str, readme: &str
     write_example_config(root, toml, readme, &pins)
 }
 
+/// The tiny-code example: the shipped tiny-code base model (`rsim job pretrain --family code
+/// --seed 0` made it) and a code task scored by running programs (`pass_at_1`).
+fn materialize_tiny_code(root: &Path) -> Result<()> {
+    let pins = write_eval_sets(root, "strings", EvalFamily::Code)?;
+    let base = root.join("models").join("base");
+    fs::create_dir_all(&base).at("cannot create", &base)?;
+    fs::write(
+        base.join(crate::train::CONFIG_FILE),
+        include_bytes!("../../examples/tiny-code/base/config.json"),
+    )
+    .at("cannot write", &base)?;
+    fs::write(
+        base.join(crate::train::gpt::WEIGHTS_FILE),
+        include_bytes!("../../examples/tiny-code/base/model.safetensors"),
+    )
+    .at("cannot write", &base)?;
+    write_example_config(
+        root,
+        include_str!("../../examples/tiny-code/rsim.toml"),
+        include_str!("../../examples/tiny-code/README.md"),
+        &pins,
+    )?;
+    // The splits were drawn apart under the gate the example's rsim.toml sets.
+    let config = crate::config::StudyConfig::load(root)?;
+    let ngram = config.policy.contamination_ngram as usize;
+    if ngram != crate::train::code_tasks::GATE_NGRAM {
+        return Err(Error::internal(format!(
+            "the tiny-code example's contamination_ngram is {ngram}, its splits were drawn for {}",
+            crate::train::code_tasks::GATE_NGRAM
+        )));
+    }
+    Ok(())
+}
+
 /// The tiny-arith-ngram example: the fast placeholder model and two-digit addition.
 fn materialize_tiny_arith_ngram(root: &Path) -> Result<()> {
-    let pins = write_eval_sets(root, "add2", 2)?;
+    let pins = write_eval_sets(root, "add2", EvalFamily::Addition(2))?;
     crate::train::write_base_model(&root.join("models").join("base"))?;
     write_example_config(
         root,
@@ -246,7 +363,7 @@ pub const HF_TINY_BASE: &[&str] = &[
 /// The hf-tiny example: the transformers path on a CPU. Its Python environment is built from
 /// the shipped lock (or found built), and its base model made in it by `init_model.py`.
 fn materialize_hf_tiny(root: &Path) -> Result<()> {
-    let pins = write_eval_sets(root, "add2", 2)?;
+    let pins = write_eval_sets(root, "add2", EvalFamily::Addition(2))?;
     let recipes = root.join("recipes");
     let env = root.join("env");
     fs::create_dir_all(&recipes).at("cannot create", &recipes)?;
@@ -302,4 +419,37 @@ fn materialize_hf_tiny(root: &Path) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tiny-code splits share no item in either direction (the gate's judgement is not
+    /// symmetric: a short item is matched as a window of a longer one).
+    #[test]
+    fn code_splits_share_nothing_either_way() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_eval_sets(dir.path(), "strings", EvalFamily::Code).expect("splits");
+        let prot = dir.path().join(STATE_DIR).join("protected").join("strings");
+        let read = |s: &str| {
+            let bytes = fs::read(prot.join(format!("{s}.jsonl"))).expect("read");
+            crate::train::datasets::parse_eval_jsonl(&bytes, s).expect("parse")
+        };
+        let cfg = crate::policy::contamination::ScanConfig {
+            ngram: crate::train::code_tasks::GATE_NGRAM,
+            threshold: 0.5,
+        };
+        let splits = ["dev", "test", "sealed", "dev_twin"];
+        for a in splits {
+            for b in splits {
+                if a == b {
+                    continue;
+                }
+                let (ra, rb) = (read(a), read(b));
+                let shared = crate::policy::contamination::shared_items(&ra, &rb, cfg, None);
+                assert_eq!(shared, 0, "{b} items found in {a}");
+            }
+        }
+    }
 }

@@ -78,6 +78,33 @@ pub struct ArithParams {
     pub seed: u64,
 }
 
+/// How the code generator writes a program (tiny-code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeStyle {
+    /// One statement per operation: `s=input();s=s[::-1];s=s[:3];print(s)`
+    Steps,
+    /// One nested expression: `print(input()[::-1][:3])`
+    Nested,
+    /// A fresh name per step: `a=input();b=a[::-1];c=b[:3];print(c)`
+    Named,
+}
+
+/// Parameters of the built-in code generator (tiny-code): specifications of 1 to `max_ops`
+/// string operations with a program for each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CodeParams {
+    pub style: CodeStyle,
+    /// The most operations a specification names (each row names 1 to this many).
+    #[schemars(range(min = 1, max = 3))]
+    pub max_ops: u32,
+    /// Number of rows.
+    #[schemars(range(min = 1, max = 1000000))]
+    pub n: u64,
+    pub seed: u64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Schedule {

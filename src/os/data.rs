@@ -176,34 +176,48 @@ impl Study {
 
     /// The generator's rows for a request: `n` rows drawn from a seed salted with the study's
     /// secret, skipping every row the gate would refuse on its own (a protected item in any form
-    /// the gate knows) and every **decoy**: a keyed one in `DECOY_EVERY` of the other problems,
-    /// chosen by the study's secret on the problem's normal form (operands in either order) and
-    /// the same in every dataset of the study. A problem generated data lacks is then as likely a
-    /// decoy as protected, so the data does not name the protected problems. Neither the number
-    /// skipped nor an empty result ever reaches the caller: the result has exactly `n` rows, and
-    /// which rows were drawn cannot be recomputed outside the study (so a dataset's hash says
-    /// nothing about which draws were skipped).
+    /// the gate knows), every row posing a protected item's problem (`Generator::problem_key`),
+    /// and every **decoy**: a keyed one in `DECOY_EVERY` of the other problems,
+    /// chosen by the study's secret on the problem's key (`Generator::problem_key`) and the same
+    /// in every dataset of the study. A problem generated data lacks is then as likely a decoy as
+    /// protected, so the data does not name the protected problems. Neither the number skipped
+    /// nor an empty result ever reaches the caller: the result has exactly `n` rows, and which
+    /// rows were drawn cannot be recomputed outside the study (so a dataset's hash says nothing
+    /// about which draws were skipped).
     pub(in crate::os) fn generate_outside_protected(
         &self,
-        p: &types::ArithParams,
+        g: &Generator,
     ) -> Result<Vec<types::Row>> {
         let secret = self.secret()?;
         let mut salted = secret.clone();
-        salted.extend_from_slice(b"\0arith\0");
-        salted.extend_from_slice(&p.seed.to_le_bytes());
+        salted.extend_from_slice(g.salt());
+        salted.extend_from_slice(&g.seed().to_le_bytes());
         let digest = crate::util::hash::sha256_hex(&salted);
         let seed = u64::from_str_radix(&digest[..16], 16)
             .map_err(|e| Error::internal(format!("salted seed: {e}")))?;
         let sets = self.protected_sets()?;
         let scanner = self.scanner(&sets);
-        let n = p.n as usize;
+        // The problems protected items pose, in the generator's sense (for code, compositions:
+        // a composition a split holds is held out of generated data in every letter).
+        let held: std::collections::HashSet<String> = sets
+            .iter()
+            .flat_map(|s| s.prompts())
+            .map(|p| {
+                g.problem_key(&types::Row {
+                    prompt: p.to_string(),
+                    answer: String::new(),
+                })
+            })
+            .collect();
+        let n = g.n() as usize;
         // Protected items are a small share of any problem space the generator has (one digit:
         // 100 problems); a request that cannot be met in 4n + 10000 draws is refused without
         // saying which draws were skipped.
         let attempts = n.saturating_mul(4).saturating_add(10_000);
         let mut rows = Vec::with_capacity(n);
-        for row in datasets::arith_stream(p, seed).take(attempts) {
-            if !is_decoy(&secret, &row) && !scanner.row_reproduces(&row) {
+        for row in g.stream(seed).take(attempts) {
+            let key = g.problem_key(&row);
+            if !held.contains(&key) && !is_decoy(&secret, &key) && !scanner.row_reproduces(&row) {
                 rows.push(row);
                 if rows.len() == n {
                     return Ok(rows);
@@ -212,9 +226,71 @@ impl Study {
         }
         Err(Error::invalid(format!(
             "source: the generator could not draw {n} rows outside the protected eval sets in \
-             {attempts} draws (digits {} may be too few for the protected items)",
-            p.digits
+             {attempts} draws ({})",
+            g.too_few()
         )))
+    }
+}
+
+/// A built-in generator's request.
+pub(in crate::os) enum Generator<'a> {
+    Arith(&'a types::ArithParams),
+    Code(&'a types::CodeParams),
+}
+
+impl Generator<'_> {
+    fn salt(&self) -> &'static [u8] {
+        match self {
+            Generator::Arith(_) => b"\0arith\0",
+            Generator::Code(_) => b"\0code\0",
+        }
+    }
+
+    fn seed(&self) -> u64 {
+        match self {
+            Generator::Arith(p) => p.seed,
+            Generator::Code(p) => p.seed,
+        }
+    }
+
+    fn n(&self) -> u64 {
+        match self {
+            Generator::Arith(p) => p.n,
+            Generator::Code(p) => p.n,
+        }
+    }
+
+    fn stream(&self, seed: u64) -> Box<dyn Iterator<Item = types::Row>> {
+        match self {
+            Generator::Arith(p) => Box::new(datasets::arith_stream(p, seed)),
+            Generator::Code(p) => Box::new(code_tasks::code_stream(p, seed)),
+        }
+    }
+
+    /// What makes two rows one problem, for the decoys: for arithmetic the normal form (`12+34`
+    /// and `34+12` are one problem); for code the composition (`del a;add b` and `del c;add d`
+    /// are one, as the gate's code skeleton sees their programs), whatever the style.
+    fn problem_key(&self, row: &types::Row) -> String {
+        match self {
+            Generator::Arith(_) => crate::policy::normal_form::keys_of_text(
+                crate::config::NormalForm::Arithmetic,
+                &row.prompt,
+            )
+            .join("\n"),
+            Generator::Code(_) => code_tasks::composition_key(&row.prompt),
+        }
+    }
+
+    fn too_few(&self) -> String {
+        match self {
+            Generator::Arith(p) => {
+                format!("digits {} may be too few for the protected items", p.digits)
+            }
+            Generator::Code(p) => format!(
+                "max_ops {} may leave too few compositions outside them",
+                p.max_ops
+            ),
+        }
     }
 }
 
@@ -222,16 +298,12 @@ impl Study {
 pub(in crate::os) const DECOY_EVERY: u64 = 16;
 
 /// Whether a generated row's problem is one of the study's decoys: keyed by the study's secret on
-/// the problem's arithmetic normal form (`12+34` and `34+12` are one problem), so every dataset
-/// of the study lacks the same decoys and no one without the secret can tell them apart.
-fn is_decoy(secret: &[u8], row: &types::Row) -> bool {
-    let keys = crate::policy::normal_form::keys_of_text(
-        crate::config::NormalForm::Arithmetic,
-        &row.prompt,
-    );
+/// the problem's key (`Generator::problem_key`), so every dataset of the study lacks the same
+/// decoys and no one without the secret can tell them apart.
+fn is_decoy(secret: &[u8], key: &str) -> bool {
     let mut keyed = secret.to_vec();
     keyed.extend_from_slice(b"\0decoy\0");
-    keyed.extend_from_slice(keys.join("\n").as_bytes());
+    keyed.extend_from_slice(key.as_bytes());
     let digest = crate::util::hash::sha256_hex(&keyed);
     u64::from_str_radix(&digest[..16], 16).is_ok_and(|v| v % DECOY_EVERY == 0)
 }

@@ -49,7 +49,7 @@ use crate::record::dag::Dag;
 use crate::record::index::Index;
 use crate::record::store::ObjectStore;
 use crate::record::{self, NodeSnapshot, Record, TreeFile};
-use crate::train::datasets;
+use crate::train::{code_tasks, datasets};
 use crate::util::error::{Error, ErrorKind, IoContext, Result};
 use recovery::read_intent;
 

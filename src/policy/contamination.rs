@@ -9,7 +9,8 @@
 //!
 //! - `normalized`: the share of the item's token n-grams (prompt + answer) found in the rows;
 //! - `prompt`: the same for the item's prompt alone (the test problem with any answer);
-//! - `skeleton`: n-grams with identifier-like words replaced by a placeholder (renamed code);
+//! - `skeleton`: n-grams with identifier-like words replaced by a placeholder (renamed code); a
+//!   skeleton shorter than n (and at least `SKELETON_MIN_TOKENS`) is matched whole;
 //! - `normal-form`: the task's own equivalence (`normal_form`), e.g. for arithmetic the operator
 //!   and its operands as a multiset, numbers in any script or in words, filler words skipped.
 //!
@@ -94,10 +95,17 @@ pub fn skeleton(canonical_text: &str) -> Vec<String> {
     out
 }
 
-/// A skeleton says something only when it has structure: enough tokens that are not placeholders.
+/// The fewest tokens a skeleton shorter than the window needs to be matched whole.
+const SKELETON_MIN_TOKENS: usize = 8;
+
+/// A skeleton says something only when it has structure: enough tokens (the window's length, or
+/// `SKELETON_MIN_TOKENS` where the window is longer: such an item is matched whole, like a short
+/// item's text), and enough of them not placeholders.
 fn structured(skel: &[String], n: usize) -> bool {
     let kept = skel.iter().filter(|t| t.as_str() != "#").count();
-    skel.len() >= n && kept * 2 >= skel.len() && skel.iter().any(|t| t == "#")
+    skel.len() >= n.min(SKELETON_MIN_TOKENS)
+        && kept * 2 >= skel.len()
+        && skel.iter().any(|t| t == "#")
 }
 
 fn token_ids(toks: &[String]) -> Vec<u64> {
@@ -152,21 +160,26 @@ pub struct EvalSet {
     pub split: String,
     form: Option<NormalForm>,
     items: Vec<Item>,
+    /// The items' prompts (a generator skips the problems they pose, `os::data`).
+    prompts: Vec<String>,
     /// Token counts of short items (rows are windowed at these lengths too).
     short_lens: Vec<usize>,
+    /// Token counts of skeletons shorter than the window (matched whole, at their length).
+    skel_lens: Vec<usize>,
 }
 
 impl EvalSet {
     pub fn new(
         task: &str,
         split: &str,
-        items: &[Row],
+        items_in: &[Row],
         cfg: ScanConfig,
         form: Option<NormalForm>,
     ) -> EvalSet {
         let n = cfg.ngram;
         let mut short_lens = Vec::new();
-        let items = items
+        let mut skel_lens = Vec::new();
+        let items = items_in
             .iter()
             .map(|r| {
                 let text = canon::row_text(r);
@@ -192,6 +205,9 @@ impl EvalSet {
                     full: grams(&token_ids(&full_t), n),
                     prompt: grams(&token_ids(&prompt_t), n),
                     skeleton: if structured(&skel, n) {
+                        if skel.len() < n {
+                            skel_lens.push(skel.len());
+                        }
                         grams(&token_ids(&skel), n)
                     } else {
                         Vec::new()
@@ -202,13 +218,22 @@ impl EvalSet {
             .collect();
         short_lens.sort_unstable();
         short_lens.dedup();
+        skel_lens.sort_unstable();
+        skel_lens.dedup();
         EvalSet {
             task: task.into(),
             split: split.into(),
             form,
             items,
+            prompts: items_in.iter().map(|r| r.prompt.clone()).collect(),
             short_lens,
+            skel_lens,
         }
+    }
+
+    /// The prompts of the set's items.
+    pub fn prompts(&self) -> impl Iterator<Item = &str> {
+        self.prompts.iter().map(String::as_str)
     }
 
     pub fn len(&self) -> usize {
@@ -235,6 +260,8 @@ pub struct Scanner<'a> {
 pub struct ScanIndex {
     /// Window lengths of the normalized pass: n and every short item's length.
     lens: Vec<usize>,
+    /// Window lengths of the skeleton pass: n and every skeleton shorter than it.
+    skel_lens: Vec<usize>,
     norm: HashSet<u64>,
     skel: HashSet<u64>,
     keys: HashSet<String>,
@@ -250,11 +277,19 @@ impl ScanIndex {
         lens.push(cfg.ngram);
         lens.sort_unstable();
         lens.dedup();
+        let mut skel_lens: Vec<usize> = sets
+            .iter()
+            .flat_map(|s| s.skel_lens.iter().copied())
+            .collect();
+        skel_lens.push(cfg.ngram);
+        skel_lens.sort_unstable();
+        skel_lens.dedup();
         let mut forms: Vec<NormalForm> = sets.iter().filter_map(|s| s.form).collect();
         forms.dedup();
         let items = || sets.iter().flat_map(|s| s.items.iter());
         ScanIndex {
             lens,
+            skel_lens,
             norm: items()
                 .flat_map(|i| i.full.iter().chain(&i.prompt).copied())
                 .collect(),
@@ -355,7 +390,13 @@ impl<'a> Scanner<'a> {
             &ids,
             &self.ix.lens,
         );
-        scan(&self.ix.skel, &mut found.skel, &tail.skel, &skel, &[n]);
+        scan(
+            &self.ix.skel,
+            &mut found.skel,
+            &tail.skel,
+            &skel,
+            &self.ix.skel_lens,
+        );
         if !self.ix.keys.is_empty() {
             let prev = &tail.toks[tail.toks.len().saturating_sub(8)..];
             for &f in &self.ix.forms {
@@ -371,9 +412,17 @@ impl<'a> Scanner<'a> {
 
     /// The hits of what was found: one per contaminated item, at most `limit`.
     fn judge(&self, found: &Found, limit: usize) -> Vec<Hit> {
+        self.judge_items(found, limit)
+            .into_iter()
+            .map(|(_, hit)| hit)
+            .collect()
+    }
+
+    /// `judge`, with each hit's item as (set, item) positions.
+    fn judge_items(&self, found: &Found, limit: usize) -> Vec<((usize, usize), Hit)> {
         let mut hits = Vec::new();
-        for set in self.sets {
-            for item in &set.items {
+        for (si, set) in self.sets.iter().enumerate() {
+            for (ii, item) in set.items.iter().enumerate() {
                 if hits.len() >= limit {
                     return hits;
                 }
@@ -406,14 +455,17 @@ impl<'a> Scanner<'a> {
                 }
                 if let Some((at, overlap, how)) = hit {
                     let (part, row) = at.unwrap_or((0, 0));
-                    hits.push(Hit {
-                        task: set.task.clone(),
-                        split: set.split.clone(),
-                        part,
-                        row,
-                        overlap: (overlap * 1000.0).round() / 1000.0,
-                        how,
-                    });
+                    hits.push((
+                        (si, ii),
+                        Hit {
+                            task: set.task.clone(),
+                            split: set.split.clone(),
+                            part,
+                            row,
+                            overlap: (overlap * 1000.0).round() / 1000.0,
+                            how,
+                        },
+                    ));
                 }
             }
         }
@@ -442,6 +494,19 @@ impl<'a> Scanner<'a> {
             return false;
         }
         !self.judge(&found, 1).is_empty()
+    }
+
+    /// The protected items (as set and item positions) that one row on its own reproduces.
+    pub fn items_reproduced_by(&self, row: &Row) -> Vec<(usize, usize)> {
+        let mut found = Found::default();
+        self.visit(row, (0, 0), &mut Tails::default(), &mut found);
+        if found.norm.is_empty() && found.skel.is_empty() && found.keys.is_empty() {
+            return Vec::new();
+        }
+        self.judge_items(&found, usize::MAX)
+            .into_iter()
+            .map(|(at, _)| at)
+            .collect()
     }
 }
 
@@ -485,6 +550,24 @@ mod tests {
 
     fn hits(rows: &[Row], set: &EvalSet) -> Vec<Hit> {
         scan(rows, std::slice::from_ref(set), CFG, 10)
+    }
+
+    #[test]
+    fn a_skeleton_shorter_than_the_window_is_matched_whole() {
+        // A window longer than the item (as a code study sets it, to match items whole): the
+        // renamed program is still its item, and a program of another shape is not.
+        let cfg = ScanConfig {
+            ngram: 80,
+            threshold: 0.5,
+        };
+        let item = row("f>", "s=input();s=s[::-1];s=s[:3];print(s)");
+        let set = EvalSet::new("t", "test", std::slice::from_ref(&item), cfg, None);
+        let scan = |r: Row| super::scan(&[r], std::slice::from_ref(&set), cfg, 10);
+        let renamed = scan(row("g>", "q=input();q=q[::-1];q=q[:3];print(q)"));
+        assert_eq!(renamed.len(), 1, "renamed program");
+        assert_eq!(renamed[0].how, "skeleton");
+        assert!(scan(row("g>", "q=input();q=q[::-1];q=q[4:];print(q)")).is_empty());
+        assert!(scan(row("g>", "q=input();q=q[:3];q=q[::-1];print(q)")).is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! memorises problems rather than discovering carries). The embedded transformer trainer
 //! replaces it as the default model.
 
+pub mod code_tasks;
 pub mod datasets;
 pub mod gpt;
 pub mod programs;
@@ -451,28 +452,63 @@ fn judge_programs(
     )
 }
 
-/// `rsim job pretrain`: a tiny-gpt base model from a short seeded pretraining on generic arithmetic
-/// text (1–3 digit sums and differences, plain format, loss on every token).
-pub fn pretrain(dir: &Path, seed: u64, steps: u64) -> Result<serde_json::Value> {
-    prepare_process();
-    let mut rows = Vec::new();
-    for (digits, n) in [(1u32, 400u64), (2, 2000), (3, 4000)] {
-        for op in [
-            crate::model::data::ArithOp::Add,
-            crate::model::data::ArithOp::Sub,
-        ] {
-            rows.extend(crate::train::datasets::generate_arith(
-                &crate::model::data::ArithParams {
-                    op,
-                    digits,
-                    format: crate::model::data::AnswerFormat::Plain,
-                    n,
-                    seed: seed.wrapping_add(u64::from(digits)),
-                },
-            ));
+/// The task families a tiny-gpt base model can be pretrained for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Generic arithmetic text (tiny-arith, tiny-add2).
+    Arith,
+    /// Programs of the tiny-code family without their specifications (tiny-code).
+    Code,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Arith, Family::Code];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Arith => "arith",
+            Family::Code => "code",
         }
     }
-    let model = crate::train::gpt::Gpt::init(crate::train::gpt::GptConfig::small(), seed)?;
+}
+
+/// `rsim job pretrain`: a tiny-gpt base model from a short seeded pretraining, loss on every
+/// token. For `arith`: 1–3 digit sums and differences in the plain format. For `code`: the
+/// family's programs in every style behind a bare `>` (`code_tasks::pretraining_rows`): the
+/// model writes the family's Python, but no specification has ever been paired with a program.
+pub fn pretrain(dir: &Path, seed: u64, steps: u64, family: Family) -> Result<serde_json::Value> {
+    prepare_process();
+    let (rows, config) = match family {
+        Family::Arith => {
+            let mut rows = Vec::new();
+            for (digits, n) in [(1u32, 400u64), (2, 2000), (3, 4000)] {
+                for op in [
+                    crate::model::data::ArithOp::Add,
+                    crate::model::data::ArithOp::Sub,
+                ] {
+                    rows.extend(crate::train::datasets::generate_arith(
+                        &crate::model::data::ArithParams {
+                            op,
+                            digits,
+                            format: crate::model::data::AnswerFormat::Plain,
+                            n,
+                            seed: seed.wrapping_add(u64::from(digits)),
+                        },
+                    ));
+                }
+            }
+            (rows, crate::train::gpt::GptConfig::small())
+        }
+        Family::Code => (
+            code_tasks::pretraining_rows(12_000, seed),
+            crate::train::gpt::GptConfig {
+                vocab: code_tasks::VOCAB.into(),
+                context: code_tasks::CONTEXT,
+                ..crate::train::gpt::GptConfig::small()
+            },
+        ),
+    };
+    let model = crate::train::gpt::Gpt::init(config, seed)?;
     let rep = crate::train::gpt::train(
         &model,
         &rows,

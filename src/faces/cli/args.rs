@@ -515,11 +515,23 @@ pub enum JobCommand {
         seed: u64,
         #[arg(long, default_value_t = 1500)]
         steps: u64,
+        /// What the model is pretrained on: arithmetic text, or the tiny-code family's programs.
+        #[arg(long, value_enum, default_value = "arith")]
+        family: crate::train::Family,
     },
 }
 
 // The command line names answer formats and strategies by their own names (the core types stay
 // free of clap).
+impl clap::ValueEnum for crate::train::Family {
+    fn value_variants<'a>() -> &'a [Self] {
+        &crate::train::Family::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
 impl clap::ValueEnum for AnswerFormat {
     fn value_variants<'a>() -> &'a [Self] {
         &AnswerFormat::ALL

@@ -32,8 +32,13 @@ pub fn job(kind: &JobCommand) -> Result<()> {
         JobCommand::Train { spec } => crate::train::train(spec),
         JobCommand::Eval { spec } => crate::train::eval(spec),
         JobCommand::Sandbox { file, command } => crate::jobs::sandbox::exec(file, command),
-        JobCommand::Pretrain { out, seed, steps } => {
-            let report = crate::train::pretrain(out, *seed, *steps)?;
+        JobCommand::Pretrain {
+            out,
+            seed,
+            steps,
+            family,
+        } => {
+            let report = crate::train::pretrain(out, *seed, *steps, *family)?;
             print::json(&report)
         }
     }

@@ -3,7 +3,7 @@
 use std::fs;
 
 use crate::model::rule::Rule;
-use crate::os::data::text_bytes;
+use crate::os::data::{Generator, text_bytes};
 use crate::os::jobrun::ClaimGuard;
 use crate::os::*;
 use crate::policy::{SizeFact, StorageFact};
@@ -45,6 +45,11 @@ impl Study {
                 what: "the generated dataset".into(),
                 rows: p.n,
                 bytes: p.n.saturating_mul(datasets::arith_max_row_bytes(p)),
+            }),
+            DatasetSource::Code(p) => Some(SizeFact {
+                what: "the generated dataset".into(),
+                rows: p.n,
+                bytes: p.n.saturating_mul(code_tasks::code_max_row_bytes(p)),
             }),
             _ => None,
         };
@@ -285,7 +290,20 @@ impl Study {
                     p.n.saturating_mul(datasets::arith_max_row_bytes(p)),
                 );
                 let rows = if self.within_bounds(&size) {
-                    self.generate_outside_protected(p)?
+                    self.generate_outside_protected(&Generator::Arith(p))?
+                } else {
+                    Vec::new()
+                };
+                (size, rows)
+            }
+            DatasetSource::Code(p) => {
+                let size = fact(
+                    "the generated dataset".into(),
+                    p.n,
+                    p.n.saturating_mul(code_tasks::code_max_row_bytes(p)),
+                );
+                let rows = if self.within_bounds(&size) {
+                    self.generate_outside_protected(&Generator::Code(p))?
                 } else {
                     Vec::new()
                 };
