@@ -19,4 +19,5 @@ mod redteam_limits;
 mod session;
 mod sharing;
 mod slurm;
+mod tiny_code;
 mod web;
