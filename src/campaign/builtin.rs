@@ -38,8 +38,14 @@ impl WorkerAgent for BuiltinWorker {
 
     fn work(&self, study: &Study, t: &WorkerTask) -> Result<()> {
         let task = &t.opts.task;
-        let family = TaskFamily::from_task(task)?;
         let st = CampaignState::load(study, task)?;
+        let metric = study
+            .config()
+            .tasks
+            .get(task)
+            .map(|t| t.metric.clone())
+            .unwrap_or_default();
+        let family = TaskFamily::from_task(task, &metric)?;
         let node = st
             .nodes
             .get(&t.node)
@@ -58,7 +64,7 @@ impl WorkerAgent for BuiltinWorker {
             )?;
             return Ok(());
         };
-        for (name, req) in recipe.datasets(&family, &t.node) {
+        for (name, req) in recipe.datasets(&family, &t.node)? {
             if study.dataset(&name)?.is_none() {
                 match study.register_dataset(&t.caller, req) {
                     Ok(_) => {}
@@ -89,7 +95,7 @@ impl WorkerAgent for BuiltinWorker {
             }
         }
         let datasets: Vec<String> = recipe
-            .datasets(&family, &t.node)
+            .datasets(&family, &t.node)?
             .into_iter()
             .map(|(n, _)| n)
             .collect();
@@ -608,7 +614,7 @@ impl ReviewerAgent for BuiltinReviewer {
             let template = promising
                 .first()
                 .and_then(|(n, _)| n.recipe.clone())
-                .unwrap_or_default();
+                .unwrap_or_else(|| st.default_recipe());
             let used: Vec<_> = st
                 .campaign_nodes()
                 .filter(|n| n.parents.iter().any(|p| p == &st.root))
@@ -620,7 +626,7 @@ impl ReviewerAgent for BuiltinReviewer {
                 .and_then(|d| st.nodes.get(d))
                 .and_then(|n| n.recipe.as_ref())
                 .map(|r| r.format);
-            let mut formats = super::recipe::FORMATS.to_vec();
+            let mut formats = st.formats().to_vec();
             formats.sort_by_key(|f| {
                 (
                     used.iter().filter(|u| *u == f).count(),
@@ -1084,8 +1090,9 @@ fn proposal(parents: Vec<String>, r: &Recipe, why: &str) -> Proposal {
 
 /// The first review of a campaign: one direction per answer format, default optimiser settings.
 fn opening_review(study: &Study, t: &ReviewTask, st: &CampaignState) -> Result<()> {
-    let base = Recipe::default();
-    let mut proposals: Vec<Proposal> = super::recipe::FORMATS
+    let base = st.default_recipe();
+    let mut proposals: Vec<Proposal> = st
+        .formats()
         .iter()
         .map(|f| {
             proposal(
@@ -1127,7 +1134,7 @@ pub fn greedy_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, Strin
         .collect();
     match st.best_by_dev(false) {
         Some(best) if best.recipe.is_some() => {
-            let r = best.recipe.clone().unwrap_or_default();
+            let r = best.recipe.clone().unwrap_or_else(|| st.default_recipe());
             let mut c = r.mutate(&mut rng);
             for _ in 0..6 {
                 if !tried.contains(&c.0.to_string()) {
@@ -1146,9 +1153,8 @@ pub fn greedy_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, Strin
         // policies, not between starting points.
         _ => (
             vec![st.root.clone()],
-            Recipe::default().with_format(
-                super::recipe::FORMATS[(seed % super::recipe::FORMATS.len() as u64) as usize],
-            ),
+            st.default_recipe()
+                .with_format(st.formats()[(seed % st.formats().len() as u64) as usize]),
             "Greedy agent's first idea: an answer format at default settings.".into(),
         ),
     }
@@ -1159,7 +1165,7 @@ pub fn random_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, Strin
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(17).wrapping_add(st.nodes.len() as u64));
     (
         vec![st.root.clone()],
-        Recipe::random(&mut rng),
+        Recipe::random(&mut rng, st.formats()),
         "Random search: a recipe drawn uniformly.".into(),
     )
 }
@@ -1218,12 +1224,12 @@ pub fn halving_next(
                 .collect();
             let mut rng =
                 StdRng::seed_from_u64(seed.wrapping_mul(43).wrapping_add(st.nodes.len() as u64));
-            let mut c = Recipe::random(&mut rng);
+            let mut c = Recipe::random(&mut rng, st.formats());
             for _ in 0..50 {
                 if !tried.contains(&c.to_string()) {
                     break;
                 }
-                c = Recipe::random(&mut rng);
+                c = Recipe::random(&mut rng, st.formats());
             }
             return Some((
                 vec![st.root.clone()],

@@ -492,11 +492,14 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                         .join(", ")
                 )));
             }
-            requested
+            // The campaign ranks on the task's own metric (`pass_at_1` for a code task).
+            let mut opts = requested;
+            opts.metric = study.config().tasks[&opts.task].metric.clone();
+            opts
         }
     };
     if opts.worker == AgentSpec::Builtin || opts.reviewer == AgentSpec::Builtin {
-        recipe::TaskFamily::from_task(&opts.task)?;
+        recipe::TaskFamily::from_task(&opts.task, &opts.metric)?;
     }
     for spec in [&opts.worker, &opts.reviewer] {
         if matches!(spec, AgentSpec::Llm { .. }) {

@@ -1,9 +1,11 @@
-//! A research direction's experiment recipe for the built-in agents: the knobs of one
-//! tiny-arith style SFT experiment, written as one `recipe:` line in the node's hypothesis so the
-//! record itself says what a node tests (and any agent, LLM or human, can read it).
+//! A research direction's experiment recipe for the built-in agents: the knobs of one SFT
+//! experiment on a task family they can make data for (arithmetic, tiny-code), written as one
+//! `recipe:` line in the node's hypothesis so the record itself says what a node tests (and any
+//! agent, LLM or human, can read it).
 
 use crate::api::types::{
-    AnswerFormat, ArithOp, ArithParams, DatasetSource, RegisterDatasetRequest, Schedule,
+    AnswerFormat, ArithOp, ArithParams, CodeParams, CodeStyle, DatasetSource,
+    RegisterDatasetRequest, Schedule,
 };
 use crate::util::error::{Error, Result};
 use rand::RngExt;
@@ -19,15 +21,35 @@ pub enum Init {
     Parent,
 }
 
+/// How the answers of a recipe's data are written: an arithmetic answer format, or a tiny-code
+/// program style. Names are unique across both, so a recipe line reads without its family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Answer(AnswerFormat),
+    Code(CodeStyle),
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Answer(f) => f.name(),
+            Format::Code(CodeStyle::Steps) => "steps",
+            Format::Code(CodeStyle::Nested) => "nested",
+            Format::Code(CodeStyle::Named) => "named",
+        }
+    }
+}
+
 /// The knobs the built-in agents search over.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recipe {
-    pub format: AnswerFormat,
+    pub format: Format,
     pub lr: f64,
     pub schedule: Schedule,
     /// Rows of task data.
     pub rows: u64,
-    /// Mix in easier (one digit fewer) problems: a quarter as many rows.
+    /// Mix in easier problems (one digit fewer; for code, single operations): a quarter as many
+    /// rows.
     pub curriculum: bool,
     pub init: Init,
     /// Continued runs behind this one (0: trained from the base model): its rung in successive
@@ -37,10 +59,17 @@ pub struct Recipe {
 
 pub const LRS: [f64; 4] = [0.001, 0.003, 0.006, 0.012];
 const ROWS: [u64; 2] = [5000, 20000];
-pub const FORMATS: [AnswerFormat; 3] = [
-    AnswerFormat::Plain,
-    AnswerFormat::Reversed,
-    AnswerFormat::Scratchpad,
+/// The answer formats of arithmetic tasks.
+pub const FORMATS: [Format; 3] = [
+    Format::Answer(AnswerFormat::Plain),
+    Format::Answer(AnswerFormat::Reversed),
+    Format::Answer(AnswerFormat::Scratchpad),
+];
+/// The program styles of tiny-code tasks.
+pub const CODE_FORMATS: [Format; 3] = [
+    Format::Code(CodeStyle::Steps),
+    Format::Code(CodeStyle::Nested),
+    Format::Code(CodeStyle::Named),
 ];
 
 fn schedule_name(s: Schedule) -> &'static str {
@@ -93,7 +122,13 @@ impl Recipe {
                 .ok_or_else(|| Error::invalid(format!("recipe: {kv:?} is not key=value")))?;
             let bad = || Error::invalid(format!("recipe: bad value {v:?} for {k}"));
             match k {
-                "format" => r.format = *FORMATS.iter().find(|f| f.name() == v).ok_or_else(bad)?,
+                "format" => {
+                    r.format = *FORMATS
+                        .iter()
+                        .chain(&CODE_FORMATS)
+                        .find(|f| f.name() == v)
+                        .ok_or_else(bad)?
+                }
                 "lr" => {
                     r.lr = v.parse().map_err(|_| bad())?;
                     if !(r.lr > 0.0 && r.lr <= 1.0) {
@@ -134,10 +169,10 @@ impl Recipe {
         Ok(r)
     }
 
-    /// A uniformly random recipe (always from the base model).
-    pub fn random(rng: &mut StdRng) -> Recipe {
+    /// A uniformly random recipe in one of `formats` (always from the base model).
+    pub fn random(rng: &mut StdRng, formats: &[Format]) -> Recipe {
         Recipe {
-            format: FORMATS[rng.random_range(0..FORMATS.len())],
+            format: formats[rng.random_range(0..formats.len())],
             lr: LRS[rng.random_range(0..LRS.len())],
             schedule: if rng.random_bool(0.5) {
                 Schedule::Cosine
@@ -161,7 +196,7 @@ impl Recipe {
     }
 
     /// The same settings in a different answer format: a new direction, from the base model.
-    pub fn with_format(&self, format: AnswerFormat) -> Recipe {
+    pub fn with_format(&self, format: Format) -> Recipe {
         Recipe {
             format,
             init: Init::Base,
@@ -308,8 +343,29 @@ impl Recipe {
     }
 
     /// Names of the datasets this recipe trains on, with the request that registers each.
-    pub fn datasets(&self, task: &TaskFamily, node: &str) -> Vec<(String, RegisterDatasetRequest)> {
+    pub fn datasets(
+        &self,
+        task: &TaskFamily,
+        node: &str,
+    ) -> Result<Vec<(String, RegisterDatasetRequest)>> {
         let fmt = self.format.name();
+        let (op, digits, format) = match (task.kind, self.format) {
+            (FamilyKind::Arith { op, digits }, Format::Answer(f)) => (op, digits, f),
+            (FamilyKind::Code, Format::Code(style)) => {
+                return Ok(self.code_datasets(task, node, style));
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "recipe format {fmt} is not a format of task {} (formats: {})",
+                    task.name,
+                    task.formats()
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        };
         let main = format!("{}-{fmt}-{}", task.name, self.rows);
         let mut out = vec![(
             main.clone(),
@@ -317,9 +373,9 @@ impl Recipe {
                 node: node.to_string(),
                 name: main,
                 source: DatasetSource::Arith(ArithParams {
-                    op: task.op,
-                    digits: task.digits,
-                    format: self.format,
+                    op,
+                    digits,
+                    format,
                     n: self.rows,
                     seed: 1,
                 }),
@@ -329,7 +385,7 @@ impl Recipe {
                 ),
             },
         )];
-        if self.curriculum && task.digits > 1 {
+        if self.curriculum && digits > 1 {
             let name = format!("{}-easy-{fmt}-{}", task.name, self.rows / 4);
             out.push((
                 name.clone(),
@@ -337,17 +393,65 @@ impl Recipe {
                     node: node.to_string(),
                     name,
                     source: DatasetSource::Arith(ArithParams {
-                        op: task.op,
-                        digits: task.digits - 1,
-                        format: self.format,
+                        op,
+                        digits: digits - 1,
+                        format,
                         n: (self.rows / 4).max(1),
                         seed: 2,
                     }),
                     description: format!(
                         "curriculum: {}-digit problems in the {fmt} format",
-                        task.digits - 1
+                        digits - 1
                     ),
                 },
+            ));
+        }
+        Ok(out)
+    }
+
+    /// A tiny-code recipe's data: specifications of one to three operations in its style, and
+    /// for the curriculum single operations (a quarter as many rows).
+    fn code_datasets(
+        &self,
+        task: &TaskFamily,
+        node: &str,
+        style: CodeStyle,
+    ) -> Vec<(String, RegisterDatasetRequest)> {
+        let fmt = self.format.name();
+        let req = |name: &str, max_ops: u32, n: u64, seed: u64, description: String| {
+            (
+                name.to_string(),
+                RegisterDatasetRequest {
+                    node: node.to_string(),
+                    name: name.to_string(),
+                    source: DatasetSource::Code(CodeParams {
+                        style,
+                        max_ops,
+                        n,
+                        seed,
+                    }),
+                    description,
+                },
+            )
+        };
+        let mut out = vec![req(
+            &format!("{}-{fmt}-{}", task.name, self.rows),
+            crate::train::code_tasks::MAX_OPS,
+            self.rows,
+            1,
+            format!(
+                "{} rows of the {} task in the {fmt} style",
+                self.rows, task.name
+            ),
+        )];
+        if self.curriculum {
+            let n = (self.rows / 4).max(1);
+            out.push(req(
+                &format!("{}-single-{fmt}-{n}", task.name),
+                1,
+                n,
+                2,
+                format!("curriculum: single operations in the {fmt} style"),
             ));
         }
         out
@@ -357,7 +461,7 @@ impl Recipe {
 impl Default for Recipe {
     fn default() -> Self {
         Recipe {
-            format: AnswerFormat::Plain,
+            format: FORMATS[0],
             lr: 0.003,
             schedule: Schedule::Cosine,
             rows: 20000,
@@ -368,17 +472,31 @@ impl Default for Recipe {
     }
 }
 
-/// The arithmetic task family the built-in agents know how to make data for.
+/// A task family the built-in agents know how to make data for.
 #[derive(Debug, Clone)]
 pub struct TaskFamily {
     pub name: String,
-    pub op: ArithOp,
-    pub digits: u32,
+    pub kind: FamilyKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyKind {
+    /// `addN`, `subN`, `mixedN`: the arithmetic generator.
+    Arith { op: ArithOp, digits: u32 },
+    /// A `pass_at_1` task: the tiny-code generator.
+    Code,
 }
 
 impl TaskFamily {
-    /// `add3` → addition of 3-digit numbers; `sub2`, `mixed4`, ...
-    pub fn from_task(name: &str) -> Result<TaskFamily> {
+    /// A code task (metric `pass_at_1`) is the tiny-code family; otherwise `add3` → addition
+    /// of 3-digit numbers, `sub2`, `mixed4`, ...
+    pub fn from_task(name: &str, metric: &str) -> Result<TaskFamily> {
+        if metric == crate::train::programs::METRIC {
+            return Ok(TaskFamily {
+                name: name.to_string(),
+                kind: FamilyKind::Code,
+            });
+        }
         let (op, rest) = if let Some(r) = name.strip_prefix("add") {
             (ArithOp::Add, r)
         } else if let Some(r) = name.strip_prefix("sub") {
@@ -394,16 +512,32 @@ impl TaskFamily {
         }
         Ok(TaskFamily {
             name: name.to_string(),
-            op,
-            digits,
+            kind: FamilyKind::Arith { op, digits },
         })
+    }
+
+    /// The formats a recipe for this family may use.
+    pub fn formats(&self) -> &'static [Format] {
+        match self.kind {
+            FamilyKind::Arith { .. } => &FORMATS,
+            FamilyKind::Code => &CODE_FORMATS,
+        }
+    }
+
+    /// The default recipe in this family's first format.
+    pub fn default_recipe(&self) -> Recipe {
+        Recipe {
+            format: self.formats()[0],
+            ..Recipe::default()
+        }
     }
 }
 
 fn unknown_task(name: &str) -> Error {
     Error::invalid(format!(
         "task {name:?}: the built-in agents make data for arithmetic tasks named addN, subN or \
-         mixedN (N = digits, 1-6); use LLM or command agents for other tasks"
+         mixedN (N = digits, 1-6) and for tiny-code tasks (metric pass_at_1); use LLM or command \
+         agents for other tasks"
     ))
 }
 
@@ -416,7 +550,12 @@ mod tests {
     fn recipe_round_trips_through_its_line() {
         let mut rng = StdRng::seed_from_u64(3);
         for _ in 0..50 {
-            let r = Recipe::random(&mut rng);
+            let formats: &[Format] = if rng.random_bool(0.5) {
+                &FORMATS
+            } else {
+                &CODE_FORMATS
+            };
+            let r = Recipe::random(&mut rng, formats);
             let (m, _) = r.mutate(&mut rng);
             for x in [r, m] {
                 let line = x.to_string();
@@ -439,7 +578,7 @@ mod tests {
         assert!(!r.to_string().contains("rung"));
         assert!(Recipe::parse("recipe: rung=x").is_err());
         // A new format is a new direction: from the base model again.
-        let f = c.with_format(AnswerFormat::Scratchpad);
+        let f = c.with_format(FORMATS[2]);
         assert_eq!((f.init, f.rung), (Init::Base, 0));
     }
 
@@ -493,9 +632,41 @@ mod tests {
 
     #[test]
     fn task_families() {
-        let t = TaskFamily::from_task("add3").unwrap();
-        assert_eq!((t.op, t.digits), (ArithOp::Add, 3));
-        assert!(TaskFamily::from_task("gsm8k").is_err());
-        assert!(TaskFamily::from_task("add9").is_err());
+        let t = TaskFamily::from_task("add3", "exact_match").unwrap();
+        assert_eq!(
+            t.kind,
+            FamilyKind::Arith {
+                op: ArithOp::Add,
+                digits: 3
+            }
+        );
+        assert!(TaskFamily::from_task("gsm8k", "exact_match").is_err());
+        assert!(TaskFamily::from_task("add9", "exact_match").is_err());
+        let code = TaskFamily::from_task("strings", "pass_at_1").unwrap();
+        assert_eq!(code.kind, FamilyKind::Code);
+        assert_eq!(code.default_recipe().format.name(), "steps");
+    }
+
+    #[test]
+    fn a_code_recipe_makes_code_data_and_an_arithmetic_format_is_refused() {
+        let code = TaskFamily::from_task("strings", "pass_at_1").unwrap();
+        let r = Recipe {
+            curriculum: true,
+            ..code.default_recipe()
+        };
+        let ds = r.datasets(&code, "n1").unwrap();
+        assert_eq!(ds.len(), 2);
+        match &ds[1].1.source {
+            DatasetSource::Code(p) => assert_eq!((p.max_ops, p.n), (1, r.rows / 4)),
+            other => panic!("{other:?}"),
+        }
+        let e = Recipe::default()
+            .datasets(&code, "n1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plain") && e.contains("steps"), "{e}");
+        let line = r.to_string();
+        assert!(line.contains("format=steps"), "{line}");
+        assert_eq!(Recipe::parse(&line).unwrap(), r);
     }
 }

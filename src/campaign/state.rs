@@ -100,9 +100,27 @@ pub struct CampaignState {
     pub test_evals: Vec<TestEval>,
     /// Accepted run_sft actions under the root (any job outcome: compute was spent).
     pub experiments_used: u64,
+    /// The task's family, where the built-in agents can make data for it.
+    pub family: Option<super::recipe::TaskFamily>,
 }
 
 impl CampaignState {
+    /// The formats a recipe of this campaign's task may use (arithmetic's for a task the
+    /// built-in agents cannot make data for).
+    pub fn formats(&self) -> &'static [super::recipe::Format] {
+        self.family
+            .as_ref()
+            .map_or(&super::recipe::FORMATS, |f| f.formats())
+    }
+
+    /// The default recipe in the task's first format.
+    pub fn default_recipe(&self) -> super::recipe::Recipe {
+        super::recipe::Recipe {
+            format: self.formats()[0],
+            ..Default::default()
+        }
+    }
+
     pub fn load(study: &Study, task: &str) -> Result<CampaignState> {
         let listed = study.list_nodes(
             &crate::model::Caller::new("orchestrator", crate::model::Role::Owner),
@@ -117,6 +135,11 @@ impl CampaignState {
         )?;
         let mut st = CampaignState {
             root: crate::os::ROOT_NODE.to_string(),
+            family: study
+                .config()
+                .tasks
+                .get(task)
+                .and_then(|t| super::recipe::TaskFamily::from_task(task, &t.metric).ok()),
             ..Default::default()
         };
         let mut raw = Vec::new();
