@@ -133,6 +133,11 @@ impl CampaignState {
                 cursor: None,
             },
         )?;
+        let metric = study
+            .config()
+            .tasks
+            .get(task)
+            .map_or_else(|| "exact_match".to_string(), |t| t.metric.clone());
         let mut st = CampaignState {
             root: crate::os::ROOT_NODE.to_string(),
             family: study
@@ -183,7 +188,9 @@ impl CampaignState {
                         });
                     }
                     ActionName::Evaluate => {
-                        for m in &r.metrics {
+                        // The task's own metric only: an evaluation records others beside it
+                        // (a code task's counts of programs passed, wrong, crashed, …).
+                        for m in r.metrics.iter().filter(|m| m.name == metric) {
                             if m.task == task && m.split == Split::Dev {
                                 dev.insert(m.checkpoint.clone(), m.value);
                             } else if m.task == task && m.split == Split::Test {

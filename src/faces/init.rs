@@ -273,37 +273,31 @@ fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 4
 /// pretrain --seed 0` made it) and an addition task with a protected test split.
 fn materialize_tiny_gpt(root: &Path, task: (&str, u32), toml: &str, readme: &str) -> Result<()> {
     let pins = write_eval_sets(root, task.0, EvalFamily::Addition(task.1))?;
+    write_base(
+        root,
+        include_bytes!("../../examples/tiny-arith/base/config.json"),
+        include_bytes!("../../examples/tiny-arith/base/model.safetensors"),
+    )?;
+    write_example_config(root, toml, readme, &pins)
+}
+
+/// A shipped tiny-gpt base model written to `models/base`.
+fn write_base(root: &Path, config: &[u8], weights: &[u8]) -> Result<()> {
     let base = root.join("models").join("base");
     fs::create_dir_all(&base).at("cannot create", &base)?;
-    fs::write(
-        base.join(crate::train::CONFIG_FILE),
-        include_bytes!("../../examples/tiny-arith/base/config.json"),
-    )
-    .at("cannot write", &base)?;
-    fs::write(
-        base.join(crate::train::gpt::WEIGHTS_FILE),
-        include_bytes!("../../examples/tiny-arith/base/model.safetensors"),
-    )
-    .at("cannot write", &base)?;
-    write_example_config(root, toml, readme, &pins)
+    fs::write(base.join(crate::train::CONFIG_FILE), config).at("cannot write", &base)?;
+    fs::write(base.join(crate::train::gpt::WEIGHTS_FILE), weights).at("cannot write", &base)
 }
 
 /// The tiny-code example: the shipped tiny-code base model (`rsim job pretrain --family code
 /// --seed 0` made it) and a code task scored by running programs (`pass_at_1`).
 fn materialize_tiny_code(root: &Path) -> Result<()> {
     let pins = write_eval_sets(root, "strings", EvalFamily::Code)?;
-    let base = root.join("models").join("base");
-    fs::create_dir_all(&base).at("cannot create", &base)?;
-    fs::write(
-        base.join(crate::train::CONFIG_FILE),
+    write_base(
+        root,
         include_bytes!("../../examples/tiny-code/base/config.json"),
-    )
-    .at("cannot write", &base)?;
-    fs::write(
-        base.join(crate::train::gpt::WEIGHTS_FILE),
         include_bytes!("../../examples/tiny-code/base/model.safetensors"),
-    )
-    .at("cannot write", &base)?;
+    )?;
     write_example_config(
         root,
         include_str!("../../examples/tiny-code/rsim.toml"),

@@ -239,6 +239,29 @@ pub(in crate::os) enum Generator<'a> {
 }
 
 impl Generator<'_> {
+    /// The generator of a built-in generator source.
+    pub(in crate::os) fn of(source: &types::DatasetSource) -> Option<Generator<'_>> {
+        match source {
+            types::DatasetSource::Arith(p) => Some(Generator::Arith(p)),
+            types::DatasetSource::Code(p) => Some(Generator::Code(p)),
+            _ => None,
+        }
+    }
+
+    /// The size of what it will generate, known before anything is: `n` rows, each within the
+    /// generator's bound on a row's bytes.
+    pub(in crate::os) fn size(&self) -> SizeFact {
+        let per_row = match self {
+            Generator::Arith(p) => datasets::arith_max_row_bytes(p),
+            Generator::Code(p) => code_tasks::code_max_row_bytes(p),
+        };
+        SizeFact {
+            what: "the generated dataset".into(),
+            rows: self.n(),
+            bytes: self.n().saturating_mul(per_row),
+        }
+    }
+
     fn salt(&self) -> &'static [u8] {
         match self {
             Generator::Arith(_) => b"\0arith\0",

@@ -49,12 +49,17 @@ pub fn ok_json(study: &Path, args: &[&str]) -> Value {
 
 /// A fresh study of the fast tiny-arith-ngram example in a temporary directory.
 pub fn example_study() -> (tempfile::TempDir, PathBuf) {
+    study_of("tiny-arith-ngram")
+}
+
+/// A fresh study of an example in a temporary directory (`rsim init DIR --example NAME`).
+pub fn study_of(example: &str) -> (tempfile::TempDir, PathBuf) {
     let d = tempfile::tempdir().expect("tempdir");
     let root = d.path().join("study");
     let out = rsim()
         .args(["init"])
         .arg(&root)
-        .args(["--example", "tiny-arith-ngram"])
+        .args(["--example", example])
         .output()
         .expect("init");
     assert!(
@@ -63,6 +68,17 @@ pub fn example_study() -> (tempfile::TempDir, PathBuf) {
         String::from_utf8_lossy(&out.stderr)
     );
     (d, root)
+}
+
+/// `rsim -C study call ACTION REQUEST`, which must succeed; its JSON result.
+pub fn call(study: &Path, action: &str, req: &Value) -> Value {
+    let out = run(study, &["call", action, &req.to_string()]);
+    assert!(
+        out.status.success(),
+        "{action} {req}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
 }
 
 /// Write `text` as the study's rsim.toml and commit it on main, as the study owner would.

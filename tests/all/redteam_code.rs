@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::common::{fsck_clean, inline, ok_json, rsim, run, sandbox_available};
+use crate::common::{call, fsck_clean, inline, ok_json, rsim, sandbox_available};
 
 /// A code item: its prompt, a reference solution and its hidden (input, output) test cases.
 type Item = (
@@ -116,16 +116,6 @@ fn a_code_task_without_hidden_tests_is_refused_at_init() {
         err.contains("task code dev split") && err.contains("tests"),
         "{err}"
     );
-}
-
-fn call(root: &Path, action: &str, req: &Value) -> Value {
-    let out = run(root, &["call", action, &req.to_string()]);
-    assert!(
-        out.status.success(),
-        "{action} {req}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
 }
 
 /// Teach node `node` (a new branch of n0) to answer every prompt with `program`, then score it

@@ -9,18 +9,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::common::{fsck_clean, inline, ok_json, rsim, run, sandbox_available};
+use crate::common::{call, fsck_clean, inline, ok_json, run, sandbox_available, study_of};
 use rsi_master::train::code_tasks::composition_key;
-
-fn call(root: &Path, action: &str, req: &Value) -> Value {
-    let out = run(root, &["call", action, &req.to_string()]);
-    assert!(
-        out.status.success(),
-        "{action} {req}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("json")
-}
 
 fn refused(root: &Path, action: &str, req: &Value) -> String {
     let out = run(root, &["call", action, &req.to_string()]);
@@ -45,19 +35,7 @@ fn sft_on_generated_programs_raises_pass_at_1_on_held_out_compositions() {
     if !sandbox_available() {
         return;
     }
-    let d = tempfile::tempdir().expect("tempdir");
-    let root = d.path().join("study");
-    let out = rsim()
-        .args(["init"])
-        .arg(&root)
-        .args(["--example", "tiny-code"])
-        .output()
-        .expect("init");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_d, root) = study_of("tiny-code");
 
     // Every split holds its own compositions (letters aside, as the gate's skeleton sees them).
     let splits = ["dev", "test", "sealed", "dev_twin"].map(|s| (s, split_keys(&root, s)));
@@ -181,3 +159,57 @@ fn sft_on_generated_programs_raises_pass_at_1_on_held_out_compositions() {
 /// (measured: see the README of examples/tiny-code for what longer runs reach).
 const SFT_STEPS: u64 = 600;
 const MIN_GAIN: f64 = 0.15;
+
+#[test]
+fn built_in_agents_run_a_campaign_on_the_code_family_and_rank_by_pass_at_1() {
+    if !sandbox_available() {
+        return;
+    }
+    let (_d, root) = study_of("tiny-code");
+    let v = ok_json(
+        &root,
+        &["run", "--experiments", "3", "--steps", "30", "--quiet"],
+    );
+    assert_eq!(v["summary"]["experiments"], 3, "{v}");
+    // The opening directions are the family's program styles, each with the code generator's
+    // data; every score the campaign ranked on is pass@1.
+    let log = ok_json(&root, &["log", "--max-tokens", "1000000"]);
+    let acts = log["actions"].as_array().expect("actions");
+    let styles: HashSet<&str> = acts
+        .iter()
+        .filter(|a| a["action"] == "register_dataset" && a["decision"] == "accepted")
+        .filter_map(|a| a["summary"].as_str())
+        .flat_map(|s| {
+            ["steps", "nested", "named"]
+                .into_iter()
+                .filter(move |f| s.contains(f))
+        })
+        .collect();
+    assert!(styles.len() >= 2, "{acts:?}");
+    for n in ["n1", "n2", "n3"] {
+        let node = ok_json(&root, &["show", n]);
+        let hyp = node["hypothesis"].as_str().unwrap_or("");
+        assert!(
+            ["format=steps", "format=nested", "format=named"]
+                .iter()
+                .any(|f| hyp.contains(f)),
+            "{hyp}"
+        );
+    }
+    let report = &v["report"];
+    assert_eq!(report["metric"], "pass_at_1", "{report}");
+    // Every dev score the campaign ranked on is a pass rate (an evaluation records the counts of
+    // programs passed, wrong, crashed beside it, which are not), and the promoted node is the
+    // best of them.
+    let devs: Vec<f64> = report["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["dev_mean"].as_f64())
+        .collect();
+    assert!(!devs.is_empty(), "{report}");
+    assert!(devs.iter().all(|d| (0.0..=1.0).contains(d)), "{devs:?}");
+    let best = report["best"]["dev_mean"].as_f64().expect("best");
+    assert!(devs.iter().all(|d| *d <= best), "{best} vs {devs:?}");
+    fsck_clean(&root);
+}

@@ -41,17 +41,7 @@ impl Study {
                 rows: rows.len() as u64,
                 bytes: text_bytes(rows),
             }),
-            DatasetSource::Arith(p) => Some(SizeFact {
-                what: "the generated dataset".into(),
-                rows: p.n,
-                bytes: p.n.saturating_mul(datasets::arith_max_row_bytes(p)),
-            }),
-            DatasetSource::Code(p) => Some(SizeFact {
-                what: "the generated dataset".into(),
-                rows: p.n,
-                bytes: p.n.saturating_mul(code_tasks::code_max_row_bytes(p)),
-            }),
-            _ => None,
+            source => Generator::of(source).map(|g| g.size()),
         };
         if let Some(size) = projected {
             let n = size.rows;
@@ -283,27 +273,12 @@ impl Study {
                 };
                 (size, rows)
             }
-            DatasetSource::Arith(p) => {
-                let size = fact(
-                    "the generated dataset".into(),
-                    p.n,
-                    p.n.saturating_mul(datasets::arith_max_row_bytes(p)),
-                );
+            DatasetSource::Arith(_) | DatasetSource::Code(_) => {
+                let g = Generator::of(source)
+                    .ok_or_else(|| Error::internal("a generator source has no generator"))?;
+                let size = g.size();
                 let rows = if self.within_bounds(&size) {
-                    self.generate_outside_protected(&Generator::Arith(p))?
-                } else {
-                    Vec::new()
-                };
-                (size, rows)
-            }
-            DatasetSource::Code(p) => {
-                let size = fact(
-                    "the generated dataset".into(),
-                    p.n,
-                    p.n.saturating_mul(code_tasks::code_max_row_bytes(p)),
-                );
-                let rows = if self.within_bounds(&size) {
-                    self.generate_outside_protected(&Generator::Code(p))?
+                    self.generate_outside_protected(&g)?
                 } else {
                     Vec::new()
                 };
