@@ -19,8 +19,8 @@ use crate::model::data::{CodeParams, CodeStyle, Row};
 /// digits and the punctuation the programs and specifications use.
 pub const VOCAB: &str = "\n abcdefghijklmnopqrstuvwxyz0123456789;>=()[]:-+*'.,";
 
-/// The tiny-code model's context: the longest specification with its longest program in the
-/// longest style (three `del` steps) fits.
+/// The tiny-code model's context: the longest specification with the longest program in any
+/// style fits (`code_max_row_bytes`, 106 characters at three operations).
 pub const CONTEXT: usize = 112;
 
 /// The contamination gate's window in a tiny-code study (its `contamination_ngram`). An item is
@@ -218,16 +218,38 @@ pub fn code_stream(p: &CodeParams, seed: u64) -> impl Iterator<Item = Row> + use
     })
 }
 
-/// An upper bound on one generated row's training text in bytes: three `del` steps (the longest
-/// specification and step) in the longest style.
+/// One operation of each kind (the parameter's length is the same for every value).
+const EACH_KIND: [Op; 9] = [
+    Op::Rev,
+    Op::Up,
+    Op::Dup,
+    Op::Sort,
+    Op::Take(5),
+    Op::Drop(5),
+    Op::Del('a'),
+    Op::Add('a'),
+    Op::Pre('a'),
+];
+
+/// An upper bound on one generated row's training text in bytes: the longest specification plus
+/// the longest program, each bounded on its own. A step's text does not depend on its
+/// neighbours, so the longest of each is `max_ops` times one kind of operation.
 pub fn code_max_row_bytes(p: &CodeParams) -> u64 {
-    let ops = vec![Op::Del('a'); p.max_ops.clamp(1, MAX_OPS) as usize];
-    let longest = [CodeStyle::Steps, CodeStyle::Nested, CodeStyle::Named]
-        .into_iter()
-        .map(|s| program(&ops, s).len())
+    let k = p.max_ops.clamp(1, MAX_OPS) as usize;
+    let spec = EACH_KIND
+        .iter()
+        .map(|o| prompt(&vec![*o; k]).len())
         .max()
         .unwrap_or(0);
-    (prompt(&ops).len() + longest) as u64
+    let program = EACH_KIND
+        .iter()
+        .flat_map(|o| {
+            [CodeStyle::Steps, CodeStyle::Nested, CodeStyle::Named]
+                .map(|s| program(&vec![*o; k], s).len())
+        })
+        .max()
+        .unwrap_or(0);
+    (spec + program) as u64
 }
 
 /// One hidden test case of an eval item.
@@ -363,7 +385,9 @@ mod tests {
                     seed: 3,
                 };
                 let bound = code_max_row_bytes(&p);
-                for r in code_stream(&p, 3).take(2000) {
+                // The bound itself fits the model: no generated row can be refused by the trainer.
+                assert!(bound < CONTEXT as u64, "{bound}");
+                for r in code_stream(&p, 3).take(5000) {
                     let text = crate::model::data::training_text(&r);
                     assert!(text.len() as u64 <= bound, "{text} over {bound}");
                     assert!(text.chars().count() < CONTEXT, "{text}");
