@@ -210,7 +210,13 @@ try {
 } finally {
   if (browser) await browser.close().catch(() => {});
   for (const p of children) { try { process.kill(-p.pid, "SIGTERM"); } catch (_) { /* gone */ } }
-  await sleep(500);
+  // Each server gets its 5 s of graceful shutdown and a little more; one still running then is
+  // killed before its study is removed (a server left behind once outlived its study, polling
+  // for it at full speed through the rest of the CI run).
+  await Promise.all(children.map((p) => (p.exitCode !== null || p.signalCode !== null) ? null : new Promise((r) => {
+    const t = setTimeout(() => { try { process.kill(-p.pid, "SIGKILL"); } catch (_) { /* gone */ } r(); }, 8000);
+    p.on("exit", () => { clearTimeout(t); r(); });
+  })));
   rmSync(tmp, { recursive: true, force: true });
 }
 log(failures ? `${failures} failure(s)` : "all web checks passed", "— screenshots in", OUT);
