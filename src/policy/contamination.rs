@@ -270,20 +270,16 @@ pub struct ScanIndex {
 
 impl ScanIndex {
     pub fn new(sets: &[EvalSet], cfg: ScanConfig) -> ScanIndex {
-        let mut lens: Vec<usize> = sets
-            .iter()
-            .flat_map(|s| s.short_lens.iter().copied())
-            .collect();
-        lens.push(cfg.ngram);
-        lens.sort_unstable();
-        lens.dedup();
-        let mut skel_lens: Vec<usize> = sets
-            .iter()
-            .flat_map(|s| s.skel_lens.iter().copied())
-            .collect();
-        skel_lens.push(cfg.ngram);
-        skel_lens.sort_unstable();
-        skel_lens.dedup();
+        // Window lengths: n, and every shorter item's own length (matched whole).
+        let windows = |short: fn(&EvalSet) -> &[usize]| {
+            let mut l: Vec<usize> = sets.iter().flat_map(|s| short(s).iter().copied()).collect();
+            l.push(cfg.ngram);
+            l.sort_unstable();
+            l.dedup();
+            l
+        };
+        let lens = windows(|s| &s.short_lens);
+        let skel_lens = windows(|s| &s.skel_lens);
         let mut forms: Vec<NormalForm> = sets.iter().filter_map(|s| s.form).collect();
         forms.dedup();
         let items = || sets.iter().flat_map(|s| s.items.iter());
@@ -568,6 +564,28 @@ mod tests {
         assert_eq!(renamed[0].how, "skeleton");
         assert!(scan(row("g>", "q=input();q=q[::-1];q=q[4:];print(q)")).is_empty());
         assert!(scan(row("g>", "q=input();q=q[:3];q=q[::-1];print(q)")).is_empty());
+    }
+
+    #[test]
+    fn a_renamed_item_split_across_two_rows_is_still_matched_whole() {
+        // The attack on whole-item matching: the specification ends one row, the renamed
+        // program starts the next, so neither row holds the item's skeleton alone.
+        let cfg = ScanConfig {
+            ngram: 80,
+            threshold: 0.5,
+        };
+        let item = row(
+            "str del a;take 3>",
+            "s=input();s=s.replace('a','');s=s[:3];print(s)",
+        );
+        let set = EvalSet::new("t", "test", std::slice::from_ref(&item), cfg, None);
+        let rows = [
+            row("notes: ", "str op b;op 3>"),
+            row("q=input();q=q.replace('b','');q=q[:3];print(q)", ""),
+        ];
+        let hits = super::scan(&rows, std::slice::from_ref(&set), cfg, 10);
+        assert_eq!(hits.len(), 1, "split across rows");
+        assert_eq!((hits[0].how, hits[0].row), ("skeleton", 1));
     }
 
     #[test]
