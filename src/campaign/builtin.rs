@@ -39,13 +39,7 @@ impl WorkerAgent for BuiltinWorker {
     fn work(&self, study: &Study, t: &WorkerTask) -> Result<()> {
         let task = &t.opts.task;
         let st = CampaignState::load(study, task)?;
-        let metric = study
-            .config()
-            .tasks
-            .get(task)
-            .map(|t| t.metric.clone())
-            .unwrap_or_default();
-        let family = TaskFamily::from_task(task, &metric)?;
+        let family = TaskFamily::from_task(task, &t.opts.metric)?;
         let node = st
             .nodes
             .get(&t.node)

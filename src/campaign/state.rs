@@ -140,11 +140,7 @@ impl CampaignState {
             .map_or_else(|| "exact_match".to_string(), |t| t.metric.clone());
         let mut st = CampaignState {
             root: crate::os::ROOT_NODE.to_string(),
-            family: study
-                .config()
-                .tasks
-                .get(task)
-                .and_then(|t| super::recipe::TaskFamily::from_task(task, &t.metric).ok()),
+            family: super::recipe::TaskFamily::from_task(task, &metric).ok(),
             ..Default::default()
         };
         let mut raw = Vec::new();
