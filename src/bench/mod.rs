@@ -1,4 +1,4 @@
-//! Benchmarks (`rsim bench`, `bench-cli`, `bench-strategies`, `bench-train`): each builds studies
+//! Benchmarks (`rsim bench`, `bench-cli`, `bench-strategies`, `bench-train`, `bench-step`): each builds studies
 //! and measures them through the same Experiment OS API as every face — actions and queries
 //! through `Study`, campaigns through `campaign::run`, the committed config through `os::owner` —
 //! and returns its report as the command prints it (JSON or lines for a person); the command-line
@@ -25,6 +25,7 @@ macro_rules! outln {
 pub mod actions;
 pub mod cli_cost;
 pub mod slurm;
+pub mod step;
 pub mod strategies;
 pub mod train;
 pub mod views;

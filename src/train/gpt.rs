@@ -577,12 +577,30 @@ pub fn lr_at(s: Schedule, base: f64, step: u64, steps: u64, warmup: u64) -> f64 
     }
 }
 
+/// One training step's progress: its loss, and whether it is one of the steps a curve reports
+/// (every 50th and the last), with the mean of the last 20 steps' losses (one batch's loss is too
+/// noisy for a curve).
+pub struct Progress {
+    pub step: u64,
+    pub loss: f64,
+    pub mean: f64,
+    pub reported: bool,
+}
+
 /// Training progress and result.
 pub struct TrainReport {
     pub final_loss: f64,
     pub steps: u64,
     pub tokens_per_s: f64,
     pub steps_per_s: f64,
+}
+
+/// The rows each training step takes, by index into `n` rows: `batch` drawn uniformly with
+/// replacement from `seed`, step after step. `train` draws its batches here, so a benchmark can
+/// hand another trainer exactly the batches this one trains on.
+pub fn batch_order(seed: u64, n: usize, batch: usize) -> impl Iterator<Item = Vec<usize>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    std::iter::repeat_with(move || (0..batch).map(|_| rng.random_range(0..n.max(1))).collect())
 }
 
 /// Train in place on `rows`.
@@ -597,7 +615,7 @@ pub fn train(
     batch: usize,
     answer_only: bool,
     seed: u64,
-    mut progress: impl FnMut(u64, f64),
+    mut progress: impl FnMut(&Progress),
     save_every: u64,
     mut save: impl FnMut(u64) -> Result<()>,
 ) -> Result<TrainReport> {
@@ -610,15 +628,18 @@ pub fn train(
         ..ParamsAdamW::default()
     };
     let mut opt = AdamW::new(model.trainable_vars(), params).map_err(ce)?;
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut order = batch_order(seed, rows.len(), batch);
     let start = std::time::Instant::now();
     let mut recent = std::collections::VecDeque::new();
     // Real tokens (prompt, answer and end marker), not padding.
     let mut tokens = 0usize;
     for step in 0..steps {
         opt.set_learning_rate(lr_at(schedule, lr, step, steps, warmup));
-        let picked: Vec<&Row> = (0..batch)
-            .map(|_| &rows[rng.random_range(0..rows.len())])
+        let picked: Vec<&Row> = order
+            .next()
+            .unwrap_or_default()
+            .iter()
+            .map(|&i| &rows[i])
             .collect();
         tokens += picked
             .iter()
@@ -631,10 +652,12 @@ pub fn train(
         if recent.len() > 20 {
             recent.pop_front();
         }
-        if (step + 1) % 50 == 0 || step + 1 == steps {
-            // The mean over the last 20 steps: one batch's loss is too noisy for a curve.
-            progress(step + 1, recent.iter().sum::<f64>() / recent.len() as f64);
-        }
+        progress(&Progress {
+            step: step + 1,
+            loss: l,
+            mean: recent.iter().sum::<f64>() / recent.len() as f64,
+            reported: (step + 1) % 50 == 0 || step + 1 == steps,
+        });
         if save_every > 0 && (step + 1) % save_every == 0 && step + 1 < steps {
             save(step + 1)?;
         }
@@ -813,7 +836,7 @@ mod tests {
             8,
             true,
             3,
-            |_, _| {},
+            |_| {},
             0,
             |_| Ok(()),
         )

@@ -164,6 +164,94 @@ fn job_threads() -> usize {
         .unwrap_or(1)
 }
 
+/// What `rsim job step-bench SPEC` trains (written by `rsim bench-step`, which hands the same
+/// spec to the PyTorch twin of the model): the rows, the initial weights, and the batches.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepBenchSpec {
+    /// JSON Lines of rows.
+    pub rows: std::path::PathBuf,
+    /// A tiny-gpt checkpoint directory (config.json, model.safetensors) both trainers start from.
+    pub init: std::path::PathBuf,
+    pub steps: u64,
+    /// Steps run before the clock starts (allocators, thread pools and caches settle).
+    pub warmup_steps: u64,
+    pub batch: usize,
+    pub learning_rate: f64,
+    /// The batch order's seed (`gpt::batch_order`); `batches` lists what it draws.
+    pub seed: u64,
+    /// The rows of each step, by index: the PyTorch side reads them, the embedded side draws the
+    /// same from `seed` (a test checks they agree).
+    pub batches: Vec<Vec<usize>>,
+}
+
+/// The steps whose losses `rsim job step-bench` reports one by one: from the same weights and
+/// batches, a twin of the model gives the same losses to float rounding until chaos sets in.
+pub const FIRST_STEPS: u64 = 5;
+
+/// `rsim job step-bench SPEC`: the embedded trainer's time per step on the spec (constant
+/// learning rate, answer-only loss, no checkpoints), in a process of its own so its thread pools
+/// are sized by `RAYON_NUM_THREADS` as a job's are. Prints one JSON line: ms per step after the
+/// warm-up, the first `FIRST_STEPS` steps' losses, and the loss curve (the mean of the last 20
+/// steps, every 50 steps).
+pub fn step_bench(spec_path: &Path) -> Result<()> {
+    prepare_process();
+    let bytes = fs::read(spec_path).at("cannot read", spec_path)?;
+    let spec: StepBenchSpec = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid(format!("{}: {e}", spec_path.display())))?;
+    if spec.warmup_steps == 0 || spec.warmup_steps >= spec.steps {
+        return Err(Error::invalid(
+            "step-bench: warmup_steps must be at least 1 and below steps",
+        ));
+    }
+    let rows = parse_jsonl(
+        &fs::read(&spec.rows).at("cannot read", &spec.rows)?,
+        &spec.rows.display().to_string(),
+    )?;
+    let model = gpt::Gpt::load(
+        &spec.init.join(CONFIG_FILE),
+        &spec.init.join(gpt::WEIGHTS_FILE),
+    )?;
+    let (mut curve, mut first) = (Vec::new(), Vec::new());
+    let mut clock = None;
+    gpt::train(
+        &model,
+        &rows,
+        spec.learning_rate,
+        Schedule::Constant,
+        spec.steps,
+        0,
+        spec.batch,
+        true,
+        spec.seed,
+        |p| {
+            if p.step <= FIRST_STEPS {
+                first.push(p.loss);
+            }
+            if p.reported {
+                curve.push((p.step, p.mean));
+            }
+            if p.step == spec.warmup_steps {
+                clock = Some(std::time::Instant::now());
+            }
+        },
+        0,
+        |_| Ok(()),
+    )?;
+    let timed = clock
+        .map(|c| c.elapsed().as_secs_f64())
+        .ok_or_else(|| Error::internal("step-bench: the warm-up never ended"))?;
+    let report = serde_json::json!({
+        "trainer": "embedded",
+        "threads": job_threads(),
+        "ms_per_step": 1e3 * timed / (spec.steps - spec.warmup_steps) as f64,
+        "curve": curve,
+        "first_losses": first,
+    });
+    println!("{report}");
+    Ok(())
+}
+
 /// `rsim job train SPEC`: fine-tune the base checkpoint on rows sampled from the datasets.
 pub fn train(spec_path: &Path) -> Result<()> {
     prepare_process();
@@ -224,7 +312,11 @@ fn train_gpt(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics>
         h.batch_size as usize,
         h.answer_only_loss,
         h.seed,
-        |step, loss| eprintln!("{}", protocol::progress_line(step, steps, loss)),
+        |p| {
+            if p.reported {
+                eprintln!("{}", protocol::progress_line(p.step, steps, p.mean));
+            }
+        },
         h.save_every,
         |step| model.save(&protocol::step_checkpoint_dir(out, step)),
     )?;
@@ -519,7 +611,14 @@ pub fn pretrain(dir: &Path, seed: u64, steps: u64, family: Family) -> Result<ser
         32,
         false,
         seed,
-        |step, loss| eprintln!("pretrain {}", protocol::progress_line(step, steps, loss)),
+        |p| {
+            if p.reported {
+                eprintln!(
+                    "pretrain {}",
+                    protocol::progress_line(p.step, steps, p.mean)
+                );
+            }
+        },
         0,
         |_| Ok(()),
     )?;

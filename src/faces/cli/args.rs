@@ -388,6 +388,34 @@ pub enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// The embedded trainer's time per training step beside PyTorch's on the same model, weights
+    /// and batches (tiny-gpt, three-digit addition), interleaved runs, one process per measurement.
+    BenchStep {
+        /// Steps per measurement, the warm-up included.
+        #[arg(long, default_value_t = 600)]
+        steps: u64,
+        /// Steps before the clock starts (a multiple of 50).
+        #[arg(long, default_value_t = 50)]
+        warmup: u64,
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        /// Compute threads of each measurement.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        threads: Vec<usize>,
+        #[arg(long, default_value_t = 32)]
+        batch_size: usize,
+        #[arg(long, default_value_t = 0.003)]
+        learning_rate: f64,
+        #[arg(long, default_value_t = 20000)]
+        rows: u64,
+        /// A Python interpreter with PyTorch (e.g. the hf-tiny environment's); without it only
+        /// the embedded trainer is timed.
+        #[arg(long)]
+        python: Option<PathBuf>,
+        /// Keep the spec, rows and weights here (default: a temporary directory, removed after).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Serve the study to one MCP client over stdio (what Claude Code, Codex and other clients spawn).
     Mcp {
         /// Seconds run_sft/evaluate wait for their job before answering {job, status: "running"}.
@@ -499,6 +527,8 @@ pub enum JobCommand {
     Train { spec: PathBuf },
     /// Evaluate (a job spec from the runner).
     Eval { spec: PathBuf },
+    /// The embedded trainer's time per step on a spec of `rsim bench-step` (one JSON line).
+    StepBench { spec: PathBuf },
     /// Run a command in a sandbox (Landlock): the wrapper a job's or an agent's command starts with.
     Sandbox {
         /// The sandbox's description (sandbox.json).

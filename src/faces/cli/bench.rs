@@ -98,6 +98,30 @@ pub fn run(cmd: &Command, json: bool) -> Result<()> {
             };
             crate::bench::train::training(FACES, &o, dir.as_deref(), json)
         }
+        Command::BenchStep {
+            steps,
+            warmup,
+            runs,
+            threads,
+            batch_size,
+            learning_rate,
+            rows,
+            python,
+            dir,
+        } => crate::bench::step::per_step(
+            &crate::bench::step::StepBenchOptions {
+                steps: *steps,
+                warmup_steps: *warmup,
+                runs: *runs,
+                threads: threads.clone(),
+                batch: *batch_size,
+                learning_rate: *learning_rate,
+                rows: *rows,
+                python: python.clone(),
+            },
+            dir.as_deref(),
+            json,
+        ),
         _ => return Err(Error::internal("not a benchmark command")),
     }?;
     print!("{report}");

@@ -124,7 +124,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench { .. }
         | Command::BenchCli { .. }
         | Command::BenchStrategies { .. }
-        | Command::BenchTrain { .. } => bench::run(&cli.command, json),
+        | Command::BenchTrain { .. }
+        | Command::BenchStep { .. } => bench::run(&cli.command, json),
         Command::Run { .. } => campaign::run_campaign(&cli, json),
         Command::Report { html, task } => {
             campaign::report(&dir, html.as_deref(), task.as_deref(), json)
@@ -186,6 +187,7 @@ fn run_on_study(study: &mut Study, who: &Caller, cmd: &Command, json: bool) -> R
         | Command::Report { .. }
         | Command::BenchStrategies { .. }
         | Command::BenchTrain { .. }
+        | Command::BenchStep { .. }
         | Command::Mcp { .. }
         | Command::Lsp { .. }
         | Command::Serve { .. }

@@ -31,6 +31,7 @@ pub fn job(kind: &JobCommand) -> Result<()> {
     match kind {
         JobCommand::Train { spec } => crate::train::train(spec),
         JobCommand::Eval { spec } => crate::train::eval(spec),
+        JobCommand::StepBench { spec } => crate::train::step_bench(spec),
         JobCommand::Sandbox { file, command } => crate::jobs::sandbox::exec(file, command),
         JobCommand::Pretrain {
             out,
