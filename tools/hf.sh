@@ -4,7 +4,8 @@
 # ~/.cache/rsim/python-envs/ or $RSIM_PYTHON_ENVS and only checked afterwards), then
 # tools/hf_check.py drives a study through `rsim call` as an agent would (full SFT, LoRA, dev and
 # test evaluations, a contaminated dataset, a drifted environment, reproduce, fsck, audit) and
-# runs the same SFT spec bare. About 6 minutes on two cores once the environment is built.
+# runs the same SFT spec bare; first, `rsim bench-step` checks the embedded trainer's PyTorch twin
+# trains the same model. About 6 minutes on two cores once the environment is built.
 #   RSIM_BIN=target/debug/rsim tools/hf.sh [WORK_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,4 +30,8 @@ export PIP_NO_CACHE_DIR=1
 start=$(date +%s)
 "$rsim" -C "$pre" env build >&2
 log "environment ready in $(( $(date +%s) - start )) s"
+# The embedded trainer's PyTorch twin (rsim bench-step) must train the same model: from the same
+# weights and batches its first losses agree with the embedded trainer's, or this fails.
+py="$("$rsim" -C "$pre" env run -- python3 -c 'import sys; print(sys.executable)')"
+"$rsim" bench-step --python "$py" --steps 60 --warmup 10 --runs 1 --threads 1 >&2
 python3 tools/hf_check.py "$rsim" "$work"

@@ -68,6 +68,7 @@ pub fn per_step(o: &StepBenchOptions, dir: Option<&Path>, json_out: bool) -> Res
         ));
     }
     let base = bench_dir(dir)?;
+    std::fs::create_dir_all(&base).at("cannot create", &base)?;
     let result = measure(o, &base);
     if dir.is_none() {
         let _ = std::fs::remove_dir_all(&base);

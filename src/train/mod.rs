@@ -134,18 +134,30 @@ fn model_kind(ck: &CheckpointRef) -> Result<String> {
     })
 }
 
+/// The multiply-adds below which a matrix product runs on one thread even when the job has more
+/// (gemm's own default is 48·48·256 ≈ 0.6 M). Measured on this project's 2-core machine (candle's
+/// matmul, one thread against two, three interleaved runs): at 416×64×256 (6.8 M, the tiny-gpt's
+/// largest product at batch 32) two threads took as long or longer (136–180 µs against 155–185);
+/// at 1000×128×128 (16 M) they took 180–274 µs against 318–414, and at 2000×256×256 (131 M) half the
+/// time. Waking a second thread for a product that small costs more than it saves: the tiny-gpt
+/// trained slower on two threads than on one (`rsim bench-step`) until products this small
+/// stayed on one.
+pub const GEMM_THREADING_THRESHOLD: usize = 8 << 20;
+
 /// What a job process sets first. Threads: the job's threads come from its backend
 /// (`RAYON_NUM_THREADS`, which candle's matmuls use; see `jobs::THREAD_VARS`), and candle's own
 /// element-wise pool (`CANDLE_NUM_THREADS`) follows it; run outside a backend, one thread. Memory:
 /// glibc hands blocks over 128 KiB straight back to the kernel and maps them anew, and a training
 /// step frees and allocates hundreds of tensors that size: the page faults of those fresh mappings
 /// cost 4 s of system time in a 45 s job. Freed memory is kept for reuse instead (the job's
-/// footprint stays its peak, which it reaches every step anyway).
+/// footprint stays its peak, which it reaches every step anyway). Matrix products: see
+/// `GEMM_THREADING_THRESHOLD`.
 fn prepare_process() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
         // SAFETY: called first thing in a job process, before any other thread exists.
         unsafe { std::env::set_var("CANDLE_NUM_THREADS", job_threads().to_string()) };
     }
+    gemm::set_threading_threshold(GEMM_THREADING_THRESHOLD);
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's allocator settings; called before any other thread.
     unsafe {
