@@ -15,6 +15,7 @@ use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 
 use crate::model::data::{Row, Schedule};
+use crate::train::fused::{add_bias, layer_norm};
 use crate::util::error::{Error, IoContext, Result};
 
 pub const MODEL_KIND: &str = "tiny-gpt";
@@ -339,8 +340,6 @@ impl Gpt {
                 .collect();
             let positions = Tensor::from_vec(positions, b * t, ids.device())?;
             let pos = self.p("pos_emb").index_select(&positions, 0)?;
-            let ones = Tensor::ones((b * t, 1), DType::F32, ids.device())?;
-            let rows = |v: &Tensor| broadcast_rows(&ones, v);
             // The residual stream as `[B·T, D]` rows: every projection is then one plain matmul
             // whose weight gradient is one matmul too (a batched `broadcast_matmul` made B small
             // ones and summed them over the batch), and every bias or norm gain broadcasts over
@@ -354,10 +353,8 @@ impl Gpt {
             let scale = 1.0 / (hd as f64).sqrt();
             for l in 0..self.config.n_layers {
                 let g = |n: &str| self.p(&format!("h{l}.{n}"));
-                let a = layer_norm(&x, &rows(g("ln1_g"))?, &rows(g("ln1_b"))?)?;
-                let qkv = a
-                    .matmul(&self.w(&format!("h{l}.qkv_w"))?)?
-                    .add(&rows(g("qkv_b"))?)?
+                let a = layer_norm(&x, g("ln1_g"), g("ln1_b"))?;
+                let qkv = add_bias(&a.matmul(&self.w(&format!("h{l}.qkv_w"))?)?, g("qkv_b"))?
                     .reshape((b, t, 3 * d))?;
                 let split = |i: usize| -> candle_core::Result<Tensor> {
                     qkv.narrow(2, i * d, d)?
@@ -388,30 +385,22 @@ impl Gpt {
                     .transpose(1, 2)?
                     .contiguous()?
                     .reshape((b * t, d))?;
-                let y = y
-                    .matmul(&self.w(&format!("h{l}.proj_w"))?)?
-                    .add(&rows(g("proj_b"))?)?;
+                let y = add_bias(&y.matmul(&self.w(&format!("h{l}.proj_w"))?)?, g("proj_b"))?;
                 x = (x + y)?;
-                let m = layer_norm(&x, &rows(g("ln2_g"))?, &rows(g("ln2_b"))?)?;
-                let m = m
-                    .matmul(&self.w(&format!("h{l}.fc_w"))?)?
-                    .add(&rows(g("fc_b"))?)?
-                    .relu()?;
-                let m = m
-                    .matmul(&self.w(&format!("h{l}.out_w"))?)?
-                    .add(&rows(g("out_b"))?)?;
+                let m = layer_norm(&x, g("ln2_g"), g("ln2_b"))?;
+                let m = add_bias(&m.matmul(&self.w(&format!("h{l}.fc_w"))?)?, g("fc_b"))?.relu()?;
+                let m = add_bias(&m.matmul(&self.w(&format!("h{l}.out_w"))?)?, g("out_b"))?;
                 x = (x + m)?;
             }
-            let (x, t_out, rows_out) = match cache.as_deref_mut() {
+            let (x, t_out) = match cache.as_deref_mut() {
                 Some(c) => {
                     c.len = start + t;
                     let last = x.reshape((b, t, d))?.narrow(1, t - 1, 1)?.reshape((b, d))?;
-                    (last, 1, ones.narrow(0, 0, b)?)
+                    (last, 1)
                 }
-                None => (x, t, ones.clone()),
+                None => (x, t),
             };
-            let rows = |v: &Tensor| broadcast_rows(&rows_out, v);
-            let x = layer_norm(&x, &rows(self.p("lnf_g"))?, &rows(self.p("lnf_b"))?)?;
+            let x = layer_norm(&x, self.p("lnf_g"), self.p("lnf_b"))?;
             let head = self.p("head_w");
             x.matmul(head)?.reshape((b, t_out, head.dim(1)?))
         };
@@ -539,23 +528,6 @@ impl Gpt {
         }
         Ok(out)
     }
-}
-
-/// Layer norm from basic tensor ops (candle's fused one does not backpropagate), over rows `x`
-/// `[N, D]`, with the gain and bias already one row each per row of `x` (`broadcast_rows`).
-fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
-    let mean = x.mean_keepdim(D::Minus1)?;
-    let xc = x.broadcast_sub(&mean)?;
-    let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-    (xc.broadcast_div(&(var + 1e-5)?.sqrt()?)? * g)? + b
-}
-
-/// The vector `v` `[D]` as `ones.len()` rows `[N, D]`, made by the outer product with `ones`
-/// `[N, 1]`: its gradient is then one matrix product (`onesᵀ · grad`). Candle's broadcast
-/// reduces the gradient over the broadcast rows with a strided sum that took a third of a
-/// training step.
-fn broadcast_rows(ones: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
-    ones.matmul(&v.reshape((1, v.elem_count()))?)
 }
 
 fn normal(rng: &mut StdRng) -> f32 {

@@ -9,6 +9,7 @@
 
 pub mod code_tasks;
 pub mod datasets;
+pub mod fused;
 pub mod gpt;
 pub mod programs;
 
