@@ -84,6 +84,28 @@ pub struct TrainHyper {
     pub seed: u64,
     /// Also keep a checkpoint every this many steps, under `out/steps/<step>/` (0: none).
     pub save_every: u64,
+    /// Pieces each batch is split into, computed side by side on the job's threads with their
+    /// gradients summed: the whole batch's update, to float rounding. Set by rsim from the job's
+    /// threads (`shards_for`), never by an agent, and kept with the run (the trainer's `shards`
+    /// metric), so a reproduction computes the same sums on any machine. Trainers that do not
+    /// split batches (the transformers recipes) ignore it.
+    #[serde(default = "one_shard", skip_serializing_if = "is_one_shard")]
+    #[schemars(range(min = 1))]
+    pub shards: u32,
+}
+
+fn one_shard() -> u32 {
+    1
+}
+
+fn is_one_shard(n: &u32) -> bool {
+    *n == 1
+}
+
+/// The pieces a batch of `batch` rows is split into for a job given `threads`: one a thread, of
+/// at least 4 rows each (smaller pieces cost more in per-operation overhead than they share out).
+pub fn shards_for(threads: Option<u32>, batch: u32) -> u32 {
+    threads.unwrap_or(1).min(batch / 4).max(1)
 }
 
 /// An evaluation job's spec.
@@ -434,6 +456,7 @@ mod tests {
                 answer_only_loss: true,
                 seed: 7,
                 save_every: 0,
+                shards: 1,
             },
         })
     }

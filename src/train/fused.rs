@@ -1,5 +1,5 @@
 //! Fused CPU kernels for the embedded trainer, as candle custom ops with hand-written backward
-//! passes: layer norm with its gain and bias, and a bias added to every row. Written from candle's
+//! passes: layer norm with its gain and bias, a bias added to every row, and a bias then a ReLU. Written from candle's
 //! basic ops, each was a chain of graph nodes over `[N, D]` rows, and candle's backward pays for
 //! every node (a gradient tensor of zeros, then an add, per input), which took a fifth of a training
 //! step (perf, `rsim job step-bench`). Fused, each is one node: one pass forward, one pass back.
@@ -51,7 +51,15 @@ pub fn layer_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> CResult<Tensor> {
 
 /// `x` `[N, D]` plus `b` `[D]` on every row.
 pub fn add_bias(x: &Tensor, b: &Tensor) -> CResult<Tensor> {
-    x.contiguous()?.apply_op2(&b.contiguous()?, AddBias)
+    x.contiguous()?
+        .apply_op2(&b.contiguous()?, AddBias { relu: false })
+}
+
+/// `relu(x + b)`, `b` on every row of `x` (the MLP's first layer): one node, where a bias then a
+/// ReLU were two and the ReLU's backward built a mask by comparison.
+pub fn add_bias_relu(x: &Tensor, b: &Tensor) -> CResult<Tensor> {
+    x.contiguous()?
+        .apply_op2(&b.contiguous()?, AddBias { relu: true })
 }
 
 struct LayerNorm {
@@ -139,11 +147,17 @@ impl CustomOp3 for LayerNorm {
     }
 }
 
-struct AddBias;
+struct AddBias {
+    relu: bool,
+}
 
 impl CustomOp2 for AddBias {
     fn name(&self) -> &'static str {
-        "rsim-add-bias"
+        if self.relu {
+            "rsim-add-bias-relu"
+        } else {
+            "rsim-add-bias"
+        }
     }
 
     fn cpu_fwd(
@@ -160,7 +174,11 @@ impl CustomOp2 for AddBias {
         }
         let mut y = Vec::with_capacity(n * d);
         for xr in x.chunks_exact(d) {
-            y.extend(xr.iter().zip(b).map(|(x, b)| x + b));
+            if self.relu {
+                y.extend(xr.iter().zip(b).map(|(x, b)| (x + b).max(0.0)));
+            } else {
+                y.extend(xr.iter().zip(b).map(|(x, b)| x + b));
+            }
         }
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
@@ -169,11 +187,25 @@ impl CustomOp2 for AddBias {
         &self,
         x: &Tensor,
         _b: &Tensor,
-        _res: &Tensor,
+        res: &Tensor,
         grad: &Tensor,
     ) -> CResult<(Option<Tensor>, Option<Tensor>)> {
-        let (_, d) = x.dims2()?;
-        let db = with_data(grad, |dy| {
+        let (n, d) = x.dims2()?;
+        // Through the ReLU, the gradient passes where the output is positive (as candle's relu).
+        let dx = if self.relu {
+            let dx = with_data(res, |y| {
+                with_data(grad, |dy| {
+                    Ok(y.iter()
+                        .zip(dy)
+                        .map(|(y, g)| if *y > 0.0 { *g } else { 0.0 })
+                        .collect::<Vec<f32>>())
+                })
+            })?;
+            Tensor::from_vec(dx, (n, d), x.device())?
+        } else {
+            grad.clone()
+        };
+        let db = with_data(&dx, |dy| {
             let mut db = vec![0f32; d];
             for r in dy.chunks_exact(d) {
                 for (s, v) in db.iter_mut().zip(r) {
@@ -182,10 +214,7 @@ impl CustomOp2 for AddBias {
             }
             Ok(db)
         })?;
-        Ok((
-            Some(grad.clone()),
-            Some(Tensor::from_vec(db, d, x.device())?),
-        ))
+        Ok((Some(dx), Some(Tensor::from_vec(db, d, x.device())?)))
     }
 }
 
@@ -262,6 +291,32 @@ mod tests {
             let d = max_diff(gf.get(v).unwrap(), gc.get(v).unwrap());
             assert!(d < 1e-5, "bias: d{name} differs by {d}");
         }
+
+        // x has entries on both sides of -b, so the ReLU passes some gradients and stops others.
+        let fused = add_bias_relu(&x, &b).unwrap();
+        let composite = x.broadcast_add(&b).unwrap().relu().unwrap();
+        assert!(max_diff(&fused, &composite) < 1e-6);
+        let gf = (fused * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let gc = (composite * &w)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        for (name, v) in [("x", &x), ("b", &b)] {
+            let d = max_diff(gf.get(v).unwrap(), gc.get(v).unwrap());
+            assert!(d < 1e-5, "bias and relu: d{name} differs by {d}");
+        }
+        let stopped = gf.get(&x).unwrap().eq(0f32).unwrap();
+        let stopped = stopped
+            .to_dtype(candle_core::DType::F32)
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        assert!(
+            stopped.to_scalar::<f32>().unwrap() > 0.0,
+            "the ReLU stopped no gradient"
+        );
     }
 
     #[test]
@@ -269,5 +324,6 @@ mod tests {
         let (x, g) = (var(&[3, 4], 1), var(&[5], 2));
         assert!(layer_norm(&x, &g, &g).is_err());
         assert!(add_bias(&x, &g).is_err());
+        assert!(add_bias_relu(&x, &g).is_err());
     }
 }

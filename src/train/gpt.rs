@@ -15,7 +15,7 @@ use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 
 use crate::model::data::{Row, Schedule};
-use crate::train::fused::{add_bias, layer_norm};
+use crate::train::fused::{add_bias, add_bias_relu, layer_norm};
 use crate::util::error::{Error, IoContext, Result};
 
 pub const MODEL_KIND: &str = "tiny-gpt";
@@ -388,7 +388,7 @@ impl Gpt {
                 let y = add_bias(&y.matmul(&self.w(&format!("h{l}.proj_w"))?)?, g("proj_b"))?;
                 x = (x + y)?;
                 let m = layer_norm(&x, g("ln2_g"), g("ln2_b"))?;
-                let m = add_bias(&m.matmul(&self.w(&format!("h{l}.fc_w"))?)?, g("fc_b"))?.relu()?;
+                let m = add_bias_relu(&m.matmul(&self.w(&format!("h{l}.fc_w"))?)?, g("fc_b"))?;
                 let m = add_bias(&m.matmul(&self.w(&format!("h{l}.out_w"))?)?, g("out_b"))?;
                 x = (x + m)?;
             }
@@ -415,7 +415,7 @@ impl Gpt {
         rows: &[&Row],
         answer_only: bool,
         pad_to_context: bool,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
+    ) -> Result<(Tensor, Tensor, Tensor, f64)> {
         let context = self.config.context;
         let mut encoded = Vec::with_capacity(rows.len());
         for r in rows {
@@ -452,10 +452,12 @@ impl Gpt {
         }
         let n = rows.len();
         let dev = &self.device;
+        let learned = mask.iter().map(|m| f64::from(*m)).sum();
         Ok((
             Tensor::from_vec(ids, (n, t), dev).map_err(ce)?,
             Tensor::from_vec(tgt, n * t, dev).map_err(ce)?,
             Tensor::from_vec(mask, n * t, dev).map_err(ce)?,
+            learned,
         ))
     }
 
@@ -470,17 +472,79 @@ impl Gpt {
         answer_only: bool,
         pad_to_context: bool,
     ) -> Result<Tensor> {
-        let (ids, tgt, mask) = self.batch(rows, answer_only, pad_to_context)?;
-        let logits = self.forward(&ids)?;
+        let (ids, tgt, mask, learned) = self.batch(rows, answer_only, pad_to_context)?;
+        self.loss_of(&ids, &tgt, &mask, learned)
+    }
+
+    /// The cross-entropy summed over a batch's masked positions, divided by `learned` (the
+    /// batch's own count of them, or a whole batch's when this is one piece of it; at least 1).
+    fn loss_of(&self, ids: &Tensor, tgt: &Tensor, mask: &Tensor, learned: f64) -> Result<Tensor> {
+        let logits = self.forward(ids)?;
         let v = self.config.vocab.chars().count();
         let f = || -> candle_core::Result<Tensor> {
             let lsm = candle_nn::ops::log_softmax(&logits.reshape(((), v))?, D::Minus1)?;
             let picked = lsm.gather(&tgt.unsqueeze(1)?, 1)?.squeeze(1)?;
-            let total = (picked * &mask)?.sum_all()?;
-            let count = mask.sum_all()?.maximum(1.0)?;
+            let total = (picked * mask)?.sum_all()?;
+            let count = Tensor::new(learned.max(1.0) as f32, &self.device)?;
             total.neg()?.div(&count)
         };
         f().map_err(ce)
+    }
+
+    /// The mean loss of `rows` and its gradients, computed in `shards` pieces of consecutive rows
+    /// side by side (one thread each) and summed. Each piece's loss is divided by the whole
+    /// batch's count of learned positions, so the sum is the whole batch's loss and gradient, to
+    /// float rounding (a piece is padded to its own longest row, which changes no row's loss).
+    /// The sums run in piece order, so the result depends on the pieces, never on the threads.
+    pub fn sharded_grads(
+        &self,
+        rows: &[&Row],
+        answer_only: bool,
+        shards: usize,
+    ) -> Result<(f64, candle_core::backprop::GradStore)> {
+        let size = rows.len().div_ceil(shards.max(1)).max(1);
+        let pieces = rows
+            .chunks(size)
+            .map(|p| self.batch(p, answer_only, false))
+            .collect::<Result<Vec<_>>>()?;
+        let learned: f64 = pieces.iter().map(|p| p.3).sum();
+        let done = std::thread::scope(|s| {
+            let running: Vec<_> = pieces
+                .iter()
+                .map(|(ids, tgt, mask, _)| {
+                    s.spawn(move || -> Result<(f64, candle_core::backprop::GradStore)> {
+                        let loss = self.loss_of(ids, tgt, mask, learned)?;
+                        let grads = loss.backward().map_err(ce)?;
+                        Ok((f64::from(loss.to_scalar::<f32>().map_err(ce)?), grads))
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .map_err(|_| Error::internal("a training thread panicked"))?
+                })
+                .collect::<Result<Vec<_>>>()
+        })?;
+        let mut done = done.into_iter();
+        let (mut loss, mut sum) = done
+            .next()
+            .ok_or_else(|| Error::invalid("no training rows"))?;
+        let vars = self.trainable_vars();
+        for (l, grads) in done {
+            loss += l;
+            for v in &vars {
+                if let Some(g) = grads.get(v.as_tensor()) {
+                    let total = match sum.remove(v.as_tensor()) {
+                        Some(prev) => (prev + g).map_err(ce)?,
+                        None => g.clone(),
+                    };
+                    sum.insert(v.as_tensor(), total);
+                }
+            }
+        }
+        Ok((loss, sum))
     }
 
     /// Greedy answers for prompts (batched by prompt length), each up to the end token. Each
@@ -585,6 +649,7 @@ pub fn train(
     steps: u64,
     warmup: u64,
     batch: usize,
+    shards: usize,
     answer_only: bool,
     seed: u64,
     mut progress: impl FnMut(&Progress),
@@ -617,9 +682,15 @@ pub fn train(
             .iter()
             .map(|r| r.prompt.chars().count() + r.answer.chars().count() + 1)
             .sum::<usize>();
-        let loss = model.loss(&picked, answer_only)?;
-        opt.backward_step(&loss).map_err(ce)?;
-        let l = loss.to_scalar::<f32>().map_err(ce)? as f64;
+        let l = if shards <= 1 {
+            let loss = model.loss(&picked, answer_only)?;
+            opt.backward_step(&loss).map_err(ce)?;
+            f64::from(loss.to_scalar::<f32>().map_err(ce)?)
+        } else {
+            let (loss, grads) = model.sharded_grads(&picked, answer_only, shards)?;
+            opt.step(&grads).map_err(ce)?;
+            loss
+        };
         recent.push_back(l);
         if recent.len() > 20 {
             recent.pop_front();
@@ -752,6 +823,41 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_split_into_pieces_gives_the_whole_batch_s_loss_and_gradients() {
+        let m = Gpt::init(GptConfig::small(), 5).expect("init");
+        // Rows of different lengths, so the pieces pad differently from the whole batch.
+        let mut r = rows();
+        r.push(Row {
+            prompt: "123+456=".into(),
+            answer: "6+3+0=9,5+2+0=7,4+1+0=5|579".into(),
+        });
+        let refs: Vec<&Row> = r.iter().collect();
+        let whole = m.loss(&refs, true).expect("loss");
+        let gw = whole.backward().expect("backward");
+        let whole = f64::from(whole.to_scalar::<f32>().expect("scalar"));
+        for shards in [2, 3, 7] {
+            let (loss, gs) = m.sharded_grads(&refs, true, shards).expect("pieces");
+            assert!(
+                (loss - whole).abs() < 1e-5,
+                "{shards} pieces: loss {loss} vs {whole}"
+            );
+            for (name, var) in m.names.iter().map(|n| (n, &m.vars[n])) {
+                let (a, b) = (
+                    gw.get(var.as_tensor()).expect("grad"),
+                    gs.get(var.as_tensor()).expect("grad"),
+                );
+                let worst = (a - b)
+                    .and_then(|d| d.abs())
+                    .and_then(|d| d.flatten_all())
+                    .and_then(|d| d.max(0))
+                    .and_then(|d| d.to_scalar::<f32>())
+                    .expect("diff");
+                assert!(worst < 1e-5, "{shards} pieces: {name} differs by {worst}");
+            }
+        }
+    }
+
+    #[test]
     fn lora_trains_only_the_adapters_and_merges_into_the_weights() {
         let r = rows();
         let refs: Vec<&Row> = r.iter().collect();
@@ -806,6 +912,7 @@ mod tests {
             steps,
             0,
             8,
+            1,
             true,
             3,
             |_| {},

@@ -146,8 +146,10 @@ fn model_kind(ck: &CheckpointRef) -> Result<String> {
 pub const GEMM_THREADING_THRESHOLD: usize = 8 << 20;
 
 /// What a job process sets first. Threads: the job's threads come from its backend
-/// (`RAYON_NUM_THREADS`, which candle's matmuls use; see `jobs::THREAD_VARS`), and candle's own
-/// element-wise pool (`CANDLE_NUM_THREADS`) follows it; run outside a backend, one thread. Memory:
+/// (`RAYON_NUM_THREADS`, which candle's matmuls use; see `jobs::THREAD_VARS`); the trainer uses
+/// them by splitting each batch into as many pieces (`TrainHyper::shards`), so candle's own
+/// element-wise pool (`CANDLE_NUM_THREADS`) stays at one thread (its pieces would queue behind
+/// one another's lock, and alone it gained nothing measurable); run outside a backend, one thread. Memory:
 /// glibc hands blocks over 128 KiB straight back to the kernel and maps them anew, and a training
 /// step frees and allocates hundreds of tensors that size: the page faults of those fresh mappings
 /// cost 4 s of system time in a 45 s job. Freed memory is kept for reuse instead (the job's
@@ -156,7 +158,7 @@ pub const GEMM_THREADING_THRESHOLD: usize = 8 << 20;
 fn prepare_process() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
         // SAFETY: called first thing in a job process, before any other thread exists.
-        unsafe { std::env::set_var("CANDLE_NUM_THREADS", job_threads().to_string()) };
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
     }
     gemm::set_threading_threshold(GEMM_THREADING_THRESHOLD);
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -225,6 +227,9 @@ pub fn step_bench(spec_path: &Path) -> Result<()> {
         &spec.init.join(CONFIG_FILE),
         &spec.init.join(gpt::WEIGHTS_FILE),
     )?;
+    // Split as a run_sft job with these threads would be.
+    let shards =
+        protocol::shards_for(u32::try_from(job_threads()).ok(), spec.batch as u32) as usize;
     let (mut curve, mut first) = (Vec::new(), Vec::new());
     let mut clock = None;
     gpt::train(
@@ -235,6 +240,7 @@ pub fn step_bench(spec_path: &Path) -> Result<()> {
         spec.steps,
         0,
         spec.batch,
+        shards,
         true,
         spec.seed,
         |p| {
@@ -257,6 +263,7 @@ pub fn step_bench(spec_path: &Path) -> Result<()> {
     let report = serde_json::json!({
         "trainer": "embedded",
         "threads": job_threads(),
+        "shards": shards,
         "ms_per_step": 1e3 * timed / (spec.steps - spec.warmup_steps) as f64,
         "curve": curve,
         "first_losses": first,
@@ -323,6 +330,7 @@ fn train_gpt(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics>
         steps,
         h.warmup_steps,
         h.batch_size as usize,
+        h.shards as usize,
         h.answer_only_loss,
         h.seed,
         |p| {
@@ -336,13 +344,18 @@ fn train_gpt(spec: &SftParams, rows: &[Row], out: &Path) -> Result<TrainMetrics>
     // Adapters are folded into the weights: the checkpoint is a plain model, evaluated as any.
     model.merge_lora()?;
     model.save(&protocol::checkpoint_dir(out))?;
-    Ok(TrainMetrics::from([
+    let mut metrics = TrainMetrics::from([
         ("final_loss".to_string(), rep.final_loss),
         ("steps_per_s".to_string(), rep.steps_per_s),
         ("tokens_per_s".to_string(), rep.tokens_per_s),
         ("rows".to_string(), rows.len() as f64),
         ("trainable_params".to_string(), trainable as f64),
-    ]))
+    ]);
+    // How the batches were computed, so a reproduction splits them alike (one piece: not said).
+    if h.shards > 1 {
+        metrics.insert("shards".to_string(), f64::from(h.shards));
+    }
+    Ok(metrics)
 }
 
 fn ngram_config(spec: &SftParams) -> serde_json::Value {
@@ -622,6 +635,7 @@ pub fn pretrain(dir: &Path, seed: u64, steps: u64, family: Family) -> Result<ser
         steps,
         steps / 20,
         32,
+        1,
         false,
         seed,
         |p| {

@@ -144,7 +144,14 @@ impl Study {
                         node: req.node.clone(),
                         base: self.checkpoint_files(&b)?,
                         datasets: ds,
-                        hyper: super::run_sft::train_hyper(sft),
+                        // Split as the run was (its trainer says so), whatever this
+                        // machine's threads: the same pieces sum to the same gradients.
+                        hyper: super::run_sft::train_hyper(
+                            sft,
+                            orig.metrics
+                                .get("shards")
+                                .map_or(1, |s| (*s as u32).clamp(1, sft.batch_size.max(1))),
+                        ),
                     }))
                 });
                 (self.config.jobs.sft.clone(), params, None, None, facts)

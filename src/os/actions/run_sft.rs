@@ -80,7 +80,10 @@ impl Study {
                     path: self.store.path(sha),
                 })
                 .collect(),
-            hyper: train_hyper(&req),
+            hyper: train_hyper(
+                &req,
+                protocol::shards_for(self.config.backend.limits().threads, req.batch_size),
+            ),
         });
         let spec = self.job_spec(job_id, &self.config.jobs.sft.clone(), params, timeout, &pin)?;
         self.write_intent(caller, ActionName::RunSft, &req.node, &request, &spec, None)?;
@@ -335,7 +338,7 @@ fn read_log_head(path: &std::path::Path) -> Option<String> {
 /// What the trainer is told from the agent's request: its training parameters only. The request
 /// is taken apart field by field, so a field added to it must be placed here on purpose (into
 /// the job's spec, or not) rather than silently reaching every recipe.
-pub(super) fn train_hyper(req: &RunSftRequest) -> TrainHyper {
+pub(super) fn train_hyper(req: &RunSftRequest, shards: u32) -> TrainHyper {
     let RunSftRequest {
         node: _,
         base: _,
@@ -361,6 +364,7 @@ pub(super) fn train_hyper(req: &RunSftRequest) -> TrainHyper {
         answer_only_loss: *answer_only_loss,
         seed: *seed,
         save_every: *eval_every,
+        shards,
     }
 }
 
@@ -377,7 +381,7 @@ mod tests {
             "seed": 11,
         }))
         .expect("request");
-        let h = serde_json::to_value(train_hyper(&req)).expect("hyper");
+        let h = serde_json::to_value(train_hyper(&req, 1)).expect("hyper");
         assert_eq!(
             h,
             serde_json::json!({
@@ -386,6 +390,17 @@ mod tests {
                 "answer_only_loss": false, "seed": 11, "save_every": 0,
             })
         );
+        // Pieces of a batch appear in the spec only when there is more than one.
+        let h = serde_json::to_value(train_hyper(&req, 2)).expect("hyper");
+        assert_eq!(h["shards"], 2);
+        assert_eq!(protocol::shards_for(Some(2), 32), 2);
+        assert_eq!(
+            protocol::shards_for(Some(16), 32),
+            8,
+            "pieces of at least 4 rows"
+        );
+        assert_eq!(protocol::shards_for(Some(2), 4), 1);
+        assert_eq!(protocol::shards_for(None, 32), 1);
         // The request itself is not a valid hyper: the job side cannot be handed it by mistake.
         let request = serde_json::to_value(&req).expect("request");
         assert!(serde_json::from_value::<TrainHyper>(request).is_err());
