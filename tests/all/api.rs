@@ -990,6 +990,48 @@ fn growing_answers_stop_at_their_token_bound_and_page_with_cursors() {
     );
 }
 
+/// A job with two threads computes each batch in two pieces (the embedded trainer): the run says
+/// so, and its reproduction on a machine that gives jobs one thread sums the same pieces to the
+/// identical checkpoint.
+#[test]
+fn a_run_computed_in_pieces_reproduces_identically_with_fewer_threads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("study");
+    init::init(&root, Some("tiny-arith")).expect("init");
+    let config = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    let threads = |n: u32| {
+        config.replace(
+            "[backend]\n",
+            &format!("[backend]\nthreads_per_job = {n}\n"),
+        )
+    };
+    crate::common::commit_config(&root, &threads(2), "two threads a job");
+    let s = open(&root);
+    let n = branch(&s, &["n0"], "two pieces a batch");
+    s.call(&owner(), "register_dataset", json!({"node": n, "name": "rev", "source": {"kind": "arith", "op": "add", "digits": 3, "format": "reversed", "n": 2000, "seed": 3}})).expect("register");
+    let sft = s
+        .call(&owner(), "run_sft", json!({"node": n, "base": "base", "datasets": ["rev"], "learning_rate": 0.003, "steps": 30, "batch_size": 16, "seed": 7}))
+        .expect("sft");
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let pieces = if cores >= 2 { Some(2.0) } else { None };
+    assert_eq!(sft["train_metrics"]["shards"].as_f64(), pieces, "{sft}");
+    let ck = sft["checkpoint"].as_str().expect("checkpoint").to_string();
+    let seq = s
+        .call(&owner(), "get_job", json!({"job": sft["job"]["id"]}))
+        .expect("job")["seq"]
+        .as_u64()
+        .expect("seq");
+    drop(s);
+    crate::common::commit_config(&root, &threads(1), "one thread a job");
+    let s = open(&root);
+    let r = s
+        .call(&owner(), "reproduce", json!({"node": n, "seq": seq}))
+        .expect("reproduce");
+    assert_eq!(r["job"]["threads"], 1, "{r}");
+    assert_eq!(r["identical"], true, "{r}");
+    assert_eq!(r["checkpoint"].as_str(), Some(ck.as_str()));
+}
+
 #[test]
 fn reproduce_re_runs_a_recorded_run_sft_to_the_identical_checkpoint() {
     let (_d, root) = new_study();
