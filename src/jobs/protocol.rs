@@ -89,17 +89,8 @@ pub struct TrainHyper {
     /// threads (`shards_for`), never by an agent, and kept with the run (the trainer's `shards`
     /// metric), so a reproduction computes the same sums on any machine. Trainers that do not
     /// split batches (the transformers recipes) ignore it.
-    #[serde(default = "one_shard", skip_serializing_if = "is_one_shard")]
     #[schemars(range(min = 1))]
     pub shards: u32,
-}
-
-fn one_shard() -> u32 {
-    1
-}
-
-fn is_one_shard(n: &u32) -> bool {
-    *n == 1
 }
 
 /// The pieces a batch of `batch` rows is split into for a job given `threads`: one a thread, of
@@ -541,6 +532,7 @@ mod tests {
                 "save_every",
                 "schedule",
                 "seed",
+                "shards",
                 "steps",
                 "warmup_steps"
             ]

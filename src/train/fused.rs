@@ -257,64 +257,57 @@ mod tests {
             .unwrap()
     }
 
+    /// The fused op's values, and its gradients of a weighted sum of the outputs, match the
+    /// composite ops' within `tol` for every input; the fused gradients.
+    fn same_as_composite(
+        what: &str,
+        fused: Tensor,
+        composite: Tensor,
+        inputs: &[(&str, &Var)],
+        tol: f32,
+    ) -> candle_core::backprop::GradStore {
+        let d = max_diff(&fused, &composite);
+        assert!(d < tol, "{what}: values differ by {d}");
+        // A weighting of the outputs, so each output position's gradient differs.
+        let w = var(fused.dims(), 4).as_tensor().clone();
+        let grads = |t: Tensor| (t * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let (gf, gc) = (grads(fused), grads(composite));
+        for (name, v) in inputs {
+            let d = max_diff(gf.get(v).unwrap(), gc.get(v).unwrap());
+            assert!(d < tol, "{what}: d{name} differs by {d}");
+        }
+        gf
+    }
+
     #[test]
     fn fused_ops_compute_and_differentiate_what_the_composite_ops_do() {
         let (x, g, b) = (var(&[7, 12], 1), var(&[12], 2), var(&[12], 3));
-        // A weighting of the outputs, so each output position's gradient differs.
-        let w = var(&[7, 12], 4).as_tensor().clone();
-        let fused = layer_norm(&x, &g, &b).unwrap();
-        let composite = composite_layer_norm(&x, &g, &b);
-        assert!(max_diff(&fused, &composite) < 1e-5);
-        let gf = (fused * &w).unwrap().sum_all().unwrap().backward().unwrap();
-        let gc = (composite * &w)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        for (name, v) in [("x", &x), ("g", &g), ("b", &b)] {
-            let d = max_diff(gf.get(v).unwrap(), gc.get(v).unwrap());
-            assert!(d < 1e-4, "layer norm: d{name} differs by {d}");
-        }
-
-        let fused = add_bias(&x, &b).unwrap();
-        let composite = x.broadcast_add(&b).unwrap();
-        assert!(max_diff(&fused, &composite) < 1e-6);
-        let gf = (fused * &w).unwrap().sum_all().unwrap().backward().unwrap();
-        let gc = (composite * &w)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        for (name, v) in [("x", &x), ("b", &b)] {
-            let d = max_diff(gf.get(v).unwrap(), gc.get(v).unwrap());
-            assert!(d < 1e-5, "bias: d{name} differs by {d}");
-        }
-
+        same_as_composite(
+            "layer norm",
+            layer_norm(&x, &g, &b).unwrap(),
+            composite_layer_norm(&x, &g, &b),
+            &[("x", &x), ("g", &g), ("b", &b)],
+            1e-4,
+        );
+        same_as_composite(
+            "bias",
+            add_bias(&x, &b).unwrap(),
+            x.broadcast_add(&b).unwrap(),
+            &[("x", &x), ("b", &b)],
+            1e-5,
+        );
         // x has entries on both sides of -b, so the ReLU passes some gradients and stops others.
-        let fused = add_bias_relu(&x, &b).unwrap();
-        let composite = x.broadcast_add(&b).unwrap().relu().unwrap();
-        assert!(max_diff(&fused, &composite) < 1e-6);
-        let gf = (fused * &w).unwrap().sum_all().unwrap().backward().unwrap();
-        let gc = (composite * &w)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        for (name, v) in [("x", &x), ("b", &b)] {
-            let d = max_diff(gf.get(v).unwrap(), gc.get(v).unwrap());
-            assert!(d < 1e-5, "bias and relu: d{name} differs by {d}");
-        }
+        let gf = same_as_composite(
+            "bias and relu",
+            add_bias_relu(&x, &b).unwrap(),
+            x.broadcast_add(&b).unwrap().relu().unwrap(),
+            &[("x", &x), ("b", &b)],
+            1e-5,
+        );
         let stopped = gf.get(&x).unwrap().eq(0f32).unwrap();
-        let stopped = stopped
-            .to_dtype(candle_core::DType::F32)
-            .unwrap()
-            .sum_all()
-            .unwrap();
+        let stopped = stopped.to_dtype(candle_core::DType::F32).unwrap();
         assert!(
-            stopped.to_scalar::<f32>().unwrap() > 0.0,
+            stopped.sum_all().unwrap().to_scalar::<f32>().unwrap() > 0.0,
             "the ReLU stopped no gradient"
         );
     }

@@ -29,11 +29,10 @@ SPEC_FIELDS = {
 }
 CHECKPOINT_FIELDS = {"sha256", "files"}
 DATASET_FIELDS = {"name", "sha256", "rows", "path"}
+# `shards`: how many pieces rsim's embedded trainer splits a batch into; the whole batch's update
+# either way, so these recipes, which train the batch whole, check it and ignore it.
 HYPER_FIELDS = {"learning_rate", "steps", "batch_size", "warmup_steps", "schedule", "adapter",
-                "answer_only_loss", "seed", "save_every"}
-# How many pieces rsim's embedded trainer splits a batch into (present only when more than one):
-# the whole batch's update either way, so a recipe that trains the batch whole ignores it.
-OPTIONAL_HYPER_FIELDS = frozenset({"shards"})
+                "answer_only_loss", "seed", "save_every", "shards"}
 ADAPTER_FIELDS = {"full": {"kind"}, "lora": {"kind", "rank", "alpha"}}
 SCHEDULES = ("constant", "linear", "cosine")
 SPLITS = ("dev", "test")
@@ -48,10 +47,10 @@ def spec_from_argv(argv: list, kind: str, usage: str) -> tuple:
     return rest[0], load_spec(rest[0], kind), check
 
 
-def _fields(path: str, what: str, obj, want: set, optional: frozenset = frozenset()) -> dict:
+def _fields(path: str, what: str, obj, want: set) -> dict:
     if not isinstance(obj, dict):
         fail(f"{path}: {what} is not an object")
-    missing, unknown = sorted(want - obj.keys()), sorted(obj.keys() - want - optional)
+    missing, unknown = sorted(want - obj.keys()), sorted(obj.keys() - want)
     if missing:
         fail(f"{path}: {what} has no {missing[0]!r}")
     if unknown:
@@ -78,13 +77,12 @@ def _checkpoint(path: str, what: str, ck) -> None:
 
 
 def _hyper(path: str, h) -> None:
-    _fields(path, "hyper", h, HYPER_FIELDS, OPTIONAL_HYPER_FIELDS)
-    if "shards" in h and not _int(h["shards"], 1):
-        fail(f"{path}: hyper shards must be an integer >= 1")
+    _fields(path, "hyper", h, HYPER_FIELDS)
     lr = h["learning_rate"]
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         fail(f"{path}: hyper learning_rate must be a positive number")
-    for key, least in [("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0), ("save_every", 0)]:
+    for key, least in [("steps", 1), ("batch_size", 1), ("warmup_steps", 0), ("seed", 0), ("save_every", 0),
+                       ("shards", 1)]:
         if not _int(h[key], least):
             fail(f"{path}: hyper {key} must be an integer >= {least}")
     if h["schedule"] not in SCHEDULES:

@@ -387,10 +387,9 @@ mod tests {
             serde_json::json!({
                 "learning_rate": 0.002, "steps": 30, "batch_size": 8, "warmup_steps": 3,
                 "schedule": "linear", "adapter": {"kind": "lora", "rank": 4, "alpha": 8.0},
-                "answer_only_loss": false, "seed": 11, "save_every": 0,
+                "answer_only_loss": false, "seed": 11, "save_every": 0, "shards": 1,
             })
         );
-        // Pieces of a batch appear in the spec only when there is more than one.
         let h = serde_json::to_value(train_hyper(&req, 2)).expect("hyper");
         assert_eq!(h["shards"], 2);
         assert_eq!(protocol::shards_for(Some(2), 32), 2);
