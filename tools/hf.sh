@@ -31,7 +31,8 @@ start=$(date +%s)
 "$rsim" -C "$pre" env build >&2
 log "environment ready in $(( $(date +%s) - start )) s"
 # The embedded trainer's PyTorch twin (rsim bench-step) must train the same model: from the same
-# weights and batches its first losses agree with the embedded trainer's, or this fails.
+# weights and batches its first losses agree with the embedded trainer's, or this fails. (Its times
+# here are a debug build's: the benchmark's figures come from a release build, README.)
 py="$("$rsim" -C "$pre" env run -- python3 -c 'import sys; print(sys.executable)')"
 "$rsim" bench-step --python "$py" --steps 60 --warmup 10 --runs 1 --threads 1 >&2
 python3 tools/hf_check.py "$rsim" "$work"
