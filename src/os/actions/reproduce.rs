@@ -145,12 +145,15 @@ impl Study {
                         base: self.checkpoint_files(&b)?,
                         datasets: ds,
                         // Split as the run was (its trainer says so), whatever this
-                        // machine's threads: the same pieces sum to the same gradients.
+                        // machine's threads: the same pieces sum to the same gradients. The
+                        // recorded count goes through the rule that made it, so a record
+                        // claiming more pieces than a run could have had asks for no more.
                         hyper: super::run_sft::train_hyper(
                             sft,
-                            orig.metrics
-                                .get("shards")
-                                .map_or(1, |s| (*s as u32).clamp(1, sft.batch_size.max(1))),
+                            crate::jobs::protocol::shards_for(
+                                orig.metrics.get("shards").map(|s| *s as u32),
+                                sft.batch_size,
+                            ),
                         ),
                     }))
                 });
