@@ -15,8 +15,8 @@ use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 
 use crate::model::data::{Row, Schedule};
-use crate::train::fused::{add_bias, add_bias_relu, layer_norm};
 use crate::util::error::{Error, IoContext, Result};
+use rsim_kernels::{add_bias, add_bias_relu, layer_norm};
 
 pub const MODEL_KIND: &str = "tiny-gpt";
 pub const WEIGHTS_FILE: &str = "model.safetensors";

@@ -9,7 +9,6 @@
 
 pub mod code_tasks;
 pub mod datasets;
-pub mod fused;
 pub mod gpt;
 pub mod programs;
 

@@ -3,7 +3,8 @@
 //! basic ops, each was a chain of graph nodes over `[N, D]` rows, and candle's backward pays for
 //! every node (a gradient tensor of zeros, then an add, per input), which took a fifth of a training
 //! step (perf, `rsim job step-bench`). Fused, each is one node: one pass forward, one pass back.
-//! Tests check values and gradients against the composite ops they replace.
+//! Tests check values and gradients against the composite ops they replace. A crate of its own so
+//! that debug builds compile these loops optimised, as they do candle (the root Cargo.toml).
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Storage, Tensor};
 
