@@ -206,6 +206,12 @@ impl Study {
         self.record.rotate_key(&root)
     }
 
+    /// Pack merges since this handle opened the study (`Record::packs_merged_since_open`): a
+    /// long-lived holder opens the study again after a few, to let go of the packs that are gone.
+    pub fn packs_merged_since_open(&self) -> u64 {
+        self.record.packs_merged_since_open()
+    }
+
     /// Why this study is open read-only (a clone without the study's private key), if it is.
     pub fn read_only(&self) -> Option<&str> {
         self.record.read_only()

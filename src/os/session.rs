@@ -115,7 +115,9 @@ impl Session {
     pub fn with<T>(&self, f: impl FnOnce(&Study) -> Result<T>) -> Result<T> {
         let taken = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let s = match taken {
-            Some((s, tip)) if s.main_tip() == tip => (s, tip),
+            // After a few pack merges the handle reopens: libgit2 holds on to every pack it
+            // loaded, merged away or not (`record::packs`).
+            Some((s, tip)) if s.main_tip() == tip && s.packs_merged_since_open() < 4 => (s, tip),
             _ => self.open_one()?,
         };
         let r = f(&s.0);

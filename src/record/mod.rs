@@ -7,6 +7,7 @@ pub mod claims;
 pub mod commit;
 pub mod dag;
 pub mod index;
+pub mod packs;
 pub mod signing;
 pub mod store;
 
@@ -117,6 +118,10 @@ pub struct Record {
     /// Node snapshots read, by tip (a tip's tree never changes): the write path reads a node's
     /// tip several times per action (the action's checks, the commit protocol, the index sync).
     snapshots: std::sync::Mutex<std::collections::HashMap<Oid, NodeSnapshot>>,
+    /// Where writes build their objects before they reach the disk as one pack (`packs`).
+    staging: std::sync::Mutex<Option<packs::Staging>>,
+    /// Pack merges the study had seen when this handle opened it (`packs_merged_since_open`).
+    merges_at_open: u64,
 }
 
 /// Most snapshots a handle remembers (then it forgets them all).
@@ -204,6 +209,8 @@ impl Record {
             fsync_at_open: FSYNC_GITDIR.load(Ordering::SeqCst),
             proven: Default::default(),
             snapshots: Default::default(),
+            staging: Default::default(),
+            merges_at_open: 0,
         })
     }
 
@@ -231,7 +238,10 @@ impl Record {
             fsync_at_open,
             proven: Default::default(),
             snapshots: Default::default(),
+            staging: Default::default(),
+            merges_at_open: 0,
         };
+        record.merges_at_open = packs::merges_seen(record.repo.path());
         let Ok(main) = record.main_tip() else {
             // Not a study yet (genesis pending): whatever key is there is the one genesis uses.
             record.key = signing::StudyKey::load(root)?;
@@ -407,6 +417,7 @@ impl Record {
     #[tracing::instrument(level = "trace", name = "git.sign_write", skip_all)]
     fn write_commit(
         &self,
+        repo: &Repository,
         sig: &Signature<'_>,
         message: &str,
         tree: &git2::Tree<'_>,
@@ -426,15 +437,13 @@ impl Record {
                     "the study's record is signed, but no signing key is loaded",
                 ));
             }
-            return Ok(self.repo.commit(None, sig, sig, message, tree, parents)?);
+            return Ok(repo.commit(None, sig, sig, message, tree, parents)?);
         };
-        let buf = self
-            .repo
-            .commit_create_buffer(sig, sig, message, tree, parents)?;
+        let buf = repo.commit_create_buffer(sig, sig, message, tree, parents)?;
         let signature = key.sign(&buf)?;
         let text = std::str::from_utf8(&buf)
             .map_err(|_| Error::internal("a commit buffer is not UTF-8"))?;
-        let oid = self.repo.commit_signed(text, &signature, None)?;
+        let oid = repo.commit_signed(text, &signature, None)?;
         // Signed just now with the key in force (checked above): proven without reading it back.
         self.proved(oid);
         Ok(oid)
@@ -480,10 +489,10 @@ impl Record {
 
     /// Write the study's first commit on `main` (the files the owner controls: rsim.toml, .gitignore, README).
     pub fn commit_main(&self, files: &[TreeFile], message: &str) -> Result<Oid> {
-        let tree = self.fresh_tree(files)?;
+        let tree = self.fresh_tree(&self.repo, files)?;
         let sig = Self::signature("rsim")?;
         let tree = self.repo.find_tree(tree)?;
-        let oid = self.write_commit(&sig, message, &tree, &[])?;
+        let oid = self.write_commit(&self.repo, &sig, message, &tree, &[])?;
         self.repo.reference(MAIN_REF, oid, false, "rsim init")?;
         // The work tree's git index matches main, so the owner's own `git commit -am` (or
         // `git add rsim.toml`) changes the config instead of committing every other file's
@@ -595,7 +604,7 @@ impl Record {
         let tree = update.create_updated(&self.repo, &parent.tree()?)?;
         let tree = self.repo.find_tree(tree)?;
         let sig = Signature::new("owner", "owner@rsim.invalid", &git2::Time::new(at, 0))?;
-        let oid = self.write_commit(&sig, message, &tree, &[&parent])?;
+        let oid = self.write_commit(&self.repo, &sig, message, &tree, &[&parent])?;
         self.repo
             .reference_matching(MAIN_REF, oid, true, tip, "rsim key")
             .map_err(|e| {
@@ -626,8 +635,8 @@ impl Record {
     }
 
     /// Write a tree holding exactly `files` (paths may have directories), writing no other objects.
-    fn fresh_tree(&self, files: &[TreeFile]) -> Result<Oid> {
-        let mut here = self.repo.treebuilder(None)?;
+    fn fresh_tree(&self, repo: &Repository, files: &[TreeFile]) -> Result<Oid> {
+        let mut here = repo.treebuilder(None)?;
         let mut dirs: std::collections::BTreeMap<&str, Vec<TreeFile>> =
             std::collections::BTreeMap::new();
         for f in files {
@@ -637,25 +646,76 @@ impl Record {
                     .or_default()
                     .push(TreeFile::new(rest, f.bytes.clone())),
                 None => {
-                    let blob = self.repo.blob(&f.bytes)?;
+                    let blob = repo.blob(&f.bytes)?;
                     here.insert(f.path.as_str(), blob, i32::from(FileMode::Blob))?;
                 }
             }
         }
         for (dir, sub) in dirs {
-            let oid = self.fresh_tree(&sub)?;
+            let oid = self.fresh_tree(repo, &sub)?;
             here.insert(dir, oid, i32::from(FileMode::Tree))?;
         }
         Ok(here.write()?)
     }
 
-    fn build_tree(&self, base: &git2::Tree<'_>, files: &[TreeFile]) -> Result<Oid> {
+    fn build_tree(repo: &Repository, base: &git2::Tree<'_>, files: &[TreeFile]) -> Result<Oid> {
         let mut up = TreeUpdateBuilder::new();
         for f in files {
-            let blob = self.repo.blob(&f.bytes)?;
+            let blob = repo.blob(&f.bytes)?;
             up.upsert(f.path.as_str(), blob, FileMode::Blob);
         }
-        Ok(up.create_updated(&self.repo, base)?)
+        Ok(up.create_updated(repo, base)?)
+    }
+
+    /// Build a commit with `build`, which returns the commit and the tree it builds on (its
+    /// first parent's, if any). When git writes are fsynced, it builds in the staging repository
+    /// (`packs`: objects in memory over the study's) and the objects the commit adds to that tree
+    /// reach the study as one pack: two files fsynced instead of one per object. Otherwise it
+    /// builds in the study's repository, as loose objects: without fsync, a file made costs less
+    /// than the merges that keep packs few (each merge removes files, and on ext4 every file
+    /// removed makes the files created in the next seconds dearer; `cargo bench --bench record`).
+    /// Returns the commit's id.
+    fn build_packed(
+        &self,
+        build: impl FnOnce(&Repository) -> Result<(Oid, Option<Oid>)>,
+    ) -> Result<Oid> {
+        self.refuse_write()?;
+        if !FSYNC_GITDIR.load(Ordering::SeqCst) {
+            return Ok(build(&self.repo)?.0);
+        }
+        let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        if staging.is_none() {
+            *staging = Some(packs::Staging::new(self.repo.path())?);
+        }
+        let Some(staging) = staging.as_ref() else {
+            return Err(Error::internal("no staging repository"));
+        };
+        let (oid, base) = build(staging.repo())?;
+        let objects = packs::new_objects(staging.repo(), oid, base)?;
+        packs::write_pack(
+            &self.repo.path().join("objects").join("pack"),
+            &objects,
+            true,
+        )?;
+        staging.written(objects.len());
+        Ok(oid)
+    }
+
+    /// Keep the study's packs few (`packs::tidy`) after a write landed, when writes are packed
+    /// (fsynced). A failure is logged: the write itself is recorded either way.
+    fn tidy_packs(&self) {
+        if !FSYNC_GITDIR.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(e) = packs::tidy(self.repo.path(), true) {
+            tracing::warn!("cannot merge the study's packs: {}", e.message);
+        }
+    }
+
+    /// How many times packs were merged since this handle opened the repository: libgit2 keeps
+    /// every pack it ever loaded, so a long-lived holder opens the study again after a few.
+    pub fn packs_merged_since_open(&self) -> u64 {
+        packs::merges_seen(self.repo.path()).saturating_sub(self.merges_at_open)
     }
 
     /// The tip of a node's branch, if the node exists.
@@ -834,14 +894,19 @@ impl Record {
                 json_bytes(first)?,
             ),
         ];
-        let tree = self.repo.find_tree(self.fresh_tree(&files)?)?;
-        let parents: Vec<git2::Commit<'_>> = parent_tips
-            .iter()
-            .map(|p| self.repo.find_commit(*p))
-            .collect::<std::result::Result<_, _>>()?;
-        let parent_refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
         let sig = Self::signature(&first.agent)?;
-        let oid = self.write_commit(&sig, message, &tree, &parent_refs)?;
+        let oid = self.build_packed(|repo| {
+            let tree = repo.find_tree(self.fresh_tree(repo, &files)?)?;
+            let parents: Vec<git2::Commit<'_>> = parent_tips
+                .iter()
+                .map(|p| repo.find_commit(*p))
+                .collect::<std::result::Result<_, _>>()?;
+            let parent_refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+            Ok((
+                self.write_commit(repo, &sig, message, &tree, &parent_refs)?,
+                None,
+            ))
+        })?;
         // Compare-and-swap against "absent" (the zero id), checked under the ref's lock: a plain
         // non-forced create checks existence before locking and can overwrite a racing writer.
         let log = format!("rsim: create node {}", meta.id);
@@ -849,7 +914,10 @@ impl Record {
             .repo
             .reference_matching(&node_ref(&meta.id), oid, true, Oid::ZERO_SHA1, &log)
         {
-            Ok(_) => Ok(Create::Created(oid)),
+            Ok(_) => {
+                self.tidy_packs();
+                Ok(Create::Created(oid))
+            }
             Err(e) if matches!(e.code(), ErrorCode::Exists | ErrorCode::Modified) => {
                 Ok(Create::Taken)
             }
@@ -873,8 +941,6 @@ impl Record {
         extra: &[TreeFile],
         message: &str,
     ) -> Result<Append> {
-        let parent = self.repo.find_commit(expected_tip)?;
-        let base = parent.tree()?;
         let mut files = vec![TreeFile::new(
             format!("{ACTIONS_DIR}/{}", action.file_name()),
             json_bytes(action)?,
@@ -885,15 +951,23 @@ impl Record {
         for f in extra {
             files.push(TreeFile::new(f.path.clone(), f.bytes.clone()));
         }
-        let tree = self.repo.find_tree(self.build_tree(&base, &files)?)?;
         let sig = Self::signature(&action.agent)?;
-        let oid = self.write_commit(&sig, message, &tree, &[&parent])?;
+        let oid = self.build_packed(|repo| {
+            let parent = repo.find_commit(expected_tip)?;
+            let base = parent.tree()?;
+            let tree = repo.find_tree(Self::build_tree(repo, &base, &files)?)?;
+            let oid = self.write_commit(repo, &sig, message, &tree, &[&parent])?;
+            Ok((oid, Some(base.id())))
+        })?;
         let log = format!("rsim: {} on {id}", action.action);
         match self
             .repo
             .reference_matching(&node_ref(id), oid, true, expected_tip, &log)
         {
-            Ok(_) => Ok(Append::Committed(oid)),
+            Ok(_) => {
+                self.tidy_packs();
+                Ok(Append::Committed(oid))
+            }
             Err(e)
                 if matches!(
                     e.code(),

@@ -2590,3 +2590,138 @@ fn writers_racing_in_separate_processes_leave_the_index_that_git_alone_gives() {
     let rep = rsi_master::os::fsck::fsck(&s).expect("fsck");
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+/// With `[record] fsync`, each action's objects land as one pack, and packs are merged once a
+/// study holds more than `packs::MAX_PACKS`: three `rsim call` processes append to one node
+/// (enough writes for a merge) while a fourth reads the whole record with git and with rsim, again
+/// and again. No read may fail while packs are merged and removed under it; afterwards every call
+/// is recorded once, the packs are few, git's own fsck finds every object, and the index is what
+/// git alone gives.
+#[test]
+fn packs_merged_while_other_processes_write_and_read_lose_nothing() {
+    use crate::common::{commit_config, example_study, index_rows, ok_json, rsim};
+    use rsi_master::record::packs::MAX_PACKS;
+    let (_d, root) = example_study();
+    let config = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
+    commit_config(
+        &root,
+        &format!("{config}\n[record]\nfsync = true\n"),
+        "fsync",
+    );
+    let n = ok_json(
+        &root,
+        &["call", "branch", r#"{"parents":["n0"],"title":"packed"}"#],
+    )["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let calls_per_writer = MAX_PACKS / 2;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (root, n, done) = (root.clone(), n.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) || reads < 2 {
+                let git = Command::new("git")
+                    .arg("-C")
+                    .arg(&root)
+                    .args(["rev-list", "--objects", "--all"])
+                    .output()
+                    .expect("git");
+                assert!(
+                    git.status.success(),
+                    "git read the record while packs were merged: {}",
+                    String::from_utf8_lossy(&git.stderr)
+                );
+                let view = rsim()
+                    .arg("-C")
+                    .arg(&root)
+                    .args([
+                        "--json",
+                        "call",
+                        "get_node",
+                        &json!({"node": n}).to_string(),
+                    ])
+                    .output()
+                    .expect("rsim");
+                assert!(
+                    view.status.success(),
+                    "rsim read the record while packs were merged: {}",
+                    String::from_utf8_lossy(&view.stderr)
+                );
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (root, n) = (root.clone(), n.clone());
+            std::thread::spawn(move || {
+                (0..calls_per_writer)
+                    .map(|i| {
+                        let args = if i % 4 == 0 {
+                            json!({"node": n, "name": format!("w{w}-{i}"), "source": {"kind": "inline", "rows": [{"prompt": format!("say {w} {i}"), "answer": "ok"}]}})
+                        } else {
+                            json!({"node": n, "nodes": ["n0", n], "task": "add2"})
+                        };
+                        let action = if i % 4 == 0 { "register_dataset" } else { "compare" };
+                        rsim()
+                            .arg("-C")
+                            .arg(&root)
+                            .args(["--json", "call", action, &args.to_string()])
+                            .output()
+                            .expect("spawn rsim")
+                            .status
+                            .success()
+                    })
+                    .collect::<Vec<bool>>()
+            })
+        })
+        .collect();
+    let outcomes: Vec<bool> = writers
+        .into_iter()
+        .flat_map(|t| t.join().expect("writer"))
+        .collect();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let reads = reader.join().expect("reader");
+    assert!(reads >= 2);
+    assert!(outcomes.iter().all(|ok| *ok), "{outcomes:?}");
+    let mut s = Study::open(&root).expect("open");
+    let node = s
+        .call(&Caller::owner(), "get_node", json!({"node": n}))
+        .expect("node");
+    assert_eq!(
+        node["actions"].as_array().expect("actions").len(),
+        1 + outcomes.len()
+    );
+    // More packs were written than the bound; merging kept them under it.
+    let packs = std::fs::read_dir(root.join(".git/objects/pack"))
+        .expect("pack dir")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+        .count();
+    assert!(outcomes.len() + 1 > MAX_PACKS, "too few writes to merge");
+    assert!(
+        (1..=MAX_PACKS).contains(&packs),
+        "{packs} packs after {} writes",
+        outcomes.len() + 1
+    );
+    let fsck = Command::new("git")
+        .arg("-C")
+        .arg(&root)
+        .args(["fsck", "--full", "--strict", "--no-dangling"])
+        .output()
+        .expect("git fsck");
+    assert!(
+        fsck.status.success(),
+        "git fsck: {}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    let indexed = index_rows(&s);
+    s.reindex().expect("reindex");
+    assert_eq!(indexed, index_rows(&s));
+    let rep = rsi_master::os::fsck::fsck(&s).expect("fsck");
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
