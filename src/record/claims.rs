@@ -157,7 +157,15 @@ pub struct Claimed {
 
 impl Index {
     fn claims_table(&self) -> Result<()> {
-        self.conn().execute_batch(SCHEMA)?;
+        self.table(1, SCHEMA)
+    }
+
+    /// Create a coordination table if it is missing, once per handle (bit `bit` of `tables_made`).
+    fn table(&self, bit: u8, schema: &str) -> Result<()> {
+        if self.tables_made.get() & bit == 0 {
+            self.conn().execute_batch(schema)?;
+            self.tables_made.set(self.tables_made.get() | bit);
+        }
         Ok(())
     }
 
@@ -245,8 +253,7 @@ impl Index {
     }
 
     fn queue_table(&self) -> Result<()> {
-        self.conn().execute_batch(QUEUE_SCHEMA)?;
-        Ok(())
+        self.table(2, QUEUE_SCHEMA)
     }
 
     /// Put `job` in the admission queue (once: a job keeps its first place) and say where it
@@ -352,8 +359,7 @@ impl Index {
     }
 
     fn holds_table(&self) -> Result<()> {
-        self.conn().execute_batch(HOLDS_SCHEMA)?;
-        Ok(())
+        self.table(4, HOLDS_SCHEMA)
     }
 
     /// Run `decide` inside one write transaction of the index: it counts what is recorded plus
@@ -397,7 +403,7 @@ impl Index {
         self.holds_table()?;
         let mut st = self
             .conn()
-            .prepare("SELECT kind, agent, rows, bytes, pid FROM holds")?;
+            .prepare_cached("SELECT kind, agent, rows, bytes, pid FROM holds")?;
         let rows: Vec<(String, String, i64, i64, u32)> = st
             .query_map([], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
@@ -432,7 +438,7 @@ impl Index {
         self.holds_table()?;
         let mut st = self
             .conn()
-            .prepare("SELECT pid FROM holds WHERE kind='dataset' AND name=?1")?;
+            .prepare_cached("SELECT pid FROM holds WHERE kind='dataset' AND name=?1")?;
         let pids: Vec<u32> = st
             .query_map([name], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;

@@ -196,6 +196,9 @@ pub struct Index {
     /// Marked nodes whose last write by this handle is not indexed yet (its index update
     /// failed, or has not run): their markers outlive the handle, so the next open repairs them.
     dirty: std::cell::RefCell<std::collections::HashSet<String>>,
+    /// The coordination tables (claims, queue, holds: `claims`) this handle has made sure of,
+    /// one bit each: each is created when first used, and asked for once per handle.
+    pub(crate) tables_made: std::cell::Cell<u8>,
 }
 
 /// How many pending markers a handle keeps before its next index update clears them all (they
@@ -342,6 +345,7 @@ impl Index {
             durable: Default::default(),
             marked: Default::default(),
             dirty: Default::default(),
+            tables_made: Default::default(),
         })
     }
 
@@ -1014,7 +1018,7 @@ impl Index {
 
     /// Every registered dataset with the agent that registered it: (name, sha256, rows, agent).
     pub fn datasets_registered(&self) -> Result<Vec<(String, String, u64, String)>> {
-        let mut st = self.conn.prepare(
+        let mut st = self.conn.prepare_cached(
             "SELECT d.name, d.sha256, d.rows, COALESCE(a.agent, '') FROM datasets d
              LEFT JOIN actions a ON a.node = d.node AND a.seq = d.seq ORDER BY d.name",
         )?;
