@@ -487,6 +487,47 @@ fn read_pack(stem: &Path) -> std::result::Result<ReadPack, String> {
     Ok(ReadPack { bytes, entries })
 }
 
+/// Read every object of `pack` back through libgit2 from that pack alone, which checks each
+/// object's content against its id (deltas applied): a pack that names an object it does not
+/// hold is not merged (merging keeps one copy of each id, and would otherwise drop a good copy
+/// for a bad one).
+fn verify_objects(stem: &Path, pack: &ReadPack) -> std::result::Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    let idx = stem.with_extension("idx");
+    let name = std::ffi::CString::new(idx.as_os_str().as_bytes())
+        .map_err(|_| format!("{}: a NUL in the path", idx.display()))?;
+    let odb = Odb::new().map_err(|e| e.message().to_string())?;
+    let mut backend: *mut libgit2_sys::git_odb_backend = std::ptr::null_mut();
+    // SAFETY: `name` is a NUL-terminated path; on success libgit2 hands back a backend that the
+    // object database owns once added (and frees with it).
+    let rc = unsafe { libgit2_sys::git_odb_backend_one_pack(&mut backend, name.as_ptr()) };
+    if rc != 0 || backend.is_null() {
+        return Err(format!("{}: libgit2 cannot open it ({rc})", idx.display()));
+    }
+    // SAFETY: `odb` is a live object database and `backend` a fresh backend no one else owns.
+    let rc = unsafe { libgit2_sys::git_odb_add_backend(git2::Binding::raw(&odb), backend, 1) };
+    if rc != 0 {
+        // SAFETY: not added, so still ours to free, through its own `free`.
+        unsafe {
+            if let Some(free) = (*backend).free {
+                free(backend);
+            }
+        }
+        return Err(format!("{}: libgit2 cannot read it ({rc})", idx.display()));
+    }
+    for e in &pack.entries {
+        odb.read(e.id).map_err(|err| {
+            format!(
+                "{}: object {} does not read back: {}",
+                idx.display(),
+                e.id,
+                err.message()
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// The bytes of `entries[i]` of `pack` as they go into another pack: copied as they are, except
 /// that a delta against an offset (which would point elsewhere in the new pack) becomes a delta
 /// against its base's id. None for an entry that cannot be read (the pack is then not merged).
@@ -560,7 +601,7 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
     let mut out = PackBuf::new(0);
     let mut seen = HashSet::new();
     for (stem, _) in &all[..merge_count(&sizes)] {
-        let pack = match read_pack(stem) {
+        let pack = match read_pack(stem).and_then(|p| verify_objects(stem, &p).map(|()| p)) {
             Ok(p) => p,
             Err(why) => {
                 tracing::warn!("a pack is left as it is, not merged: {why}");
@@ -851,6 +892,36 @@ mod tests {
         assert!(victim.exists());
         assert_eq!(std::fs::read(&victim).expect("read"), bytes);
         assert_eq!(pack_count(d.path()), 2);
+    }
+
+    #[test]
+    fn a_pack_naming_an_object_it_does_not_hold_is_not_merged() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let commits = packed_commits(d.path(), 3);
+        let dir = d.path().join(".git/objects/pack");
+        // A well-formed pack (checksums right) whose entry for the last commit holds another
+        // object's bytes: merged first (it is the smallest), it would shadow the good copy.
+        let mut stored = Vec::new();
+        entry_header(&mut stored, 3, 5);
+        let mut z = flate2::write::ZlibEncoder::new(&mut stored, flate2::Compression::fast());
+        z.write_all(b"bogus").expect("zlib");
+        z.finish().expect("zlib");
+        let mut bad = PackBuf::new(1);
+        bad.push_stored(commits[2], &stored, None);
+        bad.finish(&dir, false).expect("write");
+        assert_eq!(pack_count(d.path()), 4);
+        assert_eq!(
+            tidy_above(&d.path().join(".git"), 1, false).expect("tidy"),
+            3
+        );
+        assert_eq!(pack_count(d.path()), 2);
+        // The good copy survived the merge.
+        let merged = packs(&dir)
+            .into_iter()
+            .map(|(stem, _)| stem)
+            .find(|stem| read_pack(stem).is_ok_and(|p| p.entries.len() > 1))
+            .expect("merged pack");
+        verify_objects(&merged, &read_pack(&merged).expect("read")).expect("verified");
     }
 
     #[test]
