@@ -177,7 +177,15 @@ fn enable_fsync_gitdir() -> Result<()> {
 /// object read is still hashed and checked against its id (strict hash verification stays on).
 fn trust_own_object_ids() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| git2::opts::strict_object_creation(false));
+    ONCE.call_once(|| {
+        git2::opts::strict_object_creation(false);
+        // A long-lived handle loads each pack written after it opened (`packs`); libgit2 keeps
+        // at most this many pack files open, closing the least recently used (0: no bound).
+        // SAFETY: a plain libgit2 option, set once before any pack is read.
+        if let Err(e) = unsafe { git2::opts::set_mwindow_file_limit(256) } {
+            tracing::warn!("cannot bound libgit2's open pack files: {}", e.message());
+        }
+    });
 }
 
 impl Record {
@@ -684,8 +692,11 @@ impl Record {
             return Ok(build(&self.repo)?.0);
         }
         let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        if staging.is_none() {
-            *staging = Some(packs::Staging::new(self.repo.path())?);
+        // libgit2 keeps every pack it loaded: after a merge, a fresh staging repository lets go
+        // of those merged away.
+        let merges = packs::merges_seen(self.repo.path());
+        if staging.as_ref().is_none_or(|s| s.merges() != merges) {
+            *staging = Some(packs::Staging::new(self.repo.path(), merges)?);
         }
         let Some(staging) = staging.as_ref() else {
             return Err(Error::internal("no staging repository"));

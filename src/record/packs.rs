@@ -17,12 +17,13 @@
 //! --geometric=2` keeps), so a study of n actions holds O(log n) packs and an object is copied
 //! O(log n) times in its life. Merging copies each object's stored bytes as they are (a delta
 //! against an offset becomes a delta against its base's id, which stays valid wherever the entry
-//! lands); nothing is decompressed or searched for deltas. The merged pack is complete and
-//! indexed before any pack it replaces is removed, index first, so every object stays readable
-//! throughout: a reader whose pack vanished finds the object again in the merged pack (libgit2
-//! and git both rescan the pack directory when an object is missing). A pack whose checksum does
-//! not match its content, or that is kept (`.keep`, `.promisor`), or large (a `git gc`'s), is left
-//! alone. One process merges at a time (a lock file beside the packs; one left by a process that
+//! lands); nothing is searched for deltas, and each object is read back from its own pack with
+//! its hash checked before its pack is merged. The merged pack is complete and indexed before any
+//! pack it replaces is removed, index first, so every object stays readable throughout: a reader
+//! whose pack vanished finds the object again in the merged pack (libgit2 and git both rescan the
+//! pack directory when an object is missing). A pack whose checksum does not match its content,
+//! or that names an object it does not hold, or is kept (`.keep`, `.promisor`), a cruft pack
+//! (`.mtimes`), large (a `git gc`'s), or covered by a multi-pack index, is left alone. One process merges at a time (a lock file beside the packs; one left by a process that
 //! died is broken after `STALE_LOCK`), and each merge is counted in `MERGES_FILE`, so that a
 //! long-lived handle knows to reopen the repository and let go of the packs that are gone.
 
@@ -44,6 +45,9 @@ const MERGE_LIMIT: u64 = 256 << 20;
 /// A merge lock older than this was left by a process that died while merging.
 const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// A temporary pack file older than this was left by a writer that died.
+const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The lock file beside the packs while one process merges them.
 const LOCK_FILE: &str = "rsim-merge.lock";
 
@@ -61,6 +65,8 @@ pub struct Staging {
     /// The in-memory backend of `repo`'s object database (owned by it).
     memory: *mut libgit2_sys::git_odb_backend,
     staged: std::cell::Cell<usize>,
+    /// The study's merge count when this was made (`merges_seen`).
+    merges: u64,
 }
 
 // SAFETY: `memory` points into `repo`'s object database, which owns it and frees it with the
@@ -68,7 +74,7 @@ pub struct Staging {
 unsafe impl Send for Staging {}
 
 impl Staging {
-    pub fn new(git_dir: &Path) -> Result<Staging> {
+    pub fn new(git_dir: &Path, merges: u64) -> Result<Staging> {
         let objects = git_dir.join("objects");
         let objects = objects.to_str().ok_or_else(|| {
             Error::internal(format!(
@@ -86,7 +92,13 @@ impl Staging {
             repo,
             memory,
             staged: std::cell::Cell::new(0),
+            merges,
         })
+    }
+
+    /// The study's merge count when this staging repository was made.
+    pub fn merges(&self) -> u64 {
+        self.merges
     }
 
     pub fn repo(&self) -> &Repository {
@@ -367,8 +379,14 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::internal(format!("cannot fsync {}: {e}", dir.display())))
 }
 
-/// The packs in `dir` that may be merged, smallest first: (path without extension, bytes).
+/// The packs in `dir` that may be merged, smallest first: (path without extension, bytes). None
+/// under a multi-pack index.
 fn packs(dir: &Path) -> Vec<(PathBuf, u64)> {
+    // A multi-pack index (`git maintenance`, `git repack --write-midx`) names the packs it
+    // covers: removing one under it is git's to do, not ours.
+    if dir.join("multi-pack-index").exists() {
+        return Vec::new();
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -379,11 +397,12 @@ fn packs(dir: &Path) -> Vec<(PathBuf, u64)> {
             continue;
         }
         let stem = path.with_extension("");
-        // A pack still being written has no index yet; a kept one (`.keep`, `.promisor`) is
-        // the owner's to repack.
+        // A pack still being written has no index yet; a kept one (`.keep`, `.promisor`) or a
+        // cruft pack of unreachable objects (`.mtimes`) is the owner's to repack.
         if !stem.with_extension("idx").exists()
-            || stem.with_extension("keep").exists()
-            || stem.with_extension("promisor").exists()
+            || ["keep", "promisor", "mtimes"]
+                .iter()
+                .any(|x| stem.with_extension(x).exists())
         {
             continue;
         }
@@ -591,6 +610,7 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
     let Some(_lock) = MergeLock::take(&dir) else {
         return Ok(0);
     };
+    remove_stale_temporaries(&dir);
     // Listed again under the lock: another process may have merged meanwhile.
     let all = packs(&dir);
     if all.len() <= max {
@@ -642,6 +662,30 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
     }
     count_merge(git_dir);
     Ok(merged.len())
+}
+
+/// Remove the temporary files of pack writes that died (a killed writer's `tmp_pack_*` and
+/// `tmp_idx_*`), once they are an hour old: a live write renames its own within moments.
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("tmp_pack_") || name.starts_with("tmp_idx_")) {
+            continue;
+        }
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_TEMPORARY);
+        if old {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Count one merge in `MERGES_FILE` (a byte appended): handles opened before it reopen the
@@ -747,7 +791,7 @@ mod tests {
 
     fn packed_commits_on(dir: &Path, n: usize) -> Vec<Oid> {
         let repo = Repository::open(dir).expect("open");
-        let staging = Staging::new(repo.path()).expect("staging");
+        let staging = Staging::new(repo.path(), 0).expect("staging");
         let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
         let pack_dir = repo.path().join("objects").join("pack");
         let mut tip: Option<Oid> = repo.refname_to_id("refs/heads/main").ok();
