@@ -676,49 +676,36 @@ impl Record {
     }
 
     /// Build a commit with `build`, which returns the commit and the tree it builds on (its
-    /// first parent's, if any). When git writes are fsynced, it builds in the staging repository
-    /// (`packs`: objects in memory over the study's) and the objects the commit adds to that tree
-    /// reach the study as one pack: two files fsynced instead of one per object. Otherwise it
-    /// builds in the study's repository, as loose objects: without fsync, a file made costs less
-    /// than the merges that keep packs few (each merge removes files, and on ext4 every file
-    /// removed makes the files created in the next seconds dearer; `cargo bench --bench record`).
-    /// Returns the commit's id.
+    /// first parent's, if any), in the staging repository (`packs`: objects in memory over the
+    /// study's); the objects the commit adds to that tree then reach the study as one pack: two
+    /// files (fsynced with `[record] fsync`) instead of one per object. Returns the commit's id.
     fn build_packed(
         &self,
-        build: impl FnOnce(&Repository) -> Result<(Oid, Option<Oid>)>,
+        build: impl FnOnce(&packs::Staging) -> Result<(Oid, Option<Oid>)>,
     ) -> Result<Oid> {
         self.refuse_write()?;
-        if !FSYNC_GITDIR.load(Ordering::SeqCst) {
-            return Ok(build(&self.repo)?.0);
-        }
         let mut staging = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        // libgit2 keeps every pack it loaded: after a merge, a fresh staging repository lets go
-        // of those merged away.
-        let merges = packs::merges_seen(self.repo.path());
-        if staging.as_ref().is_none_or(|s| s.merges() != merges) {
-            *staging = Some(packs::Staging::new(self.repo.path(), merges)?);
+        if staging.is_none() {
+            *staging = Some(packs::Staging::new()?);
         }
         let Some(staging) = staging.as_ref() else {
             return Err(Error::internal("no staging repository"));
         };
-        let (oid, base) = build(staging.repo())?;
+        let (oid, base) = build(staging)?;
         let objects = packs::new_objects(staging.repo(), oid, base)?;
         packs::write_pack(
             &self.repo.path().join("objects").join("pack"),
             &objects,
-            true,
+            FSYNC_GITDIR.load(Ordering::SeqCst),
         )?;
         staging.written(objects.len());
         Ok(oid)
     }
 
-    /// Keep the study's packs few (`packs::tidy`) after a write landed, when writes are packed
-    /// (fsynced). A failure is logged: the write itself is recorded either way.
+    /// Keep the study's packs few (`packs::tidy`) after a write landed. A failure is logged:
+    /// the write itself is recorded either way.
     fn tidy_packs(&self) {
-        if !FSYNC_GITDIR.load(Ordering::SeqCst) {
-            return;
-        }
-        if let Err(e) = packs::tidy(self.repo.path(), true) {
+        if let Err(e) = packs::tidy(self.repo.path(), FSYNC_GITDIR.load(Ordering::SeqCst)) {
             tracing::warn!("cannot merge the study's packs: {}", e.message);
         }
     }
@@ -906,7 +893,11 @@ impl Record {
             ),
         ];
         let sig = Self::signature(&first.agent)?;
-        let oid = self.build_packed(|repo| {
+        let oid = self.build_packed(|staging| {
+            for p in parent_tips {
+                staging.import(&self.repo, *p)?;
+            }
+            let repo = staging.repo();
             let tree = repo.find_tree(self.fresh_tree(repo, &files)?)?;
             let parents: Vec<git2::Commit<'_>> = parent_tips
                 .iter()
@@ -963,7 +954,10 @@ impl Record {
             files.push(TreeFile::new(f.path.clone(), f.bytes.clone()));
         }
         let sig = Self::signature(&action.agent)?;
-        let oid = self.build_packed(|repo| {
+        let oid = self.build_packed(|staging| {
+            let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+            staging.import_base(&self.repo, expected_tip, &paths)?;
+            let repo = staging.repo();
             let parent = repo.find_commit(expected_tip)?;
             let base = parent.tree()?;
             let tree = repo.find_tree(Self::build_tree(repo, &base, &files)?)?;

@@ -57,16 +57,18 @@ pub const MERGES_FILE: &str = "rsim-pack-merges";
 /// Objects held in memory before the staging repository forgets them (they are on disk by then).
 const STAGED_MAX: usize = 4096;
 
-/// A repository whose object writes stay in memory and whose reads also see the study's objects.
-/// The objects of the last writes stay in memory too (until `STAGED_MAX`), so the next write
-/// finds its parent there rather than in a pack written since the object database last looked.
+/// A repository whose objects live in memory only (libgit2's mempack): a write builds its objects
+/// here, after `import` copied in what it builds on (the parent commit, its tree and the trees on
+/// the way to the files it changes) from the study. No disk backend: libgit2 looks for every object
+/// it is asked to write in each backend first and rereads the pack directory when it is missing
+/// (so once per object written, with the study's packs as a backend), and keeps each pack it ever
+/// loaded. The objects of the last writes stay in memory (until `STAGED_MAX`), so the next write
+/// to a node finds its parent here.
 pub struct Staging {
     repo: Repository,
     /// The in-memory backend of `repo`'s object database (owned by it).
     memory: *mut libgit2_sys::git_odb_backend,
     staged: std::cell::Cell<usize>,
-    /// The study's merge count when this was made (`merges_seen`).
-    merges: u64,
 }
 
 // SAFETY: `memory` points into `repo`'s object database, which owns it and frees it with the
@@ -74,17 +76,8 @@ pub struct Staging {
 unsafe impl Send for Staging {}
 
 impl Staging {
-    pub fn new(git_dir: &Path, merges: u64) -> Result<Staging> {
-        let objects = git_dir.join("objects");
-        let objects = objects.to_str().ok_or_else(|| {
-            Error::internal(format!(
-                "the study's git directory {} is not UTF-8",
-                git_dir.display()
-            ))
-        })?;
+    pub fn new() -> Result<Staging> {
         let odb = Odb::new()?;
-        odb.add_disk_alternate(objects)?;
-        // Writes go to the first backend that is no alternate: the one in memory.
         let memory = git2::Binding::raw(&odb.add_new_mempack_backend(1000)?);
         // The repository takes its own reference to the object database (and so its backends).
         let repo = Repository::from_odb(odb)?;
@@ -92,13 +85,43 @@ impl Staging {
             repo,
             memory,
             staged: std::cell::Cell::new(0),
-            merges,
         })
     }
 
-    /// The study's merge count when this staging repository was made.
-    pub fn merges(&self) -> u64 {
-        self.merges
+    /// Copy object `id` from `from` into memory, unless it is there already.
+    pub fn import(&self, from: &Repository, id: Oid) -> Result<()> {
+        let odb = self.repo.odb()?;
+        if odb.exists(id) {
+            return Ok(());
+        }
+        let from = from.odb()?;
+        let o = from.read(id)?;
+        odb.write(o.kind(), o.data())?;
+        self.staged.set(self.staged.get() + 1);
+        Ok(())
+    }
+
+    /// Copy in what a commit on `parent` that writes `paths` builds on: the parent commit, its
+    /// tree, and each tree of it on the way to a path (the directories the builder rewrites).
+    /// What memory holds already is not read from the study again.
+    pub fn import_base(&self, from: &Repository, parent: Oid, paths: &[&str]) -> Result<()> {
+        self.import(from, parent)?;
+        let root = self.repo.find_commit(parent)?.tree_id();
+        self.import(from, root)?;
+        for path in paths {
+            let mut tree = self.repo.find_tree(root)?;
+            let mut dirs: Vec<&str> = path.split('/').collect();
+            dirs.pop();
+            for dir in dirs {
+                let id = match tree.get_name(dir) {
+                    Some(e) if e.kind() == Some(ObjectType::Tree) => e.id(),
+                    _ => break,
+                };
+                self.import(from, id)?;
+                tree = self.repo.find_tree(id)?;
+            }
+        }
+        Ok(())
     }
 
     pub fn repo(&self) -> &Repository {
@@ -273,8 +296,45 @@ impl PackBuf {
         if fsync {
             sync_dir(dir)?;
         }
+        written_here(&name);
         Ok(name)
     }
+}
+
+/// Packs this process wrote, by name (`pack-<checksum>`): built from objects whose ids libgit2
+/// computed from their content, or merged from packs checked or written here, so merging them
+/// again needs no check of their objects.
+static WRITTEN_HERE: std::sync::Mutex<Option<HashSet<String>>> = std::sync::Mutex::new(None);
+
+fn written_here(name: &str) {
+    let mut set = WRITTEN_HERE.lock().unwrap_or_else(|e| e.into_inner());
+    let set = set.get_or_insert_with(HashSet::new);
+    // Bounded: forgetting one only costs a check when it is merged.
+    if set.len() >= 1 << 14 {
+        set.clear();
+    }
+    set.insert(name.to_string());
+}
+
+fn was_written_here(stem: &Path) -> bool {
+    let Some(name) = stem.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    WRITTEN_HERE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|s| s.contains(name))
+}
+
+/// How many packs `dir` holds, by name alone (no file is looked at).
+fn pack_names(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|e| e.file_name().as_encoded_bytes().ends_with(b".pack"))
+            .count()
+    })
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -604,7 +664,8 @@ pub fn tidy(git_dir: &Path, fsync: bool) -> Result<usize> {
 
 pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usize> {
     let dir = git_dir.join("objects").join("pack");
-    if packs(&dir).len() <= max {
+    // Each write asks: one directory listing, nothing more, until there are too many.
+    if pack_names(&dir) <= max || packs(&dir).len() <= max {
         return Ok(0);
     }
     let Some(_lock) = MergeLock::take(&dir) else {
@@ -621,7 +682,14 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
     let mut out = PackBuf::new(0);
     let mut seen = HashSet::new();
     for (stem, _) in &all[..merge_count(&sizes)] {
-        let pack = match read_pack(stem).and_then(|p| verify_objects(stem, &p).map(|()| p)) {
+        let checked = |p: ReadPack| {
+            if was_written_here(stem) {
+                Ok(p)
+            } else {
+                verify_objects(stem, &p).map(|()| p)
+            }
+        };
+        let pack = match read_pack(stem).and_then(checked) {
             Ok(p) => p,
             Err(why) => {
                 tracing::warn!("a pack is left as it is, not merged: {why}");
@@ -791,7 +859,7 @@ mod tests {
 
     fn packed_commits_on(dir: &Path, n: usize) -> Vec<Oid> {
         let repo = Repository::open(dir).expect("open");
-        let staging = Staging::new(repo.path(), 0).expect("staging");
+        let staging = Staging::new().expect("staging");
         let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
         let pack_dir = repo.path().join("objects").join("pack");
         let mut tip: Option<Oid> = repo.refname_to_id("refs/heads/main").ok();
@@ -799,6 +867,9 @@ mod tests {
         let mut commits = Vec::new();
         for i in start..start + n {
             let s = staging.repo();
+            if let Some(t) = tip {
+                staging.import_base(&repo, t, &[]).expect("import");
+            }
             let parent = tip.map(|t| s.find_commit(t).expect("parent"));
             let base = parent.as_ref().map(|p| p.tree().expect("tree"));
             let mut tb = s.treebuilder(base.as_ref()).expect("tb");
@@ -952,7 +1023,15 @@ mod tests {
         z.finish().expect("zlib");
         let mut bad = PackBuf::new(1);
         bad.push_stored(commits[2], &stored, None);
-        bad.finish(&dir, false).expect("write");
+        let name = bad.finish(&dir, false).expect("write");
+        // As if another process (or a crafted repository) had put it there.
+        if let Some(set) = WRITTEN_HERE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            set.remove(&name);
+        }
         assert_eq!(pack_count(d.path()), 4);
         assert_eq!(
             tidy_above(&d.path().join(".git"), 1, false).expect("tidy"),
