@@ -353,19 +353,35 @@ pub fn write_pack(dir: &Path, objects: &[Object], fsync: bool) -> Result<Option<
     let mut pack = PackBuf::new(objects.len());
     let mut seen = HashSet::with_capacity(objects.len());
     let mut stored = Vec::with_capacity(256);
+    // One compressor for all the objects (its state is large to set up).
+    let mut z = flate2::Compress::new(flate2::Compression::fast(), true);
     for o in objects {
         if !seen.insert(o.id) {
             continue;
         }
         stored.clear();
         entry_header(&mut stored, type_code(o.kind)?, o.data.len() as u64);
-        let mut z = flate2::write::ZlibEncoder::new(&mut stored, flate2::Compression::fast());
-        z.write_all(&o.data)
-            .and_then(|_| z.finish().map(|_| ()))
-            .map_err(|e| Error::internal(format!("cannot compress an object: {e}")))?;
+        deflate(&mut z, &o.data, &mut stored)?;
         pack.push_stored(o.id, &stored, None);
     }
     pack.finish(dir, fsync).map(Some)
+}
+
+/// Append `data` to `out` as one zlib stream, with `z` (reset for the next stream after).
+fn deflate(z: &mut flate2::Compress, data: &[u8], out: &mut Vec<u8>) -> Result<()> {
+    let start = z.total_in();
+    loop {
+        out.reserve(data.len() / 2 + 64);
+        let done = (z.total_in() - start) as usize;
+        let status = z
+            .compress_vec(&data[done..], out, flate2::FlushCompress::Finish)
+            .map_err(|e| Error::internal(format!("cannot compress an object: {e}")))?;
+        if status == flate2::Status::StreamEnd {
+            break;
+        }
+    }
+    z.reset();
+    Ok(())
 }
 
 /// A version 2 pack index for `entries` of the pack whose checksum is `pack_sum`.
