@@ -4,8 +4,8 @@
 //! half the time of a recorded action went there), not writing bytes. Written loose, an append
 //! makes four object files (the action's blob, the node's `actions/` tree, its root tree, the
 //! commit) and a new node five; a bare libgit2 commit makes three. Here the objects are built in
-//! a repository whose writes stay in memory (libgit2's mempack, with the study's object database
-//! as a read-only alternate: `Staging`), and the objects the new commit adds are written as one
+//! a repository that lives in memory (libgit2's mempack: `Staging`, into which what the commit
+//! builds on is copied from the study), and the objects the new commit adds are written as one
 //! pack with its index: two files (`write_pack`), fsynced with their directory under `[record]
 //! fsync`, however many objects. The pack is complete and indexed before the branch that names
 //! its commit moves, so a crash leaves at most an unreferenced pack, as it left unreferenced
