@@ -40,7 +40,15 @@ use crate::util::error::{Error, Result};
 pub const MAX_PACKS: usize = 16;
 
 /// Packs larger than this are not merged (a `git gc`'s, or merged many times already).
-const MERGE_LIMIT: u64 = 256 << 20;
+const MERGE_LIMIT: u64 = 32 << 20;
+
+/// At most this many bytes of packs go into one merge (a study handed over with many packs is
+/// merged a part at a time, each in bounded memory).
+const MERGE_BUDGET: u64 = 64 << 20;
+
+/// An object larger than this in a pack another process wrote stops that pack from being merged:
+/// checking it would inflate it whole (a small delta can describe a huge object).
+const OBJECT_LIMIT: usize = 64 << 20;
 
 /// A merge lock older than this was left by a process that died while merging.
 const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(120);
@@ -475,7 +483,10 @@ fn packs(dir: &Path) -> Vec<(PathBuf, u64)> {
         let stem = path.with_extension("");
         // A pack still being written has no index yet; a kept one (`.keep`, `.promisor`) or a
         // cruft pack of unreachable objects (`.mtimes`) is the owner's to repack.
-        if !stem.with_extension("idx").exists()
+        // Regular files only: a symlink or a FIFO handed over in a repository is not followed.
+        let regular = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+        if !e.file_type().is_ok_and(|t| t.is_file())
+            || !regular(&stem.with_extension("idx"))
             || ["keep", "promisor", "mtimes"]
                 .iter()
                 .any(|x| stem.with_extension(x).exists())
@@ -514,9 +525,34 @@ struct ReadPack {
     entries: Vec<Entry>,
 }
 
+/// The bytes of `path` if it is a regular file (not through a symlink, never waiting on a FIFO)
+/// of at most `MERGE_LIMIT` bytes.
+fn read_regular(path: &Path) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let why = |e: std::io::Error| format!("{}: {e}", path.display());
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(why)?;
+    let m = f.metadata().map_err(why)?;
+    if !m.is_file() || m.len() > MERGE_LIMIT {
+        return Err(format!(
+            "{}: not a regular file of at most {MERGE_LIMIT} bytes",
+            path.display()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.take(MERGE_LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(why)?;
+    Ok(bytes)
+}
+
 fn read_pack(stem: &Path) -> std::result::Result<ReadPack, String> {
     let idx_path = stem.with_extension("idx");
-    let idx = std::fs::read(&idx_path).map_err(|e| format!("{}: {e}", idx_path.display()))?;
+    let idx = read_regular(&idx_path)?;
     let bad = |why: &str| format!("{}: {why}", idx_path.display());
     let be32 = |b: &[u8], at: usize| -> std::result::Result<u32, String> {
         b.get(at..at + 4)
@@ -559,7 +595,7 @@ fn read_pack(stem: &Path) -> std::result::Result<ReadPack, String> {
         entries.push(Entry { id, crc, offset });
     }
     let pack_path = stem.with_extension("pack");
-    let bytes = std::fs::read(&pack_path).map_err(|e| format!("{}: {e}", pack_path.display()))?;
+    let bytes = read_regular(&pack_path)?;
     let bad = |why: &str| format!("{}: {why}", pack_path.display());
     if bytes.len() < 32
         || &bytes[..4] != b"PACK"
@@ -611,6 +647,16 @@ fn verify_objects(stem: &Path, pack: &ReadPack) -> std::result::Result<(), Strin
         return Err(format!("{}: libgit2 cannot read it ({rc})", idx.display()));
     }
     for e in &pack.entries {
+        let (size, _) = odb
+            .read_header(e.id)
+            .map_err(|err| format!("{}: object {}: {}", idx.display(), e.id, err.message()))?;
+        if size > OBJECT_LIMIT {
+            return Err(format!(
+                "{}: object {} is {size} bytes, over the {OBJECT_LIMIT} a merge checks",
+                idx.display(),
+                e.id
+            ));
+        }
         odb.read(e.id).map_err(|err| {
             format!(
                 "{}: object {} does not read back: {}",
@@ -697,7 +743,12 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
     let mut merged = Vec::new();
     let mut out = PackBuf::new(0);
     let mut seen = HashSet::new();
-    for (stem, _) in &all[..merge_count(&sizes)] {
+    let mut budget = MERGE_BUDGET;
+    for (stem, size) in &all[..merge_count(&sizes)] {
+        if *size > budget && merged.len() >= 2 {
+            break;
+        }
+        budget = budget.saturating_sub(*size);
         let checked = |p: ReadPack| {
             if was_written_here(stem) {
                 Ok(p)
@@ -775,10 +826,13 @@ fn remove_stale_temporaries(dir: &Path) {
 /// Count one merge in `MERGES_FILE` (a byte appended): handles opened before it reopen the
 /// repository (`merges_seen`).
 fn count_merge(git_dir: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = git_dir.join(MERGES_FILE);
+    // Not through a symlink: a repository handed over could point it at any file of the user's.
     let done = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .and_then(|mut f| f.write_all(b"m"));
     if let Err(e) = done {
@@ -788,7 +842,10 @@ fn count_merge(git_dir: &Path) {
 
 /// How many merges `git_dir` has seen (see `count_merge`).
 pub fn merges_seen(git_dir: &Path) -> u64 {
-    std::fs::metadata(git_dir.join(MERGES_FILE)).map_or(0, |m| m.len())
+    std::fs::symlink_metadata(git_dir.join(MERGES_FILE))
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.len())
 }
 
 /// The merge lock: a file made with O_EXCL beside the packs, removed when dropped.

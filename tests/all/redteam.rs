@@ -2725,3 +2725,173 @@ fn packs_merged_while_other_processes_write_and_read_lose_nothing() {
     let rep = rsi_master::os::fsck::fsck(&s).expect("fsck");
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
 }
+
+/// The regular pack files of a study and everything else in its pack directory.
+fn pack_dir_entries(root: &Path) -> (usize, Vec<String>) {
+    let mut packs = 0;
+    let mut other = Vec::new();
+    for e in std::fs::read_dir(root.join(".git/objects/pack"))
+        .expect("pack dir")
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let regular = e.file_type().is_ok_and(|t| t.is_file());
+        if regular && name.ends_with(".pack") {
+            packs += 1;
+        } else if !(regular && name.ends_with(".idx")) {
+            other.push(name);
+        }
+    }
+    (packs, other)
+}
+
+/// A colleague hands over a study whose git directory points outside itself: the pack-merge
+/// counter is a symlink to one of the user's files, and a pack and its index are symlinks to
+/// files elsewhere. Writes through the public actions, enough for several merges, must not
+/// write through the one or merge (and so remove or rewrite) the others: the user's file and
+/// the files behind the links are byte for byte as they were, the links are still there, and the
+/// study's own packs stay few.
+#[test]
+fn a_handed_over_study_with_symlinks_in_its_pack_directory_is_not_written_through() {
+    use crate::common::{example_study, ok_json};
+    use rsi_master::record::packs::{MAX_PACKS, MERGES_FILE};
+    let (d, root) = example_study();
+    let git = root.join(".git");
+    let outside = d.path().join("outside");
+    std::fs::create_dir_all(&outside).expect("outside");
+    let victim = outside.join("victim.txt");
+    std::fs::write(&victim, "the user's own file\n").expect("victim");
+    let _ = std::fs::remove_file(git.join(MERGES_FILE));
+    std::os::unix::fs::symlink(&victim, git.join(MERGES_FILE)).expect("symlink");
+    // A real pack of the study, copied outside and linked back in under another name.
+    let pack_dir = git.join("objects/pack");
+    let (first, _) = std::fs::read_dir(&pack_dir)
+        .expect("pack dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "pack"))
+        .map(|p| (p.with_extension(""), ()))
+        .expect("the study's genesis wrote a pack");
+    let fake = format!("pack-{}", "ab".repeat(20));
+    let mut linked = Vec::new();
+    for ext in ["pack", "idx"] {
+        let copy = outside.join(format!("{fake}.{ext}"));
+        std::fs::copy(first.with_extension(ext), &copy).expect("copy");
+        std::os::unix::fs::symlink(&copy, pack_dir.join(format!("{fake}.{ext}"))).expect("link");
+        linked.push((copy.clone(), std::fs::read(&copy).expect("read")));
+    }
+    let n = ok_json(
+        &root,
+        &[
+            "call",
+            "branch",
+            r#"{"parents":["n0"],"title":"handed over"}"#,
+        ],
+    )["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    for _ in 0..MAX_PACKS + 8 {
+        ok_json(
+            &root,
+            &[
+                "call",
+                "compare",
+                &json!({"node": n, "nodes": ["n0", n], "task": "add2"}).to_string(),
+            ],
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "the user's own file\n",
+        "a merge wrote through the symlinked counter"
+    );
+    for (copy, bytes) in &linked {
+        assert_eq!(&std::fs::read(copy).expect("linked file"), bytes);
+    }
+    for ext in ["pack", "idx"] {
+        let link = pack_dir.join(format!("{fake}.{ext}"));
+        assert!(
+            std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()),
+            "{} was merged away",
+            link.display()
+        );
+    }
+    let (packs, _) = pack_dir_entries(&root);
+    assert!(
+        (1..=MAX_PACKS).contains(&packs),
+        "{packs} packs after {} writes",
+        MAX_PACKS + 9
+    );
+    let s = Study::open(&root).expect("open");
+    let node = s
+        .call(&Caller::owner(), "get_node", json!({"node": n}))
+        .expect("node");
+    assert_eq!(
+        node["actions"].as_array().expect("actions").len(),
+        MAX_PACKS + 9
+    );
+}
+
+/// An agent stuck in a loop, acting again and again: what the record keeps on disk is bounded by
+/// what it records. Packs stay at most `MAX_PACKS`, no temporary file is left, nothing is loose,
+/// and merging kept no object twice (the objects in packs are the objects git reaches).
+#[test]
+fn a_looping_agent_grows_the_record_by_its_actions_only() {
+    use crate::common::example_study;
+    use rsi_master::record::packs::MAX_PACKS;
+    let (_d, root) = example_study();
+    let s = Study::open(&root).expect("open");
+    let owner = Caller::owner();
+    let n = s
+        .call(
+            &owner,
+            "branch",
+            json!({"parents": ["n0"], "title": "loop"}),
+        )
+        .expect("branch")["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    for i in 0..8 * MAX_PACKS {
+        s.call(
+            &owner,
+            "compare",
+            json!({"node": n, "nodes": ["n0", n], "task": "add2"}),
+        )
+        .unwrap_or_else(|e| panic!("compare {i}: {}", e.message));
+    }
+    drop(s);
+    let (packs, other) = pack_dir_entries(&root);
+    assert!((1..=MAX_PACKS).contains(&packs), "{packs} packs");
+    assert!(
+        other.iter().all(|n| !n.starts_with("tmp_")),
+        "temporary files left: {other:?}"
+    );
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let counts = git(&["count-objects", "-v"]);
+    let in_pack: usize = counts
+        .lines()
+        .find_map(|l| l.strip_prefix("in-pack: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("in-pack");
+    let reachable = git(&["rev-list", "--objects", "--all"]).lines().count();
+    assert!(
+        in_pack <= reachable,
+        "{in_pack} objects in packs, {reachable} reachable: merging kept copies"
+    );
+    assert!(in_pack > 8 * MAX_PACKS, "{in_pack} objects in packs");
+}
