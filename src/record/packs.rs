@@ -22,8 +22,10 @@
 //! pack it replaces is removed, index first, so every object stays readable throughout: a reader
 //! whose pack vanished finds the object again in the merged pack (libgit2 and git both rescan the
 //! pack directory when an object is missing). A pack whose checksum does not match its content,
-//! or that names an object it does not hold, or is kept (`.keep`, `.promisor`), a cruft pack
-//! (`.mtimes`), large (a `git gc`'s), or covered by a multi-pack index, is left alone. One process merges at a time (a lock file beside the packs; one left by a process that
+//! or that names an object it does not hold, is set aside with a `.keep` saying why (so it is read
+//! once, not at every write); one that is kept (`.keep`, `.promisor`), a cruft pack (`.mtimes`),
+//! not a regular file, large, or covered by a multi-pack index, is left alone; a merge reads at
+//! most `MERGE_BUDGET` bytes of packs. One process merges at a time (a lock file beside the packs; one left by a process that
 //! died is broken after `STALE_LOCK`), and each merge is counted in `MERGES_FILE`, so that a
 //! long-lived handle knows to reopen the repository and let go of the packs that are gone.
 
@@ -759,7 +761,7 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
         let pack = match read_pack(stem).and_then(checked) {
             Ok(p) => p,
             Err(why) => {
-                tracing::warn!("a pack is left as it is, not merged: {why}");
+                set_aside(stem, &why);
                 continue;
             }
         };
@@ -768,10 +770,7 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
             .map(|i| moved_entry(&pack, i, &by_offset).map(|m| (pack.entries[i].id, m)))
             .collect();
         let Some(moved) = moved else {
-            tracing::warn!(
-                "{} has an entry that cannot be moved; it is not merged",
-                stem.display()
-            );
+            set_aside(stem, "an entry that cannot be moved");
             continue;
         };
         for (id, (stored, crc)) in moved {
@@ -797,6 +796,22 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
     }
     count_merge(git_dir);
     Ok(merged.len())
+}
+
+/// Leave a pack that cannot be merged as it is, for good: a `.keep` beside it (git's own mark for
+/// a pack not to repack, so no later merge reads it again), saying why. Made with O_EXCL, so an
+/// existing file or link there is never written through.
+fn set_aside(stem: &Path, why: &str) {
+    tracing::warn!("a pack is left as it is, not merged: {why}");
+    let keep = stem.with_extension("keep");
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&keep)
+        .and_then(|mut f| f.write_all(format!("rsim: not merged: {why}\n").as_bytes()));
+    if let Err(e) = made {
+        tracing::warn!("cannot mark {}: {e}", keep.display());
+    }
 }
 
 /// Remove the temporary files of pack writes that died (a killed writer's `tmp_pack_*` and
@@ -1080,6 +1095,13 @@ mod tests {
         assert!(victim.exists());
         assert_eq!(std::fs::read(&victim).expect("read"), bytes);
         assert_eq!(pack_count(d.path()), 2);
+        // Set aside with git's own mark, saying why: no later merge reads it again.
+        let keep = std::fs::read_to_string(victim.with_extension("keep")).expect("keep");
+        assert!(keep.contains("checksum"), "{keep}");
+        assert_eq!(
+            tidy_above(&d.path().join(".git"), 1, false).expect("tidy"),
+            0
+        );
     }
 
     #[test]
