@@ -38,6 +38,11 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS claims(
   job TEXT PRIMARY KEY, node TEXT NOT NULL, agent TEXT NOT NULL, evaluation INTEGER NOT NULL,
   test INTEGER NOT NULL, compute_s REAL NOT NULL, pid INTEGER NOT NULL)";
 
+/// The coordination tables' bits in `Index::tables_made`.
+const CLAIMS_TABLE: u8 = 1;
+const QUEUE_TABLE: u8 = 2;
+const HOLDS_TABLE: u8 = 4;
+
 const QUEUE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS queue(
   seq INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL UNIQUE, node TEXT NOT NULL,
   agent TEXT NOT NULL, pid INTEGER NOT NULL, since REAL NOT NULL, cancelled_by TEXT)";
@@ -157,7 +162,7 @@ pub struct Claimed {
 
 impl Index {
     fn claims_table(&self) -> Result<()> {
-        self.table(1, SCHEMA)
+        self.table(CLAIMS_TABLE, SCHEMA)
     }
 
     /// Create a coordination table if it is missing, once per handle (bit `bit` of `tables_made`).
@@ -253,7 +258,7 @@ impl Index {
     }
 
     fn queue_table(&self) -> Result<()> {
-        self.table(2, QUEUE_SCHEMA)
+        self.table(QUEUE_TABLE, QUEUE_SCHEMA)
     }
 
     /// Put `job` in the admission queue (once: a job keeps its first place) and say where it
@@ -359,7 +364,7 @@ impl Index {
     }
 
     fn holds_table(&self) -> Result<()> {
-        self.table(4, HOLDS_SCHEMA)
+        self.table(HOLDS_TABLE, HOLDS_SCHEMA)
     }
 
     /// Run `decide` inside one write transaction of the index: it counts what is recorded plus

@@ -675,10 +675,11 @@ impl Record {
         Ok(up.create_updated(repo, base)?)
     }
 
-    /// Build a commit with `build`, which returns the commit and the tree it builds on (its
-    /// first parent's, if any), in the staging repository (`packs`: objects in memory over the
-    /// study's); the objects the commit adds to that tree then reach the study as one pack: two
-    /// files (fsynced with `[record] fsync`) instead of one per object. Returns the commit's id.
+    /// Build a commit with `build` in the staging repository (`packs::Staging`: objects in memory
+    /// only; `build` copies in what it builds on), which returns the commit and the tree it builds
+    /// on (its first parent's, if any); the objects the commit adds to that tree then reach the
+    /// study as one pack: two files (fsynced with `[record] fsync`) instead of one per object.
+    /// Returns the commit's id.
     fn build_packed(
         &self,
         build: impl FnOnce(&packs::Staging) -> Result<(Oid, Option<Oid>)>,

@@ -99,6 +99,23 @@ pub fn commit_config(root: &Path, text: &str, message: &str) {
         .expect("commit");
 }
 
+/// `git -C dir ARGS`, which must succeed; its standard output.
+pub fn git_ok(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `rsim fsck` must pass.
 pub fn fsck_clean(study: &Path) {
     let out = run(study, &["fsck"]);

@@ -2599,7 +2599,7 @@ fn writers_racing_in_separate_processes_leave_the_index_that_git_alone_gives() {
 /// git alone gives.
 #[test]
 fn packs_merged_while_other_processes_write_and_read_lose_nothing() {
-    use crate::common::{commit_config, example_study, index_rows, ok_json, rsim};
+    use crate::common::{commit_config, example_study, git_ok, index_rows, ok_json, rsim};
     use rsi_master::record::packs::MAX_PACKS;
     let (_d, root) = example_study();
     let config = std::fs::read_to_string(root.join("rsim.toml")).expect("config");
@@ -2696,29 +2696,14 @@ fn packs_merged_while_other_processes_write_and_read_lose_nothing() {
         1 + outcomes.len()
     );
     // More packs were written than the bound; merging kept them under it.
-    let packs = std::fs::read_dir(root.join(".git/objects/pack"))
-        .expect("pack dir")
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
-        .count();
+    let (packs, _) = pack_dir_entries(&root);
     assert!(outcomes.len() + 1 > MAX_PACKS, "too few writes to merge");
     assert!(
         (1..=MAX_PACKS).contains(&packs),
         "{packs} packs after {} writes",
         outcomes.len() + 1
     );
-    let fsck = Command::new("git")
-        .arg("-C")
-        .arg(&root)
-        .args(["fsck", "--full", "--strict", "--no-dangling"])
-        .output()
-        .expect("git fsck");
-    assert!(
-        fsck.status.success(),
-        "git fsck: {}{}",
-        String::from_utf8_lossy(&fsck.stdout),
-        String::from_utf8_lossy(&fsck.stderr)
-    );
+    git_ok(&root, &["fsck", "--full", "--strict", "--no-dangling"]);
     let indexed = index_rows(&s);
     s.reindex().expect("reindex");
     assert_eq!(indexed, index_rows(&s));
@@ -2838,7 +2823,7 @@ fn a_handed_over_study_with_symlinks_in_its_pack_directory_is_not_written_throug
 /// and merging kept no object twice (the objects in packs are the objects git reaches).
 #[test]
 fn a_looping_agent_grows_the_record_by_its_actions_only() {
-    use crate::common::example_study;
+    use crate::common::{example_study, git_ok};
     use rsi_master::record::packs::MAX_PACKS;
     let (_d, root) = example_study();
     let s = Study::open(&root).expect("open");
@@ -2868,27 +2853,15 @@ fn a_looping_agent_grows_the_record_by_its_actions_only() {
         other.iter().all(|n| !n.starts_with("tmp_")),
         "temporary files left: {other:?}"
     );
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(&root)
-            .args(args)
-            .output()
-            .expect("git");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let counts = git(&["count-objects", "-v"]);
+    let counts = git_ok(&root, &["count-objects", "-v"]);
     let in_pack: usize = counts
         .lines()
         .find_map(|l| l.strip_prefix("in-pack: "))
         .and_then(|v| v.trim().parse().ok())
         .expect("in-pack");
-    let reachable = git(&["rev-list", "--objects", "--all"]).lines().count();
+    let reachable = git_ok(&root, &["rev-list", "--objects", "--all"])
+        .lines()
+        .count();
     assert!(
         in_pack <= reachable,
         "{in_pack} objects in packs, {reachable} reachable: merging kept copies"
