@@ -818,7 +818,8 @@ fn a_reproduction_whose_writer_dies_is_stopped_and_recorded_as_lost() {
             r#"{"node":"n1","name":"d","source":{"kind":"arith","op":"add","digits":2,"format":"plain","n":500,"seed":1}}"#,
         ],
     );
-    // A run long enough (seconds) that its reproduction can be killed part-way.
+    // A run long enough (seconds: the n-gram model takes ~1 ms a step) that its reproduction is
+    // killed part-way (within 25 ms of its job's start); it runs three times in this test.
     let sft = ok_json(
         &s,
         &[
@@ -828,7 +829,7 @@ fn a_reproduction_whose_writer_dies_is_stopped_and_recorded_as_lost() {
             "--dataset",
             "d",
             "--steps",
-            "20000",
+            "5000",
             "--batch-size",
             "64",
         ],

@@ -1,4 +1,5 @@
-//! Fuzz the action inputs (a small run; `cargo bench --bench fuzz` runs ≥ 100k cases):
+//! Fuzz the action inputs (a small run: 1,000 cases, a fresh seed each run, RSIM_FUZZ_CASES for
+//! more; `cargo bench --bench fuzz` runs ≥ 100k cases):
 //! whatever JSON arrives, the Experiment OS never panics and every error says what was wrong.
 
 use crate::fuzz_support;
@@ -17,7 +18,7 @@ fn random_requests_never_panic_and_errors_are_clear() {
     let cases: u32 = std::env::var("RSIM_FUZZ_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
+        .unwrap_or(1000);
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
