@@ -7,7 +7,8 @@
 # bad call (branch from a node that does not exist), register_dataset, run_sft, wait_job, evaluate,
 # conclude — reading the results the host sends back. tests/hosts/check.mjs then checks what the model
 # saw (every call once, the bad call's error) and the record (`rsim log`, git); `rsim fsck` and
-# `rsim audit` must be clean. Last, `rsim run --worker 'cmd:HOST …'`: a short campaign per host.
+# `rsim audit` must be clean. Last, `rsim run --worker 'cmd:HOST …'`: a short campaign per host (Claude
+# Code's with `--reviewer 'cmd:claude …'` too: the host writes the reviews).
 #
 #   RSIM_BIN         rsim binary to test (default target/debug/rsim)
 #   HOSTS            hosts to run, comma-separated (default claude,codex,gemini)
@@ -228,6 +229,9 @@ done
 worker_claude='cmd:claude -p "$RSIM_PROMPT" --mcp-config "$RSIM_MCP_CONFIG" --strict-mcp-config --allowedTools mcp__rsim'
 worker_codex='cmd:codex exec --skip-git-repo-check -c mcp_servers.rsim.url="\"$RSIM_MCP_URL\"" -c mcp_servers.rsim.bearer_token_env_var="\"RSIM_MCP_TOKEN\"" -c mcp_servers.rsim.default_tools_approval_mode="\"approve\"" "$RSIM_PROMPT"'
 worker_gemini='cmd:gemini mcp add --transport http rsim "$RSIM_MCP_URL" --header "Authorization: Bearer $RSIM_MCP_TOKEN" >/dev/null && GEMINI_CLI_TRUST_WORKSPACE=true gemini -p "$RSIM_PROMPT" --yolo'
+# Claude Code is also the campaign's Reviewer (a fresh process a review turn, the reviewer's prompt and
+# token): its reviews open the directions, judge each node and propose what the Workers work on next.
+reviewer_claude=$worker_claude
 env_claude='"ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"'
 env_codex='"CODEX_HOME", "SCRIPTED_API_KEY"'
 env_gemini='"GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY"'
@@ -241,7 +245,9 @@ run_campaign() {
   study=$d/study
   "$rsim" init "$study" --example tiny-arith-ngram >/dev/null 2>"$d/init.log" || { cat "$d/init.log" >&2; die "rsim init failed"; }
   start_model "$d" --tag "$host-campaign" --script campaign
-  w=worker_$host e=env_$host
+  w=worker_$host e=env_$host r=reviewer_$host
+  local reviewer=() check_reviewer=()
+  if [ -n "${!r:-}" ]; then reviewer=(--reviewer "${!r}"); check_reviewer=(--reviewer-host); label="$host campaign (host as Worker and Reviewer)"; fi
   # The owner lets the agents see their model endpoint's variables (a config change, committed on main).
   printf '\n[agents]\nenv = ["PATH", "HOME", "LANG", %s]\n' "${!e}" >>"$study/rsim.toml"
   git -C "$study" -c user.name=owner -c user.email=owner@example.invalid commit -q -am "agents see the $host model endpoint's variables"
@@ -255,12 +261,12 @@ run_campaign() {
     export ANTHROPIC_BASE_URL=$model_url ANTHROPIC_API_KEY=sk-scripted-endpoint CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
       SCRIPTED_API_KEY=sk-scripted-endpoint GOOGLE_GEMINI_BASE_URL=$model_url GEMINI_API_KEY=sk-scripted-endpoint
     timeout 600 "$rsim" run "$study" --experiments "$experiments" --seeds-per-node 1 --workers 1 --steps 100 \
-      --worker "${!w}" --agent-timeout 300 --quiet >"$d/run.out" 2>"$d/run.err" </dev/null
+      --worker "${!w}" "${reviewer[@]}" --agent-timeout 300 --quiet >"$d/run.out" 2>"$d/run.err" </dev/null
   ) || rc=$?
   if [ "$rc" = 0 ]; then pass "$label: rsim run --worker 'cmd:$host …' finished"
   else fail "$label: rsim run exited $rc"; tail -c 1500 "$d/run.out" "$d/run.err" | sed 's/^/    /' >&2; fi
   local out
-  out=$("$bin/node" "$root/$dir/check.mjs" --campaign --label "$label" --model-log "$d/model.jsonl" --rsim "$rsim" --study "$study" --experiments "$experiments") || true
+  out=$("$bin/node" "$root/$dir/check.mjs" --campaign --label "$label" --model-log "$d/model.jsonl" --rsim "$rsim" --study "$study" --experiments "$experiments" "${check_reviewer[@]}") || true
   echo "$out" | grep '^ok ' || true
   echo "$out" | grep '^FAIL ' || true
   passed=$((passed + $(echo "$out" | grep -c '^ok ' || true)))

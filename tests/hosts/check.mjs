@@ -1,6 +1,6 @@
 // Checks one host run (tools/hosts.sh): what the scripted model saw (its request log) and what rsim
 // recorded (`rsim log --json`, git). Prints `ok …` / `FAIL …` lines; exits 1 on any failure.
-//   node check.mjs --label L --model-log FILE --rsim RSIM --study DIR --agent NAME [--campaign]
+//   node check.mjs --label L --model-log FILE --rsim RSIM --study DIR --agent NAME [--campaign [--reviewer-host]]
 import fs from "node:fs";
 import { execFileSync } from "node:child_process";
 
@@ -89,5 +89,30 @@ function campaign() {
   }
   const runs = log.actions.filter((a) => a.action === "run_sft" && a.decision === "accepted");
   check(runs.length === n, `rsim log: ${n} training runs in the campaign`, `${runs.length}`);
+  if (argv.includes("--reviewer-host")) reviewerHost(log, nodes);
   process.exit(failed ? 1 : 0);
+}
+
+// `rsim run --reviewer 'cmd:HOST …'`: the host wrote the campaign's reviews through the `review` tool —
+// the opening's directions and a verdict on every node a Worker trained — and the orchestrator branched
+// the nodes the Workers worked on from its proposals, as it does the built-in reviewer's.
+function reviewerHost(log, workerNodes) {
+  const sent = main.flatMap((r) => (r.calls ?? []).filter((c) => c.tool === "review"));
+  // A conversation's requests repeat its earlier calls: one review per distinct request sent.
+  const reviews = [...new Map(sent.map((c) => [JSON.stringify(c.args), c])).values()];
+  check(reviews.length >= 2, "the host's Reviewer turns each wrote a review (the opening and at least one with verdicts)", `${reviews.length}`);
+  const bad = reviews.filter((c) => c.error || /^(not found|invalid|rejected|forbidden|error|rule )/im.test(c.text));
+  check(!bad.length, "every review the host sent was accepted", short(bad.map((c) => c.text)));
+  const recorded = log.actions.filter((a) => a.action === "review");
+  check(recorded.length === reviews.length && recorded.every((a) => a.decision === "accepted" && a.role === "reviewer" && a.agent === "reviewer-command"),
+    "rsim log: each review once, accepted, role reviewer, agent reviewer-command", short(recorded.map((a) => `${a.agent}/${a.role}:${a.decision} ${a.summary}`)));
+  const judged = new Set(reviews.flatMap((c) => (c.args.verdicts ?? []).map((v) => v.node)));
+  const unjudged = workerNodes.filter((x) => !judged.has(x));
+  check(!unjudged.length, "the host gave a verdict on every node a Worker trained", `unjudged: ${short(unjudged)}`);
+  const proposed = new Set(reviews.flatMap((c) => (c.args.proposals ?? []).map((p) => p.title)));
+  for (const node of workerNodes) {
+    const info = JSON.parse(execFileSync(opt("rsim"), ["-C", opt("study"), "--json", "show", node], { encoding: "utf8" }));
+    check(proposed.has(info.title) && /proposal: n\d+\/\d+#\d+/.test(info.hypothesis ?? ""),
+      `node ${node} was branched by the orchestrator from one of the host's proposals`, short(`${info.title} | ${info.hypothesis}`));
+  }
 }

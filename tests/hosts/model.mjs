@@ -81,6 +81,52 @@ function worker(calls, prompt) {
   return { text: `Done: node ${node} concluded (${tag}).` };
 }
 
+// ---- the Reviewer's turn (`rsim run --reviewer 'cmd:HOST …'`) ------------------------------------------
+// The orchestrator's brief says which turn this is. The opening: one `review` on the root proposing
+// two first directions. Later: `compare` the nodes under review, then one `review` with a verdict on
+// each (the best by dev exact match `promising`, the others `dead_end`) and, while budget is left, one
+// proposal continuing the best. Titles and reasons carry the tag, so the record shows whose they are.
+function reviewer(calls, prompt) {
+  const n = calls.length;
+  const root = grab(prompt, /only the root (n\d+) exists/);
+  if (root) {
+    if (n === 0) {
+      const proposals = ["plain sums", "reversed sums"].map((what) => ({
+        parents: [root],
+        title: `${tag} reviewer: ${what}`,
+        hypothesis: `Train on ${what} from the base model; judge by dev exact match.`,
+      }));
+      return { tool: "review", args: { node: root, summary: `${tag} reviewer: opening with two directions.`, proposals } };
+    }
+    return { text: `Done: opening review on ${root} (${tag}).` };
+  }
+  const targets = (grab(prompt, /Review these concluded nodes: ([n\d, ]+)\./) ?? "").split(",").map((t) => t.trim()).filter(Boolean);
+  const anchor = grab(prompt, /write one `review` on (n\d+)/) ?? "n0";
+  const left = Number(grab(prompt, /Budget left: (\d+) experiments/) ?? 0);
+  if (calls.some((c) => c.tool === "review")) return { text: `Done: reviewed ${targets.join(", ")} (${tag}).` };
+  if (n === 0 && targets.length >= 2) {
+    return { tool: "compare", args: { node: anchor, nodes: targets, task: "add2" } };
+  }
+  // The compare result's rows, best first by dev exact match when it names them.
+  const cmp = calls.find((c) => c.tool === "compare");
+  const score = (t) => Number(grab(cmp?.text, new RegExp(`"node":\\s*"${t}"[^}]*?"mean":\\s*([0-9.eE+-]+)`)) ?? 0);
+  const ranked = [...targets].sort((a, b) => score(b) - score(a));
+  const verdicts = ranked.map((t, i) => ({
+    node: t,
+    verdict: i === 0 ? "promising" : "dead_end",
+    reason: `${tag} reviewer: dev exact match ${score(t)}${i === 0 ? ", the best of this round" : ", below " + ranked[0]}.`,
+  }));
+  const proposals = left > 0 && ranked.length
+    ? [{ parents: [ranked[0]], title: `${tag} reviewer: continue ${ranked[0]}`, hypothesis: `Continue ${ranked[0]}, the best of its round, from its checkpoint.` }]
+    : [];
+  return { tool: "review", args: { node: anchor, summary: `${tag} reviewer: ${targets.join(", ")} reviewed.`, verdicts, proposals } };
+}
+
+// A turn's brief: a Worker's names its node, a Reviewer's its nodes or the opening.
+const TASK = /Your node is n\d+|The campaign starts: only the root|Review these concluded nodes:/;
+const turn = (calls, prompt) =>
+  /The campaign starts: only the root|Review these concluded nodes:/.test(prompt ?? "") ? reviewer(calls, prompt) : worker(calls, prompt);
+
 // ---- helpers ----------------------------------------------------------------------------------------
 const RSIM_TOOLS = ["branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "get_node", "list_nodes", "dag", "log", "diff", "reproduce", "get_job", "wait_job", "cancel_job"];
 // A host's name for an rsim tool: `branch`, `mcp__rsim__branch`, `mcp_rsim_branch`, `rsim__branch`…
@@ -130,7 +176,7 @@ function anthropic(body, res, path) {
   // their schemas with ToolSearch ("select:NAME,…") before calling them, as a real model does.
   const deferred = [...new Set(JSON.stringify(body.messages ?? []).match(/mcp__rsim__[a-z_]+/g) ?? [])];
   const offered = [...new Set([...loaded, ...deferred])];
-  const main = offered.some((o) => rsimName(o) === "branch" || rsimName(o) === "conclude");
+  const main = offered.some((o) => ["branch", "conclude", "review"].includes(rsimName(o)));
   const searched = JSON.stringify(body.messages ?? []).includes('"name":"ToolSearch"');
   const mustSearch = main && loaded.includes("ToolSearch") && !loaded.some((o) => rsimName(o)) && !searched;
   const calls = [];
@@ -140,7 +186,7 @@ function anthropic(body, res, path) {
     const blocks = typeof m.content === "string" ? [{ type: "text", text: m.content }] : (m.content ?? []);
     for (const b of blocks) {
       if (m.role === "user" && b.type === "text" && prompt === undefined) prompt = b.text;
-      if (b.type === "text" && m.role === "user" && /Your node is n\d+/.test(b.text)) prompt = b.text;
+      if (b.type === "text" && m.role === "user" && TASK.test(b.text)) prompt = b.text;
       if (b.type === "tool_use" && rsimName(b.name)) pending.set(b.id, { tool: rsimName(b.name), args: b.input });
       if (b.type === "tool_result" && pending.has(b.tool_use_id)) {
         calls.push({ ...pending.get(b.tool_use_id), text: textOf(b.content), error: b.is_error === true });
@@ -151,7 +197,7 @@ function anthropic(body, res, path) {
   if (mustSearch) {
     answer = { type: "tool_use", id: id("toolu"), name: "ToolSearch", input: { query: `select:${deferred.join(",")}`, max_results: deferred.length } };
   } else if (main) {
-    const next = worker(calls, prompt);
+    const next = turn(calls, prompt);
     answer = next.tool ? { type: "tool_use", id: id("toolu"), name: hostName(offered, next.tool), input: next.args } : { type: "text", text: next.text };
   } else {
     answer = { type: "text", text: "rsim worker turn" };
@@ -193,7 +239,7 @@ function responses(body, res, path) {
     .flatMap((t) => (t.type === "namespace" ? (t.tools ?? []).map((x) => (ns.set(`${t.name}__${x.name}`, [t.name, x.name]), `${t.name}__${x.name}`)) : [t.name ?? t.function?.name]))
     .filter(Boolean);
   const callName = (n) => (ns.has(n) ? { namespace: ns.get(n)[0], name: ns.get(n)[1] } : { name: n });
-  const main = offered.some((o) => rsimName(o) === "branch" || rsimName(o) === "conclude");
+  const main = offered.some((o) => ["branch", "conclude", "review"].includes(rsimName(o)));
   const calls = [];
   const pending = new Map();
   let prompt;
@@ -201,7 +247,7 @@ function responses(body, res, path) {
     if (it.type === "message" && it.role === "user") {
       const t = textOf(it.content);
       if (prompt === undefined && !t.startsWith("<")) prompt = t;
-      if (/Your node is n\d+/.test(t)) prompt = t;
+      if (TASK.test(t)) prompt = t;
     }
     if (it.type === "function_call" && it.namespace) it.name = `${it.namespace}__${it.name}`;
     if (it.type === "function_call" && rsimName(it.name ?? "")) {
@@ -222,7 +268,7 @@ function responses(body, res, path) {
   }
   let item;
   if (main) {
-    const next = worker(calls, prompt);
+    const next = turn(calls, prompt);
     item = next.tool
       ? { type: "function_call", id: id("fc"), call_id: id("call"), ...callName(hostName(offered, next.tool)), arguments: JSON.stringify(next.args), status: "completed" }
       : { type: "message", id: id("msg"), role: "assistant", status: "completed", content: [{ type: "output_text", text: next.text, annotations: [] }] };
@@ -253,7 +299,7 @@ function gemini(body, res, path, method) {
     return json(res, 200, { totalTokens: 100 });
   }
   const offered = (body.tools ?? []).flatMap((t) => (t.functionDeclarations ?? []).map((f) => f.name)).filter(Boolean);
-  const main = offered.some((o) => rsimName(o) === "branch" || rsimName(o) === "conclude");
+  const main = offered.some((o) => ["branch", "conclude", "review"].includes(rsimName(o)));
   const calls = [];
   const pending = [];
   let prompt;
@@ -261,7 +307,7 @@ function gemini(body, res, path, method) {
     for (const p of c.parts ?? []) {
       if (c.role === "user" && typeof p.text === "string") {
         if (prompt === undefined) prompt = p.text;
-        if (/Your node is n\d+/.test(p.text)) prompt = p.text;
+        if (TASK.test(p.text)) prompt = p.text;
       }
       if (p.functionCall && rsimName(p.functionCall.name)) pending.push({ id: p.functionCall.id, name: p.functionCall.name, tool: rsimName(p.functionCall.name), args: p.functionCall.args });
       if (p.functionResponse) {
@@ -277,7 +323,7 @@ function gemini(body, res, path, method) {
   let part;
   const gc = body.generationConfig ?? {};
   if (main) {
-    const next = worker(calls, prompt);
+    const next = turn(calls, prompt);
     part = next.tool ? { functionCall: { name: hostName(offered, next.tool), args: next.args } } : { text: next.text };
   } else if (gc.responseJsonSchema || gc.responseSchema || gc.responseMimeType === "application/json") {
     part = { text: JSON.stringify(answerJsonSchema(gc.responseJsonSchema ?? gc.responseSchema)) };
