@@ -17,6 +17,25 @@ pub const EXAMPLES: &[&str] = &[
     "hf-tiny",
 ];
 
+/// The held-out arithmetic families, made from one template (`examples/tiny-family`): the
+/// built-in reviewer's rules were tuned on tiny-arith (`add3`) and tiny-add2 (`add2`) only, and
+/// these are run only to report how the rules carry over. Name, operation, digits.
+pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
+    ("tiny-sub2", ArithOp::Sub, 2),
+    ("tiny-sub3", ArithOp::Sub, 3),
+    ("tiny-mixed2", ArithOp::Mixed, 2),
+    ("tiny-mixed3", ArithOp::Mixed, 3),
+];
+
+/// Every name `rsim init --example` takes.
+pub fn example_names() -> Vec<&'static str> {
+    EXAMPLES
+        .iter()
+        .copied()
+        .chain(ARITH_FAMILIES.iter().map(|f| f.0))
+        .collect()
+}
+
 const TEMPLATE: &str = r#"# rsim study config. Fill in the base model and tasks, then run `rsim init` again.
 
 [study]
@@ -55,11 +74,11 @@ pub use crate::os::genesis::InitReport;
 
 pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
     if let Some(ex) = example
-        && !EXAMPLES.contains(&ex)
+        && !example_names().contains(&ex)
     {
         return Err(Error::invalid(format!(
             "unknown example {ex:?}; examples: {}",
-            EXAMPLES.join(", ")
+            example_names().join(", ")
         )));
     }
     if crate::os::genesis::is_study(dir) {
@@ -106,7 +125,12 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
         Some("tiny-code") => materialize_tiny_code(&root)?,
         Some("tiny-arith-ngram") => materialize_tiny_arith_ngram(&root)?,
         Some("hf-tiny") => materialize_hf_tiny(&root)?,
-        _ => {}
+        Some(name) => {
+            if let Some(&(_, op, digits)) = ARITH_FAMILIES.iter().find(|f| f.0 == name) {
+                materialize_family(&root, op, digits)?;
+            }
+        }
+        None => {}
     }
     crate::os::genesis::create_study(&root)
 }
@@ -114,8 +138,9 @@ pub fn init(dir: &Path, example: Option<&str>) -> Result<InitReport> {
 /// What an example's eval splits hold.
 #[derive(Clone, Copy)]
 enum EvalFamily {
-    /// Addition of operands of this many digits, plain format (`12+34=` → `46`).
-    Addition(u32),
+    /// Problems of this operation on operands of this many digits, plain format (`12+34=` →
+    /// `46`; `mixed` draws sums and differences).
+    Arith(ArithOp, u32),
     /// tiny-code compositions of two or three operations, each with three hidden test cases.
     Code,
 }
@@ -136,7 +161,7 @@ fn write_eval_sets(root: &Path, task: &str, family: EvalFamily) -> Result<[Strin
     // only in items long enough to have one), so per-item dev results reveal no other split's
     // item and each tripwire compares two splits that share nothing.
     let (form, cfg) = match family {
-        EvalFamily::Addition(_) => (
+        EvalFamily::Arith(..) => (
             Some(crate::config::NormalForm::Arithmetic),
             ScanConfig {
                 ngram: 8,
@@ -171,9 +196,9 @@ fn write_eval_sets(root: &Path, task: &str, family: EvalFamily) -> Result<[Strin
         // Candidates in draw order, each as its row and its line in the file: every one the
         // earlier splits do not hold (judged as the gate judges a row), twice as many as needed.
         let candidates: Vec<(crate::model::data::Row, Vec<u8>)> = match family {
-            EvalFamily::Addition(digits) => {
+            EvalFamily::Arith(op, digits) => {
                 let params = ArithParams {
-                    op: ArithOp::Add,
+                    op,
                     digits,
                     format: AnswerFormat::Plain,
                     n: 0,
@@ -272,14 +297,52 @@ fn write_example_config(root: &Path, toml: &str, readme: &str, pins: &[String; 4
 /// The tiny-gpt examples (tiny-arith, tiny-add2): the shipped tiny-gpt base model (`rsim job
 /// pretrain --seed 0` made it) and an addition task with a protected test split.
 fn materialize_tiny_gpt(root: &Path, task: (&str, u32), toml: &str, readme: &str) -> Result<()> {
-    let pins = write_eval_sets(root, task.0, EvalFamily::Addition(task.1))?;
-    write_base(
-        root,
-        include_bytes!("../../examples/tiny-arith/base/config.json"),
-        include_bytes!("../../examples/tiny-arith/base/model.safetensors"),
-    )?;
+    let pins = write_eval_sets(root, task.0, EvalFamily::Arith(ArithOp::Add, task.1))?;
+    write_base(root, TINY_GPT_BASE.0, TINY_GPT_BASE.1)?;
     write_example_config(root, toml, readme, &pins)
 }
+
+/// A held-out arithmetic family (`ARITH_FAMILIES`): tiny-arith's base model, a task named for
+/// its operation and digits (`sub2`, `mixed3`), the config and README from the family template.
+fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
+    let (name, what) = match op {
+        ArithOp::Add => ("add", "addition"),
+        ArithOp::Sub => ("sub", "subtraction"),
+        ArithOp::Mixed => ("mixed", "addition and subtraction, mixed"),
+    };
+    let task = format!("{name}{digits}");
+    let size = match digits {
+        1 => "one-digit",
+        2 => "two-digit",
+        3 => "three-digit",
+        _ => "many-digit",
+    };
+    let described = format!("{size} {what}");
+    let fill = |t: &str| {
+        let mut upper = described.clone();
+        if let Some(c) = upper.get_mut(0..1) {
+            c.make_ascii_uppercase();
+        }
+        t.replace("@OP@", name)
+            .replace("@DIGITS@", &digits.to_string())
+            .replace("@TASK_DESCRIPTION@", &upper)
+            .replace("@DESCRIPTION@", &described)
+    };
+    let pins = write_eval_sets(root, &task, EvalFamily::Arith(op, digits))?;
+    write_base(root, TINY_GPT_BASE.0, TINY_GPT_BASE.1)?;
+    write_example_config(
+        root,
+        &fill(include_str!("../../examples/tiny-family/rsim.toml")),
+        &fill(include_str!("../../examples/tiny-family/README.md")),
+        &pins,
+    )
+}
+
+/// tiny-arith's base model (config, weights): that of every tiny-gpt arithmetic example.
+const TINY_GPT_BASE: (&[u8], &[u8]) = (
+    include_bytes!("../../examples/tiny-arith/base/config.json"),
+    include_bytes!("../../examples/tiny-arith/base/model.safetensors"),
+);
 
 /// A shipped tiny-gpt base model written to `models/base`.
 fn write_base(root: &Path, config: &[u8], weights: &[u8]) -> Result<()> {
@@ -318,7 +381,7 @@ fn materialize_tiny_code(root: &Path) -> Result<()> {
 
 /// The tiny-arith-ngram example: the fast placeholder model and two-digit addition.
 fn materialize_tiny_arith_ngram(root: &Path) -> Result<()> {
-    let pins = write_eval_sets(root, "add2", EvalFamily::Addition(2))?;
+    let pins = write_eval_sets(root, "add2", EvalFamily::Arith(ArithOp::Add, 2))?;
     crate::train::write_base_model(&root.join("models").join("base"))?;
     write_example_config(
         root,
@@ -357,7 +420,7 @@ pub const HF_TINY_BASE: &[&str] = &[
 /// The hf-tiny example: the transformers path on a CPU. Its Python environment is built from
 /// the shipped lock (or found built), and its base model made in it by `init_model.py`.
 fn materialize_hf_tiny(root: &Path) -> Result<()> {
-    let pins = write_eval_sets(root, "add2", EvalFamily::Addition(2))?;
+    let pins = write_eval_sets(root, "add2", EvalFamily::Arith(ArithOp::Add, 2))?;
     let recipes = root.join("recipes");
     let env = root.join("env");
     fs::create_dir_all(&recipes).at("cannot create", &recipes)?;
@@ -421,6 +484,65 @@ mod tests {
 
     /// The tiny-code splits share no item in either direction (the gate's judgement is not
     /// symmetric: a short item is matched as a window of a longer one).
+    #[test]
+    fn the_held_out_families_make_studies_whose_splits_pose_their_problems_and_share_none() {
+        for &(name, op, digits) in ARITH_FAMILIES {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let root = dir.path().join("study");
+            init(&root, Some(name)).unwrap_or_else(|e| panic!("{name}: {}", e.message));
+            let config = crate::config::StudyConfig::load(&root).expect("config");
+            let (task, t) = config.tasks.iter().next().expect("a task");
+            assert_eq!(config.study.name, name);
+            let family = crate::campaign::recipe::TaskFamily::from_task(task, &t.metric)
+                .expect("the built-in agents know the family");
+            assert_eq!(
+                family.kind,
+                crate::campaign::recipe::FamilyKind::Arith { op, digits },
+                "{name}"
+            );
+            let prot = root.join(STATE_DIR).join("protected").join(task);
+            let read = |s: &str| {
+                let bytes = fs::read(prot.join(format!("{s}.jsonl"))).expect("read");
+                crate::train::datasets::parse_eval_jsonl(&bytes, s).expect("parse")
+            };
+            let cfg = crate::policy::contamination::ScanConfig {
+                ngram: config.policy.contamination_ngram as usize,
+                threshold: config.policy.contamination_threshold,
+            };
+            let splits = ["dev", "test", "sealed", "dev_twin"];
+            for a in splits {
+                let rows = read(a);
+                let (subs, sums) = (
+                    rows.iter().filter(|r| r.prompt.contains('-')).count(),
+                    rows.iter().filter(|r| r.prompt.contains('+')).count(),
+                );
+                match op {
+                    ArithOp::Sub => assert_eq!(subs, rows.len(), "{name} {a}"),
+                    ArithOp::Mixed => assert!(subs > 0 && sums > 0, "{name} {a}"),
+                    ArithOp::Add => assert_eq!(sums, rows.len(), "{name} {a}"),
+                }
+                for b in splits {
+                    if a != b {
+                        let shared = crate::policy::contamination::shared_items(
+                            &rows,
+                            &read(b),
+                            cfg,
+                            Some(crate::config::NormalForm::Arithmetic),
+                        );
+                        assert_eq!(shared, 0, "{name}: {b} items found in {a}");
+                    }
+                }
+            }
+        }
+        assert!(
+            init(
+                &tempfile::tempdir().expect("tempdir").path().join("s"),
+                Some("tiny-sub9")
+            )
+            .is_err()
+        );
+    }
+
     #[test]
     fn code_splits_share_nothing_either_way() {
         let dir = tempfile::tempdir().expect("tempdir");
