@@ -118,8 +118,10 @@ pub fn strategies(
         let depth = col(&|r| Some(r.summary.lock_in.max_lonely_depth as f64));
         let secs = col(&|r| Some(r.summary.seconds));
         let (tm, tci) = crate::util::stats::mean_ci95(&test);
+        let paired = paired_with_orchestra(&runs, *s);
         rows.push(json!({
             "strategy": s, "campaigns": mine.len(), "test": test, "test_mean": tm, "test_ci95": tci,
+            "orchestra_minus_this": paired,
             "best_dev_mean": crate::util::stats::mean_ci95(&dev).0,
             "lock_in_share_mean": crate::util::stats::mean_ci95(&share).0,
             "lock_in_depth_mean": crate::util::stats::mean_ci95(&depth).0,
@@ -149,6 +151,7 @@ pub fn strategies(
             "lock-in depth",
             "secs"
         );
+        let mut paired_lines = Vec::new();
         for r in &rows {
             let ci = r["test_ci95"]
                 .as_array()
@@ -176,10 +179,124 @@ pub fn strategies(
                     .as_f64()
                     .map_or("n/a".into(), |v| format!("{v:.0}"))
             );
+            let p = &r["orchestra_minus_this"];
+            if let Some(d) = p["mean"].as_f64() {
+                let ci = p["ci95"]
+                    .as_array()
+                    .map(|a| {
+                        format!(
+                            " [{:.3}, {:.3}]",
+                            a[0].as_f64().unwrap_or(f64::NAN),
+                            a[1].as_f64().unwrap_or(f64::NAN)
+                        )
+                    })
+                    .unwrap_or_default();
+                paired_lines.push(format!(
+                    "  orchestra − {}: {d:+.3}{ci} over {} paired seeds; orchestra ahead on {}, \
+                     behind on {}, tied on {}",
+                    r["strategy"].as_str().unwrap_or("?"),
+                    p["seeds"],
+                    p["wins"],
+                    p["losses"],
+                    p["ties"]
+                ));
+            }
+        }
+        if !paired_lines.is_empty() {
+            outln!(
+                txt,
+                "paired differences of the best test score (by campaign seed, on the same eval \
+                 splits; each study draws its own training data; 95% CI):"
+            );
+            for l in paired_lines {
+                outln!(txt, "{l}");
+            }
         }
     }
     if dir.is_none() {
         let _ = std::fs::remove_dir_all(&base);
     }
     Ok(txt)
+}
+
+/// Orchestration's test score minus strategy `s`'s, paired by campaign seed (every strategy's
+/// study of a seed has the same eval splits and campaign seed; its generated training data is
+/// drawn per study): the mean difference, its 95% interval (Student t over the differences), and
+/// on how many seeds orchestration came out ahead, behind or level.
+/// None for orchestration itself or without a seed both scored.
+fn paired_with_orchestra(
+    runs: &[CampaignRun],
+    s: crate::campaign::Strategy,
+) -> Option<serde_json::Value> {
+    use crate::campaign::Strategy;
+    if s == Strategy::Orchestra {
+        return None;
+    }
+    let score = |strategy: Strategy, seed: u64| {
+        runs.iter()
+            .find(|r| r.strategy == strategy && r.seed == seed)
+            .and_then(|r| r.summary.test)
+    };
+    let diffs: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.strategy == s)
+        .filter_map(|r| Some(score(Strategy::Orchestra, r.seed)? - r.summary.test?))
+        .collect();
+    if diffs.is_empty() {
+        return None;
+    }
+    let (mean, ci) = crate::util::stats::mean_ci95(&diffs);
+    Some(json!({
+        "seeds": diffs.len(), "mean": mean, "ci95": ci, "differences": diffs,
+        "wins": diffs.iter().filter(|d| **d > 0.0).count(),
+        "losses": diffs.iter().filter(|d| **d < 0.0).count(),
+        "ties": diffs.iter().filter(|d| **d == 0.0).count(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::campaign::Strategy;
+
+    fn run(strategy: Strategy, seed: u64, test: Option<f64>) -> CampaignRun {
+        CampaignRun {
+            strategy,
+            seed,
+            summary: crate::campaign::RunSummary {
+                test,
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn differences_pair_scores_by_seed_and_skip_seeds_without_both() {
+        let runs = vec![
+            run(Strategy::Orchestra, 0, Some(0.9)),
+            run(Strategy::Greedy, 0, Some(0.6)),
+            run(Strategy::Orchestra, 1, Some(0.5)),
+            run(Strategy::Greedy, 1, Some(0.7)),
+            run(Strategy::Orchestra, 2, None),
+            run(Strategy::Greedy, 2, Some(0.1)),
+            run(Strategy::Greedy, 3, Some(0.4)),
+            run(Strategy::Orchestra, 4, Some(0.4)),
+            run(Strategy::Greedy, 4, Some(0.4)),
+        ];
+        let p = paired_with_orchestra(&runs, Strategy::Greedy).expect("pairs");
+        assert_eq!(p["seeds"], 3);
+        let d: Vec<f64> = serde_json::from_value(p["differences"].clone()).expect("diffs");
+        for (got, want) in d.iter().zip([0.3, -0.2, 0.0]) {
+            assert!((got - want).abs() < 1e-9, "{d:?}");
+        }
+        assert_eq!(
+            (p["wins"].clone(), p["losses"].clone(), p["ties"].clone()),
+            (json!(1), json!(1), json!(1))
+        );
+        assert!((p["mean"].as_f64().expect("mean") - 0.1 / 3.0).abs() < 1e-9);
+        let ci = p["ci95"].as_array().expect("ci");
+        assert!(ci[0].as_f64().expect("lo") < 0.0 && ci[1].as_f64().expect("hi") > 0.0);
+        assert!(paired_with_orchestra(&runs, Strategy::Orchestra).is_none());
+        assert!(paired_with_orchestra(&runs, Strategy::Random).is_none());
+    }
 }

@@ -399,7 +399,7 @@ fn save_options(root: &Path, o: &RunOptions) -> Result<()> {
 }
 
 /// What a finished campaign reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct RunSummary {
     pub experiments: u64,
     pub nodes: usize,
