@@ -36,6 +36,12 @@ export RSIM_REQUIRE_SANDBOX=1
 # client, and may not skip here.
 MCP_ONLY=install tools/mcp-clients.sh
 export RSIM_REQUIRE_MCP_CLIENTS=1
+# Python's venv (the transformers lane builds an environment with it): installed here, because that
+# lane later runs beside the Node lane, whose scripts may run apt-get too (two at once fight over
+# dpkg's lock).
+if ! python3 -c 'import ensurepip' >/dev/null 2>&1 && need apt-get; then
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+fi
 
 # One profile (debug) for everything: building release too would compile every crate twice.
 stage "fmt, clippy"
