@@ -7,10 +7,12 @@ cd "$(dirname "$0")/.."
 # waited for: over the wall time, the stage kept more than one core busy), and the disk left (a CI
 # machine's disk ran out once: the log says where, and how fast the time goes).
 t0=$SECONDS last=$SECONDS last_cpu=0
-children_cpu() { times | tail -1 | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d", n }'; }
+times_file=$(mktemp)
+# Sets $cpu: `times` must run in this shell itself (in a command substitution, a subshell, it would
+# count the subshell's children: none).
+children_cpu() { times >"$times_file"; cpu=$(tail -1 "$times_file" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%d", n }'); }
 stage() {
-  local cpu
-  cpu=$(children_cpu)
+  children_cpu
   echo "test.sh: ${SECONDS}s (+$((SECONDS - last))s, CPU +$((cpu - last_cpu))s) $* — disk free $(df -h --output=avail . | tail -1 | tr -d ' ')" >&2
   last=$SECONDS last_cpu=$cpu
 }
@@ -91,3 +93,4 @@ trap - EXIT
 cat test-output/hf.log >&2
 [ "$hf_rc" = 0 ] || { echo "test.sh: the transformers path failed (exit $hf_rc)" >&2; exit "$hf_rc"; }
 stage "done in $((SECONDS - t0)) s"
+rm -f "$times_file"
