@@ -153,16 +153,7 @@ pub fn strategies(
         );
         let mut paired_lines = Vec::new();
         for r in &rows {
-            let ci = r["test_ci95"]
-                .as_array()
-                .map(|a| {
-                    format!(
-                        " [{:.3}, {:.3}]",
-                        a[0].as_f64().unwrap_or(f64::NAN),
-                        a[1].as_f64().unwrap_or(f64::NAN)
-                    )
-                })
-                .unwrap_or_default();
+            let ci = ci_text(&r["test_ci95"]);
             let f = |k: &str| {
                 r[k].as_f64()
                     .map_or("n/a".to_string(), |v| format!("{v:.3}"))
@@ -181,16 +172,7 @@ pub fn strategies(
             );
             let p = &r["orchestra_minus_this"];
             if let Some(d) = p["mean"].as_f64() {
-                let ci = p["ci95"]
-                    .as_array()
-                    .map(|a| {
-                        format!(
-                            " [{:.3}, {:.3}]",
-                            a[0].as_f64().unwrap_or(f64::NAN),
-                            a[1].as_f64().unwrap_or(f64::NAN)
-                        )
-                    })
-                    .unwrap_or_default();
+                let ci = ci_text(&p["ci95"]);
                 paired_lines.push(format!(
                     "  orchestra − {}: {d:+.3}{ci} over {} paired seeds; orchestra ahead on {}, \
                      behind on {}, tied on {}",
@@ -217,6 +199,20 @@ pub fn strategies(
         let _ = std::fs::remove_dir_all(&base);
     }
     Ok(txt)
+}
+
+/// ` [lo, hi]` for a 95% interval given as a two-number array; empty when there is none.
+fn ci_text(v: &serde_json::Value) -> String {
+    v.as_array()
+        .filter(|a| a.len() == 2)
+        .map(|a| {
+            format!(
+                " [{:.3}, {:.3}]",
+                a[0].as_f64().unwrap_or(f64::NAN),
+                a[1].as_f64().unwrap_or(f64::NAN)
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// Orchestration's test score minus strategy `s`'s, paired by campaign seed (every strategy's
