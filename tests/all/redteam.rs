@@ -2868,3 +2868,66 @@ fn a_looping_agent_grows_the_record_by_its_actions_only() {
     );
     assert!(in_pack > 8 * MAX_PACKS, "{in_pack} objects in packs");
 }
+
+/// A handed-over study whose pack directory holds a damaged pack (a copy of a real one under
+/// another name, one byte flipped in its compressed data). libgit2 reads the study's objects from
+/// it and does not fall back to the good copy as git does, so rsim cannot write there: the write is
+/// refused naming git's data check, nothing is recorded or half-written, the damaged pack is left
+/// byte for byte as it was, and once it is removed the same write lands. (Found by this test: a
+/// clearer refusal that names the pack, or reading past it, is left for the next change.)
+#[test]
+fn a_handed_over_study_with_a_damaged_pack_refuses_writes_and_changes_nothing() {
+    use crate::common::{example_study, ok_json, run};
+    let (_d, root) = example_study();
+    let pack_dir = root.join(".git/objects/pack");
+    let first = std::fs::read_dir(&pack_dir)
+        .expect("pack dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "pack"))
+        .map(|p| p.with_extension(""))
+        .expect("the study's genesis wrote a pack");
+    let fake = pack_dir.join(format!("pack-{}", "cd".repeat(20)));
+    std::fs::copy(first.with_extension("idx"), fake.with_extension("idx")).expect("idx");
+    let mut bytes = std::fs::read(first.with_extension("pack")).expect("pack");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(fake.with_extension("pack"), &bytes).expect("damaged pack");
+    let refs = |root: &std::path::Path| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(["for-each-ref", "--format=%(refname) %(objectname)"])
+            .output()
+            .expect("git");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let before = refs(&root);
+    let branch = [
+        "call",
+        "branch",
+        r#"{"parents":["n0"],"title":"handed over"}"#,
+    ];
+    let out = run(&root, &branch);
+    assert!(
+        !out.status.success(),
+        "a write over a damaged pack was accepted"
+    );
+    let err =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("data check"), "{err}");
+    assert_eq!(refs(&root), before, "a refused write moved a ref");
+    assert_eq!(
+        std::fs::read(fake.with_extension("pack")).expect("still there"),
+        bytes,
+        "the damaged pack was changed"
+    );
+    for ext in ["pack", "idx"] {
+        std::fs::remove_file(fake.with_extension(ext)).expect("remove");
+    }
+    let n = ok_json(&root, &branch)["node"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    assert_eq!(n, "n1", "the refused write left a node number taken");
+}
