@@ -123,9 +123,9 @@ function reviewer(calls, prompt) {
 }
 
 // A turn's brief: a Worker's names its node, a Reviewer's its nodes or the opening.
-const TASK = /Your node is n\d+|The campaign starts: only the root|Review these concluded nodes:/;
-const turn = (calls, prompt) =>
-  /The campaign starts: only the root|Review these concluded nodes:/.test(prompt ?? "") ? reviewer(calls, prompt) : worker(calls, prompt);
+const REVIEW = /The campaign starts: only the root|Review these concluded nodes:/;
+const TASK = new RegExp(`Your node is n\\d+|${REVIEW.source}`);
+const turn = (calls, prompt) => (REVIEW.test(prompt ?? "") ? reviewer(calls, prompt) : worker(calls, prompt));
 
 // ---- helpers ----------------------------------------------------------------------------------------
 const RSIM_TOOLS = ["branch", "register_dataset", "run_sft", "evaluate", "compare", "review", "conclude", "get_node", "list_nodes", "dag", "log", "diff", "reproduce", "get_job", "wait_job", "cancel_job"];
