@@ -118,16 +118,103 @@ fn token_ids(toks: &[String]) -> Vec<u64> {
         .collect()
 }
 
-/// A window's hash: FNV-style over the token hashes, then a final mix (windows are hashed by
-/// the million; the token hashes are SipHash already).
+/// A window's hash: a polynomial over the token hashes (the token hashes are SipHash already),
+/// its length, then a final mix. Polynomial so that a scan gets every window of a row from the
+/// row's prefix sums in constant time a window (`Prefix`): rows are windowed at every short
+/// item's length, which made hashing each window afresh the gate's whole cost.
 fn hash(ids: &[u64]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ ids.len() as u64;
-    for &x in ids {
-        h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
-    }
+    let p = ids
+        .iter()
+        .fold(0u64, |h, &x| h.wrapping_mul(POLY_BASE).wrapping_add(x));
+    finish(p, ids.len())
+}
+
+/// The polynomial's base (odd, so its powers never vanish modulo 2^64).
+const POLY_BASE: u64 = 0x9e37_79b9_7f4a_7c15;
+
+fn finish(poly: u64, len: usize) -> u64 {
+    let mut h = poly ^ (len as u64).wrapping_mul(0xcbf2_9ce4_8422_2325);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     h ^ (h >> 33)
+}
+
+/// A token list's polynomial prefix sums and the base's powers: `window(a, l)` is
+/// `hash(&ids[a..a + l])`, in constant time.
+struct Prefix {
+    sums: Vec<u64>,
+    pows: Vec<u64>,
+}
+
+impl Prefix {
+    fn new(ids: &[u64]) -> Prefix {
+        let mut sums = Vec::with_capacity(ids.len() + 1);
+        let mut pows = Vec::with_capacity(ids.len() + 1);
+        let (mut h, mut p) = (0u64, 1u64);
+        sums.push(h);
+        pows.push(p);
+        for &x in ids {
+            h = h.wrapping_mul(POLY_BASE).wrapping_add(x);
+            p = p.wrapping_mul(POLY_BASE);
+            sums.push(h);
+            pows.push(p);
+        }
+        Prefix { sums, pows }
+    }
+
+    fn window(&self, a: usize, l: usize) -> u64 {
+        finish(
+            self.sums[a + l].wrapping_sub(self.sums[a].wrapping_mul(self.pows[l])),
+            l,
+        )
+    }
+}
+
+/// Maps keyed by gram hashes, which are mixed already: hashed again with a fast hash, not SipHash.
+type GramMap<V> = HashMap<u64, V, foldhash::fast::RandomState>;
+
+/// The grams a scan looks for. Every window of every row is looked up, and nearly none is
+/// wanted: a bitmap indexed by the gram's low bits answers most lookups before the set is asked.
+#[derive(Default)]
+struct GramSet {
+    set: std::collections::HashSet<u64, foldhash::fast::RandomState>,
+    bits: Vec<u64>,
+}
+
+/// The bitmap's size: 2^20 bits (128 KiB), a fraction of a percent full for thousands of items.
+const GRAM_BITS: u32 = 20;
+
+impl GramSet {
+    fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    fn slot(h: u64) -> (usize, u64) {
+        let i = h & ((1 << GRAM_BITS) - 1);
+        ((i >> 6) as usize, 1 << (i & 63))
+    }
+
+    fn contains(&self, h: &u64) -> bool {
+        let (w, b) = GramSet::slot(*h);
+        self.bits.get(w).is_some_and(|x| x & b != 0) && self.set.contains(h)
+    }
+}
+
+impl FromIterator<u64> for GramSet {
+    fn from_iter<I: IntoIterator<Item = u64>>(it: I) -> GramSet {
+        let mut g = GramSet {
+            set: Default::default(),
+            bits: vec![0; 1 << (GRAM_BITS - 6)],
+        };
+        for h in it {
+            let (w, b) = GramSet::slot(h);
+            g.bits[w] |= b;
+            g.set.insert(h);
+        }
+        g
+    }
 }
 
 /// The n-grams of a token list; a list shorter than `n` is one gram (matched whole).
@@ -262,8 +349,8 @@ pub struct ScanIndex {
     lens: Vec<usize>,
     /// Window lengths of the skeleton pass: n and every skeleton shorter than it.
     skel_lens: Vec<usize>,
-    norm: HashSet<u64>,
-    skel: HashSet<u64>,
+    norm: GramSet,
+    skel: GramSet,
     keys: HashSet<String>,
     forms: Vec<NormalForm>,
 }
@@ -299,8 +386,8 @@ impl ScanIndex {
 /// What one pass over rows found: the first place each wanted gram or key occurred.
 #[derive(Default)]
 struct Found {
-    norm: HashMap<u64, At>,
-    skel: HashMap<u64, At>,
+    norm: GramMap<At>,
+    skel: GramMap<At>,
     keys: HashMap<String, At>,
 }
 
@@ -354,31 +441,29 @@ impl<'a> Scanner<'a> {
         let longest = self.ix.lens.last().copied().unwrap_or(n).max(n);
         // Windows of length l that end in this row: over the previous row's last l-1 tokens and
         // this row's.
-        let scan = |wanted: &HashSet<u64>,
-                    map: &mut HashMap<u64, At>,
-                    prev: &[u64],
-                    cur: &[u64],
-                    lens: &[usize]| {
-            if wanted.is_empty() {
-                return;
-            }
-            let keep = prev.len().min(longest.saturating_sub(1));
-            let mut joined: Vec<u64> = prev[prev.len() - keep..].to_vec();
-            joined.extend_from_slice(cur);
-            for &l in lens {
-                if l == 0 || joined.len() < l {
-                    continue;
+        let scan =
+            |wanted: &GramSet, map: &mut GramMap<At>, prev: &[u64], cur: &[u64], lens: &[usize]| {
+                if wanted.is_empty() {
+                    return;
                 }
-                // first window start that still reaches into this row
-                let start = keep.saturating_sub(l - 1);
-                for w in joined[start..].windows(l) {
-                    let h = hash(w);
-                    if wanted.contains(&h) {
-                        map.entry(h).or_insert(at);
+                let keep = prev.len().min(longest.saturating_sub(1));
+                let mut joined: Vec<u64> = prev[prev.len() - keep..].to_vec();
+                joined.extend_from_slice(cur);
+                let prefix = Prefix::new(&joined);
+                for &l in lens {
+                    if l == 0 || joined.len() < l {
+                        continue;
+                    }
+                    // first window start that still reaches into this row
+                    let start = keep.saturating_sub(l - 1);
+                    for a in start..=joined.len() - l {
+                        let h = prefix.window(a, l);
+                        if wanted.contains(&h) {
+                            map.entry(h).or_insert(at);
+                        }
                     }
                 }
-            }
-        };
+            };
         scan(
             &self.ix.norm,
             &mut found.norm,
@@ -422,7 +507,7 @@ impl<'a> Scanner<'a> {
                 if hits.len() >= limit {
                     return hits;
                 }
-                let checks: [(&[u64], &HashMap<u64, At>, &'static str); 3] = [
+                let checks: [(&[u64], &GramMap<At>, &'static str); 3] = [
                     (&item.full, &found.norm, "normalized"),
                     (&item.prompt, &found.norm, "prompt"),
                     (&item.skeleton, &found.skel, "skeleton"),
@@ -531,6 +616,22 @@ pub fn scan(rows: &[Row], sets: &[EvalSet], cfg: ScanConfig, limit: usize) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_from_prefix_sums_is_the_window_hashed_afresh() {
+        let ids = token_ids(&tokens(
+            "def f(s): return s[::-1].upper() + str(len(s)) # 12 x",
+        ));
+        let prefix = Prefix::new(&ids);
+        for l in 1..=ids.len() {
+            for a in 0..=ids.len() - l {
+                assert_eq!(prefix.window(a, l), hash(&ids[a..a + l]), "window {a}+{l}");
+            }
+        }
+        // Same tokens at another length, or in another order, hash apart.
+        assert_ne!(hash(&ids[..3]), hash(&ids[..4]));
+        assert_ne!(hash(&[ids[0], ids[1]]), hash(&[ids[1], ids[0]]));
+    }
 
     fn row(p: &str, a: &str) -> Row {
         Row {
