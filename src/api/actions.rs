@@ -137,15 +137,21 @@ macro_rules! declare_actions {
 
                 fn $method(&self, caller: &Caller, req: $req) -> Result<$res> {
                     validate($name, &serde_json::to_value(&req)?)?;
-                    self.$checked(caller, req)
+                    self.$checked(caller, req).map_err(|e| self.explain(e))
                 }
             )*
+
+            /// Every handler's error passes here on its way out: an implementation may say more
+            /// about an error than the layer that raised it could (the OS names damaged packs).
+            fn explain(&self, e: Error) -> Error {
+                e
+            }
         }
 
         /// Run a parsed request on its handler and return its JSON result.
         pub fn dispatch<E: Execute + ?Sized>(e: &E, caller: &Caller, req: AnyRequest) -> Result<Value> {
             match req {
-                $( AnyRequest::$variant(r) => to_value(e.$checked(caller, r)), )*
+                $( AnyRequest::$variant(r) => to_value(e.$checked(caller, r).map_err(|x| e.explain(x))), )*
             }
         }
     };

@@ -119,9 +119,18 @@ pub fn strategies(
         let secs = col(&|r| Some(r.summary.seconds));
         let (tm, tci) = crate::util::stats::mean_ci95(&test);
         let paired = paired_with_orchestra(&runs, *s);
+        // How optimistic the promoted checkpoint's dev score was, and its score on evidence it
+        // was not selected on (the dev twin), each against its test score.
+        let gap = |estimate: &dyn Fn(&CampaignRun) -> Option<f64>| {
+            let d = col(&|r| Some(estimate(r)? - r.summary.test?));
+            let (m, ci) = crate::util::stats::mean_ci95(&d);
+            json!({"campaigns": d.len(), "mean": m, "ci95": ci})
+        };
         rows.push(json!({
             "strategy": s, "campaigns": mine.len(), "test": test, "test_mean": tm, "test_ci95": tci,
             "orchestra_minus_this": paired,
+            "dev_minus_test": gap(&|r| r.summary.best_dev),
+            "fresh_minus_test": gap(&|r| r.summary.fresh.as_ref().map(|f| f.score)),
             "best_dev_mean": crate::util::stats::mean_ci95(&dev).0,
             "lock_in_share_mean": crate::util::stats::mean_ci95(&share).0,
             "lock_in_depth_mean": crate::util::stats::mean_ci95(&depth).0,
@@ -183,6 +192,30 @@ pub fn strategies(
                     p["ties"]
                 ));
             }
+        }
+        outln!(
+            txt,
+            "the promoted checkpoint's estimate minus its test score (mean, 95% CI): its dev \
+             score, which it was selected on, and its dev twin score, which it was not"
+        );
+        for r in &rows {
+            let g = |k: &str| {
+                let v = &r[k];
+                v["mean"].as_f64().map_or("n/a".to_string(), |m| {
+                    format!(
+                        "{m:+.3}{} ({} campaigns)",
+                        ci_text(&v["ci95"]),
+                        v["campaigns"]
+                    )
+                })
+            };
+            outln!(
+                txt,
+                "  {:<10} dev − test {}; dev twin − test {}",
+                r["strategy"].as_str().unwrap_or("?"),
+                g("dev_minus_test"),
+                g("fresh_minus_test")
+            );
         }
         if !paired_lines.is_empty() {
             outln!(

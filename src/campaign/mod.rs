@@ -407,6 +407,9 @@ pub struct RunSummary {
     pub best_node: Option<String>,
     pub best_dev: Option<f64>,
     pub test: Option<f64>,
+    /// The promoted checkpoint re-scored, before its test evaluation, on evidence it was not
+    /// selected on (the dev twin; the owner's), beside the dev score it was selected on.
+    pub fresh: Option<crate::os::FreshEvidence>,
     pub base_dev: Option<f64>,
     pub base_test: Option<f64>,
     pub lock_in: LockIn,
@@ -894,6 +897,18 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
         st = CampaignState::load(&study, &opts.task)?;
     }
     let promoted = st.best_by_dev(opts.strategy == Strategy::Orchestra);
+    // Before its one test evaluation, the promoted checkpoint's score on evidence it was not
+    // selected on: the best of many dev-scored checkpoints is optimistic on dev.
+    let fresh = match promoted.and_then(|p| p.best_checkpoint()) {
+        Some((ck, dev)) => study.dev_twin_evidence(&owner, &opts.task, ck, dev)?,
+        None => None,
+    };
+    if let Some(f) = &fresh {
+        progress.say(&format!(
+            "promoted checkpoint on fresh evidence: dev {:.3} (selected on), {} {:.3} ({} items)",
+            f.dev, f.split, f.score, f.n
+        ));
+    }
     let mut test = None;
     if let Some(p) = promoted
         && let Some((ck, _)) = p.best_checkpoint()
@@ -947,6 +962,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
         best_node: best.map(|n| n.id.clone()),
         best_dev: best.and_then(|n| n.best_checkpoint().map(|c| c.1)),
         test,
+        fresh,
         base_dev,
         base_test,
         lock_in: st.lock_in(),

@@ -36,6 +36,9 @@ pub struct Best {
     pub dev: f64,
     /// The protected test score, when the node was promoted and evaluated.
     pub test: Option<f64>,
+    /// The checkpoint's score on evidence it was not selected on (the dev twin), when the task
+    /// has one: the report is the owner's.
+    pub fresh: Option<crate::os::FreshEvidence>,
 }
 
 #[derive(Debug, Serialize)]
@@ -99,19 +102,27 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
         .or_else(|| st.best_by_dev(false))
         .and_then(|n| {
             let (ck, dev) = n.best_checkpoint()?;
-            Some(Best {
-                node: n.id.clone(),
-                title: n.title.clone(),
-                dev_mean: n.mean_dev(),
-                checkpoint: ck.to_string(),
-                dev,
-                test: st
-                    .test_evals
-                    .iter()
-                    .find(|t| t.checkpoint == ck)
-                    .map(|t| t.value),
-            })
+            Some((n, ck, dev))
         });
+    let fresh = match best {
+        Some((_, ck, dev)) => {
+            study.dev_twin_evidence(&crate::model::Caller::owner(), &task, ck, dev)?
+        }
+        None => None,
+    };
+    let best = best.map(|(n, ck, dev)| Best {
+        node: n.id.clone(),
+        title: n.title.clone(),
+        dev_mean: n.mean_dev(),
+        checkpoint: ck.to_string(),
+        dev,
+        test: st
+            .test_evals
+            .iter()
+            .find(|t| t.checkpoint == ck)
+            .map(|t| t.value),
+        fresh,
+    });
     let mut nodes_by_status = BTreeMap::new();
     let mut verdicts = BTreeMap::new();
     let mut ordered: Vec<_> = st.campaign_nodes().collect();
@@ -208,6 +219,24 @@ pub fn text(r: &Report) -> String {
                 f3(b.test),
                 &b.checkpoint[..12.min(b.checkpoint.len())]
             );
+            if let Some(f) = &b.fresh {
+                let _ = writeln!(
+                    s,
+                    "  on evidence it was not selected on: {} {:.3} over {} items (dev {:.3}{})",
+                    f.split,
+                    f.score,
+                    f.n,
+                    f.dev,
+                    b.test
+                        .map(|t| format!(
+                            "; dev − test {:+.3}, {} − test {:+.3}",
+                            f.dev - t,
+                            f.split,
+                            f.score - t
+                        ))
+                        .unwrap_or_default()
+                );
+            }
             if let (Some(t), Some(bt)) = (b.test, r.base_test) {
                 let _ = writeln!(
                     s,

@@ -7,6 +7,7 @@
 mod actions;
 pub mod audit;
 mod campaign;
+pub use actions::FreshEvidence;
 pub use campaign::CampaignLease;
 mod data;
 mod diff;
@@ -116,8 +117,9 @@ impl Study {
         let canonical = root
             .canonicalize()
             .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
-        let record = Record::open(&canonical)?;
-        let config = load_committed_config(&record, &canonical)?;
+        let config = Record::open(&canonical)
+            .and_then(|record| load_committed_config(&record, &canonical))
+            .map_err(|e| crate::record::explain_damage(&canonical.join(".git"), e))?;
         Self::open_inner(root, Some(wrap(crate::jobs::runner_for(&config.backend))))
     }
 
@@ -125,6 +127,12 @@ impl Study {
         let root = root
             .canonicalize()
             .map_err(|e| Error::invalid(format!("{}: {e}", root.display())))?;
+        Self::open_canonical(&root, runner)
+            .map_err(|e| crate::record::explain_damage(&root.join(".git"), e))
+    }
+
+    fn open_canonical(root: &Path, runner: Option<Box<dyn JobRunner>>) -> Result<Study> {
+        let root = root.to_path_buf();
         let mut record = Record::open(&root)?;
         let config = load_committed_config(&record, &root)?;
         if config.record.fsync {

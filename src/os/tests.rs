@@ -636,3 +636,22 @@ fn an_agent_that_floods_the_queue_waits_with_one_job_and_the_rest_are_refused() 
         assert!(other.join().expect("honest").is_ok());
     });
 }
+
+/// The dev twin's scores are hidden from agents (it is the dev tripwire): only the owner reads
+/// a checkpoint's score on it, and a task without a twin has none to give.
+#[test]
+fn only_the_owner_reads_a_checkpoints_dev_twin_score() {
+    let (_d, s) = study();
+    for role in [Role::Worker, Role::Reviewer, Role::Observer] {
+        let e = s
+            .dev_twin_evidence(&Caller::new("a", role), "arith", "base", 0.5)
+            .expect_err("the owner's");
+        assert_eq!(e.kind, ErrorKind::Forbidden, "{}", e.message);
+    }
+    let task = s.config.tasks.keys().next().expect("a task").clone();
+    assert_eq!(
+        s.dev_twin_evidence(&Caller::owner(), &task, "base", 0.5)
+            .expect("owner"),
+        None
+    );
+}

@@ -717,6 +717,11 @@ impl Record {
         packs::merges_seen(self.repo.path()).saturating_sub(self.merges_at_open)
     }
 
+    /// `explain_damage` for this record's repository.
+    pub fn explain_damage(&self, e: Error) -> Error {
+        explain_damage(self.repo.path(), e)
+    }
+
     /// The tip of a node's branch, if the node exists.
     pub fn node_tip(&self, id: &str) -> Result<Option<Oid>> {
         match self.repo.refname_to_id(&node_ref(id)) {
@@ -1163,6 +1168,41 @@ pub fn commit_message(record: &ActionRecord, body: &str, parents: &[String]) -> 
         msg.push('\n');
     }
     msg
+}
+
+/// An error that came from reading the study's git objects (a damaged pack: libgit2 reports a
+/// zlib or object error, and does not fall back to a good copy of the pack as git does) names the
+/// packs that do not read back and what to do, instead of git's bare message; any other error is
+/// returned as it is. Nothing was written either way: the commit protocol moves no ref before its
+/// objects are built.
+pub fn explain_damage(git_dir: &Path, e: Error) -> Error {
+    let m = e.message.to_ascii_lowercase();
+    let damage = [
+        "data check",
+        "corrupt",
+        "inflate",
+        "zlib",
+        "packfile",
+        "bad object",
+    ];
+    if e.kind != crate::util::error::ErrorKind::Internal
+        || !m.starts_with("git:")
+        || !damage.iter().any(|w| m.contains(w))
+    {
+        return e;
+    }
+    let damaged = packs::damaged_packs(git_dir);
+    if damaged.is_empty() {
+        return e;
+    }
+    Error::invalid(format!(
+        "the study's git objects do not read back ({}); nothing was written. Damaged pack(s): \
+         {}. A pack handed over with the study may be a damaged copy: move it out of \
+         .git/objects/pack (if the other packs hold its objects, `git fsck` then passes) or \
+         restore it from the study's source.",
+        e.message,
+        damaged.join("; ")
+    ))
 }
 
 #[cfg(test)]

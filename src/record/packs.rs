@@ -855,6 +855,37 @@ fn count_merge(git_dir: &Path) {
     }
 }
 
+/// The packs of `git_dir` whose objects do not read back (a handed-over repository with a
+/// damaged copy of a pack: libgit2 reads from it and does not fall back to a good copy), each
+/// with why, checked as a merge checks a pack another process wrote. Packs with no index,
+/// anything not a regular file, and packs over the size a merge checks are left out.
+pub fn damaged_packs(git_dir: &Path) -> Vec<String> {
+    let dir = git_dir.join("objects").join("pack");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut stems: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pack"))
+        .map(|p| p.with_extension(""))
+        .filter(|s| std::fs::symlink_metadata(s.with_extension("idx")).is_ok_and(|m| m.is_file()))
+        .filter(|s| {
+            std::fs::symlink_metadata(s.with_extension("pack"))
+                .is_ok_and(|m| m.is_file() && m.len() <= MERGE_LIMIT)
+        })
+        .collect();
+    stems.sort();
+    stems
+        .iter()
+        .filter_map(|stem| {
+            read_pack(stem)
+                .and_then(|pack| verify_objects(stem, &pack))
+                .err()
+        })
+        .collect()
+}
+
 /// How many merges `git_dir` has seen (see `count_merge`).
 pub fn merges_seen(git_dir: &Path) -> u64 {
     std::fs::symlink_metadata(git_dir.join(MERGES_FILE))

@@ -100,6 +100,26 @@ fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node(
     );
     let best = &report["best"];
     assert!(best["test"].is_number(), "{best}");
+    // Before its test evaluation, the promoted checkpoint was re-scored on evidence it was not
+    // selected on: the dev twin score of the owner's tripwire note of its dev evaluation.
+    let fresh = &s["fresh"];
+    assert_eq!(fresh["split"], "dev_twin", "{s}");
+    assert_eq!(fresh["dev"], best["dev"], "{s}");
+    assert_eq!(best["fresh"], *fresh, "{best}");
+    let notes_dir = root.join(".rsim/tripwire");
+    let note = std::fs::read_dir(&notes_dir)
+        .expect("tripwire notes")
+        .map(|e| e.expect("entry").path())
+        .find(|p| {
+            let n: Value =
+                serde_json::from_slice(&std::fs::read(p).expect("note")).expect("note json");
+            n["checkpoint"] == best["checkpoint"] && n.get("dev_twin").is_some()
+        })
+        .expect("the promoted checkpoint's dev twin note");
+    let n: Value = serde_json::from_slice(&std::fs::read(&note).expect("note")).expect("json");
+    assert_eq!(n["dev"]["score"], fresh["dev"], "{n}");
+    assert_eq!(n["dev_twin"]["score"], fresh["score"], "{n}");
+    assert_eq!(n["dev_twin"]["n"], fresh["n"], "{n}");
     let best_row = nodes
         .iter()
         .find(|n| n["id"] == best["node"])
@@ -147,9 +167,21 @@ fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node(
         "Lock-in index:",
         "Budget:",
         "Audit:",
+        "on evidence it was not selected on: dev_twin",
     ] {
         assert!(text.contains(part), "{part} missing in\n{text}");
     }
+    // A note that disagrees with the others on the same checkpoint (written beside no evaluation
+    // of this study) is no evidence: the report gives none rather than either score.
+    let mut forged = n.clone();
+    forged["dev_twin"]["score"] = json!(1.0);
+    std::fs::write(
+        notes_dir.join("forged.json"),
+        serde_json::to_vec(&forged).expect("json"),
+    )
+    .expect("write");
+    let r = ok_json(&root, &["report"]);
+    assert!(r["best"]["fresh"].is_null(), "{}", r["best"]);
 }
 
 #[test]

@@ -2872,9 +2872,9 @@ fn a_looping_agent_grows_the_record_by_its_actions_only() {
 /// A handed-over study whose pack directory holds a damaged pack (a copy of a real one under
 /// another name, one byte flipped in its compressed data). libgit2 reads the study's objects from
 /// it and does not fall back to the good copy as git does, so rsim cannot write there: the write is
-/// refused naming git's data check, nothing is recorded or half-written, the damaged pack is left
-/// byte for byte as it was, and once it is removed the same write lands. (Found by this test: a
-/// clearer refusal that names the pack, or reading past it, is left for the next change.)
+/// refused naming the damaged pack (and only it) and git's data check, saying nothing was written;
+/// nothing is recorded or half-written, the damaged pack is left byte for byte as it was, and once
+/// it is removed the same write lands.
 #[test]
 fn a_handed_over_study_with_a_damaged_pack_refuses_writes_and_changes_nothing() {
     use crate::common::{example_study, ok_json, run};
@@ -2893,6 +2893,15 @@ fn a_handed_over_study_with_a_damaged_pack_refuses_writes_and_changes_nothing() 
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(fake.with_extension("pack"), &bytes).expect("damaged pack");
+    // libgit2 reads the youngest pack first (packs of one mtime in directory order): the
+    // damaged copy is made the youngest, so every run reads it.
+    std::fs::File::options()
+        .write(true)
+        .open(fake.with_extension("pack"))
+        .and_then(|f| {
+            f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60))
+        })
+        .expect("mtime");
     let refs = |root: &std::path::Path| {
         let out = std::process::Command::new("git")
             .arg("-C")
@@ -2911,11 +2920,23 @@ fn a_handed_over_study_with_a_damaged_pack_refuses_writes_and_changes_nothing() 
     let out = run(&root, &branch);
     assert!(
         !out.status.success(),
-        "a write over a damaged pack was accepted"
+        "a write over a damaged pack was accepted: {}",
+        String::from_utf8_lossy(&out.stdout)
     );
     let err =
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("data check"), "{err}");
+    let fake_name = format!("pack-{}", "cd".repeat(20));
+    let good_name = first
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("name")
+        .to_string();
+    assert!(
+        err.contains(&fake_name) && !err.contains(&good_name),
+        "the refusal does not name the damaged pack alone: {err}"
+    );
+    assert!(err.contains("nothing was written"), "{err}");
     assert_eq!(refs(&root), before, "a refused write moved a ref");
     assert_eq!(
         std::fs::read(fake.with_extension("pack")).expect("still there"),

@@ -387,6 +387,112 @@ impl Study {
     }
 }
 
+impl Study {
+    /// The dev twin's score of a checkpoint: evidence it was not selected on (the dev twin is
+    /// never ranked on unless the study trains on dev, and no agent sees it), read from the
+    /// owner's tripwire notes of its dev evaluations. For the owner only; `None` when the task has
+    /// no dev twin, the study ranks on it, or the checkpoint has no dev evaluation here. A note
+    /// counts only when it agrees with the record: its visible score is the one the record holds
+    /// for that checkpoint's dev evaluation (`dev`); notes of one checkpoint that disagree give
+    /// no evidence.
+    pub fn dev_twin_evidence(
+        &self,
+        caller: &Caller,
+        task: &str,
+        checkpoint: &str,
+        dev: f64,
+    ) -> Result<Option<FreshEvidence>> {
+        if caller.role != Role::Owner {
+            return Err(Error::forbidden(
+                "the dev twin's scores are the owner's: no agent reads them",
+            ));
+        }
+        if self.config.policy.train_on_dev
+            || self
+                .config
+                .tasks
+                .get(task)
+                .is_none_or(|t| t.dev_twin.is_none())
+        {
+            return Ok(None);
+        }
+        let dir = paths::state_dir(&self.root).join("tripwire");
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(Error::internal(format!(
+                    "cannot read {}: {e}",
+                    dir.display()
+                )));
+            }
+        };
+        let mut found: Option<FreshEvidence> = None;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            // Notes are small: anything else (or anything not a plain file) is not a note.
+            let small = entry
+                .metadata()
+                .is_ok_and(|m| m.is_file() && m.len() < 64 << 10);
+            if !small || path.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            let Ok(v) = fs::read(&path)
+                .map_err(|_| ())
+                .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|_| ()))
+            else {
+                continue;
+            };
+            if v["task"] != task || v["checkpoint"] != checkpoint {
+                continue;
+            }
+            let (Some(seen), Some(twin), Some(n)) = (
+                v["dev"]["score"].as_f64(),
+                v["dev_twin"]["score"].as_f64(),
+                v["dev_twin"]["n"].as_u64(),
+            ) else {
+                continue;
+            };
+            if (seen - dev).abs() > 1e-9 || !(0.0..=1.0).contains(&twin) || n == 0 {
+                continue;
+            }
+            // Evaluations are deterministic: every note of one checkpoint holds the same score.
+            // Notes that disagree are no evidence at all.
+            let this = FreshEvidence {
+                split: "dev_twin".to_string(),
+                dev,
+                score: twin,
+                n,
+            };
+            match &found {
+                Some(f) if *f != this => {
+                    tracing::warn!(
+                        "the dev twin notes of checkpoint {checkpoint} disagree ({} vs {}): no fresh evidence",
+                        f.score,
+                        this.score
+                    );
+                    return Ok(None);
+                }
+                _ => found = Some(this),
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A checkpoint's score on evidence it was not selected on, beside the dev score it was.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct FreshEvidence {
+    /// Where the fresh score comes from (`dev_twin`).
+    pub split: String,
+    /// The dev score it was selected on.
+    pub dev: f64,
+    /// Its score on the fresh evidence.
+    pub score: f64,
+    /// Items scored.
+    pub n: u64,
+}
+
 /// What scoring a hidden split beside a visible one found.
 struct Twin {
     job: JobRecord,

@@ -5,6 +5,7 @@ mod branch;
 mod compare;
 mod conclude;
 mod evaluate;
+pub use evaluate::FreshEvidence;
 mod register_dataset;
 mod reproduce;
 mod review;
@@ -70,5 +71,9 @@ impl Execute for Study {
     }
     fn get_job_checked(&self, _: &Caller, req: GetJobRequest) -> Result<JobInfo> {
         self.exec_get_job(req)
+    }
+    /// A git error that comes from a damaged pack names the pack (`record::explain_damage`).
+    fn explain(&self, e: crate::util::error::Error) -> crate::util::error::Error {
+        self.record.explain_damage(e)
     }
 }
