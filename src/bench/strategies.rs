@@ -61,6 +61,9 @@ pub fn strategies(
             let d = base.join(format!("{s:?}-{seed}").to_lowercase());
             if !d.join(".git").exists() {
                 (faces.init_example)(&d, example)?;
+                // Every strategy's study of this seed draws its generated data with one secret:
+                // the same request gives the same rows whichever strategy makes it.
+                crate::os::owner::share_generator_secret(&d, &seed_secret(&base, seed)?)?;
             }
             let study = Study::open(&d)?;
             let task = study
@@ -220,8 +223,8 @@ pub fn strategies(
         if !paired_lines.is_empty() {
             outln!(
                 txt,
-                "paired differences of the best test score (by campaign seed, on the same eval \
-                 splits; each study draws its own training data; 95% CI):"
+                "paired differences of the best test score (by campaign seed: the same eval \
+                 splits, and generated training data drawn with one secret; 95% CI):"
             );
             for l in paired_lines {
                 outln!(txt, "{l}");
@@ -232,6 +235,23 @@ pub fn strategies(
         let _ = std::fs::remove_dir_all(&base);
     }
     Ok(txt)
+}
+
+/// The generator secret every strategy's study of campaign seed `seed` shares, kept beside the
+/// studies (made on first use, random).
+fn seed_secret(base: &Path, seed: u64) -> Result<String> {
+    let path = base.join(format!("secret-{seed}"));
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        return Ok(s.trim().to_string());
+    }
+    let fresh = format!(
+        "{:016x}{:016x}",
+        rand::random::<u64>(),
+        rand::random::<u64>()
+    );
+    std::fs::write(&path, &fresh)
+        .map_err(|e| Error::internal(format!("cannot write {}: {e}", path.display())))?;
+    Ok(fresh)
 }
 
 /// ` [lo, hi]` for a 95% interval given as a two-number array; empty when there is none.
@@ -249,8 +269,8 @@ fn ci_text(v: &serde_json::Value) -> String {
 }
 
 /// Orchestration's test score minus strategy `s`'s, paired by campaign seed (every strategy's
-/// study of a seed has the same eval splits and campaign seed; its generated training data is
-/// drawn per study): the mean difference, its 95% interval (Student t over the differences), and
+/// study of a seed has the same eval splits, campaign seed and generator secret, so the same
+/// data request draws the same rows): the mean difference, its 95% interval (Student t over the differences), and
 /// on how many seeds orchestration came out ahead, behind or level.
 /// None for orchestration itself or without a seed both scored.
 fn paired_with_orchestra(

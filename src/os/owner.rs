@@ -46,3 +46,55 @@ pub fn commit_config(
     let oid = repo.commit(Some(MAIN_REF), &sig, &sig, message, &tree, &[&main])?;
     Ok(oid.to_string())
 }
+
+/// Give the study at `root` the generator secret `secret` (32 hex digits) before it draws any
+/// generated data, so that studies given one secret draw the same rows for the same generator
+/// request: `rsim bench-strategies` gives every strategy's study of one seed the same secret, so
+/// strategies are compared on the same data. Without effect when the study holds that secret
+/// already; refused when it holds another (its data was drawn from that one).
+pub fn share_generator_secret(root: &Path, secret: &str) -> Result<()> {
+    if secret.len() != 32 || !secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::invalid(
+            "a generator secret is 32 hexadecimal digits",
+        ));
+    }
+    let path = crate::model::paths::secret_path(root);
+    let held = |path: &Path| -> Result<()> {
+        let have = std::fs::read(path).map_err(|e| {
+            Error::internal(format!(
+                "cannot read the study secret {}: {e}",
+                path.display()
+            ))
+        })?;
+        if have == secret.as_bytes() {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!(
+                "{}: the study has a generator secret of its own already (its data was drawn \
+                 with it)",
+                root.display()
+            )))
+        }
+    };
+    if path.exists() {
+        return held(&path);
+    }
+    use std::io::Write;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+    {
+        Ok(mut f) => f.write_all(secret.as_bytes()).map_err(|e| {
+            Error::internal(format!(
+                "cannot write the study secret {}: {e}",
+                path.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => held(&path),
+        Err(e) => Err(Error::internal(format!(
+            "cannot create the study secret {}: {e}",
+            path.display()
+        ))),
+    }
+}

@@ -655,3 +655,38 @@ fn only_the_owner_reads_a_checkpoints_dev_twin_score() {
         None
     );
 }
+
+/// Two studies given one generator secret draw the same rows for the same generator request
+/// (what `bench-strategies` pairs strategies on); a study that holds another secret keeps it.
+#[test]
+fn studies_sharing_a_generator_secret_draw_the_same_data() {
+    let secret = "0123456789abcdef0123456789abcdef";
+    let sha = |s: &Study| {
+        let r = s
+            .call(
+                &Caller::owner(),
+                "register_dataset",
+                json!({"node": "n0", "name": "plain", "source": {"kind": "arith", "op": "add",
+                       "digits": 2, "format": "plain", "n": 500, "seed": 3}}),
+            )
+            .expect("register");
+        r["sha256"].as_str().expect("sha256").to_string()
+    };
+    let (_a, a) = study();
+    let (_b, b) = study();
+    let (_c, c) = study();
+    for s in [&a, &b] {
+        crate::os::owner::share_generator_secret(&s.root, secret).expect("share");
+        // Again with the same secret: nothing changes.
+        crate::os::owner::share_generator_secret(&s.root, secret).expect("idempotent");
+    }
+    let (sa, sb, sc) = (sha(&a), sha(&b), sha(&c));
+    assert_eq!(sa, sb, "one secret, one request: the same rows");
+    assert_ne!(sa, sc, "a study's own secret draws other rows");
+    let e = crate::os::owner::share_generator_secret(&c.root, secret)
+        .expect_err("c drew data with its own secret");
+    assert!(e.message.contains("of its own"), "{}", e.message);
+    for bad in ["", "xyz", "0123456789abcdef0123456789abcdeg"] {
+        assert!(crate::os::owner::share_generator_secret(&a.root, bad).is_err());
+    }
+}

@@ -1429,3 +1429,77 @@ fn halving_runs_a_rung_of_random_recipes_then_continues_its_best() {
     assert!(actions(&root).iter().all(|a| a["action"] != "review"));
     fsck_clean(&root);
 }
+
+/// `rsim bench-strategies` pairs strategies by campaign seed on the same data: every strategy's
+/// study of one seed holds one generator secret (so one data request draws the same rows in
+/// each), each seed its own; it reports each promoted checkpoint's dev twin score beside its dev
+/// and test scores, and the estimates' gaps to test per strategy.
+#[test]
+fn the_strategy_benchmark_pairs_seeds_on_the_same_data_and_reports_fresh_evidence() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let dir = d.path().join("bench");
+    let out = rsim()
+        .args([
+            "bench-strategies",
+            "--example",
+            "tiny-arith-ngram",
+            "--seeds",
+            "2",
+            "--experiments",
+            "2",
+            "--steps",
+            "10",
+            "--strategy",
+            "orchestra",
+            "--strategy",
+            "random",
+            "--json",
+            "--dir",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("bench-strategies");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let secret = |study: &str| std::fs::read(dir.join(study).join(".rsim/secret")).expect("secret");
+    for seed in 0..2 {
+        assert_eq!(
+            secret(&format!("orchestra-{seed}")),
+            secret(&format!("random-{seed}")),
+            "seed {seed}: the strategies' studies draw data with different secrets"
+        );
+    }
+    assert_ne!(secret("orchestra-0"), secret("orchestra-1"));
+    // One request, the same rows in both studies of a seed.
+    let request = r#"{"node":"n0","name":"probe","source":{"kind":"arith","op":"add","digits":3,"format":"plain","n":300,"seed":11}}"#;
+    let sha: Vec<Value> = ["orchestra-0", "random-0", "random-1"]
+        .iter()
+        .map(|s| {
+            let r = ok_json(&dir.join(s), &["call", "register_dataset", request]);
+            r["sha256"].clone()
+        })
+        .collect();
+    assert_eq!(sha[0], sha[1], "{sha:?}");
+    assert_ne!(sha[0], sha[2], "{sha:?}");
+    // Fresh evidence beside every promoted checkpoint, and the gaps per strategy.
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 4, "{v}");
+    for r in runs {
+        let s = &r["summary"];
+        assert_eq!(s["fresh"]["split"], "dev_twin", "{s}");
+        assert_eq!(s["fresh"]["dev"], s["best_dev"], "{s}");
+        assert!(s["fresh"]["n"].as_u64() > Some(0), "{s}");
+    }
+    for row in v["strategies"].as_array().expect("strategies") {
+        for k in ["dev_minus_test", "fresh_minus_test"] {
+            assert_eq!(row[k]["campaigns"], 2, "{row}");
+            assert!(row[k]["mean"].is_number(), "{row}");
+        }
+    }
+    let random = &v["strategies"][1];
+    assert_eq!(random["orchestra_minus_this"]["seeds"], 2, "{random}");
+}
