@@ -29,6 +29,8 @@ pub struct StrategiesOptions<'a> {
     pub steps: u64,
     /// The strategies to run (none: all).
     pub which: &'a [crate::campaign::Strategy],
+    /// Also run the oracle per seed (`oracle_recipe`, as a `line` campaign).
+    pub oracle: bool,
 }
 
 /// The efficiency benchmark: each strategy runs `seeds` campaigns of `experiments` × `steps` on
@@ -47,17 +49,28 @@ pub fn strategies(
         experiments,
         steps,
         which,
+        oracle,
     } = o;
     let mut txt = String::new();
     let base = bench_dir(dir)?;
-    let which: Vec<Strategy> = if which.is_empty() {
+    let mut which: Vec<Strategy> = if which.is_empty() {
         Strategy::ALL.to_vec()
     } else {
         which.to_vec()
     };
+    which.retain(|s| *s != Strategy::Line);
+    if which.is_empty() {
+        return Err(Error::invalid(
+            "--strategy line is run by --oracle, with the best recipe the other strategies found",
+        ));
+    }
+    let mut columns = which.clone();
+    if oracle {
+        columns.push(Strategy::Line);
+    }
     let mut runs = Vec::new();
     for seed in 0..seeds {
-        for s in &which {
+        for s in &columns {
             let d = base.join(format!("{s:?}-{seed}").to_lowercase());
             if !d.join(".git").exists() {
                 (faces.init_example)(&d, example)?;
@@ -78,9 +91,19 @@ pub fn strategies(
             o.experiments = experiments;
             o.steps = steps;
             o.seed = seed;
+            if *s == Strategy::Line {
+                let (line, from) = oracle_recipe(&base, &which, seed, &task)?;
+                eprintln!("oracle seed {seed}: {line} (found by {})", from.name());
+                o.recipe = Some(line);
+            }
             if let Some(saved) = crate::campaign::saved_options(&d)?
-                && (saved.strategy, saved.experiments, saved.steps, saved.seed)
-                    != (o.strategy, o.experiments, o.steps, o.seed)
+                && (
+                    saved.strategy,
+                    saved.experiments,
+                    saved.steps,
+                    saved.seed,
+                    &saved.recipe,
+                ) != (o.strategy, o.experiments, o.steps, o.seed, &o.recipe)
             {
                 return Err(Error::invalid(format!(
                     "{}: a campaign with other settings is under way there ({:?}, {} experiments × {} \
@@ -110,7 +133,7 @@ pub fn strategies(
         }
     }
     let mut rows = Vec::new();
-    for s in &which {
+    for s in &columns {
         let mine: Vec<&CampaignRun> = runs.iter().filter(|r| r.strategy == *s).collect();
         let col = |f: &dyn Fn(&CampaignRun) -> Option<f64>| -> Vec<f64> {
             mine.iter().filter_map(|r| f(r)).collect()
@@ -132,6 +155,7 @@ pub fn strategies(
         rows.push(json!({
             "strategy": s, "campaigns": mine.len(), "test": test, "test_mean": tm, "test_ci95": tci,
             "orchestra_minus_this": paired,
+            "share_of_oracle": share_of_oracle(&runs, *s),
             "dev_minus_test": gap(&|r| r.summary.best_dev),
             "fresh_minus_test": gap(&|r| r.summary.fresh.as_ref().map(|f| f.score)),
             "best_dev_mean": crate::util::stats::mean_ci95(&dev).0,
@@ -220,6 +244,25 @@ pub fn strategies(
                 g("fresh_minus_test")
             );
         }
+        if oracle {
+            outln!(
+                txt,
+                "test score as a share of the oracle's (the best recipe any strategy found, \
+                 trained as one line at the same budget; per seed, then the mean, 95% CI):"
+            );
+            for r in &rows {
+                let v = &r["share_of_oracle"];
+                if let Some(m) = v["mean"].as_f64() {
+                    outln!(
+                        txt,
+                        "  {:<10} {m:.3}{} over {} seeds",
+                        r["strategy"].as_str().unwrap_or("?"),
+                        ci_text(&v["ci95"]),
+                        v["seeds"]
+                    );
+                }
+            }
+        }
         if !paired_lines.is_empty() {
             outln!(
                 txt,
@@ -252,6 +295,63 @@ fn seed_secret(base: &Path, seed: u64) -> Result<String> {
     std::fs::write(&path, &fresh)
         .map_err(|e| Error::internal(format!("cannot write {}: {e}", path.display())))?;
     Ok(fresh)
+}
+
+/// The oracle's recipe for campaign seed `seed`: the recipe (from the base model) of the best
+/// node on dev of any strategy's campaign of that seed, in hindsight, and the strategy that found
+/// it.
+fn oracle_recipe(
+    base: &Path,
+    which: &[crate::campaign::Strategy],
+    seed: u64,
+    task: &str,
+) -> Result<(String, crate::campaign::Strategy)> {
+    let mut best: Option<(f64, String, crate::campaign::Strategy)> = None;
+    for s in which {
+        let d = base.join(format!("{s:?}-{seed}").to_lowercase());
+        let study = Study::open(&d)?;
+        let st = crate::campaign::state::CampaignState::load(&study, task)?;
+        let found = st.campaign_nodes().filter_map(|n| {
+            let r = n.recipe.as_ref()?;
+            Some((n.best_checkpoint()?.1, r.with_format(r.format).to_string()))
+        });
+        for (dev, line) in found {
+            if best.as_ref().is_none_or(|b| dev > b.0) {
+                best = Some((dev, line, *s));
+            }
+        }
+    }
+    best.map(|(_, line, s)| (line, s)).ok_or_else(|| {
+        Error::invalid(format!(
+            "seed {seed}: no strategy's campaign left a node with a recipe and a dev score, so \
+             there is no recipe for the oracle"
+        ))
+    })
+}
+
+/// Strategy `s`'s test score as a share of the oracle's (`line`) on the same seed: the mean over
+/// seeds both scored (the oracle above 0), its 95% interval.
+fn share_of_oracle(
+    runs: &[CampaignRun],
+    s: crate::campaign::Strategy,
+) -> Option<serde_json::Value> {
+    use crate::campaign::Strategy;
+    let oracle = |seed: u64| {
+        runs.iter()
+            .find(|r| r.strategy == Strategy::Line && r.seed == seed)
+            .and_then(|r| r.summary.test)
+            .filter(|t| *t > 0.0)
+    };
+    let shares: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.strategy == s)
+        .filter_map(|r| Some(r.summary.test? / oracle(r.seed)?))
+        .collect();
+    if shares.is_empty() {
+        return None;
+    }
+    let (mean, ci) = crate::util::stats::mean_ci95(&shares);
+    Some(json!({"seeds": shares.len(), "mean": mean, "ci95": ci, "shares": shares}))
 }
 
 /// ` [lo, hi]` for a 95% interval given as a two-number array; empty when there is none.

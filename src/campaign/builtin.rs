@@ -1154,6 +1154,35 @@ pub fn greedy_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, Strin
     }
 }
 
+/// One recipe as a single line (`Strategy::Line`): its first run from the base model, each later
+/// run continuing the latest node that left a checkpoint (a line whose runs all failed starts
+/// again from the base model).
+pub fn line_next(st: &CampaignState, recipe: Recipe) -> (Vec<String>, Recipe, String) {
+    let last = st
+        .campaign_nodes()
+        .filter(|n| n.best_checkpoint().is_some())
+        .max_by_key(|n| crate::model::node_num(&n.id));
+    match last {
+        Some(n) => {
+            let rung = n.recipe.as_ref().map_or(0, |r| r.rung);
+            (
+                vec![n.id.clone()],
+                Recipe {
+                    rung,
+                    ..recipe.clone()
+                }
+                .continued(),
+                format!("The line continued from {}.", n.id),
+            )
+        }
+        None => (
+            vec![st.root.clone()],
+            recipe,
+            "The line's first run: its recipe from the base model.".into(),
+        ),
+    }
+}
+
 /// Baseline (c): random search over the same recipe space, each from the base model.
 pub fn random_next(st: &CampaignState, seed: u64) -> (Vec<String>, Recipe, String) {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(17).wrapping_add(st.nodes.len() as u64));

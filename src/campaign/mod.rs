@@ -38,14 +38,28 @@ pub enum Strategy {
     /// Successive halving over the same recipe space, no reviewer (baseline): random recipes at
     /// the first rung, the better third of each complete rung continued from its checkpoint.
     Halving,
+    /// One recipe (`RunOptions::recipe`) trained as a single line: its first run from the base
+    /// model, every later run continuing the last from its checkpoint. `bench-strategies
+    /// --oracle` runs it with the best recipe any strategy found, in hindsight, at the same
+    /// budget.
+    Line,
 }
 
 impl Strategy {
+    /// The strategies `bench-strategies` compares by default.
     pub const ALL: [Strategy; 4] = [
         Strategy::Orchestra,
         Strategy::Greedy,
         Strategy::Random,
         Strategy::Halving,
+    ];
+    /// Every strategy a campaign can run.
+    pub const CHOICES: [Strategy; 5] = [
+        Strategy::Orchestra,
+        Strategy::Greedy,
+        Strategy::Random,
+        Strategy::Halving,
+        Strategy::Line,
     ];
 
     /// The name used on the command line and in reports.
@@ -55,6 +69,7 @@ impl Strategy {
             Strategy::Greedy => "greedy",
             Strategy::Random => "random",
             Strategy::Halving => "halving",
+            Strategy::Line => "line",
         }
     }
 }
@@ -158,6 +173,9 @@ pub struct RunOptions {
     pub reviewer: AgentSpec,
     /// Wall-clock limit for one agent's turn on a node, seconds.
     pub agent_timeout_s: u64,
+    /// The recipe line (`recipe: format=… lr=…`) the `line` strategy trains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
 }
 
 impl RunOptions {
@@ -170,7 +188,11 @@ impl RunOptions {
             // One run per node: a second seed of every node halves the directions and rungs a
             // budget buys; the reviewer asks for replicates where one result is uncertain.
             seeds_per_node: 1,
-            workers: if strategy == Strategy::Greedy { 1 } else { 2 },
+            workers: if matches!(strategy, Strategy::Greedy | Strategy::Line) {
+                1
+            } else {
+                2
+            },
             seed: 0,
             task: task.to_string(),
             metric: "exact_match".into(),
@@ -178,6 +200,7 @@ impl RunOptions {
             worker: AgentSpec::Builtin,
             reviewer: AgentSpec::Builtin,
             agent_timeout_s: 1800,
+            recipe: None,
         }
     }
 }
@@ -502,7 +525,29 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
         }
     };
     if opts.worker == AgentSpec::Builtin || opts.reviewer == AgentSpec::Builtin {
-        recipe::TaskFamily::from_task(&opts.task, &opts.metric)?;
+        let family = recipe::TaskFamily::from_task(&opts.task, &opts.metric)?;
+        // A line's recipe is checked before anything runs, and must be one of the task's formats.
+        if opts.strategy == Strategy::Line {
+            let r = line_recipe(&opts)?;
+            if !family.formats().contains(&r.format) {
+                return Err(Error::invalid(format!(
+                    "--recipe: format {} is not one of task {}'s ({})",
+                    r.format.name(),
+                    opts.task,
+                    family
+                        .formats()
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+    }
+    if opts.strategy == Strategy::Line && opts.worker != AgentSpec::Builtin {
+        return Err(Error::invalid(
+            "the line strategy is run by the built-in worker (it trains the recipe it is given)",
+        ));
     }
     for spec in [&opts.worker, &opts.reviewer] {
         if matches!(spec, AgentSpec::Llm { .. }) {
@@ -616,7 +661,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                 )?;
                 st = CampaignState::load(&study, &opts.task)?;
             }
-            Strategy::Greedy | Strategy::Random | Strategy::Halving => {
+            Strategy::Greedy | Strategy::Random | Strategy::Halving | Strategy::Line => {
                 let open = st
                     .campaign_nodes()
                     .filter(|n| n.status == NodeStatus::Open && !running.contains_key(&n.id))
@@ -631,8 +676,9 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                         })
                         .sum(),
                 );
-                // Greedy waits for its result before refining; random fills every slot.
-                let want = if opts.strategy == Strategy::Greedy {
+                // Greedy and a line wait for their result before going on; random fills every
+                // slot.
+                let want = if matches!(opts.strategy, Strategy::Greedy | Strategy::Line) {
                     usize::from(busy == 0)
                 } else {
                     opts.workers.saturating_sub(busy)
@@ -643,6 +689,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     }
                     let next = match opts.strategy {
                         Strategy::Greedy => Some(builtin::greedy_next(&st, opts.seed)),
+                        Strategy::Line => Some(builtin::line_next(&st, line_recipe(&opts)?)),
                         Strategy::Halving => {
                             builtin::halving_next(&st, opts.seed, opts.experiments)
                         }
@@ -1039,6 +1086,15 @@ fn base_score(
         }
         Err(e) => Err(e),
     }
+}
+
+/// The recipe a `line` campaign trains: its `recipe` setting, from the base model.
+fn line_recipe(opts: &RunOptions) -> Result<recipe::Recipe> {
+    let line = opts.recipe.as_deref().ok_or_else(|| {
+        Error::invalid("the line strategy trains one recipe: give it (--recipe 'recipe: …')")
+    })?;
+    let r = recipe::Recipe::parse(line).map_err(|e| e.context("--recipe"))?;
+    Ok(r.with_format(r.format))
 }
 
 fn guard_active(opts: &RunOptions, st: &CampaignState, lock: &LockIn) -> bool {

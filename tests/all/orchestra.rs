@@ -1453,6 +1453,7 @@ fn the_strategy_benchmark_pairs_seeds_on_the_same_data_and_reports_fresh_evidenc
             "orchestra",
             "--strategy",
             "random",
+            "--oracle",
             "--json",
             "--dir",
         ])
@@ -1485,9 +1486,65 @@ fn the_strategy_benchmark_pairs_seeds_on_the_same_data_and_reports_fresh_evidenc
         .collect();
     assert_eq!(sha[0], sha[1], "{sha:?}");
     assert_ne!(sha[0], sha[2], "{sha:?}");
+    // The oracle of each seed: the best recipe on dev among that seed's campaigns, trained as one
+    // line (each run continuing the last) on the same data, and every strategy as a share of it.
+    for seed in 0..2 {
+        assert_eq!(
+            secret(&format!("line-{seed}")),
+            secret(&format!("orchestra-{seed}"))
+        );
+        let best_dev = ["orchestra", "random"]
+            .iter()
+            .flat_map(|s| {
+                let r = ok_json(&dir.join(format!("{s}-{seed}")), &["report"]);
+                r["nodes"]
+                    .as_array()
+                    .expect("nodes")
+                    .iter()
+                    .flat_map(|n| n["dev"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|x| x.as_f64())
+                    .collect::<Vec<_>>()
+            })
+            .fold(f64::MIN, f64::max);
+        let line = dir.join(format!("line-{seed}"));
+        let hyp = |n: &str| {
+            node(&line, n)["hypothesis"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        };
+        assert_eq!(node(&line, "n1")["parents"], json!(["n0"]));
+        assert_eq!(node(&line, "n2")["parents"], json!(["n1"]));
+        assert!(hyp("n2").contains("init=parent rung=1"), "{}", hyp("n2"));
+        // n1's recipe is one a campaign of this seed reached its best dev score with.
+        let recipe = hyp("n1")
+            .lines()
+            .find(|l| l.starts_with("recipe:"))
+            .expect("recipe")
+            .to_string();
+        let found = ["orchestra", "random"].iter().any(|s| {
+            let r = ok_json(&dir.join(format!("{s}-{seed}")), &["report"]);
+            r["nodes"].as_array().expect("nodes").iter().any(|n| {
+                n["dev"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|x| x.as_f64() == Some(best_dev)))
+                    && node(
+                        &dir.join(format!("{s}-{seed}")),
+                        n["id"].as_str().unwrap_or(""),
+                    )["hypothesis"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains(recipe.trim_end_matches(" init=base"))
+            })
+        });
+        assert!(
+            found,
+            "seed {seed}: {recipe} is not the recipe of a best node (dev {best_dev})"
+        );
+    }
     // Fresh evidence beside every promoted checkpoint, and the gaps per strategy.
     let runs = v["runs"].as_array().expect("runs");
-    assert_eq!(runs.len(), 4, "{v}");
+    assert_eq!(runs.len(), 6, "{v}");
     for r in runs {
         let s = &r["summary"];
         assert_eq!(s["fresh"]["split"], "dev_twin", "{s}");
@@ -1502,4 +1559,43 @@ fn the_strategy_benchmark_pairs_seeds_on_the_same_data_and_reports_fresh_evidenc
     }
     let random = &v["strategies"][1];
     assert_eq!(random["orchestra_minus_this"]["seeds"], 2, "{random}");
+    let line = &v["strategies"][2];
+    assert_eq!(line["strategy"], "line", "{v}");
+    assert_eq!(line["share_of_oracle"]["mean"], 1.0, "{line}");
+}
+
+/// `--strategy line` trains the recipe it is given, and says clearly when it is not given one or
+/// is given one the task has no format for.
+#[test]
+fn a_line_campaign_needs_a_recipe_of_the_tasks_formats() {
+    let (_d, root) = example_study();
+    let out = run(
+        &root,
+        &["run", "--strategy", "line", "--experiments", "2", "--quiet"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--recipe"),
+        "{out:?}"
+    );
+    let code = "recipe: format=nested lr=0.003 schedule=cosine rows=5000 curriculum=no init=base";
+    let out = run(
+        &root,
+        &[
+            "run",
+            "--strategy",
+            "line",
+            "--experiments",
+            "2",
+            "--quiet",
+            "--recipe",
+            code,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("nested"), "{err}");
+    assert!(
+        actions(&root).iter().all(|a| a["action"] != "run_sft"),
+        "a refused line ran"
+    );
 }

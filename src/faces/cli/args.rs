@@ -326,6 +326,10 @@ pub enum Command {
         /// Wall-clock limit of one agent turn (a worker's node, a review), seconds.
         #[arg(long, default_value_t = 1800)]
         agent_timeout: u64,
+        /// The recipe `--strategy line` trains, as a node's hypothesis writes it
+        /// ('recipe: format=reversed lr=0.003 schedule=cosine rows=20000 curriculum=no init=base').
+        #[arg(long)]
+        recipe: Option<String>,
         /// Also write the HTML report here.
         #[arg(long)]
         html: Option<PathBuf>,
@@ -355,6 +359,11 @@ pub enum Command {
         /// Strategies to run (default: all four).
         #[arg(long, value_enum)]
         strategy: Vec<crate::campaign::Strategy>,
+        /// Also run, per seed, the oracle: the recipe of the best node (on dev) any strategy's
+        /// campaign of that seed found, trained as one line with the same budget
+        /// (`--strategy line`); every strategy's test score is then also given as a share of it.
+        #[arg(long)]
+        oracle: bool,
         /// Keep the studies here (default: a temporary directory, removed after).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -588,7 +597,7 @@ impl clap::ValueEnum for crate::bench::cli_cost::FsyncChoice {
 
 impl clap::ValueEnum for crate::campaign::Strategy {
     fn value_variants<'a>() -> &'a [Self] {
-        &crate::campaign::Strategy::ALL
+        &crate::campaign::Strategy::CHOICES
     }
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
         Some(clap::builder::PossibleValue::new(self.name()))

@@ -55,6 +55,7 @@ pub fn run(cmd: &Command, json: bool) -> Result<()> {
             experiments,
             steps,
             strategy,
+            oracle,
             dir,
         } => crate::bench::strategies::strategies(
             FACES,
@@ -64,6 +65,7 @@ pub fn run(cmd: &Command, json: bool) -> Result<()> {
                 experiments: *experiments,
                 steps: *steps,
                 which: strategy,
+                oracle: *oracle,
             },
             dir.as_deref(),
             json,

@@ -52,6 +52,7 @@ pub fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
         max_share,
         max_depth,
         agent_timeout,
+        recipe,
         html,
         quiet,
     } = &cli.command
@@ -123,6 +124,7 @@ pub fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
     o.lock_in.max_share = *max_share;
     o.lock_in.max_depth = *max_depth;
     o.agent_timeout_s = (*agent_timeout).max(1);
+    o.recipe = recipe.clone();
     let summary = crate::campaign::run(&root, o, *quiet)?;
     if let Some(why) = &summary.stopped {
         eprintln!("warning: {why}");
