@@ -1191,7 +1191,7 @@ pub fn explain_damage(git_dir: &Path, e: Error) -> Error {
     {
         return e;
     }
-    let damaged = packs::damaged_packs(git_dir);
+    let damaged = damaged_packs_once(git_dir);
     if damaged.is_empty() {
         return e;
     }
@@ -1203,6 +1203,41 @@ pub fn explain_damage(git_dir: &Path, e: Error) -> Error {
         e.message,
         damaged.join("; ")
     ))
+}
+
+/// `packs::damaged_packs`, read once per state of the pack directory (each pack's name, size and
+/// mtime) in this process: an agent that loops on a refused write gets the same answer without
+/// the packs being read again (up to 64 × 64 MiB each time).
+fn damaged_packs_once(git_dir: &Path) -> Vec<String> {
+    type Seen = std::collections::HashMap<std::path::PathBuf, (Vec<(String, u64, i64)>, Vec<String>)>;
+    static SEEN: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
+    let mut state: Vec<(String, u64, i64)> =
+        std::fs::read_dir(git_dir.join("objects").join("pack"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| {
+                        use std::os::unix::fs::MetadataExt;
+                        let m = e.metadata().ok()?;
+                        Some((
+                            e.file_name().to_string_lossy().into_owned(),
+                            m.len(),
+                            m.mtime(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    state.sort();
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = seen.get_or_insert_with(Default::default);
+    if let Some((was, found)) = seen.get(git_dir)
+        && *was == state
+    {
+        return found.clone();
+    }
+    let found = packs::damaged_packs(git_dir);
+    seen.insert(git_dir.to_path_buf(), (state, found.clone()));
+    found
 }
 
 #[cfg(test)]

@@ -2937,6 +2937,34 @@ fn a_handed_over_study_with_a_damaged_pack_refuses_writes_and_changes_nothing() 
         "the refusal does not name the damaged pack alone: {err}"
     );
     assert!(err.contains("nothing was written"), "{err}");
+    // An agent that loops on the refused write gets the same refusal each time and grows
+    // nothing: no ref, no object, no file under the study's state.
+    fn files(p: &std::path::Path) -> usize {
+        std::fs::read_dir(p).map_or(0, |d| {
+            d.flatten()
+                .map(|e| {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        files(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+    }
+    let state_before = files(&root.join(".rsim"));
+    for _ in 0..5 {
+        let again = run(&root, &branch);
+        assert!(!again.status.success());
+        let e = String::from_utf8_lossy(&again.stdout).to_string()
+            + &String::from_utf8_lossy(&again.stderr);
+        assert!(e.contains(&fake_name), "{e}");
+    }
+    assert_eq!(
+        files(&root.join(".rsim")),
+        state_before,
+        "refused writes grew the state"
+    );
     assert_eq!(refs(&root), before, "a refused write moved a ref");
     assert_eq!(
         std::fs::read(fake.with_extension("pack")).expect("still there"),
