@@ -1209,7 +1209,8 @@ pub fn explain_damage(git_dir: &Path, e: Error) -> Error {
 /// mtime) in this process: an agent that loops on a refused write gets the same answer without
 /// the packs being read again (up to 64 × 64 MiB each time).
 fn damaged_packs_once(git_dir: &Path) -> Vec<String> {
-    type Seen = std::collections::HashMap<std::path::PathBuf, (Vec<(String, u64, i64)>, Vec<String>)>;
+    type Seen =
+        std::collections::HashMap<std::path::PathBuf, (Vec<(String, u64, i64)>, Vec<String>)>;
     static SEEN: std::sync::Mutex<Option<Seen>> = std::sync::Mutex::new(None);
     let mut state: Vec<(String, u64, i64)> =
         std::fs::read_dir(git_dir.join("objects").join("pack"))
