@@ -6,8 +6,8 @@
 //!   (inline, one row that is no arithmetic item) in turn — validated, policy-checked, signed, verified, indexed.
 //! - **floor**: the least a git-backed record with a SQL index can do per action: write one JSON
 //!   blob, a tree holding it (and the files before it), one commit on a branch moved with
-//!   compare-and-swap (`reference_matching`), and one row inserted in an indexed SQLite table
-//!   (WAL) — libgit2 and SQLite, nothing else.
+//!   compare-and-swap (`reference_matching`), no reflog (rsim keeps none either), and one row
+//!   inserted in an indexed SQLite table (WAL) — libgit2 and SQLite, nothing else.
 //!
 //! The two alternate in blocks of 10 actions, RSIM_RECORD_RUNS (3) times, without and then with
 //! fsync (libgit2's fsync switch and SQLite's `synchronous = FULL` for the floor;
@@ -145,6 +145,10 @@ impl Floor {
     fn new(dir: &Path, fsync: bool) -> Floor {
         std::fs::create_dir_all(dir).expect("dir");
         let repo = git2::Repository::init(dir).expect("git init");
+        // No reflog, as rsim's studies keep none: the floor is the least a record can write.
+        repo.config()
+            .and_then(|mut c| c.set_bool("core.logAllRefUpdates", false))
+            .expect("config");
         let db = rusqlite::Connection::open(dir.join("index.sqlite")).expect("sqlite");
         db.execute_batch(&format!(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous={};

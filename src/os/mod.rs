@@ -93,8 +93,19 @@ pub struct Study {
             std::sync::Arc<crate::policy::contamination::ScanIndex>,
         )>,
     >,
+    /// The same sets under the `stat` identities of their files (`data::protected_stamp`): while
+    /// no file changed, none is read again.
+    #[allow(clippy::type_complexity)]
+    eval_sets_stamped: std::cell::RefCell<
+        Option<(
+            Vec<i64>,
+            std::sync::Arc<Vec<crate::policy::contamination::EvalSet>>,
+        )>,
+    >,
     /// Sizes of store objects read once (an object's bytes never change under its hash).
     stored_sizes: std::cell::RefCell<std::collections::HashMap<String, u64>>,
+    /// Running totals of the registered datasets (`register_dataset::registered_totals`).
+    dataset_totals: std::cell::RefCell<Option<actions::DatasetTotals>>,
 }
 
 impl Study {
@@ -198,7 +209,9 @@ impl Study {
             prepared: std::cell::Cell::new(false),
             storage_seen: std::cell::RefCell::new(None),
             eval_sets_seen: std::cell::RefCell::new(None),
+            eval_sets_stamped: std::cell::RefCell::new(None),
             stored_sizes: Default::default(),
+            dataset_totals: Default::default(),
             scan_index_seen: Default::default(),
         })
     }

@@ -690,3 +690,64 @@ fn studies_sharing_a_generator_secret_draw_the_same_data() {
         assert!(crate::os::owner::share_generator_secret(&a.root, bad).is_err());
     }
 }
+
+#[test]
+fn dataset_budgets_count_what_other_handles_register_while_totals_are_kept() {
+    let (d, a) = study_with(&CONFIG.replace("max_nodes = 3", "max_nodes = 3\ndataset_rows = 3"));
+    let b = Study::open(d.path()).expect("second handle");
+    let w = worker("w");
+    let register = |s: &Study, name: &str| {
+        s.call(
+            &w,
+            "register_dataset",
+            json!({"node": "n0", "name": name, "source": {"kind": "inline", "rows": [{"prompt": format!("say {name}"), "answer": "ok"}]}}),
+        )
+    };
+    let agrees = |s: &Study| {
+        let kept = s.registered_totals(&s.index, "w").expect("totals");
+        let fresh = s.count_registered(&s.index).expect("count");
+        assert_eq!(kept[0], fresh.rows(), "kept rows = a fresh count");
+        assert_eq!(kept[1], fresh.bytes(), "kept bytes = a fresh count");
+        kept
+    };
+    register(&a, "d1").expect("d1");
+    assert_eq!(agrees(&a)[0], 1);
+    // Registered through another handle: the first handle's kept totals take it in.
+    register(&b, "d2").expect("d2");
+    let t = agrees(&a);
+    assert_eq!((t[0], t[2]), (2, 2));
+    assert!(t[1] > 0 && t[1] == t[3], "stored bytes counted: {t:?}");
+    register(&a, "d3").expect("d3: the third row fits");
+    let e = register(&a, "d4").expect_err("the budget counts the other handle's row");
+    assert!(
+        e.message.contains("budget-dataset-storage"),
+        "{}",
+        e.message
+    );
+    let e = register(&b, "d5").expect_err("and so does the other handle");
+    assert!(
+        e.message.contains("budget-dataset-storage"),
+        "{}",
+        e.message
+    );
+    assert_eq!(agrees(&b)[0], 3);
+}
+
+#[test]
+fn a_study_keeps_no_reflogs() {
+    let (d, s) = study();
+    s.call(
+        &worker("w"),
+        "branch",
+        json!({"parents": ["n0"], "title": "t"}),
+    )
+    .expect("branch");
+    let cfg = s.record().repo().config().expect("config");
+    assert_eq!(cfg.get_bool("core.logAllRefUpdates").ok(), Some(false));
+    let logs = d.path().join(".git/logs/refs/heads/rsim");
+    assert!(
+        !logs.exists(),
+        "no reflog for node branches: {}",
+        logs.display()
+    );
+}

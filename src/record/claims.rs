@@ -207,7 +207,7 @@ impl Index {
         self.claims_table()?;
         let row = self
             .conn()
-            .query_row(
+            .query_row_cached(
                 "SELECT COALESCE(SUM(evaluation),0),
                         COALESCE(SUM(CASE WHEN node=?1 THEN evaluation END),0),
                         COALESCE(SUM(CASE WHEN agent=?2 THEN evaluation END),0),
@@ -238,7 +238,7 @@ impl Index {
     /// Whether `job` holds a claim (admitted, not yet recorded).
     pub fn has_claim(&self, job: &str) -> Result<bool> {
         self.claims_table()?;
-        Ok(self.conn().query_row(
+        Ok(self.conn().query_row_cached(
             "SELECT EXISTS(SELECT 1 FROM claims WHERE job=?1)",
             [job],
             |r| r.get(0),
@@ -317,7 +317,7 @@ impl Index {
         self.queue_table()?;
         let row: Option<(String, String, u32)> = self
             .conn()
-            .query_row(
+            .query_row_cached(
                 "SELECT node, agent, pid FROM queue WHERE job=?1 AND cancelled_by IS NULL",
                 [job],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -403,6 +403,17 @@ impl Index {
         Ok((token, out))
     }
 
+    /// Run `decide` on the index as it stands, outside any write transaction, and take no hold:
+    /// for a pre-check whose answer a later `with_holds` decision repeats (it refuses early,
+    /// before costly work; it never admits on its own).
+    pub fn without_holds<T>(
+        &self,
+        decide: impl FnOnce(&Index) -> Result<(Option<Hold>, T)>,
+    ) -> Result<T> {
+        self.holds_table()?;
+        Ok(decide(self)?.1)
+    }
+
     /// What live holds (of writers still running) reserve, overall and for `agent`.
     pub fn held(&self, agent: &str) -> Result<Held> {
         self.holds_table()?;
@@ -462,7 +473,7 @@ impl Index {
     /// Writes nothing when there is nothing to drop (opening a study for a query stays a read).
     pub fn drop_dead_claims(&self) -> Result<usize> {
         let table = |name: &str| -> Result<bool> {
-            Ok(self.conn().query_row(
+            Ok(self.conn().query_row_cached(
                 "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1)",
                 [name],
                 |r| r.get(0),

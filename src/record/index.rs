@@ -20,11 +20,27 @@ use crate::util::error::Result;
 /// every write runs are parsed once per handle, not once per write.
 pub(crate) trait ExecCached {
     fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+    /// `Connection::query_row` through the same cache.
+    fn query_row_cached<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T>;
 }
 
 impl ExecCached for Connection {
     fn exec_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
         self.prepare_cached(sql)?.execute(params)
+    }
+
+    fn query_row_cached<T, P: rusqlite::Params>(
+        &self,
+        sql: &str,
+        params: P,
+        f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.prepare_cached(sql)?.query_row(params, f)
     }
 }
 
@@ -45,7 +61,7 @@ pub const RECORD_TABLES: [&str; 10] = [
 
 /// How many prepared statements a handle keeps (rusqlite's default, 16, is fewer than one
 /// write runs).
-const STATEMENT_CACHE: usize = 64;
+const STATEMENT_CACHE: usize = 128;
 
 const SCHEMA_VERSION: &str = "7";
 
@@ -199,6 +215,8 @@ pub struct Index {
     /// The coordination tables (claims, queue, holds: `claims`) this handle has made sure of,
     /// one bit each: each is created when first used, and asked for once per handle.
     pub(crate) tables_made: std::cell::Cell<u8>,
+    /// Actions this handle indexed (`WAL_SHORT_WRITES`).
+    writes: std::cell::Cell<u32>,
 }
 
 /// How many pending markers a handle keeps before its next index update clears them all (they
@@ -207,6 +225,17 @@ const STICKY_MARKERS: usize = 256;
 
 impl Drop for Index {
     fn drop(&mut self) {
+        // A long-lived writer lets the WAL grow to `WAL_AUTOCHECKPOINT_PAGES`; the next process
+        // to open the study would read all of it back. Past `WAL_SHORT_WRITES` writes, it is
+        // checkpointed here (passive: never waits for readers). A CLI call's one write leaves
+        // a short WAL and pays no fsync on exit.
+        if self.writes.get() >= WAL_SHORT_WRITES
+            && let Err(e) = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+        {
+            tracing::warn!("could not checkpoint the index's WAL: {e}");
+        }
         if self.marked.get_mut().is_empty() {
             return;
         }
@@ -221,12 +250,19 @@ impl Drop for Index {
 pub use crate::model::node_num;
 
 /// Pages of WAL past which a committing writer checkpoints it into the database (SQLite's
-/// default is 1000, ~4 MiB, which every process opening the study afterwards reads back).
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 200;
+/// default is 1000). Each checkpoint fsyncs the WAL and the database even without `[record]
+/// fsync` (synchronous=NORMAL): at 200 pages, about one action in 17 paid two fsyncs. A
+/// checkpoint copies each page once however often it was rewritten, so a longer WAL also copies
+/// less. A handle that wrote more than `WAL_SHORT_WRITES` times checkpoints when dropped.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 2000;
+
+/// Writes (indexed actions) of one handle past which it checkpoints the WAL when dropped (a WAL
+/// of about 200 pages: what the next opener reads back stays short).
+const WAL_SHORT_WRITES: u32 = 20;
 
 /// The schema version the index was written with, if it has one (reads only).
 fn schema_version(conn: &Connection) -> Option<String> {
-    conn.query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
+    conn.query_row_cached("SELECT value FROM meta WHERE key='schema'", [], |r| {
         r.get(0)
     })
     .optional()
@@ -307,7 +343,7 @@ impl Changes {
     pub fn version(&self) -> Result<i64> {
         Ok(self
             .conn
-            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+            .query_row_cached("PRAGMA data_version", [], |r| r.get(0))?)
     }
 }
 
@@ -327,7 +363,9 @@ impl Index {
         // matter (the index is rebuilt from git by `rsim reindex`).
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
         // The next process to open the study recovers the WAL left behind by reading all of it:
-        // a short WAL keeps that cheap (each write action adds a few pages to it).
+        // a handle that wrote much checkpoints when dropped (`WAL_SHORT_WRITES`), so what is left
+        // behind stays short; a longer autocheckpoint spares a long-lived writer's actions the
+        // checkpoints' fsyncs.
         conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
         set_synchronous(&conn, false)?;
         // 64 MiB page cache: a 100k-node DAG fits, so repeated queries in one process stay in memory.
@@ -346,6 +384,7 @@ impl Index {
             marked: Default::default(),
             dirty: Default::default(),
             tables_made: Default::default(),
+            writes: Default::default(),
         })
     }
 
@@ -480,6 +519,7 @@ impl Index {
             tx.exec_cached("DELETE FROM holds WHERE token=?1", [token])?;
         }
         tx.commit()?;
+        self.writes.set(self.writes.get().saturating_add(1));
         self.dirty.borrow_mut().remove(id);
         if clear {
             let dirty = self.dirty.borrow();
@@ -629,7 +669,7 @@ impl Index {
     ) -> Result<(bool, u64)> {
         let tx = self.immediate()?;
         let row: Option<(i64, i64, f64)> = tx
-            .query_row(
+            .query_row_cached(
                 "SELECT count, recorded, recorded_at FROM refusals WHERE agent=?1 AND digest=?2",
                 params![agent, digest],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -656,7 +696,7 @@ impl Index {
 
     /// Refusals counted and not recorded (repeats between two records of the same refusal).
     pub fn unrecorded_refusals(&self) -> Result<u64> {
-        let n: i64 = self.conn.query_row(
+        let n: i64 = self.conn.query_row_cached(
             "SELECT COALESCE(SUM(count - recorded), 0) FROM refusals",
             [],
             |r| r.get(0),
@@ -671,7 +711,7 @@ impl Index {
     pub fn admit_write(&self, agent: &str, now: f64, limit: u64) -> Result<Option<bool>> {
         let tx = self.immediate()?;
         let row: Option<(f64, i64, i64)> = tx
-            .query_row(
+            .query_row_cached(
                 "SELECT window_start, calls, throttled FROM rates WHERE agent=?1",
                 [agent],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -701,7 +741,7 @@ impl Index {
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
         Ok(self
             .conn
-            .query_row("SELECT value FROM meta WHERE key=?1", [key], |r| r.get(0))
+            .query_row_cached("SELECT value FROM meta WHERE key=?1", [key], |r| r.get(0))
             .optional()?)
     }
 
@@ -718,11 +758,10 @@ impl Index {
     pub fn node(&self, id: &str) -> Result<Option<NodeRow>> {
         let row = self
             .conn
-            .query_row(
+            .prepare_cached(
                 "SELECT id,num,title,hypothesis,status,outcome,created_at,created_by,tip,action_count FROM nodes WHERE id=?1",
-                [id],
-                node_from_row,
-            )
+            )?
+            .query_row([id], node_from_row)
             .optional()?;
         match row {
             Some(mut n) => {
@@ -810,13 +849,14 @@ impl Index {
     pub fn node_count(&self) -> Result<u64> {
         Ok(self
             .conn
-            .query_row("SELECT COUNT(*) FROM nodes", [], |r| r.get::<_, i64>(0))? as u64)
+            .query_row_cached("SELECT COUNT(*) FROM nodes", [], |r| r.get::<_, i64>(0))?
+            as u64)
     }
 
     pub fn max_node_num(&self) -> Result<i64> {
         Ok(self
             .conn
-            .query_row("SELECT COALESCE(MAX(num), -1) FROM nodes", [], |r| r.get(0))?)
+            .query_row_cached("SELECT COALESCE(MAX(num), -1) FROM nodes", [], |r| r.get(0))?)
     }
 
     /// Actions, newest first. `node` restricts to one node.
@@ -912,7 +952,7 @@ impl Index {
     pub fn job(&self, id: &str) -> Result<Option<(String, u32, JobRecord)>> {
         let row = self
             .conn
-            .query_row("SELECT node,seq,record FROM jobs WHERE id=?1", [id], |r| {
+            .query_row_cached("SELECT node,seq,record FROM jobs WHERE id=?1", [id], |r| {
                 Ok((
                     r.get::<_, String>(0)?,
                     r.get::<_, u32>(1)?,
@@ -933,7 +973,7 @@ impl Index {
 
     /// Job seconds used, optionally only on one node and/or by one agent.
     pub fn compute_seconds_used_by(&self, node: Option<&str>, agent: Option<&str>) -> Result<f64> {
-        Ok(self.conn.query_row(
+        Ok(self.conn.query_row_cached(
             "SELECT COALESCE(SUM(COALESCE(json_extract(j.record,'$.compute_s'),j.duration_s)),0) FROM jobs j JOIN actions a ON a.node=j.node AND a.seq=j.seq
              WHERE (?1 IS NULL OR j.node=?1) AND (?2 IS NULL OR a.agent=?2)",
             params![node, agent],
@@ -992,7 +1032,7 @@ impl Index {
         split: Option<&str>,
         agent: Option<&str>,
     ) -> Result<u64> {
-        let n: i64 = self.conn.query_row(
+        let n: i64 = self.conn.query_row_cached(
             "SELECT COUNT(*) FROM actions a WHERE a.decision='accepted'
                AND (a.action='evaluate' OR (a.action='reproduce'
                     AND json_extract(a.record,'$.result.action')='evaluate'))
@@ -1008,11 +1048,12 @@ impl Index {
 
     /// Rejections of one agent by one rule.
     pub fn rejection_count(&self, agent: &str, rule: &str) -> Result<u64> {
-        let n: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM actions WHERE decision='rejected' AND agent=?1 AND rule=?2",
-            params![agent, rule],
-            |r| r.get(0),
-        )?;
+        let n: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM actions WHERE decision='rejected' AND agent=?1 AND rule=?2",
+            )?
+            .query_row(params![agent, rule], |r| r.get(0))?;
         Ok(n as u64)
     }
 
@@ -1035,11 +1076,42 @@ impl Index {
         Ok(rows)
     }
 
+    /// How many datasets are registered, and the largest row id among them (0 when none): with
+    /// `datasets_registered_after`, what a caller keeping running totals needs to tell whether
+    /// only new registrations came in since it last counted.
+    pub fn datasets_mark(&self) -> Result<(u64, i64)> {
+        Ok(self.conn.query_row_cached(
+            "SELECT COUNT(*), COALESCE(MAX(rowid), 0) FROM datasets",
+            [],
+            |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?)),
+        )?)
+    }
+
+    /// The datasets whose row id is above `after`, with the agent that registered each:
+    /// (row id, sha256, rows, agent).
+    pub fn datasets_registered_after(&self, after: i64) -> Result<Vec<(i64, String, u64, String)>> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT d.rowid, d.sha256, d.rows, COALESCE(a.agent, '') FROM datasets d
+             LEFT JOIN actions a ON a.node = d.node AND a.seq = d.seq WHERE d.rowid > ?1",
+        )?;
+        let rows = st
+            .query_map([after], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get::<_, i64>(2)?.max(0) as u64,
+                    r.get(3)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     /// The dataset registered under `name`: (sha256, node, rows).
     pub fn dataset(&self, name: &str) -> Result<Option<(String, String, u64)>> {
         Ok(self
             .conn
-            .query_row(
+            .query_row_cached(
                 "SELECT sha256,node,rows FROM datasets WHERE name=?1",
                 [name],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? as u64)),
@@ -1051,7 +1123,7 @@ impl Index {
     pub fn base_checkpoint(&self, root: &str) -> Result<Option<String>> {
         Ok(self
             .conn
-            .query_row(
+            .query_row_cached(
                 "SELECT sha256 FROM artifacts WHERE node=?1 AND seq=1 AND kind='checkpoint'",
                 [root],
                 |r| r.get(0),
@@ -1063,7 +1135,7 @@ impl Index {
     pub fn checkpoint_origin(&self, sha: &str) -> Result<Option<(String, u32, Option<String>)>> {
         Ok(self
             .conn
-            .query_row(
+            .query_row_cached(
                 "SELECT node,seq,parent FROM artifacts WHERE sha256=?1 AND kind='checkpoint' ORDER BY node, seq LIMIT 1",
                 [sha],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
@@ -1180,9 +1252,12 @@ impl Index {
 
     /// Whether a node's evidence is suspect (see `SUSPECT_NODES`).
     pub fn is_suspect(&self, node: &str) -> Result<bool> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT 1 FROM ({SUSPECT_NODES}) WHERE node=?1 LIMIT 1"
-        ))?;
+        // `SUSPECT_NODES` for one node, without building the whole set first: the few suspect
+        // checkpoints first (CROSS JOIN keeps that order), each looked up by its hash.
+        let mut st = self.conn.prepare_cached(
+            "SELECT 1 FROM suspect s CROSS JOIN artifacts a ON a.sha256=s.checkpoint
+             WHERE a.kind='checkpoint' AND a.node=?1 LIMIT 1",
+        )?;
         Ok(st.exists([node])?)
     }
 
@@ -1289,7 +1364,7 @@ fn set_refused(
 
 fn sync_node_tx(tx: &rusqlite::Connection, record: &Record, id: &str) -> Result<()> {
     let indexed: Option<(String, u32)> = tx
-        .query_row(
+        .query_row_cached(
             "SELECT tip, action_count FROM nodes WHERE id=?1",
             [id],
             |r| Ok((r.get(0)?, r.get(1)?)),

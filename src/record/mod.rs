@@ -201,6 +201,7 @@ impl Record {
                 e.message()
             ))
         })?;
+        no_reflogs(&repo)?;
         // A genesis that failed before `main` was written left its key: the retry keeps it.
         let key = match signing::StudyKey::load(root)? {
             Some(k) if repo.refname_to_id(MAIN_REF).is_err() => k,
@@ -529,7 +530,7 @@ impl Record {
             cfg.set_str("gpg.format", "ssh")?;
             cfg.set_str("gpg.ssh.allowedSignersFile", signing::SIGNERS_FILE)?;
         }
-        Ok(())
+        no_reflogs(&self.repo)
     }
 
     /// Commit the study's public key to `main` (a study signed before rsim recorded it), so that
@@ -1032,6 +1033,17 @@ impl Record {
             }
         }
     }
+}
+
+/// No reflogs in a study's repository: a node branch's history is its signed commits, and
+/// nothing reads a reflog (a local, unsigned file anyone with the directory can edit). Writing
+/// them cost every action a file append, and every new node one more file.
+fn no_reflogs(repo: &Repository) -> Result<()> {
+    let mut cfg = repo.config()?;
+    if cfg.get_bool("core.logAllRefUpdates").ok() != Some(false) {
+        cfg.set_bool("core.logAllRefUpdates", false)?;
+    }
+    Ok(())
 }
 
 /// A ref lock older than this was left by a killed writer: a live writer holds it only for the

@@ -7,6 +7,7 @@ mod conclude;
 mod evaluate;
 pub use evaluate::FreshEvidence;
 mod register_dataset;
+pub(in crate::os) use register_dataset::DatasetTotals;
 mod reproduce;
 mod review;
 mod run_sft;

@@ -145,26 +145,106 @@ impl Study {
     }
 }
 
+/// What the registered datasets hold, counted once and then kept up to date from the new rows
+/// alone (`Study::registered_totals`).
+#[derive(Debug, Default)]
+pub(in crate::os) struct DatasetTotals {
+    /// The datasets counted and the largest row id among them (`Index::datasets_mark`).
+    count: u64,
+    last: i64,
+    /// A registered dataset's object was missing when counted (0 bytes): count again next time.
+    missing: bool,
+    rows: u64,
+    bytes: u64,
+    /// Per registering agent: (rows, bytes).
+    by_agent: std::collections::HashMap<String, (u64, u64)>,
+}
+
+impl DatasetTotals {
+    #[cfg(test)]
+    pub(in crate::os) fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    #[cfg(test)]
+    pub(in crate::os) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn add(&mut self, rowid: i64, rows: u64, bytes: Option<u64>, agent: String) {
+        self.count += 1;
+        self.last = self.last.max(rowid);
+        self.missing |= bytes.is_none();
+        let bytes = bytes.unwrap_or(0);
+        self.rows = self.rows.saturating_add(rows);
+        self.bytes = self.bytes.saturating_add(bytes);
+        let a = self.by_agent.entry(agent).or_default();
+        a.0 = a.0.saturating_add(rows);
+        a.1 = a.1.saturating_add(bytes);
+    }
+}
+
 impl Study {
-    /// The size of store object `sha` (0 when it is missing), read from disk once per handle:
+    /// What every registered dataset holds, and `agent`'s share: [rows, stored bytes, agent's
+    /// rows, agent's stored bytes]. A registration asks this inside its decision, and a study
+    /// registers thousands: the totals are kept per handle and only the datasets registered since
+    /// are read, while the table shows nothing else changed (its count grew by exactly the new
+    /// rows); otherwise, or after a missing object, everything is counted again.
+    pub(in crate::os) fn registered_totals(&self, index: &Index, agent: &str) -> Result<[u64; 4]> {
+        let (count, last) = index.datasets_mark()?;
+        let mut kept = self.dataset_totals.borrow_mut();
+        let mut totals = match kept.take() {
+            Some(t) if !t.missing && t.count == count && t.last == last => t,
+            Some(t) if !t.missing && last > t.last => {
+                let new = index.datasets_registered_after(t.last)?;
+                if t.count + new.len() as u64 == count {
+                    let mut t = t;
+                    for (rowid, sha, n, who) in new {
+                        t.add(rowid, n, self.stored_size(&sha), who);
+                    }
+                    t
+                } else {
+                    self.count_registered(index)?
+                }
+            }
+            _ => self.count_registered(index)?,
+        };
+        let mine = totals.by_agent.get(agent).copied().unwrap_or_default();
+        let out = [totals.rows, totals.bytes, mine.0, mine.1];
+        if totals.count != count || totals.last != last {
+            // The table changed while it was read (no transaction around a pre-check): keep nothing.
+            totals.missing = true;
+        }
+        *kept = Some(totals);
+        Ok(out)
+    }
+
+    pub(in crate::os) fn count_registered(&self, index: &Index) -> Result<DatasetTotals> {
+        let mut t = DatasetTotals::default();
+        for (rowid, sha, n, who) in index.datasets_registered_after(i64::MIN)? {
+            t.add(rowid, n, self.stored_size(&sha), who);
+        }
+        Ok(t)
+    }
+
+    /// The size of store object `sha` (None when it is missing), read from disk once per handle:
     /// a content-addressed object's size never changes. A registration counts every registered
     /// dataset's bytes, which must not cost a `stat` per dataset per registration.
-    fn stored_size(&self, sha: &str) -> u64 {
+    fn stored_size(&self, sha: &str) -> Option<u64> {
         if let Some(n) = self.stored_sizes.borrow().get(sha) {
-            return *n;
+            return Some(*n);
         }
-        let Ok(m) = fs::metadata(self.store.path(sha)) else {
-            return 0;
-        };
+        let m = fs::metadata(self.store.path(sha)).ok()?;
         let mut seen = self.stored_sizes.borrow_mut();
         if seen.len() >= 1 << 16 {
             seen.clear();
         }
         seen.insert(sha.to_string(), m.len());
-        m.len()
+        Some(m.len())
     }
 
-    /// Decide on a registration in one write transaction of the index: count what is registered
+    /// Decide on a registration (with `hold`, in one write transaction of the index; without,
+    /// the early pre-check, on the index as it stands and holding nothing): count what is registered
     /// plus what registrations in flight hold (names, rows, bytes, contamination rejections not
     /// yet recorded), ask the policy, and — with `hold` — hold this registration's share until it
     /// is recorded, so racing registrations cannot together take one name, pass the dataset
@@ -184,7 +264,7 @@ impl Study {
         hold: bool,
     ) -> Result<(Option<String>, Decision)> {
         let disk = self.storage_fact(&caller.agent)?;
-        self.index.with_holds(|index| {
+        let decide = |index: &Index| {
             let held = index.held(&caller.agent)?;
             let mut storage = StorageFact {
                 used_rows: held.dataset_rows,
@@ -194,15 +274,12 @@ impl Study {
                 rows: asked.0,
                 bytes: asked.1,
             };
-            for (_, sha, n, agent) in index.datasets_registered()? {
-                let stored = self.stored_size(&sha);
-                storage.used_rows = storage.used_rows.saturating_add(n);
-                storage.used_bytes = storage.used_bytes.saturating_add(stored);
-                if agent == caller.agent {
-                    storage.agent_used_rows = storage.agent_used_rows.saturating_add(n);
-                    storage.agent_used_bytes = storage.agent_used_bytes.saturating_add(stored);
-                }
-            }
+            let [rows, bytes, agent_rows, agent_bytes] =
+                self.registered_totals(index, &caller.agent)?;
+            storage.used_rows = storage.used_rows.saturating_add(rows);
+            storage.used_bytes = storage.used_bytes.saturating_add(bytes);
+            storage.agent_used_rows = storage.agent_used_rows.saturating_add(agent_rows);
+            storage.agent_used_bytes = storage.agent_used_bytes.saturating_add(agent_bytes);
             let facts = Facts {
                 node_status: Some(status),
                 dataset_name_taken: index.dataset(&req.name)?.is_some()
@@ -247,7 +324,12 @@ impl Study {
                 None
             };
             Ok((taken, decision))
-        })
+        };
+        if hold {
+            self.index.with_holds(decide)
+        } else {
+            Ok((None, self.index.without_holds(decide)?))
+        }
     }
 
     /// The rows a source stands for, after its projected size was found within the bounds:
