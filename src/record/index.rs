@@ -250,14 +250,17 @@ impl Drop for Index {
 pub use crate::model::node_num;
 
 /// Pages of WAL past which a committing writer checkpoints it into the database (SQLite's
-/// default is 1000). Each checkpoint fsyncs the WAL and the database even without `[record]
-/// fsync` (synchronous=NORMAL): at 200 pages, about one action in 17 paid two fsyncs. A
-/// checkpoint copies each page once however often it was rewritten, so a longer WAL also copies
-/// less. A handle that wrote more than `WAL_SHORT_WRITES` times checkpoints when dropped.
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 2000;
+/// default is 1000, ~4 MiB, which every process opening the study afterwards reads back).
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 200;
 
-/// Writes (indexed actions) of one handle past which it checkpoints the WAL when dropped (a WAL
-/// of about 200 pages: what the next opener reads back stays short).
+/// The same for a long-lived writer, once it has indexed `WAL_SHORT_WRITES` actions. Each
+/// checkpoint fsyncs the WAL and the database even without `[record] fsync` (synchronous=NORMAL):
+/// at 200 pages, one action in about 17 paid two fsyncs. A checkpoint copies each page once
+/// however often it was rewritten, so a longer WAL also copies less. Such a handle checkpoints
+/// when dropped, so what the next opener reads back stays short.
+const WAL_LONG_AUTOCHECKPOINT_PAGES: i64 = 2000;
+
+/// Actions a handle indexes before it counts as a long-lived writer (a CLI call writes one).
 const WAL_SHORT_WRITES: u32 = 20;
 
 /// The schema version the index was written with, if it has one (reads only).
@@ -363,9 +366,8 @@ impl Index {
         // matter (the index is rebuilt from git by `rsim reindex`).
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
         // The next process to open the study recovers the WAL left behind by reading all of it:
-        // a handle that wrote much checkpoints when dropped (`WAL_SHORT_WRITES`), so what is left
-        // behind stays short; a longer autocheckpoint spares a long-lived writer's actions the
-        // checkpoints' fsyncs.
+        // a short WAL keeps that cheap (each write action adds a few pages to it). A long-lived
+        // writer checkpoints less often and once more when dropped (`WAL_SHORT_WRITES`).
         conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
         set_synchronous(&conn, false)?;
         // 64 MiB page cache: a 100k-node DAG fits, so repeated queries in one process stay in memory.
@@ -520,6 +522,10 @@ impl Index {
         }
         tx.commit()?;
         self.writes.set(self.writes.get().saturating_add(1));
+        if self.writes.get() == WAL_SHORT_WRITES {
+            self.conn
+                .pragma_update(None, "wal_autocheckpoint", WAL_LONG_AUTOCHECKPOINT_PAGES)?;
+        }
         self.dirty.borrow_mut().remove(id);
         if clear {
             let dirty = self.dirty.borrow();
