@@ -2,8 +2,8 @@
 # Real MCP clients against rsim's MCP face (tools/test.sh runs this after `cargo test`):
 #   - the official conformance suite in server mode over HTTP: 0.1.x (its active suite, protocol
 #     <= 2025-11-25) and 0.2.0-alpha (`--requirements 2026-07-28`: what protocol 2026-07-28 requires,
-#     tasks extension included), against a binary built with `--features conformance` (the suite's
-#     fixture tools);
+#     tasks extension included), against the `rsim-conformance` example binary (rsim serving the
+#     suite's fixture tools too; `cargo test` builds it);
 #   - the MCP Inspector CLI (--strict) over stdio and HTTP, both protocol eras, and against a server
 #     with bearer tokens (401s, roles and agent names from tokens);
 #   - the Python `mcp` SDK client (tests/mcp/client.py) and the TypeScript SDK client
@@ -12,7 +12,7 @@
 # already installed). Builds nothing: give it the binaries.
 #
 #   RSIM_BIN              rsim binary to test (default target/debug/rsim)
-#   RSIM_CONFORMANCE_BIN  rsim built with `--features conformance` (default: RSIM_BIN)
+#   RSIM_CONFORMANCE_BIN  rsim with the suite's fixtures (default target/debug/examples/rsim-conformance)
 #   MCP_ONLY              run only these parts, comma-separated: conformance,inspector,python,ts;
 #                         `install` only installs the clients (tools/test.sh does that before
 #                         `cargo test`, whose command-agent test uses the Python client)
@@ -31,10 +31,10 @@ abspath() { case $1 in /*) echo "$1" ;; *) echo "$root/$1" ;; esac; }
 install_only=
 [ "${MCP_ONLY:-}" = install ] && install_only=1
 rsim=$(abspath "${RSIM_BIN:-target/debug/rsim}")
-conf_rsim=$(abspath "${RSIM_CONFORMANCE_BIN:-$rsim}")
+conf_rsim=$(abspath "${RSIM_CONFORMANCE_BIN:-target/debug/examples/rsim-conformance}")
 if [ -z "$install_only" ]; then
   [ -x "$rsim" ] || die "no rsim binary at $rsim (build it with \`cargo build\`, or set RSIM_BIN)"
-  [ -x "$conf_rsim" ] || die "no rsim binary at $conf_rsim (build it with \`cargo build --features conformance\`, or set RSIM_CONFORMANCE_BIN)"
+  [ -x "$conf_rsim" ] || die "no rsim binary at $conf_rsim (build it with \`cargo build --example rsim-conformance\`, or set RSIM_CONFORMANCE_BIN)"
 fi
 only=",${MCP_ONLY:-conformance,inspector,python,ts},"
 wants() { [[ $only == *",$1,"* ]]; }

@@ -61,18 +61,17 @@ mkdir -p test-output
 # benchmark (the spec run bare) is left to `tools/hf.sh` run by hand: HF_RATIO_RUNS=0 here.
 stage "transformers path (in the background; its log follows the Node lane)"
 # A process group of its own, so that a failing Node lane stops it and what it started; a copy of
-# the binary of its own, so that the conformance build below does not swap it under its jobs (a
-# study pins the binary that evaluates).
+# the binary of its own, so that nothing rebuilt meanwhile swaps it under its jobs (a study pins
+# the binary that evaluates).
 cp target/debug/rsim target/rsim-hf
 HF_RATIO_RUNS=0 RSIM_BIN=target/rsim-hf setsid tools/hf.sh >test-output/hf.log 2>&1 &
 hf_pid=$!
 trap 'kill -- "-$hf_pid" 2>/dev/null || true' EXIT
 # Real MCP clients (conformance suite, Inspector CLI, Python and TypeScript SDKs) against the binary;
-# the conformance suite's fixture tools are behind the `conformance` feature, in a second binary
-# (built while the transformers lane starts; it is copied aside before the plain binary is relinked).
+# the conformance suite's fixture tools are served by the `rsim-conformance` example, which
+# `cargo test` built beside rsim (it links the same library: nothing is compiled again).
 stage "MCP clients"
-cargo build --locked --features conformance && cp target/debug/rsim target/rsim-conformance && cargo build --locked
-RSIM_BIN=target/debug/rsim RSIM_CONFORMANCE_BIN=target/rsim-conformance tools/mcp-clients.sh
+RSIM_BIN=target/debug/rsim RSIM_CONFORMANCE_BIN=target/debug/examples/rsim-conformance tools/mcp-clients.sh
 # Real MCP hosts (Claude Code, Codex CLI, Gemini CLI from npm) against a scripted model endpoint on
 # loopback: stdio, HTTP, HTTP with tokens, and `rsim run --worker 'cmd:…'` (about a minute).
 stage "MCP hosts"

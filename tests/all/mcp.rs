@@ -245,6 +245,18 @@ fn tools_resources_prompts_roles_and_long_jobs() {
             assert!(names.contains(&n), "{n} missing from {names:?}");
         }
         assert!(!names.contains(&"review"), "a worker is not offered review");
+        // The conformance suite's fixtures are the `rsim-conformance` test binary's alone.
+        assert!(
+            !names.iter().any(|n| n.starts_with("test_") || *n == "json_schema_2020_12_tool" || *n == "greet"),
+            "rsim serves none of the conformance fixtures: {names:?}"
+        );
+        let fixture = w
+            .call_tool(CallToolRequestParams::new("test_simple_text".to_string()))
+            .await;
+        assert!(
+            fixture.as_ref().is_err_and(|e| e.to_string().contains("unknown tool")),
+            "a fixture tool is unknown to rsim: {fixture:?}"
+        );
         let dag = tools.iter().find(|t| t.name == "dag").expect("dag");
         let ann = dag.annotations.as_ref().expect("annotations");
         assert_eq!(ann.read_only_hint, Some(true));

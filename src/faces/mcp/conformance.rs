@@ -1,6 +1,7 @@
 //! Fixture tools, resources and prompts of the official MCP conformance suite
-//! (`@modelcontextprotocol/conformance`, server scenarios), compiled in only with the cargo feature
-//! `conformance`, so the suite's scenarios exercise this server for real (as the SDKs' own CI does).
+//! (`@modelcontextprotocol/conformance`, server scenarios), served only by the `rsim-conformance`
+//! test binary (`enable_conformance_fixtures`), so the suite's scenarios exercise this server for
+//! real (as the SDKs' own CI does).
 //! Names and contents are the ones the scenarios ask for.
 #![allow(deprecated)] // logging and sampling are deprecated for 2026-07-28 but tested for 2025-xx
 

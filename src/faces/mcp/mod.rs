@@ -656,8 +656,9 @@ impl ServerHandler for Server {
             .enable_prompts()
             .enable_tasks()
             .build();
-        #[cfg(feature = "conformance")]
-        conformance::capabilities(&mut caps);
+        if conformance_fixtures() {
+            conformance::capabilities(&mut caps);
+        }
         ServerConfig::new(caps)
         .with_server_info(
             Implementation::new("rsim", env!("CARGO_PKG_VERSION"))
@@ -682,8 +683,7 @@ impl ServerHandler for Server {
             .filter(|(_, k)| role_may(role, *k))
             .map(|(t, _)| t.clone())
             .collect();
-        #[cfg(feature = "conformance")]
-        {
+        if conformance_fixtures() {
             tools.extend(conformance::tools());
             tools.extend(conformance::mrtr_tools());
         }
@@ -691,11 +691,11 @@ impl ServerHandler for Server {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        #[cfg(feature = "conformance")]
-        if let Some(t) = conformance::tools()
-            .into_iter()
-            .chain(conformance::mrtr_tools())
-            .find(|t| t.name == name)
+        if conformance_fixtures()
+            && let Some(t) = conformance::tools()
+                .into_iter()
+                .chain(conformance::mrtr_tools())
+                .find(|t| t.name == name)
         {
             return Some(t);
         }
@@ -713,13 +713,13 @@ impl ServerHandler for Server {
     ) -> std::result::Result<CallToolResponse, McpError> {
         let caller = self.caller_of(&ctx.extensions)?;
         let name = request.name.to_string();
-        #[cfg(feature = "conformance")]
-        if let Some(r) = conformance::call(&name, &request, &ctx).await {
-            return r.map(CallToolResponse::from);
-        }
-        #[cfg(feature = "conformance")]
-        if let Some(r) = conformance::call_task(&name, &request, &ctx, &self.shared.tasks) {
-            return r;
+        if conformance_fixtures() {
+            if let Some(r) = conformance::call(&name, &request, &ctx).await {
+                return r.map(CallToolResponse::from);
+            }
+            if let Some(r) = conformance::call_task(&name, &request, &ctx, &self.shared.tasks) {
+                return r;
+            }
         }
         let Some((_, kind)) = self.shared.tools.iter().find(|(t, _)| t.name == name) else {
             return Err(McpError::invalid_params(
@@ -790,8 +790,9 @@ impl ServerHandler for Server {
                 .with_description("Every node and edge of the study's research DAG (JSON, as the dag tool's full view).")
                 .with_mime_type("application/json"),
         ];
-        #[cfg(feature = "conformance")]
-        resources.extend(conformance::resources());
+        if conformance_fixtures() {
+            resources.extend(conformance::resources());
+        }
         Ok(ListResourcesResult::with_all_items(resources))
     }
 
@@ -815,8 +816,9 @@ impl ServerHandler for Server {
                 .with_description("A job's combined stdout/stderr: live while it runs, the recorded log artifact afterwards (text).")
                 .with_mime_type("text/plain"),
         ];
-        #[cfg(feature = "conformance")]
-        templates.extend(conformance::resource_templates());
+        if conformance_fixtures() {
+            templates.extend(conformance::resource_templates());
+        }
         Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
@@ -826,8 +828,9 @@ impl ServerHandler for Server {
         _ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<ReadResourceResponse, McpError> {
         let uri = request.uri.clone();
-        #[cfg(feature = "conformance")]
-        if let Some(r) = conformance::read(&uri) {
+        if conformance_fixtures()
+            && let Some(r) = conformance::read(&uri)
+        {
             return r.map(ReadResourceResponse::from);
         }
         let u = uri.clone();
@@ -860,8 +863,7 @@ impl ServerHandler for Server {
             )
             .with_title("Reviewer role"),
         ];
-        #[cfg(feature = "conformance")]
-        {
+        if conformance_fixtures() {
             prompts.extend(conformance::prompts());
             prompts.push(conformance::mrtr_prompt_def());
         }
@@ -873,13 +875,13 @@ impl ServerHandler for Server {
         request: GetPromptRequestParams,
         _ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<GetPromptResponse, McpError> {
-        #[cfg(feature = "conformance")]
-        if let Some(r) = conformance::prompt(&request) {
-            return r.map(GetPromptResponse::from);
-        }
-        #[cfg(feature = "conformance")]
-        if let Some(r) = conformance::mrtr_prompt(&request) {
-            return r;
+        if conformance_fixtures() {
+            if let Some(r) = conformance::prompt(&request) {
+                return r.map(GetPromptResponse::from);
+            }
+            if let Some(r) = conformance::mrtr_prompt(&request) {
+                return r;
+            }
         }
         let (text, desc) = match request.name.as_str() {
             "worker" => (WORKER_PROMPT, "The Worker role"),
@@ -898,50 +900,59 @@ impl ServerHandler for Server {
         )
     }
 
-    #[cfg(feature = "conformance")]
+    // The next five answer as rmcp's defaults do (nothing accepted, method not found) unless the
+    // conformance fixtures are on.
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        Some(requested.clone())
+        conformance_fixtures().then(|| requested.clone())
     }
 
-    #[cfg(feature = "conformance")]
     async fn complete(
         &self,
         request: CompleteRequestParams,
         _ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<CompleteResult, McpError> {
+        if !conformance_fixtures() {
+            return Err(McpError::method_not_found::<CompleteRequestMethod>());
+        }
         Ok(conformance::complete(&request))
     }
 
-    #[cfg(feature = "conformance")]
     #[allow(deprecated)]
     async fn set_level(
         &self,
         _request: SetLevelRequestParams,
         _ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
+        if !conformance_fixtures() {
+            return Err(McpError::method_not_found::<SetLevelRequestMethod>());
+        }
         Ok(())
     }
 
-    #[cfg(feature = "conformance")]
     #[allow(deprecated)]
     async fn subscribe(
         &self,
         _request: SubscribeRequestParams,
         _ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
+        if !conformance_fixtures() {
+            return Err(McpError::method_not_found::<SubscribeRequestMethod>());
+        }
         Ok(())
     }
 
-    #[cfg(feature = "conformance")]
     #[allow(deprecated)]
     async fn unsubscribe(
         &self,
         _request: UnsubscribeRequestParams,
         _ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
+        if !conformance_fixtures() {
+            return Err(McpError::method_not_found::<UnsubscribeRequestMethod>());
+        }
         Ok(())
     }
 
@@ -974,8 +985,23 @@ impl ServerHandler for Server {
     }
 }
 
-#[cfg(feature = "conformance")]
 mod conformance;
+
+/// Whether this process serves the official MCP conformance suite's fixture tools, resources and
+/// prompts (`conformance`) beside rsim's own. Only the `rsim-conformance` test binary
+/// (`tests/mcp/rsim-conformance.rs`) turns them on, before anything is served; `rsim` never does,
+/// and no flag, setting or environment variable can.
+static CONFORMANCE_FIXTURES: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Serve the conformance suite's fixtures in this process (the `rsim-conformance` test binary).
+pub fn enable_conformance_fixtures() {
+    CONFORMANCE_FIXTURES.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn conformance_fixtures() -> bool {
+    CONFORMANCE_FIXTURES.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// `rsim mcp`: serve one agent over stdio until the client closes it.
 pub fn serve_stdio(study: &Path, caller: Caller, opts: Options) -> Result<()> {
