@@ -1082,14 +1082,20 @@ impl Index {
         Ok(rows)
     }
 
-    /// How many datasets are registered, and the largest row id among them (0 when none): with
-    /// `datasets_registered_after`, what a caller keeping running totals needs to tell whether
-    /// only new registrations came in since it last counted.
-    pub fn datasets_mark(&self) -> Result<(u64, i64)> {
+    /// How many datasets are registered, the largest row id among them (0 when none) and their
+    /// rows in all: with `datasets_registered_after`, what a caller keeping running totals needs
+    /// to tell whether only new registrations came in since it last counted.
+    pub fn datasets_mark(&self) -> Result<(u64, i64, u64)> {
         Ok(self.conn.query_row_cached(
-            "SELECT COUNT(*), COALESCE(MAX(rowid), 0) FROM datasets",
+            "SELECT COUNT(*), COALESCE(MAX(rowid), 0), COALESCE(SUM(MAX(rows, 0)), 0) FROM datasets",
             [],
-            |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?)),
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?.max(0) as u64,
+                    r.get(1)?,
+                    r.get::<_, i64>(2)?.max(0) as u64,
+                ))
+            },
         )?)
     }
 

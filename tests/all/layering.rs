@@ -339,3 +339,27 @@ fn the_checker_sees_what_it_must_refuse() {
     assert!(around_the_os("os", "let r = crate::record::Record::open(root)?;").is_empty());
     assert!(rank("bench") > rank("campaign") && rank("bench") < rank("faces"));
 }
+
+/// The command line stays a folder a newcomer can read: no file of it reaches 600 lines (the
+/// grammar, the routing, the printers and the commands each in their own).
+#[test]
+fn no_file_of_the_command_line_reaches_600_lines() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/faces/cli");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(files.len() >= 5, "src/faces/cli holds its files: {files:?}");
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).expect("read").lines().count();
+            (n >= 600).then(|| format!("{} ({n} lines)", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these: {long:?}");
+    assert!(
+        !Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/faces/cli.rs")
+            .exists(),
+        "faces/cli.rs is a folder now"
+    );
+}

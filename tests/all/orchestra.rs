@@ -28,6 +28,11 @@ fn node(root: &Path, id: &str) -> Value {
 #[test]
 fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node() {
     let (_d, root) = example_study();
+    // One generator secret every run: the campaign draws the same data each time, so what it
+    // learns (and whether any node ends promising, which promotion needs) does not vary by run.
+    // With a fresh random secret, a CI run once ended with no promising node to test.
+    rsi_master::os::owner::share_generator_secret(&root, "0123456789abcdef0123456789abcdef")
+        .expect("secret");
     let html = root.join("report.html");
     // A tight lock-in limit so the guard fires within a short campaign.
     let v = ok_json(
@@ -92,7 +97,15 @@ fn orchestrated_campaign_reviews_grows_the_dag_and_tests_only_the_promoted_node(
         .into_iter()
         .filter(|a| a["summary"].as_str().unwrap_or("").contains("/test"))
         .collect();
-    assert_eq!(tests.len(), 2, "{tests:?}");
+    assert_eq!(
+        tests.len(),
+        2,
+        "{tests:?}\nsummary: {s}\nverdicts: {:?}",
+        nodes
+            .iter()
+            .map(|n| (n["id"].clone(), n["verdict"].clone(), n["dev_mean"].clone()))
+            .collect::<Vec<_>>()
+    );
     assert!(
         tests
             .iter()

@@ -1,6 +1,5 @@
-//! The command line's grammar: every subcommand and flag (clap derive), and the names the
-//! command line gives core types (answer formats, strategies, fsync choices) without the core
-//! types knowing clap. Nothing here runs anything.
+//! The command line's grammar: every subcommand and flag (clap derive); the names it gives core
+//! types are in `names`. Nothing here runs anything.
 
 use std::path::PathBuf;
 
@@ -558,48 +557,4 @@ pub enum JobCommand {
         #[arg(long, value_enum, default_value = "arith")]
         family: crate::train::Family,
     },
-}
-
-// The command line names answer formats and strategies by their own names (the core types stay
-// free of clap).
-impl clap::ValueEnum for crate::train::Family {
-    fn value_variants<'a>() -> &'a [Self] {
-        &crate::train::Family::ALL
-    }
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.name()))
-    }
-}
-
-impl clap::ValueEnum for AnswerFormat {
-    fn value_variants<'a>() -> &'a [Self] {
-        &AnswerFormat::ALL
-    }
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.name()))
-    }
-}
-
-impl clap::ValueEnum for crate::bench::cli_cost::FsyncChoice {
-    fn value_variants<'a>() -> &'a [Self] {
-        use crate::bench::cli_cost::FsyncChoice;
-        &[FsyncChoice::On, FsyncChoice::Off, FsyncChoice::Both]
-    }
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        use crate::bench::cli_cost::FsyncChoice;
-        Some(clap::builder::PossibleValue::new(match self {
-            FsyncChoice::On => "on",
-            FsyncChoice::Off => "off",
-            FsyncChoice::Both => "both",
-        }))
-    }
-}
-
-impl clap::ValueEnum for crate::campaign::Strategy {
-    fn value_variants<'a>() -> &'a [Self] {
-        &crate::campaign::Strategy::CHOICES
-    }
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.name()))
-    }
 }

@@ -13,6 +13,7 @@
 mod args;
 mod bench;
 mod campaign;
+mod names;
 mod ops;
 mod print;
 mod requests;

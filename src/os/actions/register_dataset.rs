@@ -189,19 +189,20 @@ impl Study {
     /// rows, agent's stored bytes]. A registration asks this inside its decision, and a study
     /// registers thousands: the totals are kept per handle and only the datasets registered since
     /// are read, while the table shows nothing else changed (its count grew by exactly the new
-    /// rows); otherwise, or after a missing object, everything is counted again.
+    /// rows, and its rows in all agree); otherwise, or after a missing object, everything is
+    /// counted again.
     pub(in crate::os) fn registered_totals(&self, index: &Index, agent: &str) -> Result<[u64; 4]> {
-        let (count, last) = index.datasets_mark()?;
+        let (count, last, all_rows) = index.datasets_mark()?;
         let mut kept = self.dataset_totals.borrow_mut();
         let mut totals = match kept.take() {
-            Some(t) if !t.missing && t.count == count && t.last == last => t,
+            Some(t) if !t.missing && t.count == count && t.last == last && t.rows == all_rows => t,
             Some(t) if !t.missing && last > t.last => {
                 let new = index.datasets_registered_after(t.last)?;
-                if t.count + new.len() as u64 == count {
-                    let mut t = t;
-                    for (rowid, sha, n, who) in new {
-                        t.add(rowid, n, self.stored_size(&sha), who);
-                    }
+                let mut t = t;
+                for (rowid, sha, n, who) in new {
+                    t.add(rowid, n, self.stored_size(&sha), who);
+                }
+                if t.count == count && t.rows == all_rows {
                     t
                 } else {
                     self.count_registered(index)?
@@ -211,7 +212,7 @@ impl Study {
         };
         let mine = totals.by_agent.get(agent).copied().unwrap_or_default();
         let out = [totals.rows, totals.bytes, mine.0, mine.1];
-        if totals.count != count || totals.last != last {
+        if totals.count != count || totals.last != last || totals.rows != all_rows {
             // The table changed while it was read (no transaction around a pre-check): keep nothing.
             totals.missing = true;
         }
