@@ -10,17 +10,27 @@
 set -euo pipefail
 dir=$1
 shift
-if [ "${RSIM_NPM_CACHE:-}" = off ]; then
-  [ -L "$dir/node_modules" ] && rm "$dir/node_modules"
+in_place() {
+  if [ -L "$dir/node_modules" ]; then rm "$dir/node_modules"; fi
   (cd "$dir" && npm "$@") >&2
   exit 0
-fi
+}
+[ "${RSIM_NPM_CACHE:-}" = off ] && in_place "$@"
 key=$({ cat "$dir/package.json" "$dir/package-lock.json"; node --version; uname -sm; } | sha256sum | cut -c1-24)
-root="${XDG_CACHE_HOME:-$HOME/.cache}/rsim/npm"
+if [ -n "${XDG_CACHE_HOME:-}" ]; then
+  root=$XDG_CACHE_HOME/rsim/npm
+elif [ -n "${HOME:-}" ]; then
+  root=$HOME/.cache/rsim/npm
+else
+  echo "npm-cached: no HOME nor XDG_CACHE_HOME; installing in $dir" >&2
+  in_place "$@"
+fi
 cache="$root/$(basename "$(cd "$dir" && pwd)")-$key"
-mkdir -p "$root"
+# No writable cache (a read-only home): install in place, as without the cache.
+mkdir -p "$root" 2>/dev/null && [ -w "$root" ] || { echo "npm-cached: no writable $root; installing in $dir" >&2; in_place "$@"; }
 (
-  flock 9
+  # One install at a time (flock is util-linux; without it, installs are not serialised).
+  if command -v flock >/dev/null 2>&1; then flock 9; fi
   if [ ! -e "$cache/.rsim-complete" ]; then
     echo "npm-cached: installing $dir's packages into $cache" >&2
     rm -rf "$cache"
