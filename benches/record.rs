@@ -16,17 +16,13 @@
 //! measured with tracing spans at trace level, which cost nothing when no one listens).
 //! RSIM_RECORD_FSYNC=off|on runs one of the two only. Targets (issue 35): rsim ≤ 1.0× the floor, ≤ 1.2× with fsync.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use rsi_master::bench::phases::Phases;
 use rsi_master::model::Caller;
 use rsi_master::os::Study;
 use serde_json::json;
-use tracing::span;
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
 
 #[path = "support.rs"]
 mod support;
@@ -36,46 +32,6 @@ const BLOCK: usize = 10;
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-/// Each span name's own time (its time minus its children's), summed, in µs.
-#[derive(Clone, Default)]
-struct Phases(Arc<Mutex<HashMap<&'static str, (f64, u64)>>>);
-
-struct Timing {
-    start: Instant,
-    children: f64,
-}
-
-impl<S> Layer<S> for Phases
-where
-    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
-{
-    fn on_enter(&self, id: &span::Id, ctx: Context<'_, S>) {
-        if let Some(s) = ctx.span(id) {
-            s.extensions_mut().insert(Timing {
-                start: Instant::now(),
-                children: 0.0,
-            });
-        }
-    }
-
-    fn on_exit(&self, id: &span::Id, ctx: Context<'_, S>) {
-        let Some(s) = ctx.span(id) else { return };
-        let Some(t) = s.extensions_mut().remove::<Timing>() else {
-            return;
-        };
-        let total = t.start.elapsed().as_secs_f64() * 1e6;
-        if let Some(parent) = s.parent()
-            && let Some(pt) = parent.extensions_mut().get_mut::<Timing>()
-        {
-            pt.children += total;
-        }
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let e = m.entry(s.name()).or_default();
-        e.0 += total - t.children;
-        e.1 += 1;
-    }
 }
 
 fn study(base: &Path, name: &str, fsync: bool) -> std::path::PathBuf {
@@ -221,12 +177,7 @@ fn main() {
         .unwrap_or(3)
         .max(1);
     let phases = Phases::default();
-    tracing::subscriber::set_global_default(
-        tracing_subscriber::registry().with(phases.clone().with_filter(
-            tracing_subscriber::filter::filter_fn(|m| m.target().starts_with("rsi_master")),
-        )),
-    )
-    .expect("subscriber");
+    tracing::subscriber::set_global_default(phases.subscriber()).expect("subscriber");
     let base = tempfile::tempdir().expect("tempdir");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
@@ -242,7 +193,7 @@ fn main() {
     for &fsync in modes {
         let mut ratios = Vec::new();
         let (mut rs, mut fs) = (Vec::new(), Vec::new());
-        phases.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        phases.clear();
         for run in 0..runs {
             let s = study(base.path(), &format!("study-{fsync}-{run}"), fsync);
             let mut rsim = Rsim {
@@ -277,13 +228,12 @@ fn main() {
             median(ratios),
             if fsync { "<= 1.2x" } else { "<= 1.0x" }
         );
-        let m = phases.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let n = (actions * runs) as f64;
-        let mut rows: Vec<_> = m.into_iter().collect();
-        rows.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
         println!("  where rsim's time goes (own time per action, µs; calls per action):");
-        for (name, (us, calls)) in rows {
-            println!("    {name:<28} {:>8.1}  {:>5.2}", us / n, calls as f64 / n);
+        for p in phases.per_action(actions * runs) {
+            println!(
+                "    {:<28} {:>8.1}  {:>5.2}",
+                p.name, p.us_per_action, p.calls_per_action
+            );
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct BenchReport {
     /// Size of each query's answer an agent gets (default bound) and of the unbounded `dag`,
     /// in JSON bytes and estimated tokens (bytes / 4).
     pub answers: Vec<AnswerSize>,
+    /// Where the timed actions' time went: each write phase's own time per action.
+    pub phases: Vec<super::phases::Phase>,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -123,6 +125,9 @@ pub fn run(
     let study = Study::open(&small)?;
     let mut times = Vec::with_capacity(actions);
     let mut last = "n0".to_string();
+    // Each write phase's own time, listened to on this thread while the actions run.
+    let phases = super::phases::Phases::default();
+    phases.listen(|| -> Result<()> {
     for i in 0..actions {
         let t = Instant::now();
         match i % 3 {
@@ -151,6 +156,9 @@ pub fn run(
         }
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
+    Ok(())
+    })?;
+    let phases = phases.per_action(actions);
     let action_ms_median = median(&mut times);
     let action_ms_p90 = percentile(&mut times, 0.9);
     eprintln!(
@@ -245,6 +253,7 @@ pub fn run(
     let answers = answer_sizes(&study)?;
     let report = BenchReport {
         answers,
+        phases,
         machine: machine(),
         action_ms_median,
         action_ms_p90,
@@ -269,6 +278,19 @@ pub fn run(
             report.action_ms_p90,
             actions
         );
+        outln!(
+            txt,
+            "  where its time goes (own time per action, µs; calls per action):"
+        );
+        for p in &report.phases {
+            outln!(
+                txt,
+                "    {:<24} {:>8.1}  {:>5.2}",
+                p.name,
+                p.us_per_action,
+                p.calls_per_action
+            );
+        }
         outln!(
             txt,
             "commit signature:   sign {:.0} µs, verify {:.0} µs (median of 200)",

@@ -24,6 +24,7 @@ macro_rules! outln {
 
 pub mod actions;
 pub mod cli_cost;
+pub mod phases;
 pub mod slurm;
 pub mod step;
 pub mod strategies;

@@ -662,6 +662,15 @@ fn the_record_benchmark_runs_and_reports_its_figures() {
     ] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
     }
+    // Where an action's time goes: the write phases, each with its own time per action.
+    let phases = v["phases"].as_array().expect("phases");
+    for name in ["git.pack", "index.sync", "git.sign", "validate"] {
+        let p = phases.iter().find(|p| p["name"] == name);
+        assert!(
+            p.is_some_and(|p| p["us_per_action"].as_f64().is_some_and(|x| x > 0.0)),
+            "{name} in {phases:?}"
+        );
+    }
     // Answer sizes an agent gets: bounded answers stay within the default bound.
     let answers = v["answers"].as_array().expect("answers");
     assert!(answers.len() >= 5, "{v}");
