@@ -6,7 +6,8 @@
 # clean clone on a machine that installed the same lockfile before links instead of unpacking
 # again (code-server alone is tens of thousands of files, two minutes on two cores). A cached
 # directory is used only once its install finished (a marker written last); one install runs at
-# a time (a lock beside them). RSIM_NPM_CACHE=off installs into DIR itself.
+# a time (a lock beside them); the three installs of a folder used last are kept, older ones go.
+# RSIM_NPM_CACHE=off installs into DIR itself.
 set -euo pipefail
 dir=$1
 shift
@@ -25,7 +26,9 @@ else
   echo "npm-cached: no HOME nor XDG_CACHE_HOME; installing in $dir" >&2
   in_place "$@"
 fi
-cache="$root/$(basename "$(cd "$dir" && pwd)")-$key"
+name=$(basename "$(cd "$dir" && pwd)")
+cache="$root/$name-$key"
+KEEP=3
 # No writable cache (a read-only home): install in place, as without the cache.
 mkdir -p "$root" 2>/dev/null && [ -w "$root" ] || { echo "npm-cached: no writable $root; installing in $dir" >&2; in_place "$@"; }
 (
@@ -37,8 +40,14 @@ mkdir -p "$root" 2>/dev/null && [ -w "$root" ] || { echo "npm-cached: no writabl
     mkdir -p "$cache"
     cp "$dir/package.json" "$dir/package-lock.json" "$cache/"
     (cd "$cache" && npm "$@") >&2
-    touch "$cache/.rsim-complete"
   fi
+  # Used now (the marker's time says when last), and at most KEEP installs per folder are kept:
+  # clones with ever new lockfiles cannot grow the cache without end. A link left to an install
+  # removed here is remade by the next run.
+  touch "$cache/.rsim-complete"
+  ls -1dt "$root/$name"-*/.rsim-complete 2>/dev/null | tail -n +$((KEEP + 1)) | while read -r old; do
+    rm -rf "$(dirname "$old")"
+  done
 ) 9>"$root/.lock"
 # What was there (an install in place, or a link to another lockfile's packages) gives way.
 if [ -L "$dir/node_modules" ]; then

@@ -1063,23 +1063,9 @@ impl Index {
         Ok(n as u64)
     }
 
-    /// Every registered dataset with the agent that registered it: (name, sha256, rows, agent).
-    pub fn datasets_registered(&self) -> Result<Vec<(String, String, u64, String)>> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT d.name, d.sha256, d.rows, COALESCE(a.agent, '') FROM datasets d
-             LEFT JOIN actions a ON a.node = d.node AND a.seq = d.seq ORDER BY d.name",
-        )?;
-        let rows = st
-            .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get::<_, i64>(2)?.max(0) as u64,
-                    r.get(3)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+    /// Every registered dataset with the agent that registered it: (row id, sha256, rows, agent).
+    pub fn datasets_registered(&self) -> Result<Vec<(i64, String, u64, String)>> {
+        self.datasets_registered_after(i64::MIN)
     }
 
     /// How many datasets are registered, the largest row id among them (0 when none) and their

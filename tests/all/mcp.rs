@@ -962,3 +962,70 @@ fn diff_and_reproduce_over_mcp() {
     });
     fsck_clean(&study);
 }
+
+/// The conformance suite's fixtures live in the library (switched on only by the
+/// `rsim-conformance` test binary). An agent paid to find a way in asks the real server for every
+/// surface they add — prompts, resources and templates, completion, logging levels, the fixture
+/// tools that make the server ask the client to sample or elicit — and gets none of them.
+#[test]
+#[allow(deprecated)]
+fn the_real_server_offers_no_conformance_fixture_by_any_route() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &[]);
+    rt().block_on(async {
+        let w = agent(&server.url, "w1").await;
+        let caps = &w.peer_info().expect("server info").capabilities;
+        assert!(
+            caps.completions.is_none() && caps.logging.is_none(),
+            "{caps:?}"
+        );
+        let prompts: Vec<String> = w
+            .list_all_prompts()
+            .await
+            .expect("prompts")
+            .into_iter()
+            .map(|p| p.name.to_string())
+            .collect();
+        assert_eq!(prompts, ["worker", "reviewer"]);
+        let e = w
+            .get_prompt(GetPromptRequestParams::new("test_simple_prompt"))
+            .await;
+        assert!(e.is_err(), "a fixture prompt: {e:?}");
+        let uris: Vec<String> = w
+            .list_all_resources()
+            .await
+            .expect("resources")
+            .into_iter()
+            .map(|r| r.uri.to_string())
+            .collect();
+        assert!(uris.iter().all(|u| u.starts_with("rsim://")), "{uris:?}");
+        for uri in [
+            "test://static-text",
+            "test://template/1/data",
+            "test://watched-resource",
+        ] {
+            let r = w.read_resource(ReadResourceRequestParams::new(uri)).await;
+            assert!(r.is_err(), "{uri}: {r:?}");
+        }
+        let c = w
+            .complete_prompt_simple("test_prompt_with_arguments", "arg1", "a")
+            .await;
+        assert!(c.is_err(), "completion: {c:?}");
+        let l = w
+            .set_level(SetLevelRequestParams::new(LoggingLevel::Debug))
+            .await;
+        assert!(l.is_err(), "logging level: {l:?}");
+        for tool in ["test_sampling", "test_elicitation", "greet", "slow_compute"] {
+            let r = w
+                .call_tool(CallToolRequestParams::new(tool.to_string()))
+                .await;
+            assert!(
+                r.as_ref()
+                    .is_err_and(|e| e.to_string().contains("unknown tool")),
+                "{tool}: {r:?}"
+            );
+        }
+        // The server still serves its own after all that.
+        ok(&call(&w, "dag", json!({})).await);
+    });
+}
