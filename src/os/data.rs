@@ -61,17 +61,18 @@ impl Study {
     ///
     /// Preparing them (n-grams, normal forms) costs far more than reading them, so a handle keeps
     /// what it prepared under a fingerprint of every protected file's bytes and the scan's
-    /// settings: the files are read and hashed on every call, and a changed file (or setting) is
-    /// prepared again.
+    /// settings, and the files' `stat` identities when it read them: while those hold (inode,
+    /// size, modification and change times — a change time no process can set back), nothing is
+    /// read; otherwise the files are read and hashed, and prepared again only if their bytes (or
+    /// the settings) changed.
     pub(in crate::os) fn protected_sets(&self) -> Result<std::sync::Arc<Vec<EvalSet>>> {
         let cfg = self.scan_config();
-        // Unchanged files (same inode, size, modification and change times: a change time no
-        // process can set back) are not read again.
         let stamp = self.protected_stamp(cfg);
-        if let Some((seen, sets)) = self.eval_sets_stamped.borrow().as_ref()
-            && stamp.as_ref() == Some(seen)
+        if let Some(seen) = self.eval_sets_seen.borrow().as_ref()
+            && stamp.is_some()
+            && seen.stamp == stamp
         {
-            return Ok(sets.clone());
+            return Ok(seen.sets.clone());
         }
         let mut files = Vec::new();
         use sha2::Digest;
@@ -91,14 +92,12 @@ impl Study {
             }
         }
         let fp: [u8; 32] = fp.finalize().into();
-        let remember = |sets: &std::sync::Arc<Vec<EvalSet>>| {
-            *self.eval_sets_stamped.borrow_mut() = stamp.map(|s| (s, sets.clone()));
-        };
-        if let Some((seen, sets)) = self.eval_sets_seen.borrow().as_ref()
-            && *seen == fp
+        let mut seen = self.eval_sets_seen.borrow_mut();
+        if let Some(s) = seen.as_mut()
+            && s.fp == fp
         {
-            remember(sets);
-            return Ok(sets.clone());
+            s.stamp = stamp;
+            return Ok(s.sets.clone());
         }
         let mut sets = Vec::with_capacity(files.len());
         for (name, split, form, bytes) in files {
@@ -106,8 +105,11 @@ impl Study {
             sets.push(EvalSet::new(&name, split, &items, cfg, form));
         }
         let sets = std::sync::Arc::new(sets);
-        *self.eval_sets_seen.borrow_mut() = Some((fp, sets.clone()));
-        remember(&sets);
+        *seen = Some(SetsSeen {
+            fp,
+            stamp,
+            sets: sets.clone(),
+        });
         Ok(sets)
     }
 
@@ -369,4 +371,12 @@ fn is_decoy(secret: &[u8], key: &str) -> bool {
     keyed.extend_from_slice(key.as_bytes());
     let digest = crate::util::hash::sha256_hex(&keyed);
     u64::from_str_radix(&digest[..16], 16).is_ok_and(|v| v % DECOY_EVERY == 0)
+}
+
+/// The protected eval sets a handle prepared (`Study::protected_sets`): under the fingerprint of
+/// their files' bytes and the scan's settings, and the files' `stat` identities when last read.
+pub(in crate::os) struct SetsSeen {
+    fp: [u8; 32],
+    stamp: Option<Vec<i64>>,
+    sets: std::sync::Arc<Vec<EvalSet>>,
 }

@@ -75,15 +75,8 @@ pub struct Study {
     /// The last count of what the study holds on disk, and when it was taken (`storage`):
     /// actions that store more are checked against a count at most `storage::FRESH` old.
     storage_seen: std::cell::RefCell<Option<(std::time::Instant, storage::StorageUse)>>,
-    /// The protected eval sets as the contamination scan prepared them, under a fingerprint of
-    /// their files and the scan's settings (`data::protected_sets`).
-    #[allow(clippy::type_complexity)]
-    eval_sets_seen: std::cell::RefCell<
-        Option<(
-            [u8; 32],
-            std::sync::Arc<Vec<crate::policy::contamination::EvalSet>>,
-        )>,
-    >,
+    /// The protected eval sets as the contamination scan prepared them (`data::protected_sets`).
+    eval_sets_seen: std::cell::RefCell<Option<data::SetsSeen>>,
     /// The contamination scan's index of the eval sets last prepared (`data::protected_sets`),
     /// for as long as those sets are the ones in force.
     #[allow(clippy::type_complexity)]
@@ -91,15 +84,6 @@ pub struct Study {
         Option<(
             std::sync::Arc<Vec<crate::policy::contamination::EvalSet>>,
             std::sync::Arc<crate::policy::contamination::ScanIndex>,
-        )>,
-    >,
-    /// The same sets under the `stat` identities of their files (`data::protected_stamp`): while
-    /// no file changed, none is read again.
-    #[allow(clippy::type_complexity)]
-    eval_sets_stamped: std::cell::RefCell<
-        Option<(
-            Vec<i64>,
-            std::sync::Arc<Vec<crate::policy::contamination::EvalSet>>,
         )>,
     >,
     /// Sizes of store objects read once (an object's bytes never change under its hash).
@@ -209,7 +193,6 @@ impl Study {
             prepared: std::cell::Cell::new(false),
             storage_seen: std::cell::RefCell::new(None),
             eval_sets_seen: std::cell::RefCell::new(None),
-            eval_sets_stamped: std::cell::RefCell::new(None),
             stored_sizes: Default::default(),
             dataset_totals: Default::default(),
             scan_index_seen: Default::default(),

@@ -751,3 +751,29 @@ fn a_study_keeps_no_reflogs() {
         logs.display()
     );
 }
+
+#[test]
+fn a_protected_set_changed_after_the_handle_prepared_it_is_read_again() {
+    let (d, s) = study();
+    let w = worker("w");
+    let register = |name: &str| {
+        s.call(
+            &w,
+            "register_dataset",
+            json!({"node": "n0", "name": name, "source": {"kind": "inline", "rows": [{"prompt": "7+8=", "answer": "x"}]}}),
+        )
+    };
+    register("before").expect("not protected yet");
+    // The owner protects that very item, in a file of the same size (its change time moves).
+    let test = d.path().join("eval/test.jsonl");
+    let old = std::fs::read(&test).expect("read");
+    let new = b"{\"prompt\":\"7+8=\",\"answer\":\"x\"}\n".to_vec();
+    assert_eq!(
+        old.len(),
+        new.len(),
+        "same size: only the bytes and times differ"
+    );
+    std::fs::write(&test, new).expect("rewrite");
+    let e = register("after").expect_err("the item is protected now");
+    assert!(e.message.contains("contamination"), "{}", e.message);
+}
