@@ -11,6 +11,8 @@ use crate::util::error::{Error, Result};
 use crate::util::hash::is_sha256;
 
 pub const CONFIG_FILE: &str = "rsim.toml";
+/// The most bytes a study config read from a work tree may have (a clone decides the file).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// A whole study's configuration (`rsim.toml` at the study root).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -815,15 +817,12 @@ impl StudyConfig {
         Ok(cfg)
     }
 
-    /// Load `rsim.toml` from a study root.
+    /// Load `rsim.toml` from a study root (a regular file of at most `MAX_CONFIG_BYTES`).
     pub fn load(root: &Path) -> Result<StudyConfig> {
         let path = root.join(CONFIG_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            Error::invalid(format!(
-                "{}: cannot read the study config: {e}",
-                path.display()
-            ))
-        })?;
+        // A clone's work tree decides what this file is: bounded, a regular file, no links.
+        let text = crate::util::file::read_regular_text(&path, MAX_CONFIG_BYTES)
+            .map_err(|e| Error::invalid(format!("cannot read the study config: {e}")))?;
         Self::parse(&text, CONFIG_FILE)
     }
 

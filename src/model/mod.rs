@@ -17,6 +17,19 @@ pub fn node_num(id: &str) -> i64 {
         .unwrap_or(-1)
 }
 
+/// `n0`, `n12`: `n` and 1 to 9 digits, no leading zero but `n0` itself.
+pub fn is_node_id(w: &str) -> bool {
+    match w.strip_prefix('n') {
+        Some(d) => {
+            !d.is_empty()
+                && d.len() <= 9
+                && d.bytes().all(|b| b.is_ascii_digit())
+                && (d == "0" || !d.starts_with('0'))
+        }
+        None => false,
+    }
+}
+
 use std::collections::BTreeMap;
 use std::fmt;
 

@@ -32,8 +32,9 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
     let mut artifacts = BTreeSet::new();
     let mut unpinned = Vec::new();
     let sandbox_required = study.config().policy.sandbox == crate::config::SandboxMode::Required;
-    let tips = record.node_tips()?;
+    let (tips, strays) = record.node_refs()?;
     rep.nodes = tips.len();
+    rep.problems.extend(strays);
     // Node commits are checked as their history is read. `main` is the owner's (they commit
     // config changes with plain git), but its genesis commit is the study's.
     if record.key_fingerprint().is_none() {
@@ -50,7 +51,14 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
         }
     }
     for (id, tip) in &tips {
-        let snap = record.snapshot(*tip)?;
+        // One node's unreadable tip is that node's problem, not the end of the check.
+        let snap = match record.snapshot(*tip) {
+            Ok(s) => s,
+            Err(e) => {
+                rep.problems.push(format!("{id}: {}", e.message));
+                continue;
+            }
+        };
         if snap.meta.id != *id {
             rep.problems
                 .push(format!("{id}: node.toml names {}", snap.meta.id));

@@ -694,8 +694,12 @@ fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
     }
     let text = std::str::from_utf8(blob.content())
         .map_err(|_| Error::invalid(format!("{CONFIG_FILE} is not UTF-8")))?;
-    if let Ok(on_disk) = fs::read_to_string(root.join(CONFIG_FILE))
-        && on_disk != text
+    // The work tree's copy only earns a warning; it is read as a file a repository from
+    // elsewhere may have planted (a link to /dev/zero, a FIFO, a huge file): bounded, no links.
+    if let Ok(on_disk) = crate::util::file::read_regular_text(
+        &root.join(CONFIG_FILE),
+        crate::config::MAX_CONFIG_BYTES,
+    ) && on_disk != text
     {
         tracing::warn!(
             "{CONFIG_FILE} has uncommitted changes; the committed version applies (commit it to change the study)"

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use git2::{
-    ErrorCode, FileMode, Oid, Repository, RepositoryInitOptions, Signature,
+    ErrorCode, FileMode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature,
     build::TreeUpdateBuilder,
 };
 
@@ -27,6 +27,12 @@ use crate::util::text::sanitize_line;
 /// The most bytes rsim reads of a file the owner commits on `main` (`rsim.toml`,
 /// `allowed_signers`): a cloned repository decides their size, and none of them is near this.
 pub const MAX_OWNER_FILE: usize = 1 << 20;
+/// The study's keys as rsim proved them, where git's `gpg.ssh.allowedSignersFile` points (in the
+/// git directory: no commit can change it).
+pub const GIT_SIGNERS_FILE: &str = "rsim-allowed-signers";
+
+/// The node branches (id, tip) and the refs under the node prefix that are not one, described.
+pub type NodeRefs = (Vec<(String, Oid)>, Vec<String>);
 /// The longest `Rsim-Env` trailer, bytes (other trailers: 200): a Python environment's label —
 /// the lock's path and hash, the interpreter, torch, transformers, peft, CUDA and the driver —
 /// runs past 200.
@@ -188,6 +194,27 @@ fn trust_own_object_ids() {
     });
 }
 
+/// Refuse a repository whose history git reads rewritten: `info/grafts` (parents replaced) or a
+/// shallow file (history cut off). Both come with a copy handed over, and both can hide signed
+/// actions or loop a walk over history; the error says what to remove or fetch.
+fn refuse_rewritten_history(repo: &Repository) -> Result<()> {
+    let grafts = repo.commondir().join("info").join("grafts");
+    if std::fs::symlink_metadata(&grafts).is_ok() {
+        return Err(Error::invalid(format!(
+            "{} exists: grafts rewrite this repository's history as git reads it, so its record \
+             cannot be proven whole; refusing to open it (remove that file to read the study)",
+            grafts.display()
+        )));
+    }
+    if repo.is_shallow() {
+        return Err(Error::invalid(
+            "this repository is a shallow clone: its history is cut off, so its record cannot be \
+             proven whole; fetch all of it (`git fetch --unshallow`) or clone it without --depth",
+        ));
+    }
+    Ok(())
+}
+
 impl Record {
     /// Create the study repository (branch `main`).
     pub fn init(root: &Path) -> Result<Record> {
@@ -236,6 +263,7 @@ impl Record {
                 e.message()
             ))
         })?;
+        refuse_rewritten_history(&repo)?;
         let mut record = Record {
             repo,
             key: None,
@@ -519,18 +547,38 @@ impl Record {
         self.signers.as_ref().map(|s| s.render()).transpose()
     }
 
-    /// Point git at the committed `allowed_signers`, so that `git verify-commit` and
-    /// `git log --show-signature` prove commits in this repository (git reads the path from the
-    /// top of the work tree).
+    /// Point git at the study's keys as rsim proved them from `main` (written to
+    /// `GIT_SIGNERS_FILE` in the git directory), so that `git verify-commit` and
+    /// `git log --show-signature` prove commits in this repository as `rsim verify` does. Not at
+    /// the work tree's `allowed_signers`: a commit anyone can push may change that file, and git
+    /// would then call their signatures good. Run again (`rsim verify` does) after fetching a key
+    /// rotation.
     pub fn configure_git_verification(&self) -> Result<()> {
-        let mut cfg = self.repo.config()?;
-        if cfg.get_string("gpg.ssh.allowedSignersFile").ok().as_deref()
-            != Some(signing::SIGNERS_FILE)
-        {
-            cfg.set_str("gpg.format", "ssh")?;
-            cfg.set_str("gpg.ssh.allowedSignersFile", signing::SIGNERS_FILE)?;
+        if let Some(text) = self.signers_text()? {
+            let path = self.repo.path().join(GIT_SIGNERS_FILE);
+            let stale = crate::util::file::read_regular(&path, MAX_OWNER_FILE as u64)
+                .map_or(true, |have| have != text.as_bytes());
+            if stale {
+                crate::util::file::write_replacing(&path, text.as_bytes()).map_err(|e| {
+                    Error::internal(format!("cannot write {}: {e}", path.display()))
+                })?;
+            }
+            let mut cfg = self.repo.config()?;
+            let want = path.to_string_lossy();
+            if cfg.get_string("gpg.ssh.allowedSignersFile").ok().as_deref() != Some(&*want) {
+                cfg.set_str("gpg.format", "ssh")?;
+                cfg.set_str("gpg.ssh.allowedSignersFile", &want)?;
+            }
         }
         no_reflogs(&self.repo)
+    }
+
+    /// After the keys changed: git's copy of them follows (the change itself is already done, so
+    /// a failure here is a warning, not an error).
+    fn refresh_git_verification(&self) {
+        if let Err(e) = self.configure_git_verification() {
+            tracing::warn!("the keys changed, but git's copy of them was not updated: {e}");
+        }
     }
 
     /// Commit the study's public key to `main` (a study signed before rsim recorded it), so that
@@ -548,7 +596,7 @@ impl Record {
                 "the study was made before rsim signed its record: it has no key to publish",
             )
         })?;
-        self.commit_signers(
+        let oid = self.commit_signers(
             signers,
             &format!(
                 "key: publish the study's public key {}\n\nEvery commit of this study is signed with it; `rsim verify` (or git with gpg.ssh.allowedSignersFile = {}) proves them.\n",
@@ -556,7 +604,9 @@ impl Record {
                 signing::SIGNERS_FILE
             ),
             now_epoch(),
-        )
+        )?;
+        self.refresh_git_verification();
+        Ok(oid)
     }
 
     /// Replace the study's key: a new key is made, and main records it in force from now, the
@@ -598,6 +648,7 @@ impl Record {
         self.key = Some(next);
         self.signers = Some(rotated);
         self.proven_set().clear();
+        self.refresh_git_verification();
         Ok((oid, old_fp, new_fp))
     }
 
@@ -630,7 +681,8 @@ impl Record {
             .unwrap_or(false);
         if on_main && let Some(dir) = self.repo.workdir() {
             let path = dir.join(signing::SIGNERS_FILE);
-            std::fs::write(&path, text.as_bytes())
+            // Replaced, not written through: the work tree may hold a symlink a commit put there.
+            crate::util::file::write_replacing(&path, text.as_bytes())
                 .map_err(|e| Error::internal(format!("cannot write {}: {e}", path.display())))?;
             let mut index = self.repo.index()?;
             index.add_path(Path::new(signing::SIGNERS_FILE))?;
@@ -735,17 +787,43 @@ impl Record {
 
     /// Every node branch with its tip.
     pub fn node_tips(&self) -> Result<Vec<(String, Oid)>> {
+        Ok(self.node_refs()?.0)
+    }
+
+    /// The node branches (`node_tips`), and the refs under the node prefix that are not one: a
+    /// name that is not a node id (`n0`, `n12`), or a ref that does not point at a commit. A
+    /// repository from elsewhere decides both, so the strays are described for display (no
+    /// control character of a ref name survives) and never read as nodes.
+    pub fn node_refs(&self) -> Result<NodeRefs> {
         let mut out = Vec::new();
+        let mut strays = Vec::new();
         for r in self.repo.references_glob(&format!("{NODE_REF_PREFIX}*"))? {
             let r = r?;
-            let (Ok(name), Some(oid)) = (r.name(), r.target()) else {
+            let name = String::from_utf8_lossy(r.name_bytes()).into_owned();
+            let Some(id) = name.strip_prefix(NODE_REF_PREFIX) else {
                 continue;
             };
-            if let Some(id) = name.strip_prefix(NODE_REF_PREFIX) {
-                out.push((id.to_string(), oid));
+            let shown = crate::util::text::sanitize_line(&name);
+            if !crate::model::is_node_id(id) {
+                strays.push(format!("ref {shown}: not a node branch (not a node id)"));
+                continue;
+            }
+            let Some(oid) = r.target() else {
+                strays.push(format!("ref {shown}: a symbolic ref, not a node branch"));
+                continue;
+            };
+            match self.repo.odb().and_then(|odb| odb.read_header(oid)) {
+                Ok((_, ObjectType::Commit)) => out.push((id.to_string(), oid)),
+                Ok((_, kind)) => strays.push(format!(
+                    "ref {shown}: points at a {kind} ({oid}), not a commit"
+                )),
+                Err(e) => strays.push(format!(
+                    "ref {shown}: points at {oid}, which cannot be read: {}",
+                    e.message()
+                )),
             }
         }
-        Ok(out)
+        Ok((out, strays))
     }
 
     /// Read a node's state at a tip.
@@ -799,6 +877,15 @@ impl Record {
         let entry = tree.get_name(NODE_FILE).ok_or_else(|| {
             Error::internal(format!("commit tree {} has no {NODE_FILE}", tree.id()))
         })?;
+        // Read before the node's history is proven (the index reads a tip's meta first), so a
+        // repository from elsewhere decides its size: refused before it is inflated.
+        let (size, _) = self.repo.odb()?.read_header(entry.id())?;
+        if size > MAX_OWNER_FILE {
+            return Err(Error::invalid(format!(
+                "{NODE_FILE} in tree {} is {size} bytes, more than a node's meta may be ({MAX_OWNER_FILE} bytes)",
+                tree.id()
+            )));
+        }
         let blob = self.repo.find_blob(entry.id())?;
         let text = std::str::from_utf8(blob.content()).map_err(|_| {
             Error::internal(format!("{NODE_FILE} in tree {} is not UTF-8", tree.id()))
@@ -848,6 +935,19 @@ impl Record {
             if seq <= after {
                 break;
             }
+            // Each commit of a node records the action after its parent's: a history whose
+            // sequence skips or repeats (grafts, a shallow copy, a rewritten chain) is not the
+            // one this study wrote, and a cycle cannot be walked for ever.
+            if let Some(prev) = out.last().map(|a: &CommittedAction| a.record.seq)
+                && seq + 1 != prev
+            {
+                return Err(Error::internal(format!(
+                    "node {id}: commit {} records action {seq} right before action {prev}: \
+                     actions are missing from this history (grafts, a shallow copy or a rewritten \
+                     chain); history this study did not write is refused",
+                    c.id()
+                )));
+            }
             let name = crate::model::action_file_name(seq, action);
             let entry = actions_tree.get_name(&name).ok_or_else(|| {
                 Error::internal(format!(
@@ -878,6 +978,20 @@ impl Record {
             } else {
                 None
             };
+        }
+        // The walk ended at the node's first action or at the one after `after`, or history is
+        // cut short (a parent missing from this copy, another node's commit in its place).
+        if let Some(first) = out.last()
+            && first.record.seq != after + 1
+        {
+            return Err(Error::internal(format!(
+                "node {id}: its history in this copy starts at action {} (commit {}): actions \
+                 {}–{} are missing; history this study did not write is refused",
+                first.record.seq,
+                first.commit,
+                after + 1,
+                first.record.seq - 1
+            )));
         }
         out.reverse();
         Ok(out)

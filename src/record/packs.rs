@@ -530,26 +530,7 @@ struct ReadPack {
 /// The bytes of `path` if it is a regular file (not through a symlink, never waiting on a FIFO)
 /// of at most `MERGE_LIMIT` bytes.
 fn read_regular(path: &Path) -> std::result::Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let why = |e: std::io::Error| format!("{}: {e}", path.display());
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(why)?;
-    let m = f.metadata().map_err(why)?;
-    if !m.is_file() || m.len() > MERGE_LIMIT {
-        return Err(format!(
-            "{}: not a regular file of at most {MERGE_LIMIT} bytes",
-            path.display()
-        ));
-    }
-    let mut bytes = Vec::with_capacity(m.len() as usize);
-    f.take(MERGE_LIMIT + 1)
-        .read_to_end(&mut bytes)
-        .map_err(why)?;
-    Ok(bytes)
+    crate::util::file::read_regular(path, MERGE_LIMIT).map_err(|e| e.to_string())
 }
 
 fn read_pack(stem: &Path) -> std::result::Result<ReadPack, String> {

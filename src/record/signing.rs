@@ -4,7 +4,8 @@
 //! `allowed_signers` on `main`, committed by genesis and changed only by a key rotation that the
 //! key in force signs. Any clone can therefore prove every commit with no secret at all: rsim
 //! reads the key history from `main` (`key_history`), and plain `git verify-commit` /
-//! `git log --show-signature` read the same file once `gpg.ssh.allowedSignersFile` names it. A
+//! `git log --show-signature` read the keys it proved once `gpg.ssh.allowedSignersFile` names
+//! their copy in the git directory (`Record::configure_git_verification`). A
 //! commit that is unsigned, signed by any other key (another study's history fetched in, a commit
 //! forged around rsim), or signed by a retired key after it was retired, is not this study's:
 //! rsim refuses to index it, and `rsim verify`, fsck and the audit name it.

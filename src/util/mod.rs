@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod fair;
+pub mod file;
 pub mod hash;
 pub mod origin;
 pub mod proc;

@@ -13,6 +13,7 @@ mod mcp;
 mod nix;
 mod orchestra;
 mod redteam;
+mod redteam_clone;
 mod redteam_code;
 mod redteam_dev;
 mod redteam_limits;

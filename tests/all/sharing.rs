@@ -16,19 +16,19 @@ use serde_json::{Value, json};
 use crate::common::{example_study, rsim};
 
 /// One identity: its own HOME (machine key, nothing else).
-struct Person {
+pub(crate) struct Person {
     home: PathBuf,
     /// Extra PATH entries first (fake Slurm clients that log their calls).
     path: Option<String>,
 }
 
 impl Person {
-    fn new(d: &Path, name: &str) -> Person {
+    pub(crate) fn new(d: &Path, name: &str) -> Person {
         let home = d.join(name);
         std::fs::create_dir_all(&home).expect("home");
         Person { home, path: None }
     }
-    fn cmd(&self) -> Command {
+    pub(crate) fn cmd(&self) -> Command {
         let mut c = rsim();
         c.env("HOME", &self.home).env_remove("XDG_STATE_HOME");
         if let Some(p) = &self.path {
@@ -36,7 +36,7 @@ impl Person {
         }
         c
     }
-    fn run(&self, study: &Path, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, study: &Path, args: &[&str]) -> Output {
         self.cmd()
             .arg("-C")
             .arg(study)
@@ -45,7 +45,7 @@ impl Person {
             .output()
             .expect("spawn rsim")
     }
-    fn ok(&self, study: &Path, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, study: &Path, args: &[&str]) -> String {
         let out = self.run(study, args);
         assert!(
             out.status.success(),
@@ -57,7 +57,7 @@ impl Person {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -77,7 +77,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// The owner's study with a few recorded actions on two nodes.
-fn owners_study(owner: &Person) -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn owners_study(owner: &Person) -> (tempfile::TempDir, PathBuf) {
     let (d, study) = example_study();
     owner.ok(
         &study,

@@ -32,8 +32,11 @@ use crate::util::error::{Error, Result};
 
 /// Entry point: returns the process exit code.
 pub fn main() -> i32 {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: a log kept in a file or read by a program has no escapes.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RSIM_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -51,7 +54,8 @@ pub fn main() -> i32 {
                         .unwrap_or_else(|_| e.message.clone())
                 );
             } else {
-                eprintln!("error: {}", e.message);
+                // An error may quote what a repository holds: no control character reaches the terminal.
+                eprintln!("error: {}", crate::util::text::display(&e.message));
                 if let Some(c) = &e.commit {
                     eprintln!("(the rejection is recorded as commit {c})");
                 }

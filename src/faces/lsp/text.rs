@@ -1,6 +1,7 @@
 //! Text positions and node references: LSP positions (UTF-16 code units) to byte offsets and
 //! back, node ids (`n12`) under the cursor, the `rsim://node/<id>` documents' URIs.
 
+pub use crate::model::is_node_id;
 use tower_lsp_server::ls_types::{Position, Range};
 
 /// The byte offset of an LSP position (UTF-16 columns); clamped to the line's end and the text's.
@@ -60,19 +61,6 @@ pub fn node_id_at(text: &str, offset: usize) -> Option<(String, std::ops::Range<
     }
     let w = &text[start..end];
     is_node_id(w).then(|| (w.to_string(), start..end))
-}
-
-/// `n0`, `n12`: `n` and 1 to 9 digits, no leading zero but `n0` itself.
-pub fn is_node_id(w: &str) -> bool {
-    match w.strip_prefix('n') {
-        Some(d) => {
-            !d.is_empty()
-                && d.len() <= 9
-                && d.bytes().all(|b| b.is_ascii_digit())
-                && (d == "0" || !d.starts_with('0'))
-        }
-        None => false,
-    }
 }
 
 /// The URI of a node's read-only document.

@@ -4,6 +4,9 @@
 use std::path::Path;
 
 use super::table;
+// Problems and refusals quote what a repository holds (ref names, file text, commit messages):
+// shown with control and deceptive characters replaced, so none reaches the reader's terminal.
+use crate::util::text::display;
 
 /// What `rsim init` did, and where to look next.
 pub fn init(rep: &crate::os::genesis::InitReport, dir: &Path) {
@@ -19,7 +22,7 @@ pub fn init(rep: &crate::os::genesis::InitReport, dir: &Path) {
 pub fn reindex(nodes: usize, refused: &[String], seconds: f64) {
     println!("reindexed {nodes} nodes from git in {seconds:.2} s");
     for why in refused {
-        println!("refused {why}");
+        println!("refused {}", display(why));
     }
 }
 
@@ -50,10 +53,10 @@ pub fn verify(rep: &crate::os::verify::VerifyReport) {
         }
     );
     for c in &rep.owner_commits {
-        println!("  owner commit (unsigned): {c}");
+        println!("  owner commit (unsigned): {}", display(c));
     }
     for p in &rep.problems {
-        println!("  - {p}");
+        println!("  - {}", display(p));
     }
     if rep.problems.is_empty() {
         println!("ok: every action of this study is signed by its key");
@@ -118,7 +121,7 @@ pub fn audit(rep: &crate::os::audit::AuditReport) {
     println!("{t}");
     for c in &rep.checks {
         for v in &c.violations {
-            println!("  {}: {v}", c.name);
+            println!("  {}: {}", c.name, display(v));
         }
     }
     println!("got through: {}", rep.got_through);
@@ -179,7 +182,7 @@ pub fn fsck(rep: &crate::os::fsck::FsckReport) {
         }
     );
     for p in &rep.problems {
-        println!("  - {p}");
+        println!("  - {}", display(p));
     }
     if rep.artifacts_not_here > 0 {
         println!(

@@ -1,0 +1,295 @@
+//! A study handed to a colleague, crafted: files planted in the work tree (a link to
+//! `/dev/zero`, a FIFO, a link out of the study), history git reads rewritten (grafts, a shallow
+//! copy), node refs that are not nodes, a node's meta made huge or full of terminal escapes, and
+//! keys changed on `main` by a commit anyone could push. The reader's rsim reads nothing
+//! unbounded, writes through no link, hangs on nothing, proves what it shows, names what it
+//! refuses, and lets no control character reach the terminal.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::sharing::{Person, git, owners_study};
+
+fn clone_to(src: &Path, dst: &Path) {
+    git(
+        src.parent().expect("parent"),
+        &[
+            "clone",
+            "-q",
+            src.to_str().expect("utf8"),
+            dst.to_str().expect("utf8"),
+        ],
+    );
+    git(
+        dst,
+        &[
+            "fetch",
+            "-q",
+            "origin",
+            "+refs/heads/rsim/*:refs/heads/rsim/*",
+        ],
+    );
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn no_escape(out: &std::process::Output) {
+    let all = [&out.stdout[..], &out.stderr[..]].concat();
+    assert!(
+        !all.iter().any(|b| *b == 0x1b || *b == 0x07),
+        "a control character reached the terminal: {}",
+        text(out)
+    );
+}
+
+#[test]
+fn planted_work_tree_files_are_read_bounded_never_waited_on_and_never_written_through() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let owner = Person::new(d.path(), "owner");
+    let reader = Person::new(d.path(), "reader");
+    let (_s, study) = owners_study(&owner);
+
+    // A committed rsim.toml that is a link to /dev/zero: a plain clone checks the link out.
+    let work = d.path().join("crafted");
+    clone_to(&study, &work);
+    git(&work, &["rm", "-q", "--cached", "rsim.toml"]);
+    std::fs::remove_file(work.join("rsim.toml")).expect("rm");
+    std::os::unix::fs::symlink("/dev/zero", work.join("rsim.toml")).expect("symlink");
+    git(&work, &["add", "rsim.toml"]);
+    git(&work, &["commit", "-q", "-m", "config"]);
+    let victim = d.path().join("victim");
+    clone_to(&work, &victim);
+    for args in [&["dag"][..], &["env", "check"][..]] {
+        let t = Instant::now();
+        let out = reader.run(&victim, args);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{args:?} took {:?}",
+            t.elapsed()
+        );
+        let said = text(&out);
+        assert!(
+            said.contains("rsim.toml"),
+            "{args:?} names the file: {said}"
+        );
+    }
+
+    // A handed-over directory whose rsim.toml is a FIFO beside a good committed config: nothing
+    // waits on it; the committed config applies.
+    let handed = d.path().join("handed");
+    clone_to(&study, &handed);
+    std::fs::remove_file(handed.join("rsim.toml")).expect("rm");
+    nix::unistd::mkfifo(&handed.join("rsim.toml"), nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let t = Instant::now();
+    let out = reader.run(&handed, &["dag"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+
+    // The owner's own work tree with `allowed_signers` made a link out of the study (as a pull
+    // of someone's commit would leave it): a key rotation replaces the link, never writes
+    // through it.
+    let outside = d.path().join("outside-file");
+    std::fs::write(&outside, "keep me").expect("write");
+    std::fs::remove_file(study.join("allowed_signers")).expect("rm");
+    std::os::unix::fs::symlink(&outside, study.join("allowed_signers")).expect("symlink");
+    owner.ok(&study, &["key", "rotate"]);
+    assert_eq!(
+        std::fs::read_to_string(&outside).expect("outside"),
+        "keep me"
+    );
+    let meta = std::fs::symlink_metadata(study.join("allowed_signers")).expect("meta");
+    assert!(meta.file_type().is_file(), "the link was replaced");
+    owner.ok(&study, &["verify"]);
+}
+
+#[test]
+fn git_proves_signatures_with_the_keys_rsim_proved_not_the_work_trees_file() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let owner = Person::new(d.path(), "owner");
+    let reader = Person::new(d.path(), "reader");
+    let (_s, study) = owners_study(&owner);
+    let clone = d.path().join("clone");
+    let out = reader
+        .cmd()
+        .arg("clone")
+        .arg(&study)
+        .arg(&clone)
+        .output()
+        .expect("clone");
+    assert!(out.status.success(), "{}", text(&out));
+    let file = git(&clone, &["config", "gpg.ssh.allowedSignersFile"]);
+    let git_dir = std::fs::canonicalize(clone.join(".git")).expect("git dir");
+    assert!(
+        Path::new(&file).starts_with(&git_dir),
+        "git reads keys from the git directory, not the work tree: {file}"
+    );
+    assert_eq!(
+        std::fs::read(&file).expect("signers"),
+        std::fs::read(clone.join("allowed_signers")).expect("committed"),
+        "the keys rsim proved are the committed ones"
+    );
+    // Whatever a commit (or anyone) puts in the work tree's file, git's answer does not change.
+    std::fs::write(
+        clone.join("allowed_signers"),
+        "rsim@study ssh-ed25519 AAAA\n",
+    )
+    .expect("w");
+    git(&clone, &["verify-commit", "rsim/n/n1"]);
+    // The owner's own repository too, and after a rotation git's copy follows the keys.
+    owner.ok(&study, &["key", "rotate"]);
+    owner.ok(
+        &study,
+        &[
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            "after",
+            "--hypothesis",
+            "h",
+        ],
+    );
+    let file = git(&study, &["config", "gpg.ssh.allowedSignersFile"]);
+    assert!(file.ends_with("rsim-allowed-signers"), "{file}");
+    git(&study, &["verify-commit", "rsim/n/n2"]);
+    git(&study, &["verify-commit", "rsim/n/n1"]);
+}
+
+#[test]
+fn history_git_reads_rewritten_is_refused_by_name() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let owner = Person::new(d.path(), "owner");
+    let reader = Person::new(d.path(), "reader");
+    let (_s, study) = owners_study(&owner);
+
+    // Grafts that drop n1's middle action: every read refuses, naming the file.
+    let copy = d.path().join("grafted");
+    clone_to(&study, &copy);
+    let tip = git(&copy, &["rev-parse", "rsim/n/n1"]);
+    let first = git(&copy, &["rev-parse", "rsim/n/n1~1"]);
+    let before = git(&copy, &["rev-parse", "rsim/n/n1~1^"]);
+    std::fs::create_dir_all(copy.join(".git/info")).expect("info");
+    std::fs::write(copy.join(".git/info/grafts"), format!("{tip} {before}\n")).expect("grafts");
+    assert_ne!(first, before);
+    for args in [&["verify"][..], &["log"][..], &["dag"][..], &["fsck"][..]] {
+        let out = reader.run(&copy, args);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains("grafts"), "{args:?}: {}", text(&out));
+    }
+    // A graft cycle: refused the same way, at once (no walk for ever).
+    std::fs::write(
+        copy.join(".git/info/grafts"),
+        format!("{first} {tip}\n{tip} {first}\n"),
+    )
+    .expect("grafts");
+    let t = Instant::now();
+    let out = reader.run(&copy, &["dag"]);
+    assert!(!out.status.success() && t.elapsed() < Duration::from_secs(20));
+
+    // A shallow clone: its history is cut off, so it is refused with what to do.
+    let shallow = d.path().join("shallow");
+    git(
+        d.path(),
+        &[
+            "clone",
+            "-q",
+            "--depth",
+            "1",
+            &format!("file://{}", study.display()),
+            shallow.to_str().expect("utf8"),
+        ],
+    );
+    let out = reader.run(&shallow, &["dag"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("shallow") && text(&out).contains("--unshallow"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn node_refs_that_are_not_nodes_and_crafted_metas_are_named_without_escapes() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let owner = Person::new(d.path(), "owner");
+    let reader = Person::new(d.path(), "reader");
+    let (_s, study) = owners_study(&owner);
+    let copy = d.path().join("copy");
+    clone_to(&study, &copy);
+    let n1 = git(&copy, &["rev-parse", "rsim/n/n1"]);
+
+    // A node meta of 2 MiB (1 KiB in git) and one full of terminal escapes, each on an unsigned
+    // commit under a node ref; a ref with escapes in its name; a ref at a blob.
+    let obj = |content: &[u8]| -> String {
+        let f = d.path().join("blob");
+        std::fs::write(&f, content).expect("blob");
+        git(&copy, &["hash-object", "-w", f.to_str().expect("utf8")])
+    };
+    let node_commit = |meta: &[u8]| -> String {
+        let blob = obj(meta);
+        let tree_in = d.path().join("tree");
+        std::fs::write(&tree_in, format!("100644 blob {blob}\tnode.toml\n")).expect("tree");
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&copy)
+            .arg("mktree")
+            .stdin(std::fs::File::open(&tree_in).expect("open"))
+            .output()
+            .expect("mktree");
+        let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        git(
+            &copy,
+            &[
+                "commit-tree",
+                &tree,
+                "-p",
+                &n1,
+                "-m",
+                "x\n\nRsim-Node: n7\nRsim-Seq: 1\n",
+            ],
+        )
+    };
+    let huge = node_commit(&vec![b'#'; 2 << 20]);
+    let escapes = node_commit(b"id = \"n8\x1b]0;owned\x07\x1b[2J ok: verified\"\n[[[");
+    git(&copy, &["update-ref", "refs/heads/rsim/n/n7", &huge]);
+    git(&copy, &["update-ref", "refs/heads/rsim/n/n8", &escapes]);
+    let blob = obj(b"not a commit");
+    // git will not point a branch at a blob; a handed-over directory's ref file can.
+    std::fs::write(copy.join(".git/refs/heads/rsim/n/n9"), format!("{blob}\n")).expect("ref");
+    let mut packed = std::fs::read(copy.join(".git/packed-refs")).unwrap_or_default();
+    packed.extend_from_slice(format!("{n1} refs/heads/rsim/n/n5\x1b]0;T\x07x\n").as_bytes());
+    std::fs::write(copy.join(".git/packed-refs"), packed).expect("packed-refs");
+
+    let t = Instant::now();
+    let out = reader.run(&copy, &["fsck"]);
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    no_escape(&out);
+    for want in [
+        "n7: node.toml",
+        "more than a node's meta may be",
+        "n8:",
+        "rsim/n/n9: points at a blob",
+        "not a node id",
+    ] {
+        assert!(said.contains(want), "fsck names {want:?}: {said}");
+    }
+    assert!(said.contains("n1") || said.contains("nodes"), "{said}");
+    for args in [
+        &["dag"][..],
+        &["verify"][..],
+        &["audit"][..],
+        &["report"][..],
+    ] {
+        let out = reader.run(&copy, args);
+        no_escape(&out);
+    }
+}
