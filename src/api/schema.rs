@@ -74,7 +74,8 @@ pub fn validate_with(what: &str, v: &jsonschema::Validator, args: &Value) -> Res
                     None => e.to_string(),
                 }
             }
-            _ => e.to_string(),
+            // The value is quoted short: an agent's 8 MB string is not sent back to it whole.
+            _ => e.masked_with(short(e.instance())).to_string(),
         };
         problems.push(format!("{field}: {msg}"));
         if problems.len() >= 8 {
@@ -91,8 +92,22 @@ pub fn validate_with(what: &str, v: &jsonschema::Validator, args: &Value) -> Res
     }
 }
 
+/// A value as an error quotes it: at most about 80 characters, and a large array or object only
+/// by its size (nothing larger is serialised).
 fn short(v: &Value) -> String {
-    let s = v.to_string();
+    let s = match v {
+        Value::String(t) if t.len() > 80 => {
+            let mut cut = 80;
+            while !t.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let q = Value::String(t[..cut].to_string()).to_string();
+            return format!("{}…\" ({} bytes)", &q[..q.len() - 1], t.len());
+        }
+        Value::Array(a) if a.len() > 16 => return format!("an array of {} items", a.len()),
+        Value::Object(o) if o.len() > 16 => return format!("an object of {} keys", o.len()),
+        _ => v.to_string(),
+    };
     if s.len() > 80 {
         let mut cut = 80;
         while !s.is_char_boundary(cut) {
@@ -110,4 +125,30 @@ pub fn names() -> String {
         .map(|a| a.name)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_value_is_quoted_short_in_the_error() {
+        let big = "x".repeat(1 << 20);
+        let args = serde_json::json!({"node": "n1", "findings": big, "outcome": "positive"});
+        let e = validate("conclude", &args).expect_err("too long");
+        assert!(e.message.len() < 600, "{} bytes", e.message.len());
+        assert!(
+            e.message.contains("findings") && e.message.contains("1048576 bytes"),
+            "{}",
+            e.message
+        );
+        let many: Vec<Value> = (0..100_000).map(|i| serde_json::json!(i)).collect();
+        let args = serde_json::json!({"node": "n1", "findings": many, "outcome": "positive"});
+        let e = validate("conclude", &args).expect_err("not a string");
+        assert!(
+            e.message.len() < 600 && e.message.contains("an array of 100000 items"),
+            "{}",
+            e.message
+        );
+    }
 }
