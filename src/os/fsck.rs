@@ -35,6 +35,7 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
     let (tips, strays) = record.node_refs()?;
     rep.nodes = tips.len();
     rep.problems.extend(strays);
+    rep.problems.extend(missing_node_numbers(&tips));
     // Node commits are checked as their history is read. `main` is the owner's (they commit
     // config changes with plain git), but its genesis commit is the study's.
     if record.key_fingerprint().is_none() {
@@ -224,4 +225,66 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
         }
     }
     Ok(rep)
+}
+
+/// Node numbers are given out in order, each once: a number below the highest with no branch is a
+/// node deleted from this copy (or never fetched). Names the first few and counts them all,
+/// without walking the numbers one by one (a crafted `n999999999` costs nothing). What this cannot
+/// see: the newest node deleted, or a leaf node's branch moved back (README, "What a copy proves").
+fn missing_node_numbers(tips: &[(String, git2::Oid)]) -> Option<String> {
+    let mut nums: Vec<i64> = tips
+        .iter()
+        .map(|(id, _)| crate::model::node_num(id))
+        .collect();
+    nums.sort_unstable();
+    nums.dedup();
+    let (mut missing, mut shown, mut next) = (0i64, Vec::new(), 0i64);
+    for n in nums {
+        if n > next {
+            missing += n - next;
+            shown.extend(
+                (next..n)
+                    .take(8 - shown.len().min(8))
+                    .map(|k| format!("n{k}")),
+            );
+        }
+        next = n + 1;
+    }
+    (missing > 0).then(|| {
+        format!(
+            "{missing} node number(s) below the highest have no branch in this copy ({}{}): \
+             deleted, or not fetched (`git fetch origin '+refs/heads/rsim/*:refs/heads/rsim/*'`)",
+            shown.join(", "),
+            if missing > shown.len() as i64 {
+                ", …"
+            } else {
+                ""
+            }
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missing_node_numbers_are_named_and_counted_without_walking_them() {
+        let oid = git2::Oid::ZERO_SHA1;
+        let tips = |ids: &[&str]| -> Vec<(String, git2::Oid)> {
+            ids.iter().map(|i| (i.to_string(), oid)).collect()
+        };
+        assert_eq!(
+            super::missing_node_numbers(&tips(&["n0", "n2", "n1"])),
+            None
+        );
+        let m = super::missing_node_numbers(&tips(&["n0", "n3", "n5"])).expect("gaps");
+        assert!(
+            m.starts_with("3 node number(s)") && m.contains("(n1, n2, n4)"),
+            "{m}"
+        );
+        let m = super::missing_node_numbers(&tips(&["n0", "n999999999"])).expect("gap");
+        assert!(
+            m.starts_with("999999998 node number(s)") && m.contains("n8, …"),
+            "{m}"
+        );
+    }
 }
