@@ -1,7 +1,9 @@
 //! `rsim serve --http ADDR`: the MCP face over streamable HTTP at `/mcp`, many agents at once.
 //!
 //! Identity: on a loopback address every request gets `--role` and the agent name from the
-//! `X-Rsim-Agent` header (or one derived from the MCP session). Any other address needs `--tokens`:
+//! `X-Rsim-Agent` header, one of the names `--agents` allows; without it, the server's default
+//! name, which every client that sends none shares — its limits included (its write rate, its
+//! connections), so a loopback server for several agents lists them. Any other address needs `--tokens`:
 //! a TOML file of `[[agent]] name, role, token`; each request's bearer token picks its agent and
 //! role, and a missing or unknown token is answered 401. rmcp answers oversized bodies with 413 and
 //! malformed JSON-RPC with an error; the server keeps serving.
