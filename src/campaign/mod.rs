@@ -697,9 +697,12 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     };
                     // Halving waits for its rung to complete before it promotes.
                     let Some((parents, r, why)) = next else { break };
+                    // The baseline's policy picks the directions, as a reviewer does, and the
+                    // worker slots run and conclude them (a worker concludes no node another
+                    // worker opened: rule `node-owner`).
                     let caller = Caller::new(
                         format!("{:?}-agent", opts.strategy).to_lowercase(),
-                        Role::Worker,
+                        Role::Reviewer,
                     );
                     let res = study.branch(
                         &caller,

@@ -90,6 +90,9 @@ rules! {
     CampaignRunning = "campaign-running",
     /// Cancelling a job that another agent started (owners may cancel any job).
     JobOwner = "job-owner",
+    /// A worker concluding a node another worker opened (its opener, reviewers and the owner
+    /// may): a rival's direction cannot be closed under it.
+    NodeOwner = "node-owner",
     /// Running a job without its sandbox when the study requires one (`policy.sandbox`).
     Sandbox = "sandbox",
     /// Reproducing a job in another environment than the one it ran in, unless asked to.

@@ -37,6 +37,8 @@ pub struct Facts {
     pub dataset_name_taken: bool,
     /// run_sft: requested datasets that are not registered.
     pub unregistered_datasets: Vec<String>,
+    /// conclude: the agent and role that opened the node (its first action), where known.
+    pub node_opened_by: Option<(String, Role)>,
     /// run_sft / evaluate / conclude: the checkpoint is the base model or was produced by a recorded run_sft.
     pub checkpoint_known: bool,
     /// evaluate: the evaluator's current fingerprint and the pinned one.
@@ -805,13 +807,30 @@ fn check_evaluate(
     Decision::accept()
 }
 
-/// conclude: the best checkpoint's provenance.
+/// conclude: who may close the node, and the best checkpoint's provenance.
 fn check_conclude(
     c: &ConcludeRequest,
-    _caller: &Caller,
+    caller: &Caller,
     _cfg: &StudyConfig,
     facts: &Facts,
 ) -> Decision {
+    // A worker closes its own directions, and those a reviewer or the owner opened for workers
+    // (the orchestrator's proposals); never one another worker opened, which would lock that
+    // worker out of its own work.
+    if caller.role == Role::Worker
+        && let Some((opener, Role::Worker)) = &facts.node_opened_by
+        && *opener != caller.agent
+    {
+        return Decision::reject(
+            Rule::NodeOwner,
+            format!(
+                "node {} was opened by worker {opener}: a worker concludes only the nodes it \
+                 opened or that a reviewer or the owner opened (the owner or a reviewer may \
+                 conclude any node)",
+                c.node
+            ),
+        );
+    }
     if c.best_checkpoint.is_some() && !facts.checkpoint_known {
         return Decision::reject(
             Rule::CheckpointProvenance,

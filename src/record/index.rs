@@ -761,6 +761,15 @@ impl Index {
 
     // ----- queries -----
 
+    /// Who opened node `id`: the agent and role of its first action (its `branch`).
+    pub fn node_opener(&self, id: &str) -> Result<Option<(String, String)>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT agent, role FROM actions WHERE node=?1 AND seq=1")?
+            .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?)
+    }
+
     pub fn node(&self, id: &str) -> Result<Option<NodeRow>> {
         let row = self
             .conn

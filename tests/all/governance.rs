@@ -808,3 +808,62 @@ fn slow_header_sockets_from_one_remote_address_are_capped_and_loopback_is_not() 
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(once(&far, "/api/me", "honest").0, 200);
 }
+
+/// One worker cannot close a rival's direction (and lock the rival out of its own node): a
+/// worker concludes only the nodes it opened or that a reviewer or the owner opened; the refusal
+/// is recorded and counted under `node-owner`, and the rival, a reviewer and the owner still can.
+#[test]
+fn a_worker_cannot_conclude_a_node_another_worker_opened() {
+    let (_d, study) = example_study();
+    let as_ = |agent: &str, role: &str, args: &[&str]| {
+        let mut full = vec!["--agent", agent, "--role", role];
+        full.extend_from_slice(args);
+        run(&study, &full)
+    };
+    let conclude =
+        |node: &str| format!(r#"{{"node":"{node}","findings":"closed","outcome":"negative"}}"#);
+    for (who, role) in [
+        ("alice", "worker"),
+        ("alice", "worker"),
+        ("rita", "reviewer"),
+    ] {
+        let out = as_(
+            who,
+            role,
+            &["call", "branch", r#"{"parents":["n0"],"title":"t"}"#],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // n1, n2: alice's; n3: the reviewer's.
+    let out = as_("mallory", "worker", &["call", "conclude", &conclude("n1")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a rival's node was concluded");
+    assert!(
+        err.contains("node-owner") && err.contains("opened by worker alice"),
+        "{err}"
+    );
+    assert!(
+        err.contains("recorded as commit"),
+        "the refusal is recorded: {err}"
+    );
+    // Still open: its opener concludes it; a reviewer and the owner may conclude any node; a
+    // worker may conclude a node a reviewer opened for workers.
+    for (who, role, node) in [
+        ("alice", "worker", "n1"),
+        ("rita", "reviewer", "n2"),
+        ("mallory", "worker", "n3"),
+    ] {
+        let out = as_(who, role, &["call", "conclude", &conclude(node)]);
+        assert!(
+            out.status.success(),
+            "{who} on {node}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let audit = ok_json(&study, &["audit"]);
+    assert_eq!(audit["rejections_by_rule"]["node-owner"], 1, "{audit}");
+}

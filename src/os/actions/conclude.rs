@@ -15,8 +15,13 @@ impl Study {
             None => None,
         };
         let known = req.best_checkpoint.is_none() || best.is_some();
+        let node_opened_by = self
+            .index
+            .node_opener(&req.node)?
+            .and_then(|(agent, role)| Some((agent, Role::parse(&role)?)));
         let facts = Facts {
             node_status: Some(snap.meta.status),
+            node_opened_by,
             checkpoint_known: known,
             // Re-hashed now: a checkpoint named as a node's result must still be what was trained.
             checkpoint_corrupt: best.as_deref().and_then(|c| self.store.manifest_damage(c)),
