@@ -867,3 +867,70 @@ fn a_worker_cannot_conclude_a_node_another_worker_opened() {
     let audit = ok_json(&study, &["audit"]);
     assert_eq!(audit["rejections_by_rule"]["node-owner"], 1, "{audit}");
 }
+
+/// The next attack on `node-owner`: a rival that is refused does not stop, it loops the same
+/// conclude on the victim's node over MCP, to bury the node's record or wear it shut. Identical
+/// refusals are coalesced (recorded the 1st, 2nd, 4th … time, every attempt counted), so the
+/// victim's node grows by a handful of commits, and the victim still concludes its own node.
+#[test]
+fn a_rival_looping_on_a_node_it_may_not_close_grows_it_by_a_few_commits_and_never_closes_it() {
+    let (_d, study) = example_study();
+    let config = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    let config = config.replace(
+        "[policy]\n",
+        "[policy]\nmax_writes_per_agent_per_minute = 0\n",
+    );
+    commit_config(&study, &config, "no write rate");
+    let out = run(
+        &study,
+        &[
+            "--agent",
+            "alice",
+            "--role",
+            "worker",
+            "call",
+            "branch",
+            r#"{"parents":["n0"],"title":"alice's direction"}"#,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let commits0 = commits(&study);
+    let mut rival = Stdio_::start(&study, "mallory", "worker");
+    let calls = 200;
+    let close = json!({"node": "n1", "findings": "closed under you", "outcome": "negative"});
+    for _ in 0..calls {
+        let r = rival.tool("conclude", close.clone());
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+        assert!(text.contains("node-owner"), "{text}");
+    }
+    drop(rival);
+    let added = commits(&study) - commits0;
+    assert!(added <= 9, "{added} commits for {calls} identical refusals");
+    let audit = ok_json(&study, &["audit"]);
+    assert_eq!(
+        audit["rejected"], calls,
+        "every attempt is counted: {audit}"
+    );
+    let out = run(
+        &study,
+        &[
+            "--agent",
+            "alice",
+            "--role",
+            "worker",
+            "call",
+            "conclude",
+            r#"{"node":"n1","findings":"mine","outcome":"inconclusive"}"#,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
