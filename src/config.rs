@@ -11,7 +11,8 @@ use crate::util::error::{Error, Result};
 use crate::util::hash::is_sha256;
 
 pub const CONFIG_FILE: &str = "rsim.toml";
-/// The most bytes a study config read from a work tree may have (a clone decides the file).
+/// The most bytes rsim reads of a file the owner keeps on `main` (`rsim.toml`, `allowed_signers`),
+/// from git or from a work tree: a clone decides its size (`record::MAX_OWNER_FILE` is this).
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// A whole study's configuration (`rsim.toml` at the study root).

@@ -698,7 +698,7 @@ fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
     // elsewhere may have planted (a link to /dev/zero, a FIFO, a huge file): bounded, no links.
     if let Ok(on_disk) = crate::util::file::read_regular_text(
         &root.join(CONFIG_FILE),
-        crate::config::MAX_CONFIG_BYTES,
+        crate::record::MAX_OWNER_FILE as u64,
     ) && on_disk != text
     {
         tracing::warn!(

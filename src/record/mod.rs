@@ -26,7 +26,7 @@ use crate::util::text::sanitize_line;
 
 /// The most bytes rsim reads of a file the owner commits on `main` (`rsim.toml`,
 /// `allowed_signers`): a cloned repository decides their size, and none of them is near this.
-pub const MAX_OWNER_FILE: usize = 1 << 20;
+pub const MAX_OWNER_FILE: usize = crate::config::MAX_CONFIG_BYTES as usize;
 /// The study's keys as rsim proved them, where git's `gpg.ssh.allowedSignersFile` points (in the
 /// git directory: no commit can change it).
 pub const GIT_SIGNERS_FILE: &str = "rsim-allowed-signers";

@@ -10,6 +10,31 @@ use std::time::{Duration, Instant};
 
 use crate::sharing::{Person, git, owners_study};
 
+/// The owner's study with a few actions, and a reader with a home of its own, in one directory.
+struct Shared {
+    d: tempfile::TempDir,
+    owner: Person,
+    reader: Person,
+    study: std::path::PathBuf,
+    _s: tempfile::TempDir,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        let d = tempfile::tempdir().expect("tempdir");
+        let owner = Person::new(d.path(), "owner");
+        let reader = Person::new(d.path(), "reader");
+        let (_s, study) = owners_study(&owner);
+        Shared {
+            d,
+            owner,
+            reader,
+            study,
+            _s,
+        }
+    }
+}
+
 fn clone_to(src: &Path, dst: &Path) {
     git(
         src.parent().expect("parent"),
@@ -50,10 +75,13 @@ fn no_escape(out: &std::process::Output) {
 
 #[test]
 fn planted_work_tree_files_are_read_bounded_never_waited_on_and_never_written_through() {
-    let d = tempfile::tempdir().expect("tempdir");
-    let owner = Person::new(d.path(), "owner");
-    let reader = Person::new(d.path(), "reader");
-    let (_s, study) = owners_study(&owner);
+    let Shared {
+        d,
+        owner,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
 
     // A committed rsim.toml that is a link to /dev/zero: a plain clone checks the link out.
     let work = d.path().join("crafted");
@@ -111,10 +139,13 @@ fn planted_work_tree_files_are_read_bounded_never_waited_on_and_never_written_th
 
 #[test]
 fn git_proves_signatures_with_the_keys_rsim_proved_not_the_work_trees_file() {
-    let d = tempfile::tempdir().expect("tempdir");
-    let owner = Person::new(d.path(), "owner");
-    let reader = Person::new(d.path(), "reader");
-    let (_s, study) = owners_study(&owner);
+    let Shared {
+        d,
+        owner,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
     let clone = d.path().join("clone");
     let out = reader
         .cmd()
@@ -164,10 +195,13 @@ fn git_proves_signatures_with_the_keys_rsim_proved_not_the_work_trees_file() {
 
 #[test]
 fn history_git_reads_rewritten_is_refused_by_name() {
-    let d = tempfile::tempdir().expect("tempdir");
-    let owner = Person::new(d.path(), "owner");
-    let reader = Person::new(d.path(), "reader");
-    let (_s, study) = owners_study(&owner);
+    let Shared {
+        d,
+        owner: _,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
 
     // Grafts that drop n1's middle action: every read refuses, naming the file.
     let copy = d.path().join("grafted");
@@ -217,10 +251,13 @@ fn history_git_reads_rewritten_is_refused_by_name() {
 
 #[test]
 fn node_refs_that_are_not_nodes_and_crafted_metas_are_named_without_escapes() {
-    let d = tempfile::tempdir().expect("tempdir");
-    let owner = Person::new(d.path(), "owner");
-    let reader = Person::new(d.path(), "reader");
-    let (_s, study) = owners_study(&owner);
+    let Shared {
+        d,
+        owner: _,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
     let copy = d.path().join("copy");
     clone_to(&study, &copy);
     let n1 = git(&copy, &["rev-parse", "rsim/n/n1"]);
