@@ -338,3 +338,135 @@ pub fn run(
     }
     Ok(txt)
 }
+
+/// `rsim bench --flood N`: one node's record under N actions.
+#[derive(Debug, serde::Serialize)]
+pub struct FloodReport {
+    pub machine: String,
+    pub actions: usize,
+    /// The study's whole `.git` after the flood, and per action.
+    pub git_bytes: u64,
+    pub bytes_per_action: f64,
+    /// Packs left in `.git/objects/pack`.
+    pub packs: usize,
+    /// Median ms per action of the first and the last hundred.
+    pub first_ms_median: f64,
+    pub last_ms_median: f64,
+    /// Where the last hundred actions' time went: each write phase's own time per action.
+    pub phases: Vec<super::phases::Phase>,
+}
+
+/// Bytes of the regular files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => bytes_under(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// One node flooded with `actions` accepted `compare` actions (each one commit that adds a file
+/// to the node's `actions/`, as a refusal does): what its record weighs on disk per action, and
+/// whether a write slows as the node grows.
+pub fn flood(actions: usize, dir: Option<&Path>, json_out: bool) -> Result<String> {
+    let base = bench_dir(dir)?;
+    let study_dir = base.join("flood");
+    if study_dir.exists() {
+        std::fs::remove_dir_all(&study_dir)?;
+    }
+    bench_study(&study_dir, 10)?;
+    let study = Study::open(&study_dir)?;
+    let owner = Caller::owner();
+    let node = study.call(
+        &owner,
+        "branch",
+        json!({"parents": ["n0"], "title": "flooded", "hypothesis": "bench"}),
+    )?["node"]
+        .as_str()
+        .unwrap_or("n0")
+        .to_string();
+    let mut times = Vec::with_capacity(actions);
+    let head = actions.min(100);
+    // Where the last hundred's time goes.
+    let phases = super::phases::Phases::default();
+    let mut act = |i: usize| -> Result<()> {
+        let t = Instant::now();
+        study.call(
+            &owner,
+            "compare",
+            json!({"node": node, "nodes": ["n0", node], "task": "add2", "metric": format!("m{i}")}),
+        )?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        if i % 1000 == 999 {
+            eprintln!("flood: {} actions, last {:.2} ms", i + 1, times[i]);
+        }
+        Ok(())
+    };
+    for i in 0..actions - head {
+        act(i)?;
+    }
+    phases.listen(|| (actions - head..actions).try_for_each(&mut act))?;
+    let phases = phases.per_action(head);
+    drop(study);
+    let report = FloodReport {
+        machine: machine(),
+        actions,
+        git_bytes: bytes_under(&study_dir.join(".git")),
+        bytes_per_action: 0.0,
+        packs: std::fs::read_dir(study_dir.join(".git/objects/pack")).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+                .count()
+        }),
+        first_ms_median: median(&mut times[..head].to_vec()),
+        last_ms_median: median(&mut times[times.len() - head..].to_vec()),
+        phases,
+    };
+    let report = FloodReport {
+        bytes_per_action: report.git_bytes as f64 / actions.max(1) as f64,
+        ..report
+    };
+    let mut txt = String::new();
+    if json_out {
+        outln!(txt, "{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        outln!(txt, "machine:          {}", report.machine);
+        outln!(txt, "actions on {node}:    {}", report.actions);
+        outln!(
+            txt,
+            ".git:             {} bytes, {:.0} bytes per action, {} packs",
+            report.git_bytes,
+            report.bytes_per_action,
+            report.packs
+        );
+        outln!(
+            txt,
+            "write:            median {:.2} ms over the first {head}, {:.2} ms over the last {head}",
+            report.first_ms_median,
+            report.last_ms_median
+        );
+        outln!(
+            txt,
+            "  where the last {head} actions' time goes (own time per action, µs; calls per action):"
+        );
+        for p in &report.phases {
+            outln!(
+                txt,
+                "    {:<24} {:>8.1}  {:>5.2}",
+                p.name,
+                p.us_per_action,
+                p.calls_per_action
+            );
+        }
+    }
+    if dir.is_none() {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    Ok(txt)
+}

@@ -215,11 +215,8 @@ impl Study {
     pub fn loss_curves(&self, node: &str) -> Result<Vec<LossCurve>> {
         self.need_node(node)?;
         let mut out = Vec::new();
-        for r in self.index.node_actions(node)? {
+        for r in self.index.node_accepted(node, ActionName::RunSft)? {
             let rec = &r.record;
-            if rec.action != ActionName::RunSft || rec.decision.decision != Verdict::Accepted {
-                continue;
-            }
             let Some(job) = &rec.job else { continue };
             // The curve run_sft recorded with its result; a run recorded before results
             // carried one: its job's progress lines.

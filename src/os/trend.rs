@@ -24,10 +24,8 @@ impl Study {
     /// The node's accepted `run_sft` actions, as the record holds them.
     pub(in crate::os) fn run_facts(&self, node: &str) -> Result<Vec<RunFacts>> {
         let mut out = Vec::new();
-        for a in self.node_actions(node)? {
-            if a.action != ActionName::RunSft || !a.decision.accepted() {
-                continue;
-            }
+        for a in self.index.node_accepted(node, ActionName::RunSft)? {
+            let a = a.record;
             let Some(res) = &a.result else { continue };
             let steps = a.request.get("steps").and_then(Value::as_u64).unwrap_or(0);
             let start = match a.request.get("base").and_then(Value::as_str) {

@@ -940,11 +940,27 @@ impl Index {
 
     /// All actions of one node, oldest first.
     pub fn node_actions(&self, node: &str) -> Result<Vec<ActionRow>> {
+        self.node_actions_matching(node, None)
+    }
+
+    /// The accepted `action`s of one node, oldest first: only those rows are read (a node
+    /// flooded with other actions costs a scan of its rows in SQLite, none of them parsed).
+    pub fn node_accepted(&self, node: &str, action: ActionName) -> Result<Vec<ActionRow>> {
+        self.node_actions_matching(node, Some(action))
+    }
+
+    fn node_actions_matching(
+        &self,
+        node: &str,
+        accepted: Option<ActionName>,
+    ) -> Result<Vec<ActionRow>> {
         let mut st = self.conn.prepare_cached(
-            "SELECT seq,commit_oid,record FROM actions WHERE node=?1 ORDER BY seq",
+            "SELECT seq,commit_oid,record FROM actions WHERE node=?1
+               AND (?2 IS NULL OR (action=?2 AND decision=?3)) ORDER BY seq",
         )?;
+        let filter = accepted.map(|a| a.as_str());
         let rows = st
-            .query_map([node], |r| {
+            .query_map(params![node, filter, Verdict::Accepted.as_str()], |r| {
                 Ok((
                     r.get::<_, u32>(0)?,
                     r.get::<_, String>(1)?,

@@ -6,6 +6,7 @@
 pub mod claims;
 pub mod commit;
 pub mod dag;
+mod delta;
 pub mod index;
 pub mod packs;
 pub mod signing;

@@ -724,7 +724,7 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
     }
     let sizes: Vec<u64> = all.iter().map(|p| p.1).collect();
     let mut merged = Vec::new();
-    let mut out = PackBuf::new(0);
+    let mut entries: Vec<(Oid, Vec<u8>, Option<u32>)> = Vec::new();
     let mut seen = HashSet::new();
     let mut budget = MERGE_BUDGET;
     for (stem, size) in &all[..merge_count(&sizes)] {
@@ -756,13 +756,35 @@ pub(crate) fn tidy_above(git_dir: &Path, max: usize, fsync: bool) -> Result<usiz
         };
         for (id, (stored, crc)) in moved {
             if seen.insert(id) {
-                out.push_stored(id, &stored, crc);
+                entries.push((id, stored, crc));
             }
         }
         merged.push(stem.clone());
     }
     if merged.len() < 2 {
         return Ok(0);
+    }
+    // The trees that are older copies of another tree here go in as deltas against it
+    // (`delta`: what keeps a node's record linear in its actions).
+    let listed: Vec<(Oid, &[u8])> = entries
+        .iter()
+        .map(|(id, s, _)| (*id, s.as_slice()))
+        .collect();
+    let mut deltas: HashMap<Oid, Vec<u8>> = HashMap::new();
+    let mut z = flate2::Compress::new(flate2::Compression::fast(), true);
+    for (id, base, delta) in super::delta::plan(&listed) {
+        let mut stored = Vec::with_capacity(32 + delta.len());
+        entry_header(&mut stored, 7, delta.len() as u64);
+        stored.extend_from_slice(base.as_bytes());
+        deflate(&mut z, &delta, &mut stored)?;
+        deltas.insert(id, stored);
+    }
+    let mut out = PackBuf::new(entries.len());
+    for (id, stored, crc) in &entries {
+        match deltas.get(id) {
+            Some(d) => out.push_stored(*id, d, None),
+            None => out.push_stored(*id, stored, *crc),
+        }
     }
     let fresh = out.finish(&dir, fsync)?;
     // Every object of the merged packs is in the new one, written and indexed: the merged ones
@@ -1094,6 +1116,115 @@ mod tests {
             tidy_above(&d.path().join(".git"), 1, false).expect("tidy"),
             0
         );
+    }
+
+    /// Commit `n` actions as the record does: each adds one file to `actions/` (a tree that
+    /// grows by one entry a commit) and rewrites `node.toml`, one pack per commit.
+    fn action_commits(dir: &Path, n: usize) -> Vec<Oid> {
+        let repo = Repository::open(dir).expect("open");
+        let staging = Staging::new().expect("staging");
+        let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
+        let pack_dir = repo.path().join("objects").join("pack");
+        let mut tip: Option<Oid> = repo.refname_to_id("refs/heads/n0").ok();
+        let start = git(dir, &["rev-list", "--all"]).lines().count();
+        let mut commits = Vec::new();
+        for i in start..start + n {
+            let s = staging.repo();
+            if let Some(t) = tip {
+                staging
+                    .import_base(&repo, t, &["actions/new"])
+                    .expect("import");
+            }
+            let parent = tip.map(|t| s.find_commit(t).expect("parent"));
+            let base = parent.as_ref().map(|p| p.tree().expect("tree"));
+            let actions = base
+                .as_ref()
+                .and_then(|b| b.get_name("actions").map(|e| e.id()))
+                .map(|id| s.find_tree(id).expect("actions"));
+            let mut ab = s.treebuilder(actions.as_ref()).expect("tb");
+            let action = format!("{{\"seq\": {i}, \"request\": \"distinct refusal {i}\"}}");
+            ab.insert(
+                format!("{:04}-compare.json", i + 1),
+                s.blob(action.as_bytes()).expect("blob"),
+                0o100644,
+            )
+            .expect("insert");
+            let mut tb = s.treebuilder(base.as_ref()).expect("tb");
+            tb.insert("actions", ab.write().expect("actions"), 0o040000)
+                .expect("insert");
+            let meta = format!("id = \"n0\"\nactions = {}\n", i + 1);
+            tb.insert(
+                "node.toml",
+                s.blob(meta.as_bytes()).expect("blob"),
+                0o100644,
+            )
+            .expect("insert");
+            let tree = s.find_tree(tb.write().expect("tree")).expect("tree");
+            let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+            let c = s
+                .commit(None, &sig, &sig, &format!("a{i}"), &tree, &parents)
+                .expect("commit");
+            let objects = new_objects(s, c, base.as_ref().map(|b| b.id())).expect("objects");
+            write_pack(&pack_dir, &objects, false).expect("pack");
+            staging.written(objects.len());
+            repo.reference("refs/heads/n0", c, true, "t").expect("ref");
+            tip = Some(c);
+            commits.push(c);
+        }
+        commits
+    }
+
+    fn pack_bytes(dir: &Path) -> u64 {
+        std::fs::read_dir(dir.join(".git/objects/pack"))
+            .expect("pack dir")
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+            .map(|e| e.metadata().expect("meta").len())
+            .sum()
+    }
+
+    #[test]
+    fn merging_stores_older_copies_of_a_growing_tree_as_deltas() {
+        let d = tempfile::tempdir().expect("tempdir");
+        Repository::init(d.path()).expect("init");
+        let git_dir = d.path().join(".git");
+        // Two merges a node's trees go through: the second finds the first one's whole tree
+        // older than its own newest, and the first one's deltas against it.
+        let mut commits = Vec::new();
+        // Bytes of the packs as each commit wrote them.
+        let mut written = 0;
+        let mut after = 0;
+        for _ in 0..2 {
+            commits.extend(action_commits(d.path(), 150));
+            written += pack_bytes(d.path()) - after;
+            assert!(tidy_above(&git_dir, 1, false).expect("tidy") >= 2);
+            assert_eq!(pack_count(d.path()), 1);
+            after = pack_bytes(d.path());
+        }
+        // Whole, the 300 copies of `actions/` (up to 300 entries of 50 bytes) took megabytes.
+        assert!(written > 1_000_000, "{written}");
+        assert!(after * 10 < written, "merged {written} bytes into {after}");
+        // git reads and checks it all: every object's hash, every delta's base in the pack.
+        git(d.path(), &["fsck", "--full", "--strict", "--no-dangling"]);
+        let idx = std::fs::read_dir(git_dir.join("objects/pack"))
+            .expect("dir")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "idx"))
+            .expect("idx");
+        let v = git(
+            d.path(),
+            &["verify-pack", "-v", idx.to_str().expect("utf-8")],
+        );
+        assert!(v.contains("chain length = 1:"), "{v}");
+        // A fresh libgit2 handle reads every tree, whole or through its delta.
+        let repo = Repository::open(d.path()).expect("open");
+        for (k, c) in commits.iter().enumerate() {
+            let tree = repo.find_commit(*c).expect("commit").tree().expect("tree");
+            let actions = tree.get_name("actions").expect("actions").to_object(&repo);
+            let actions = actions.expect("read").peel_to_tree().expect("tree");
+            assert_eq!(actions.len(), k + 1);
+        }
     }
 
     #[test]

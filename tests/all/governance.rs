@@ -934,3 +934,87 @@ fn a_rival_looping_on_a_node_it_may_not_close_grows_it_by_a_few_commits_and_neve
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Bytes of the regular files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| {
+            let t = e.file_type().expect("type");
+            if t.is_dir() {
+                bytes_under(&e.path())
+            } else if t.is_file() {
+                e.metadata().expect("meta").len()
+            } else {
+                0
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn a_rival_flooding_a_node_with_distinct_refusals_grows_its_record_linearly() {
+    // Distinct refusals are not coalesced: each is a commit that adds a file to the node's flat
+    // `actions/` tree, whose copies once grew the record with the square of the flood.
+    let (_d, study) = example_study();
+    let config = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    let config = config.replace(
+        "[policy]\n",
+        "[policy]\nmax_writes_per_agent_per_minute = 0\n",
+    );
+    commit_config(&study, &config, "no write rate");
+    let out = run(
+        &study,
+        &[
+            "--agent",
+            "alice",
+            "--role",
+            "worker",
+            "call",
+            "branch",
+            r#"{"parents":["n0"],"title":"alice's direction"}"#,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let git = study.join(".git");
+    let (bytes0, commits0) = (bytes_under(&git), commits(&study));
+    let mut rival = Stdio_::start(&study, "mallory", "worker");
+    let calls = 500;
+    for i in 0..calls {
+        let close = json!({"node": "n1", "findings": format!("closed under you, take {i}"), "outcome": "negative"});
+        let r = rival.tool("conclude", close);
+        assert_eq!(r["result"]["isError"], true, "{r}");
+    }
+    drop(rival);
+    assert_eq!(
+        commits(&study) - commits0,
+        calls,
+        "one commit per distinct refusal"
+    );
+    let per_refusal = (bytes_under(&git) - bytes0) / calls as u64;
+    // Whole copies of `actions/` came to about 8 KiB a refusal at this count, and grow with it.
+    assert!(
+        per_refusal < 3000,
+        "{per_refusal} bytes of .git per refusal"
+    );
+    // git and rsim read all of it back: every object, every signature.
+    let fsck = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&study)
+        .args(["fsck", "--full", "--strict", "--no-dangling"])
+        .output()
+        .expect("git");
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    ok_json(&study, &["verify"]);
+    let audit = ok_json(&study, &["audit"]);
+    assert_eq!(audit["rejected"], calls, "{audit}");
+}

@@ -24,11 +24,15 @@ pub fn run(cmd: &Command, json: bool) -> Result<()> {
             slurm,
             partition,
             views,
+            flood,
             web,
             http,
         } => {
             let dir = dir.as_deref();
             match (web, slurm, views) {
+                (None, None, None) if flood.is_some() => {
+                    crate::bench::actions::flood(flood.unwrap_or_default(), dir, json)
+                }
                 (Some(n), None, None) => {
                     return crate::bench::views::web(dir, |root| {
                         crate::faces::web::serve_made_up(root, *n, http)
