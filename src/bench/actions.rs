@@ -339,12 +339,12 @@ pub fn run(
     Ok(txt)
 }
 
-/// `rsim bench --flood N`: one node's record under N actions.
+/// `rsim bench --node-actions N`: one node's record under N distinct actions.
 #[derive(Debug, serde::Serialize)]
-pub struct FloodReport {
+pub struct NodeRecordReport {
     pub machine: String,
     pub actions: usize,
-    /// The study's whole `.git` after the flood, and per action.
+    /// The study's whole `.git` after the actions, and per action.
     pub git_bytes: u64,
     pub bytes_per_action: f64,
     /// Packs left in `.git/objects/pack`.
@@ -371,12 +371,12 @@ fn bytes_under(dir: &Path) -> u64 {
         .sum()
 }
 
-/// One node flooded with `actions` accepted `compare` actions (each one commit that adds a file
-/// to the node's `actions/`, as a refusal does): what its record weighs on disk per action, and
-/// whether a write slows as the node grows.
-pub fn flood(actions: usize, dir: Option<&Path>, json_out: bool) -> Result<String> {
+/// One node given `actions` distinct accepted `compare` actions (each one commit that adds a file
+/// to the node's `actions/`, as a distinct refusal does): what its record weighs on disk per
+/// action, and whether a write slows as the node grows.
+pub fn node_actions(actions: usize, dir: Option<&Path>, json_out: bool) -> Result<String> {
     let base = bench_dir(dir)?;
-    let study_dir = base.join("flood");
+    let study_dir = base.join("node-actions");
     if study_dir.exists() {
         std::fs::remove_dir_all(&study_dir)?;
     }
@@ -386,7 +386,7 @@ pub fn flood(actions: usize, dir: Option<&Path>, json_out: bool) -> Result<Strin
     let node = study.call(
         &owner,
         "branch",
-        json!({"parents": ["n0"], "title": "flooded", "hypothesis": "bench"}),
+        json!({"parents": ["n0"], "title": "many actions", "hypothesis": "bench"}),
     )?["node"]
         .as_str()
         .unwrap_or("n0")
@@ -404,7 +404,7 @@ pub fn flood(actions: usize, dir: Option<&Path>, json_out: bool) -> Result<Strin
         )?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         if i % 1000 == 999 {
-            eprintln!("flood: {} actions, last {:.2} ms", i + 1, times[i]);
+            eprintln!("node-actions: {} actions, last {:.2} ms", i + 1, times[i]);
         }
         Ok(())
     };
@@ -414,7 +414,7 @@ pub fn flood(actions: usize, dir: Option<&Path>, json_out: bool) -> Result<Strin
     phases.listen(|| (actions - head..actions).try_for_each(&mut act))?;
     let phases = phases.per_action(head);
     drop(study);
-    let report = FloodReport {
+    let report = NodeRecordReport {
         machine: machine(),
         actions,
         git_bytes: bytes_under(&study_dir.join(".git")),
@@ -428,7 +428,7 @@ pub fn flood(actions: usize, dir: Option<&Path>, json_out: bool) -> Result<Strin
         last_ms_median: median(&mut times[times.len() - head..].to_vec()),
         phases,
     };
-    let report = FloodReport {
+    let report = NodeRecordReport {
         bytes_per_action: report.git_bytes as f64 / actions.max(1) as f64,
         ..report
     };

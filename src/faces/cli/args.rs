@@ -246,13 +246,13 @@ pub enum Command {
         /// HTML) on a chain N nodes deep and a DAG N nodes wide, built through branch actions.
         #[arg(long, value_name = "N", conflicts_with = "slurm")]
         views: Option<usize>,
-        /// Instead, benchmark one node flooded with N actions: its `.git` bytes per action and
-        /// the write time at the start and the end.
+        /// Instead, benchmark one node given N distinct actions: its `.git` bytes per action
+        /// and the write time at the start and the end.
         #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views"])]
-        flood: Option<usize>,
+        node_actions: Option<usize>,
         /// Instead, serve the web page over a made-up DAG of N nodes (at --http) until
         /// interrupted, for tools/web-bench.sh to time its first paint in Chromium.
-        #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views", "flood"])]
+        #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views", "node_actions"])]
         web: Option<usize>,
         /// Address for --web.
         #[arg(

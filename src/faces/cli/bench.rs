@@ -24,14 +24,14 @@ pub fn run(cmd: &Command, json: bool) -> Result<()> {
             slurm,
             partition,
             views,
-            flood,
+            node_actions,
             web,
             http,
         } => {
             let dir = dir.as_deref();
             match (web, slurm, views) {
-                (None, None, None) if flood.is_some() => {
-                    crate::bench::actions::flood(flood.unwrap_or_default(), dir, json)
+                (None, None, None) if node_actions.is_some() => {
+                    crate::bench::actions::node_actions(node_actions.unwrap_or_default(), dir, json)
                 }
                 (Some(n), None, None) => {
                     return crate::bench::views::web(dir, |root| {
