@@ -100,6 +100,19 @@ pub enum NodeId {
     Exactly(String),
 }
 
+/// Times a write looks again for a git object it was told is missing (`missing_object`).
+const MISSED_OBJECT_RETRIES: u32 = 3;
+
+/// A git object that a branch or a tree names was not found. Another process's pack merge can
+/// hide it from one scan of the pack directory: the merged pack is renamed in and the packs it
+/// replaces removed while the scan runs, and a directory listing may miss an entry added during
+/// it (POSIX leaves that open), so the scan sees neither. libgit2 scans once more on a miss; the
+/// write looks again a few times, after a pause, before it answers with the error.
+fn missing_object(e: &Error) -> bool {
+    e.kind == crate::util::error::ErrorKind::Internal
+        && e.message.starts_with("git: object not found")
+}
+
 /// Writes actions into the record with the protocol above.
 pub struct Writer<'a> {
     record: &'a Record,
@@ -167,36 +180,48 @@ impl<'a> Writer<'a> {
     ) -> Result<(String, ActionRecord)> {
         let _one = WRITES.lock().unwrap_or_else(|e| e.into_inner());
         let mut pacer = Pacer::new(self.deadline);
+        let mut missed = 0;
         loop {
-            let tip = self
-                .record
-                .node_tip(node)?
-                .ok_or_else(|| Error::not_found(format!("node: no node {node} in this study")))?;
-            refuse_unproven(self.record, node, tip)?;
-            let snap = self.record.snapshot(tip)?;
-            let p = prepare(&snap)?;
-            let rec = ActionRecord {
-                seq: snap.action_count + 1,
-                action,
-                node: node.to_string(),
-                agent: caller.agent.clone(),
-                role: caller.role,
-                at: now_rfc3339(),
-                summary: p.summary,
-                request: request.clone(),
-                decision: p.decision,
-                result: p.result,
-                job: p.job,
-                artifacts: p.artifacts,
-                metrics: p.metrics,
-                refers_to: p.refers_to,
+            // Everything up to the branch's move: nothing has landed if it fails.
+            let step = (|| {
+                let tip = self.record.node_tip(node)?.ok_or_else(|| {
+                    Error::not_found(format!("node: no node {node} in this study"))
+                })?;
+                refuse_unproven(self.record, node, tip)?;
+                let snap = self.record.snapshot(tip)?;
+                let p = prepare(&snap)?;
+                let rec = ActionRecord {
+                    seq: snap.action_count + 1,
+                    action,
+                    node: node.to_string(),
+                    agent: caller.agent.clone(),
+                    role: caller.role,
+                    at: now_rfc3339(),
+                    summary: p.summary,
+                    request: request.clone(),
+                    decision: p.decision,
+                    result: p.result,
+                    job: p.job,
+                    artifacts: p.artifacts,
+                    metrics: p.metrics,
+                    refers_to: p.refers_to,
+                };
+                let msg = record::commit_message(&rec, &p.body, &[]);
+                self.index.mark_pending(node)?;
+                let landed =
+                    self.record
+                        .append(node, snap.tip, &rec, p.meta.as_ref(), &p.files, &msg)?;
+                Ok((snap, p.meta, rec, landed))
+            })();
+            let (snap, meta, rec, landed) = match step {
+                Err(e) if missed < MISSED_OBJECT_RETRIES && missing_object(&e) => {
+                    missed += 1;
+                    self.record.rescan_objects(&e);
+                    continue;
+                }
+                step => step?,
             };
-            let msg = record::commit_message(&rec, &p.body, &[]);
-            self.index.mark_pending(node)?;
-            match self
-                .record
-                .append(node, snap.tip, &rec, p.meta.as_ref(), &p.files, &msg)?
-            {
+            match landed {
                 Append::Committed(oid) => {
                     self.index.sync_own_write(
                         self.record,
@@ -204,13 +229,13 @@ impl<'a> Writer<'a> {
                             node,
                             parent: Some(snap.tip),
                             tip: oid,
-                            meta: p.meta.as_ref(),
+                            meta: meta.as_ref(),
                             record: &rec,
                         },
                     )?;
                     self.record.remember_snapshot(NodeSnapshot {
                         tip: oid,
-                        meta: p.meta.unwrap_or(snap.meta),
+                        meta: meta.unwrap_or(snap.meta),
                         action_count: rec.seq,
                     });
                     return Ok((oid.to_string(), rec));
@@ -247,17 +272,30 @@ impl<'a> Writer<'a> {
             NodeId::Allocate(n) => (n, None),
             NodeId::Exactly(id) => (0, Some(id)),
         };
+        let mut missed = 0;
         loop {
             let id = exact.clone().unwrap_or_else(|| format!("n{num}"));
-            let f = first(&id)?;
-            debug_assert_eq!(f.meta.id, id);
-            debug_assert_eq!(f.meta.status, NodeStatus::Open);
-            let msg = record::commit_message(&f.record, &f.body, parents);
-            self.index.mark_pending(&id)?;
-            match self
-                .record
-                .create_node(&f.meta, &f.record, parent_tips, &msg)?
-            {
+            // Everything up to the branch's creation: nothing has landed if it fails.
+            let step = (|| {
+                let f = first(&id)?;
+                debug_assert_eq!(f.meta.id, id);
+                debug_assert_eq!(f.meta.status, NodeStatus::Open);
+                let msg = record::commit_message(&f.record, &f.body, parents);
+                self.index.mark_pending(&id)?;
+                let made = self
+                    .record
+                    .create_node(&f.meta, &f.record, parent_tips, &msg)?;
+                Ok((f, made))
+            })();
+            let (f, made) = match step {
+                Err(e) if missed < MISSED_OBJECT_RETRIES && missing_object(&e) => {
+                    missed += 1;
+                    self.record.rescan_objects(&e);
+                    continue;
+                }
+                step => step?,
+            };
+            match made {
                 Create::Created(commit) => {
                     self.index.sync_own_write(
                         self.record,
@@ -319,6 +357,27 @@ mod tests {
         root: std::path::PathBuf,
         record: Record,
         index: Index,
+    }
+
+    #[test]
+    fn a_missing_object_is_told_apart_from_other_git_errors() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let repo = git2::Repository::init(d.path()).expect("init");
+        let absent = git2::Oid::from_str("0123456789abcdef0123456789abcdef01234567").expect("oid");
+        // libgit2's own words for an object no pack or loose file holds (what a write looks
+        // again for), read the two ways the record reads objects.
+        let e: Error = repo.find_commit(absent).map(drop).expect_err("absent").into();
+        assert!(missing_object(&e), "{}", e.message);
+        let e: Error = repo
+            .odb()
+            .and_then(|o| o.read(absent).map(drop))
+            .expect_err("absent")
+            .into();
+        assert!(missing_object(&e), "{}", e.message);
+        // A missing branch, or a node the request names, is not one.
+        let e: Error = repo.refname_to_id("refs/heads/n7").expect_err("no ref").into();
+        assert!(!missing_object(&e), "{}", e.message);
+        assert!(!missing_object(&Error::not_found("node: no node n7")));
     }
 
     /// A record with `main` and a root node, written through the protocol itself.

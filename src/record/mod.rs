@@ -757,6 +757,21 @@ impl Record {
         Ok(oid)
     }
 
+    /// After a read found a git object missing (`commit::missing_object`): pause briefly and
+    /// scan the pack directory again, so the next attempt sees a pack merged meanwhile.
+    pub(crate) fn rescan_objects(&self, why: &Error) {
+        tracing::info!(
+            "{}; looking again (a pack merge may have hidden it)",
+            why.message
+        );
+        std::thread::sleep(std::time::Duration::from_millis(
+            2 + rand::random::<u64>() % 8,
+        ));
+        if let Err(e) = self.repo.odb().and_then(|o| o.refresh()) {
+            tracing::warn!("cannot rescan the study's packs: {}", e.message());
+        }
+    }
+
     /// Keep the study's packs few (`packs::tidy`) after a write landed. A failure is logged:
     /// the write itself is recorded either way.
     fn tidy_packs(&self) {
