@@ -683,15 +683,10 @@ fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
     let entry = tree
         .get_name(CONFIG_FILE)
         .ok_or_else(|| Error::invalid(format!("{CONFIG_FILE} is not committed on main")))?;
-    let blob = record.repo().find_blob(entry.id())?;
-    // A repository from elsewhere decides this file's size: it is refused before it is read whole.
-    if blob.size() > crate::record::MAX_OWNER_FILE {
-        return Err(Error::invalid(format!(
-            "{CONFIG_FILE} on main is {} bytes, more than a study's config may be ({} bytes); refusing to read it",
-            blob.size(),
-            crate::record::MAX_OWNER_FILE
-        )));
-    }
+    // A repository from elsewhere decides this file's size: it is refused before it is inflated.
+    let blob =
+        crate::record::blob_at_most(record.repo(), entry.id(), crate::record::MAX_OWNER_FILE)
+            .map_err(|e| e.context(format!("{CONFIG_FILE} on main")))?;
     let text = std::str::from_utf8(blob.content())
         .map_err(|_| Error::invalid(format!("{CONFIG_FILE} is not UTF-8")))?;
     // The work tree's copy only earns a warning; it is read as a file a repository from

@@ -20,7 +20,9 @@ pub fn committed_config_text(root: &Path) -> Result<String> {
         .get_name(CONFIG_FILE)
         .ok_or_else(|| Error::internal(format!("{CONFIG_FILE} is not committed on main")))?
         .id();
-    Ok(String::from_utf8_lossy(repo.find_blob(entry)?.content()).into_owned())
+    let blob = crate::record::blob_at_most(repo, entry, crate::record::MAX_OWNER_FILE)
+        .map_err(|e| e.context(format!("{CONFIG_FILE} on main")))?;
+    Ok(String::from_utf8_lossy(blob.content()).into_owned())
 }
 
 /// Commit `text` as `rsim.toml` on `main` (one commit by `author` — name and email — with

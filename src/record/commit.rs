@@ -366,7 +366,11 @@ mod tests {
         let absent = git2::Oid::from_str("0123456789abcdef0123456789abcdef01234567").expect("oid");
         // libgit2's own words for an object no pack or loose file holds (what a write looks
         // again for), read the two ways the record reads objects.
-        let e: Error = repo.find_commit(absent).map(drop).expect_err("absent").into();
+        let e: Error = repo
+            .find_commit(absent)
+            .map(drop)
+            .expect_err("absent")
+            .into();
         assert!(missing_object(&e), "{}", e.message);
         let e: Error = repo
             .odb()
@@ -375,7 +379,10 @@ mod tests {
             .into();
         assert!(missing_object(&e), "{}", e.message);
         // A missing branch, or a node the request names, is not one.
-        let e: Error = repo.refname_to_id("refs/heads/n7").expect_err("no ref").into();
+        let e: Error = repo
+            .refname_to_id("refs/heads/n7")
+            .expect_err("no ref")
+            .into();
         assert!(!missing_object(&e), "{}", e.message);
         assert!(!missing_object(&Error::not_found("node: no node n7")));
     }

@@ -28,6 +28,50 @@ use crate::util::text::sanitize_line;
 /// The most bytes rsim reads of a file the owner commits on `main` (`rsim.toml`,
 /// `allowed_signers`): a cloned repository decides their size, and none of them is near this.
 pub const MAX_OWNER_FILE: usize = crate::config::MAX_CONFIG_BYTES as usize;
+/// The most bytes rsim reads of one action file (`actions/NNNN-<action>.json`): its request
+/// arrived in at most 16 MiB (an MCP line), its result beside it is far smaller.
+pub const MAX_ACTION_FILE: usize = 64 << 20;
+
+/// A blob of the study's git, read only if it holds at most `max` bytes. Its size comes from the
+/// object's header first (a pack entry's header, or a delta's target size), never from inflating
+/// it: a repository from elsewhere decides what its blobs hold, and a few KB in a pack can
+/// inflate to gigabytes. Every blob rsim reads from git comes through here.
+pub fn blob_at_most<'r>(repo: &'r git2::Repository, id: Oid, max: usize) -> Result<git2::Blob<'r>> {
+    let (size, kind) = repo.odb()?.read_header(id)?;
+    if kind != git2::ObjectType::Blob {
+        return Err(Error::invalid(format!(
+            "object {id} is a {kind}, not a file"
+        )));
+    }
+    if size > max {
+        return Err(Error::invalid(format!(
+            "object {id} is {size} bytes, more than rsim reads there ({max} bytes); it is not read"
+        )));
+    }
+    Ok(repo.find_blob(id)?)
+}
+
+/// The most bytes rsim reads of a node's `actions/` tree (about 50 bytes an action: a million
+/// actions on one node).
+pub const MAX_ACTIONS_TREE: usize = 64 << 20;
+
+/// A tree of the study's git, read only if it holds at most `max` bytes (see `blob_at_most`: a
+/// tree of many entries that name the same object packs small and inflates large).
+pub fn tree_at_most<'r>(repo: &'r git2::Repository, id: Oid, max: usize) -> Result<git2::Tree<'r>> {
+    let (size, kind) = repo.odb()?.read_header(id)?;
+    if kind != git2::ObjectType::Tree {
+        return Err(Error::invalid(format!(
+            "object {id} is a {kind}, not a tree"
+        )));
+    }
+    if size > max {
+        return Err(Error::invalid(format!(
+            "tree {id} is {size} bytes, more than rsim reads there ({max} bytes); it is not read"
+        )));
+    }
+    Ok(repo.find_tree(id)?)
+}
+
 /// The study's keys as rsim proved them, where git's `gpg.ssh.allowedSignersFile` points (in the
 /// git directory: no commit can change it).
 pub const GIT_SIGNERS_FILE: &str = "rsim-allowed-signers";
@@ -876,10 +920,13 @@ impl Record {
 
     fn read_snapshot(&self, tip: Oid) -> Result<NodeSnapshot> {
         let commit = self.repo.find_commit(tip)?;
-        let tree = commit.tree()?;
+        let tree = tree_at_most(&self.repo, commit.tree_id(), MAX_OWNER_FILE)
+            .map_err(|e| e.context(format!("commit {tip}")))?;
         let meta = self.read_meta(&tree)?;
         let action_count = match tree.get_name(ACTIONS_DIR) {
-            Some(e) => self.repo.find_tree(e.id())?.len() as u32,
+            Some(e) => tree_at_most(&self.repo, e.id(), MAX_ACTIONS_TREE)
+                .map_err(|e| e.context(format!("{ACTIONS_DIR} at commit {tip}")))?
+                .len() as u32,
             None => 0,
         };
         Ok(NodeSnapshot {
@@ -895,14 +942,8 @@ impl Record {
         })?;
         // Read before the node's history is proven (the index reads a tip's meta first), so a
         // repository from elsewhere decides its size: refused before it is inflated.
-        let (size, _) = self.repo.odb()?.read_header(entry.id())?;
-        if size > MAX_OWNER_FILE {
-            return Err(Error::invalid(format!(
-                "{NODE_FILE} in tree {} is {size} bytes, more than a node's meta may be ({MAX_OWNER_FILE} bytes)",
-                tree.id()
-            )));
-        }
-        let blob = self.repo.find_blob(entry.id())?;
+        let blob = blob_at_most(&self.repo, entry.id(), MAX_OWNER_FILE)
+            .map_err(|e| e.context(format!("{NODE_FILE} in tree {}", tree.id())))?;
         let text = std::str::from_utf8(blob.content()).map_err(|_| {
             Error::internal(format!("{NODE_FILE} in tree {} is not UTF-8", tree.id()))
         })?;
@@ -914,7 +955,12 @@ impl Record {
     pub fn read_file(&self, tip: Oid, path: &str) -> Result<Option<Vec<u8>>> {
         let tree = self.repo.find_commit(tip)?.tree()?;
         match tree.get_path(Path::new(path)) {
-            Ok(e) => Ok(Some(self.repo.find_blob(e.id())?.content().to_vec())),
+            Ok(e) => Ok(Some(
+                blob_at_most(&self.repo, e.id(), MAX_OWNER_FILE)
+                    .map_err(|err| err.context(format!("{path} at commit {tip}")))?
+                    .content()
+                    .to_vec(),
+            )),
             Err(e) if e.code() == ErrorCode::NotFound => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -924,9 +970,11 @@ impl Record {
     /// Walks first parents from the tip while commits belong to this node.
     pub fn actions_since(&self, id: &str, tip: Oid, after: u32) -> Result<Vec<CommittedAction>> {
         let tip_commit = self.repo.find_commit(tip)?;
-        let tree = tip_commit.tree()?;
+        let tree = tree_at_most(&self.repo, tip_commit.tree_id(), MAX_OWNER_FILE)
+            .map_err(|e| e.context(format!("node {id}: commit {tip}")))?;
         let actions_tree = match tree.get_name(ACTIONS_DIR) {
-            Some(e) => self.repo.find_tree(e.id())?,
+            Some(e) => tree_at_most(&self.repo, e.id(), MAX_ACTIONS_TREE)
+                .map_err(|e| e.context(format!("node {id}: {ACTIONS_DIR} at commit {tip}")))?,
             None => return Ok(Vec::new()),
         };
         let mut out = Vec::new();
@@ -971,7 +1019,8 @@ impl Record {
                     c.id()
                 ))
             })?;
-            let blob = self.repo.find_blob(entry.id())?;
+            let blob = blob_at_most(&self.repo, entry.id(), MAX_ACTION_FILE)
+                .map_err(|e| e.context(format!("node {id}: {ACTIONS_DIR}/{name}")))?;
             let record: ActionRecord = serde_json::from_slice(blob.content())
                 .map_err(|e| Error::internal(format!("node {id}: {ACTIONS_DIR}/{name}: {e}")))?;
             if record.seq != seq || record.node != id {

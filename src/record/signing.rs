@@ -426,15 +426,16 @@ pub fn key_history(repo: &Repository, tip: Oid) -> std::result::Result<Option<Ke
             }
             continue;
         };
-        let text = repo.find_blob(blob).map_err(git)?;
-        if text.size() > crate::record::MAX_OWNER_FILE {
-            problems.push(format!(
-                "main: commit {oid}: {SIGNERS_FILE} is {} bytes, more than rsim reads ({}); the change is ignored",
-                text.size(),
-                crate::record::MAX_OWNER_FILE
-            ));
-            continue;
-        }
+        let text = match crate::record::blob_at_most(repo, blob, crate::record::MAX_OWNER_FILE) {
+            Ok(t) => t,
+            Err(e) => {
+                problems.push(format!(
+                    "main: commit {oid}: {SIGNERS_FILE}: {}; the change is ignored",
+                    e.message
+                ));
+                continue;
+            }
+        };
         let parsed = std::str::from_utf8(text.content())
             .map_err(|_| format!("{SIGNERS_FILE} is not UTF-8"))
             .and_then(Signers::parse);

@@ -312,7 +312,7 @@ fn node_refs_that_are_not_nodes_and_crafted_metas_are_named_without_escapes() {
     no_escape(&out);
     for want in [
         "n7: node.toml",
-        "more than a node's meta may be",
+        "more than rsim reads there",
         "n8:",
         "rsim/n/n9: points at a blob",
         "not a node id",
@@ -330,5 +330,38 @@ fn node_refs_that_are_not_nodes_and_crafted_metas_are_named_without_escapes() {
     ] {
         let out = reader.run(&copy, args);
         no_escape(&out);
+    }
+}
+
+#[test]
+fn files_on_main_that_pack_small_and_inflate_large_are_refused_unread() {
+    let Shared {
+        d,
+        owner: _,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
+    // 32 MiB of one byte: 32 KiB in git. A pushed commit on main makes it the study's config in
+    // one copy and its list of keys in another; the reader's rsim must not inflate either.
+    let big = vec![b'#'; 32 << 20];
+    for (file, want) in [
+        ("rsim.toml", "rsim.toml on main: object"),
+        ("allowed_signers", "allowed_signers: object"),
+    ] {
+        let copy = d.path().join(format!("copy-{file}"));
+        clone_to(&study, &copy);
+        std::fs::write(copy.join(file), &big).expect("write");
+        git(&copy, &["commit", "-q", "-am", "pushed by anyone"]);
+        let t = Instant::now();
+        let out = reader.run(&copy, &["verify"]);
+        let said = text(&out);
+        assert!(!out.status.success(), "{file}: {said}");
+        assert!(said.contains(want), "{file}: {said}");
+        assert!(
+            said.contains("33554432 bytes, more than rsim reads there (1048576 bytes)"),
+            "{file}: {said}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(30), "{file}: {:?}", t.elapsed());
     }
 }
