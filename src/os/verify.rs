@@ -161,6 +161,14 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
         ));
     }
     let main = record.main_tip()?;
+    // Every commit is sized before libgit2's walks parse them whole.
+    let mut tips = vec![main];
+    tips.extend(record.node_tips()?.into_iter().map(|(_, t)| t));
+    if let Err(e) = crate::record::check_commit_sizes(repo, &tips, false) {
+        rep.first_bad = e.message.split_whitespace().nth(1).map(str::to_string);
+        rep.problems.push(e.message);
+        return Ok(rep);
+    }
     // main's first-parent chain: genesis, key changes, and the owner's config commits.
     let mut first_parent = repo.revwalk()?;
     first_parent.push(main)?;

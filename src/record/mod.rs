@@ -51,6 +51,46 @@ pub fn blob_at_most<'r>(repo: &'r git2::Repository, id: Oid, max: usize) -> Resu
     Ok(repo.find_blob(id)?)
 }
 
+/// The most bytes rsim reads of one commit (a summary line, the action's body, trailers and a
+/// signature: a few KB).
+pub const MAX_COMMIT: usize = 16 << 20;
+
+/// A commit of the study's git, read only if it holds at most `MAX_COMMIT` bytes (see
+/// `blob_at_most`: a message of one repeated byte packs small and inflates large).
+pub fn commit_at_most(repo: &git2::Repository, id: Oid) -> Result<git2::Commit<'_>> {
+    let (size, kind) = repo.odb()?.read_header(id)?;
+    if kind != git2::ObjectType::Commit {
+        return Err(Error::invalid(format!(
+            "object {id} is a {kind}, not a commit"
+        )));
+    }
+    if size > MAX_COMMIT {
+        return Err(Error::invalid(format!(
+            "commit {id} is {size} bytes, more than rsim reads of a commit ({MAX_COMMIT} bytes); it is not read"
+        )));
+    }
+    Ok(repo.find_commit(id)?)
+}
+
+/// Check, through `commit_at_most`, every commit reachable from `tips` (by first parents only,
+/// or by all), before a libgit2 walk parses them whole.
+pub fn check_commit_sizes(repo: &git2::Repository, tips: &[Oid], first_parent: bool) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = tips.to_vec();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let c = commit_at_most(repo, id)?;
+        if first_parent {
+            todo.extend(c.parent_id(0).ok());
+        } else {
+            todo.extend(c.parent_ids());
+        }
+    }
+    Ok(())
+}
+
 /// The most bytes rsim reads of a node's `actions/` tree (about 50 bytes an action: a million
 /// actions on one node).
 pub const MAX_ACTIONS_TREE: usize = 64 << 20;
@@ -423,12 +463,15 @@ impl Record {
 
     /// Whether the first commit of `main` (the study's genesis) is signed.
     fn genesis_signed(&self, main: Oid) -> bool {
-        let mut c = match self.repo.find_commit(main) {
+        let mut c = match commit_at_most(&self.repo, main) {
             Ok(c) => c,
             Err(_) => return false,
         };
-        while let Ok(p) = c.parent(0) {
-            c = p;
+        while let Ok(p) = c.parent_id(0) {
+            c = match commit_at_most(&self.repo, p) {
+                Ok(p) => p,
+                Err(_) => return false,
+            };
         }
         signing::is_signed(&self.repo, c.id())
     }
@@ -919,7 +962,7 @@ impl Record {
     }
 
     fn read_snapshot(&self, tip: Oid) -> Result<NodeSnapshot> {
-        let commit = self.repo.find_commit(tip)?;
+        let commit = commit_at_most(&self.repo, tip)?;
         let tree = tree_at_most(&self.repo, commit.tree_id(), MAX_OWNER_FILE)
             .map_err(|e| e.context(format!("commit {tip}")))?;
         let meta = self.read_meta(&tree)?;
@@ -969,7 +1012,7 @@ impl Record {
     /// The actions of node `id` at `tip` with seq greater than `after`, oldest first, each with its commit.
     /// Walks first parents from the tip while commits belong to this node.
     pub fn actions_since(&self, id: &str, tip: Oid, after: u32) -> Result<Vec<CommittedAction>> {
-        let tip_commit = self.repo.find_commit(tip)?;
+        let tip_commit = commit_at_most(&self.repo, tip)?;
         let tree = tree_at_most(&self.repo, tip_commit.tree_id(), MAX_OWNER_FILE)
             .map_err(|e| e.context(format!("node {id}: commit {tip}")))?;
         let actions_tree = match tree.get_name(ACTIONS_DIR) {
@@ -1039,7 +1082,7 @@ impl Record {
                 break;
             }
             cur = if c.parent_count() > 0 {
-                Some(c.parent(0)?)
+                Some(commit_at_most(&self.repo, c.parent_id(0)?)?)
             } else {
                 None
             };

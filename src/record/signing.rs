@@ -397,6 +397,8 @@ pub struct KeyHistory {
 /// before its public key was recorded).
 pub fn key_history(repo: &Repository, tip: Oid) -> std::result::Result<Option<KeyHistory>, String> {
     let git = |e: git2::Error| e.message().to_string();
+    // main's commits are sized before libgit2's walk parses them whole.
+    crate::record::check_commit_sizes(repo, &[tip], true).map_err(|e| e.message)?;
     let mut walk = repo.revwalk().map_err(git)?;
     walk.push(tip).map_err(git)?;
     walk.simplify_first_parent().map_err(git)?;
