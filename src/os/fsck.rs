@@ -43,6 +43,8 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
             "the study has no signing key (made before rsim signed its record): no commit can be proven to be this study's".into(),
         );
     } else if let Ok(main) = record.main_tip() {
+        // main's commits are sized before libgit2's walk parses them whole.
+        crate::record::check_commit_sizes(repo, &[main], false)?;
         let mut walk = repo.revwalk()?;
         walk.push(main)?;
         if let Some(genesis) = walk.filter_map(|o| o.ok()).last()

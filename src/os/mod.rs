@@ -679,7 +679,10 @@ fn load_committed_config(record: &Record, root: &Path) -> Result<StudyConfig> {
             root.display()
         ))
     })?;
-    let tree = record.repo().find_commit(main)?.tree()?;
+    let main = crate::record::commit_at_most(record.repo(), main)?;
+    let tree =
+        crate::record::tree_at_most(record.repo(), main.tree_id(), crate::record::MAX_OWNER_FILE)
+            .map_err(|e| e.context("main"))?;
     let entry = tree
         .get_name(CONFIG_FILE)
         .ok_or_else(|| Error::invalid(format!("{CONFIG_FILE} is not committed on main")))?;

@@ -996,7 +996,8 @@ impl Record {
 
     /// Read a text file from a node's tip tree (e.g. `notes.md`), if present.
     pub fn read_file(&self, tip: Oid, path: &str) -> Result<Option<Vec<u8>>> {
-        let tree = self.repo.find_commit(tip)?.tree()?;
+        let tree = commit_at_most(&self.repo, tip)?.tree_id();
+        let tree = tree_at_most(&self.repo, tree, MAX_OWNER_FILE)?;
         match tree.get_path(Path::new(path)) {
             Ok(e) => Ok(Some(
                 blob_at_most(&self.repo, e.id(), MAX_OWNER_FILE)
