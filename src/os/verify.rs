@@ -25,6 +25,9 @@ pub struct VerifyReport {
     pub unsigned_owner_commits: usize,
     /// Those commits, oldest first (id and subject): what a reader takes on the owner's word.
     pub owner_commits: Vec<String>,
+    /// What each of them changed, in the same order: each key of `rsim.toml` with its value
+    /// before and after, and each other file or folder of `main` added, removed or changed.
+    pub owner_changes: Vec<Vec<String>>,
     /// Every commit that does not verify, oldest first, and other problems.
     pub problems: Vec<String>,
     /// The oldest commit that does not verify.
@@ -192,6 +195,7 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
         if !must {
             rep.unsigned_owner_commits += 1;
             rep.owner_commits.push(describe(repo, oid));
+            rep.owner_changes.push(owner_changes(repo, oid));
             continue;
         }
         match signers.signer_of(repo, oid) {
@@ -219,6 +223,133 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
         ));
     }
     Ok(rep)
+}
+
+/// Changes listed per owner commit at most (then how many more).
+const CHANGES_LISTED: usize = 24;
+
+/// What an owner commit on `main` changed against its first parent, in words: each key of
+/// `rsim.toml` (dotted path: value before → after, values cut short), then each other entry of
+/// main's top folder added, removed or changed (a folder is named, not walked). Read through the
+/// sized readers: a repository from elsewhere decides these files.
+fn owner_changes(repo: &git2::Repository, oid: Oid) -> Vec<String> {
+    use crate::config::CONFIG_FILE;
+    use crate::record::{MAX_OWNER_FILE, blob_at_most, commit_at_most, tree_at_most};
+    let tree_of = |c: Oid| -> Result<git2::Tree<'_>> {
+        tree_at_most(repo, commit_at_most(repo, c)?.tree_id(), MAX_OWNER_FILE)
+    };
+    let (mine, parent) = match commit_at_most(repo, oid).and_then(|c| {
+        let parent = match c.parent_id(0) {
+            Ok(p) => Some(tree_of(p)?),
+            Err(_) => None,
+        };
+        Ok((tree_of(oid)?, parent))
+    }) {
+        Ok(t) => t,
+        Err(e) => return vec![format!("not read: {}", e.message)],
+    };
+    let entry = |t: Option<&git2::Tree<'_>>, name: &[u8]| {
+        t.and_then(|t| t.get_name_bytes(name).map(|e| (e.id(), e.kind())))
+    };
+    let mut out = Vec::new();
+    let mut names: Vec<Vec<u8>> = mine.iter().map(|e| e.name_bytes().to_vec()).collect();
+    if let Some(p) = &parent {
+        names.extend(p.iter().map(|e| e.name_bytes().to_vec()));
+    }
+    names.sort();
+    names.dedup();
+    for name in names {
+        let (after, before) = (entry(Some(&mine), &name), entry(parent.as_ref(), &name));
+        if after.map(|a| a.0) == before.map(|b| b.0) {
+            continue;
+        }
+        let shown = crate::util::text::sanitize_line(&String::from_utf8_lossy(&name));
+        if name == CONFIG_FILE.as_bytes() {
+            let read = |id: Option<(Oid, Option<git2::ObjectType>)>| -> Result<toml::Table> {
+                let Some((id, _)) = id else {
+                    return Ok(toml::Table::new());
+                };
+                let blob = blob_at_most(repo, id, MAX_OWNER_FILE)?;
+                let text = std::str::from_utf8(blob.content())
+                    .map_err(|_| crate::util::error::Error::invalid("not UTF-8"))?;
+                toml::from_str(text).map_err(|e| crate::util::error::Error::invalid(e.to_string()))
+            };
+            match (read(before), read(after)) {
+                (Ok(b), Ok(a)) => {
+                    let (b, a) = (flatten(&b), flatten(&a));
+                    let keys: std::collections::BTreeSet<&String> =
+                        b.keys().chain(a.keys()).collect();
+                    for k in keys {
+                        let (vb, va) = (b.get(k), a.get(k));
+                        if vb != va {
+                            let show =
+                                |v: Option<&String>| v.map_or("(unset)".to_string(), |v| short(v));
+                            out.push(format!("{shown}: {k}: {} → {}", show(vb), show(va)));
+                        }
+                    }
+                }
+                (b, a) => {
+                    let why = b.err().or(a.err()).map(|e| e.message).unwrap_or_default();
+                    out.push(format!(
+                        "{shown}: changed (does not parse: {})",
+                        short(&why)
+                    ));
+                }
+            }
+            continue;
+        }
+        let folder = |x: Option<(Oid, Option<git2::ObjectType>)>| {
+            x.is_some_and(|(_, k)| k == Some(git2::ObjectType::Tree))
+        };
+        let what = match (before, after) {
+            (None, _) => "added",
+            (_, None) => "removed",
+            _ => "changed",
+        };
+        let slash = if folder(before) || folder(after) {
+            "/"
+        } else {
+            ""
+        };
+        out.push(format!("{shown}{slash}: {what}"));
+    }
+    if out.len() > CHANGES_LISTED {
+        let more = out.len() - CHANGES_LISTED;
+        out.truncate(CHANGES_LISTED);
+        out.push(format!("… and {more} more change(s)"));
+    }
+    out
+}
+
+/// A TOML table's values by dotted key (tables walked, arrays and values as TOML writes them).
+fn flatten(t: &toml::Table) -> std::collections::BTreeMap<String, String> {
+    fn walk(prefix: &str, t: &toml::Table, out: &mut std::collections::BTreeMap<String, String>) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                toml::Value::Table(sub) => walk(&key, sub, out),
+                v => {
+                    out.insert(key, v.to_string());
+                }
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk("", t, &mut out);
+    out
+}
+
+/// A value or reason cut to 60 characters, on one line.
+fn short(v: &str) -> String {
+    let line = crate::util::text::sanitize_line(v);
+    match line.char_indices().nth(60) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line,
+    }
 }
 
 /// Whether commit `oid` changes `allowed_signers` against its first parent.

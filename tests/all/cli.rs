@@ -793,6 +793,30 @@ fn the_owner_commits_a_config_change_with_plain_git() {
         git(&["show", "--name-status", "--format=", "HEAD"]).trim(),
         "M\trsim.toml"
     );
+    // verify names it as the owner's word, with what it changed.
+    let v = ok_json(&study, &["verify"]);
+    assert_eq!(v["unsigned_owner_commits"], 1, "{v}");
+    assert_eq!(
+        v["owner_changes"],
+        json!([["rsim.toml: server.max_sessions: (unset) → 7"]]),
+        "{v}"
+    );
+    // A pushed change to an eval set and to the config's policy reads the same way.
+    std::fs::write(study.join("extra.txt"), "x").expect("write");
+    git(&["add", "extra.txt"]);
+    let text = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    std::fs::write(
+        study.join("rsim.toml"),
+        text.replace("max_sessions = 7", "max_sessions = 9"),
+    )
+    .expect("write");
+    git(&["commit", "-q", "-am", "more"]);
+    let out = run(&study, &["verify"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("      extra.txt: added\n      rsim.toml: server.max_sessions: 7 → 9\n"),
+        "{said}"
+    );
     let out = rsim()
         .arg("-C")
         .arg(&study)

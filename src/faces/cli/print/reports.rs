@@ -52,8 +52,11 @@ pub fn verify(rep: &crate::os::verify::VerifyReport) {
             ""
         }
     );
-    for c in &rep.owner_commits {
+    for (i, c) in rep.owner_commits.iter().enumerate() {
         println!("  owner commit (unsigned): {}", display(c));
+        for change in rep.owner_changes.get(i).into_iter().flatten() {
+            println!("      {}", display(change));
+        }
     }
     for p in &rep.problems {
         println!("  - {}", display(p));
