@@ -238,13 +238,17 @@ pub(super) fn plan(entries: &[(Oid, &[u8])]) -> Vec<(Oid, Oid, Vec<u8>)> {
                 // Not whole here (a delta already, or in another pack): the chain goes on past it.
                 (None, None) => above,
                 (None, Some(stored)) => {
-                    let delta = match (above, inflate(stored, MAX_TREE)) {
-                        (Some(b), Some((2, content))) if b != sub && content.len() >= MIN_TREE => {
-                            base_content(b, &whole, &mut bases, &mut held)
-                                .map(|base| encode(base, &content))
-                                .filter(|d| d.len() < content.len() / 2)
-                        }
-                        _ => None,
+                    // Inflated only when it has a newer copy to be a delta against.
+                    let delta = match above.filter(|b| *b != sub) {
+                        Some(b) => match inflate(stored, MAX_TREE) {
+                            Some((2, content)) if content.len() >= MIN_TREE => {
+                                base_content(b, &whole, &mut bases, &mut held)
+                                    .map(|base| encode(base, &content))
+                                    .filter(|d| d.len() < content.len() / 2)
+                            }
+                            _ => None,
+                        },
+                        None => None,
                     };
                     match (delta, above) {
                         (Some(d), Some(b)) => {
