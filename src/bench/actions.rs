@@ -375,6 +375,9 @@ fn bytes_under(dir: &Path) -> u64 {
 /// to the node's `actions/`, as a distinct refusal does): what its record weighs on disk per
 /// action, and whether a write slows as the node grows.
 pub fn node_actions(actions: usize, dir: Option<&Path>, json_out: bool) -> Result<String> {
+    if actions == 0 {
+        return Err(Error::invalid("--node-actions: give at least one action"));
+    }
     let base = bench_dir(dir)?;
     let study_dir = base.join("node-actions");
     if study_dir.exists() {
