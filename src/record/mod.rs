@@ -1421,7 +1421,8 @@ pub fn explain_damage(git_dir: &Path, e: Error) -> Error {
         "bad object",
     ];
     if e.kind != crate::util::error::ErrorKind::Internal
-        || !m.starts_with("git:")
+        // A git error, perhaps with where it was met in front ("commit …: git: …").
+        || !(m.starts_with("git:") || m.contains(": git:"))
         || !damage.iter().any(|w| m.contains(w))
     {
         return e;
