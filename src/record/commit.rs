@@ -109,8 +109,10 @@ const MISSED_OBJECT_RETRIES: u32 = 3;
 /// it (POSIX leaves that open), so the scan sees neither. libgit2 scans once more on a miss; the
 /// write looks again a few times, after a pause, before it answers with the error.
 fn missing_object(e: &Error) -> bool {
+    // libgit2's words, perhaps behind where they were met ("commit …: git: …").
     e.kind == crate::util::error::ErrorKind::Internal
-        && e.message.starts_with("git: object not found")
+        && (e.message.starts_with("git: object not found")
+            || e.message.contains(": git: object not found"))
 }
 
 /// Writes actions into the record with the protocol above.
@@ -378,6 +380,11 @@ mod tests {
             .expect_err("absent")
             .into();
         assert!(missing_object(&e), "{}", e.message);
+        assert!(
+            missing_object(&e.clone().context("commit 0123")),
+            "{}",
+            e.message
+        );
         // A missing branch, or a node the request names, is not one.
         let e: Error = repo
             .refname_to_id("refs/heads/n7")
