@@ -32,12 +32,37 @@ pub const MAX_OWNER_FILE: usize = crate::config::MAX_CONFIG_BYTES as usize;
 /// arrived in at most 16 MiB (an MCP line), its result beside it is far smaller.
 pub const MAX_ACTION_FILE: usize = 64 << 20;
 
+/// Times an object's header is looked for again after git said it is missing.
+const MISSING_RETRIES: u32 = 3;
+
+/// An object's size and kind from its header. Another process's pack merge can hide an object
+/// from one scan of the pack directory (the merged pack is renamed in and the packs it replaces
+/// removed while the scan runs; a directory listing may miss an entry added during it, so the scan
+/// sees neither), and libgit2 scans only once more on a miss: a missing object is looked for
+/// again after a short pause and a rescan, a few times, before git's answer stands.
+fn header(repo: &git2::Repository, id: Oid) -> Result<(usize, git2::ObjectType)> {
+    let odb = repo.odb()?;
+    let mut tries = 0;
+    loop {
+        match odb.read_header(id) {
+            Err(e) if e.code() == ErrorCode::NotFound && tries < MISSING_RETRIES => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(
+                    2 + rand::random::<u64>() % 8,
+                ));
+                let _ = odb.refresh();
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
 /// A blob of the study's git, read only if it holds at most `max` bytes. Its size comes from the
 /// object's header first (a pack entry's header, or a delta's target size), never from inflating
 /// it: a repository from elsewhere decides what its blobs hold, and a few KB in a pack can
 /// inflate to gigabytes. Every blob rsim reads from git comes through here.
 pub fn blob_at_most<'r>(repo: &'r git2::Repository, id: Oid, max: usize) -> Result<git2::Blob<'r>> {
-    let (size, kind) = repo.odb()?.read_header(id)?;
+    let (size, kind) = header(repo, id)?;
     if kind != git2::ObjectType::Blob {
         return Err(Error::invalid(format!(
             "object {id} is a {kind}, not a file"
@@ -58,7 +83,7 @@ pub const MAX_COMMIT: usize = 16 << 20;
 /// A commit of the study's git, read only if it holds at most `MAX_COMMIT` bytes (see
 /// `blob_at_most`: a message of one repeated byte packs small and inflates large).
 pub fn commit_at_most(repo: &git2::Repository, id: Oid) -> Result<git2::Commit<'_>> {
-    let (size, kind) = repo.odb()?.read_header(id)?;
+    let (size, kind) = header(repo, id)?;
     if kind != git2::ObjectType::Commit {
         return Err(Error::invalid(format!(
             "object {id} is a {kind}, not a commit"
@@ -98,7 +123,7 @@ pub const MAX_ACTIONS_TREE: usize = 64 << 20;
 /// A tree of the study's git, read only if it holds at most `max` bytes (see `blob_at_most`: a
 /// tree of many entries that name the same object packs small and inflates large).
 pub fn tree_at_most<'r>(repo: &'r git2::Repository, id: Oid, max: usize) -> Result<git2::Tree<'r>> {
-    let (size, kind) = repo.odb()?.read_header(id)?;
+    let (size, kind) = header(repo, id)?;
     if kind != git2::ObjectType::Tree {
         return Err(Error::invalid(format!(
             "object {id} is a {kind}, not a tree"
@@ -915,14 +940,14 @@ impl Record {
                 strays.push(format!("ref {shown}: a symbolic ref, not a node branch"));
                 continue;
             };
-            match self.repo.odb().and_then(|odb| odb.read_header(oid)) {
+            match header(&self.repo, oid) {
                 Ok((_, ObjectType::Commit)) => out.push((id.to_string(), oid)),
                 Ok((_, kind)) => strays.push(format!(
                     "ref {shown}: points at a {kind} ({oid}), not a commit"
                 )),
                 Err(e) => strays.push(format!(
                     "ref {shown}: points at {oid}, which cannot be read: {}",
-                    e.message()
+                    e.message
                 )),
             }
         }
