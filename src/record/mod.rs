@@ -519,6 +519,8 @@ impl Record {
         if self.proven_set().contains(&oid) {
             return Ok(());
         }
+        // Sized first (and looked for again if a pack merge hid it for a moment).
+        commit_at_most(&self.repo, oid).map_err(|e| e.message)?;
         s.verify(&self.repo, oid)?;
         self.proved(oid);
         Ok(())
