@@ -328,17 +328,42 @@ fn concurrent_jobs_cannot_all_pass_a_cap_they_share() {
         ],
     );
     let ok = outs.iter().filter(|o| o.status.success()).count();
-    let capped = outs
+    // Each of the others is refused by a policy rule: the cap, or — when one of the two
+    // accepted jobs still waits in the admission queue as they arrive (a loaded machine) — the
+    // one-waiting-job rule, which refuses them first.
+    let refused = outs
         .iter()
-        .filter(|o| String::from_utf8_lossy(&o.stderr).contains("test-evaluation-limit"))
+        .filter(|o| {
+            let e = String::from_utf8_lossy(&o.stderr);
+            e.contains("test-evaluation-limit") || e.contains("rule budget-compute")
+        })
         .count();
     assert_eq!(
-        (ok, capped),
+        (ok, refused),
         (2, 3),
         "{:?}",
         outs.iter()
             .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
             .collect::<Vec<_>>()
+    );
+    // Once they are done, the cap holds: a sixth is refused by it, and two were recorded.
+    let sixth = at_once(
+        &root,
+        1,
+        &[
+            "--agent",
+            "mallory",
+            "--role",
+            "worker",
+            "call",
+            "evaluate",
+            r#"{"node":"n1","checkpoint":"base","task":"add2","split":"test"}"#,
+        ],
+    );
+    let e = String::from_utf8_lossy(&sixth[0].stderr);
+    assert!(
+        !sixth[0].status.success() && e.contains("test-evaluation-limit"),
+        "{e}"
     );
     fsck_clean(&root);
 }
