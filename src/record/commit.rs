@@ -163,6 +163,17 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Whether a step that failed with `e` before anything landed is worth another try: a
+    /// missing object (`missing_object`), at most `MISSED_OBJECT_RETRIES` times, after a rescan.
+    fn look_again(&self, missed: &mut u32, e: &Error) -> bool {
+        if *missed >= MISSED_OBJECT_RETRIES || !missing_object(e) {
+            return false;
+        }
+        *missed += 1;
+        self.record.rescan_objects(e);
+        true
+    }
+
     /// How long to keep retrying a lost compare-and-swap (tests use a short one).
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
@@ -216,11 +227,7 @@ impl<'a> Writer<'a> {
                 Ok((snap, p.meta, rec, landed))
             })();
             let (snap, meta, rec, landed) = match step {
-                Err(e) if missed < MISSED_OBJECT_RETRIES && missing_object(&e) => {
-                    missed += 1;
-                    self.record.rescan_objects(&e);
-                    continue;
-                }
+                Err(e) if self.look_again(&mut missed, &e) => continue,
                 step => step?,
             };
             match landed {
@@ -290,11 +297,7 @@ impl<'a> Writer<'a> {
                 Ok((f, made))
             })();
             let (f, made) = match step {
-                Err(e) if missed < MISSED_OBJECT_RETRIES && missing_object(&e) => {
-                    missed += 1;
-                    self.record.rescan_objects(&e);
-                    continue;
-                }
+                Err(e) if self.look_again(&mut missed, &e) => continue,
                 step => step?,
             };
             match made {

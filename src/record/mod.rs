@@ -62,18 +62,41 @@ fn header(repo: &git2::Repository, id: Oid) -> Result<(usize, git2::ObjectType)>
 /// it: a repository from elsewhere decides what its blobs hold, and a few KB in a pack can
 /// inflate to gigabytes. Every blob rsim reads from git comes through here.
 pub fn blob_at_most<'r>(repo: &'r git2::Repository, id: Oid, max: usize) -> Result<git2::Blob<'r>> {
+    sized(repo, id, git2::ObjectType::Blob, max, "object")?;
+    Ok(repo.find_blob(id)?)
+}
+
+/// The one check under `blob_at_most`, `tree_at_most` and `commit_at_most`: the object's kind and
+/// size from its header (`header`), refused past `max` bytes, named by `noun` and its id.
+fn sized(
+    repo: &git2::Repository,
+    id: Oid,
+    want: git2::ObjectType,
+    max: usize,
+    noun: &str,
+) -> Result<()> {
     let (size, kind) = header(repo, id)?;
-    if kind != git2::ObjectType::Blob {
+    if kind != want {
+        let what = if want == git2::ObjectType::Blob {
+            "file"
+        } else {
+            want.str()
+        };
         return Err(Error::invalid(format!(
-            "object {id} is a {kind}, not a file"
+            "object {id} is a {kind}, not a {what}"
         )));
     }
     if size > max {
+        let there = if want == git2::ObjectType::Commit {
+            "of a commit"
+        } else {
+            "there"
+        };
         return Err(Error::invalid(format!(
-            "object {id} is {size} bytes, more than rsim reads there ({max} bytes); it is not read"
+            "{noun} {id} is {size} bytes, more than rsim reads {there} ({max} bytes); it is not read"
         )));
     }
-    Ok(repo.find_blob(id)?)
+    Ok(())
 }
 
 /// The most bytes rsim reads of one commit (a summary line, the action's body, trailers and a
@@ -83,17 +106,7 @@ pub const MAX_COMMIT: usize = 16 << 20;
 /// A commit of the study's git, read only if it holds at most `MAX_COMMIT` bytes (see
 /// `blob_at_most`: a message of one repeated byte packs small and inflates large).
 pub fn commit_at_most(repo: &git2::Repository, id: Oid) -> Result<git2::Commit<'_>> {
-    let (size, kind) = header(repo, id)?;
-    if kind != git2::ObjectType::Commit {
-        return Err(Error::invalid(format!(
-            "object {id} is a {kind}, not a commit"
-        )));
-    }
-    if size > MAX_COMMIT {
-        return Err(Error::invalid(format!(
-            "commit {id} is {size} bytes, more than rsim reads of a commit ({MAX_COMMIT} bytes); it is not read"
-        )));
-    }
+    sized(repo, id, git2::ObjectType::Commit, MAX_COMMIT, "commit")?;
     Ok(repo.find_commit(id)?)
 }
 
@@ -123,17 +136,7 @@ pub const MAX_ACTIONS_TREE: usize = 64 << 20;
 /// A tree of the study's git, read only if it holds at most `max` bytes (see `blob_at_most`: a
 /// tree of many entries that name the same object packs small and inflates large).
 pub fn tree_at_most<'r>(repo: &'r git2::Repository, id: Oid, max: usize) -> Result<git2::Tree<'r>> {
-    let (size, kind) = header(repo, id)?;
-    if kind != git2::ObjectType::Tree {
-        return Err(Error::invalid(format!(
-            "object {id} is a {kind}, not a tree"
-        )));
-    }
-    if size > max {
-        return Err(Error::invalid(format!(
-            "tree {id} is {size} bytes, more than rsim reads there ({max} bytes); it is not read"
-        )));
-    }
+    sized(repo, id, git2::ObjectType::Tree, max, "tree")?;
     Ok(repo.find_tree(id)?)
 }
 

@@ -406,4 +406,47 @@ fn files_on_main_that_pack_small_and_inflate_large_are_refused_unread() {
             assert!(said.contains("more than rsim reads of a commit"), "{said}");
         }
     }
+    // The next try: the huge commit hidden behind a merge's second parent on main, where a
+    // first-parent walk never looks. fsck walks every parent, sized first, and names it.
+    let copy = d.path().join("copy-merge");
+    clone_to(&study, &copy);
+    let tip = git(&copy, &["rev-parse", "main"]);
+    let tree = git(&copy, &["rev-parse", "main^{tree}"]);
+    let hidden = git(
+        &copy,
+        &[
+            "commit-tree",
+            &tree,
+            "-p",
+            &tip,
+            "-F",
+            msg.to_str().expect("utf8"),
+        ],
+    );
+    let merge = git(
+        &copy,
+        &[
+            "commit-tree",
+            &tree,
+            "-p",
+            &tip,
+            "-p",
+            &hidden,
+            "-m",
+            "merge",
+        ],
+    );
+    git(&copy, &["update-ref", "refs/heads/main", &merge]);
+    let t = Instant::now();
+    for args in [&["fsck"][..], &["verify"][..]] {
+        let out = reader.run(&copy, args);
+        let said = text(&out);
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(
+            said.contains(&format!("commit {hidden} is 3355"))
+                && said.contains("more than rsim reads of a commit"),
+            "{args:?}: {said}"
+        );
+    }
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
