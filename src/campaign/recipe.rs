@@ -481,7 +481,7 @@ pub struct TaskFamily {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FamilyKind {
-    /// `addN`, `subN`, `mixedN`: the arithmetic generator.
+    /// `addN`, `subN`, `mixedN`, `sumN` (three addends): the arithmetic generator.
     Arith { op: ArithOp, digits: u32 },
     /// A `pass_at_1` task: the tiny-code generator.
     Code,
@@ -503,6 +503,8 @@ impl TaskFamily {
             (ArithOp::Sub, r)
         } else if let Some(r) = name.strip_prefix("mixed") {
             (ArithOp::Mixed, r)
+        } else if let Some(r) = name.strip_prefix("sum") {
+            (ArithOp::Sum, r)
         } else {
             return Err(unknown_task(name));
         };
@@ -638,6 +640,13 @@ mod tests {
             FamilyKind::Arith {
                 op: ArithOp::Add,
                 digits: 3
+            }
+        );
+        assert_eq!(
+            TaskFamily::from_task("sum2", "exact_match").unwrap().kind,
+            FamilyKind::Arith {
+                op: ArithOp::Sum,
+                digits: 2
             }
         );
         assert!(TaskFamily::from_task("gsm8k", "exact_match").is_err());

@@ -17,14 +17,18 @@ pub const EXAMPLES: &[&str] = &[
     "hf-tiny",
 ];
 
-/// The held-out arithmetic families, made from one template (`examples/tiny-family`): the
-/// built-in reviewer's rules were tuned on tiny-arith (`add3`) and tiny-add2 (`add2`) only, and
-/// these are run only to report how the rules carry over. Name, operation, digits.
+/// The arithmetic families beyond tiny-arith (`add3`) and tiny-add2 (`add2`), made from one
+/// template (`examples/tiny-family`). Held out in rounds, each declared before any run (README:
+/// Research campaigns): the first four were held out for the reviewer they were declared
+/// against and, once read, became tuning families; the sums of three are the second round.
+/// Name, operation, digits.
 pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-sub2", ArithOp::Sub, 2),
     ("tiny-sub3", ArithOp::Sub, 3),
     ("tiny-mixed2", ArithOp::Mixed, 2),
     ("tiny-mixed3", ArithOp::Mixed, 3),
+    ("tiny-sum2", ArithOp::Sum, 2),
+    ("tiny-sum3", ArithOp::Sum, 3),
 ];
 
 /// Every name `rsim init --example` takes.
@@ -305,10 +309,11 @@ fn materialize_tiny_gpt(root: &Path, task: (&str, u32), toml: &str, readme: &str
 /// A held-out arithmetic family (`ARITH_FAMILIES`): tiny-arith's base model, a task named for
 /// its operation and digits (`sub2`, `mixed3`), the config and README from the family template.
 fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
-    let (name, what) = match op {
-        ArithOp::Add => ("add", "addition"),
-        ArithOp::Sub => ("sub", "subtraction"),
-        ArithOp::Mixed => ("mixed", "addition and subtraction, mixed"),
+    let name = match op {
+        ArithOp::Add => "add",
+        ArithOp::Sub => "sub",
+        ArithOp::Mixed => "mixed",
+        ArithOp::Sum => "sum",
     };
     let task = format!("{name}{digits}");
     let size = match digits {
@@ -317,7 +322,12 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         3 => "three-digit",
         _ => "many-digit",
     };
-    let described = format!("{size} {what}");
+    let described = match op {
+        ArithOp::Add => format!("{size} addition"),
+        ArithOp::Sub => format!("{size} subtraction"),
+        ArithOp::Mixed => format!("{size} addition and subtraction, mixed"),
+        ArithOp::Sum => format!("sums of three {size} numbers"),
+    };
     let fill = |t: &str| {
         let mut upper = described.clone();
         if let Some(c) = upper.get_mut(0..1) {
@@ -520,6 +530,11 @@ mod tests {
                     ArithOp::Sub => assert_eq!(subs, rows.len(), "{name} {a}"),
                     ArithOp::Mixed => assert!(subs > 0 && sums > 0, "{name} {a}"),
                     ArithOp::Add => assert_eq!(sums, rows.len(), "{name} {a}"),
+                    ArithOp::Sum => assert!(
+                        rows.iter().all(|r| r.prompt.matches('+').count() == 2
+                            && r.prompt.split(['+', '=']).filter(|t| !t.is_empty()).count() == 3),
+                        "{name} {a}"
+                    ),
                 }
                 for b in splits {
                     if a != b {

@@ -39,6 +39,8 @@ pub enum ArithOp {
     Add,
     Sub,
     Mixed,
+    /// Three addends: `12+34+56=`.
+    Sum,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -851,6 +851,21 @@ mod tests {
         let scanner = Scanner::new(std::slice::from_ref(&arith), CFG);
         assert!(scanner.row_reproduces(&row("34 + 12 =", "46")));
         assert!(!scanner.row_reproduces(&row("34 + 13 =", "47")));
+
+        // A sum of three (tiny-sum2's items) in another order or in words; not its binary parts.
+        let items = [row("12+34+56=", "102")];
+        let three = EvalSet::new("t", "test", &items, CFG, Some(NormalForm::Arithmetic));
+        let plain = EvalSet::new("t", "test", &items, CFG, None);
+        for r in [
+            row("56+12+34=", "102"),
+            row("thirty-four plus fifty-six plus twelve", "102"),
+        ] {
+            assert!(hits(std::slice::from_ref(&r), &plain).is_empty(), "{r:?}");
+            let h = hits(std::slice::from_ref(&r), &three);
+            assert_eq!(h.len(), 1, "{r:?}");
+            assert_eq!(h[0].how, "normal-form");
+        }
+        assert!(hits(&[row("12+34=", "46"), row("12+34+57=", "103")], &three).is_empty());
     }
 
     #[test]

@@ -30,21 +30,23 @@ pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
 pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {
     match form {
         NormalForm::Arithmetic => {
+            // A problem split across two rows: up to four of its symbols end the first (`12+34+`).
             let p = arithmetic::symbols(prev);
-            let mut s: Vec<_> = p[p.len().saturating_sub(3)..].to_vec();
+            let mut s: Vec<_> = p[p.len().saturating_sub(5)..].to_vec();
             s.extend(arithmetic::symbols(toks));
             arithmetic::keys(&s)
         }
     }
 }
 
-/// Binary arithmetic problems: `a op b` in any surface form. Numbers in digits (of any script:
+/// Arithmetic problems: `a op b` in any surface form, and sums of three or more addends
+/// (`a+b+c`, a multiset, standing alone as a whole). Numbers in digits (of any script:
 /// the canonical text made them ASCII) or English words (`twelve`, `thirty-four`, `one hundred
 /// and five`, digit by digit `one two`); operators as symbols or words (`plus`, `sum of`,
 /// `subtract … from`, `times`, `divided by`). Words that are neither are filler and skipped, so
 /// `12 apples plus 34 apples` is `12+34`. A problem counts only when it stands alone: `3+6+0`
-/// (a scratchpad step) is not the problem `3+6`. The key is the operator and its operands — a
-/// multiset for `+` and `*`, so `34+12` is `12+34`.
+/// (a scratchpad step) is not the problem `3+6` (it is the sum of three `0+3+6`). The key is the
+/// operator and its operands — a multiset for `+` and `*`, so `34+12` is `12+34`.
 mod arithmetic {
     #[derive(Debug, Clone, PartialEq)]
     pub enum Sym {
@@ -279,6 +281,27 @@ mod arithmetic {
                 push(a, b, true);
             }
         }
+        // Sums of three or more addends: a maximal chain `a+b+c…` with no operator on either side.
+        let mut i = 0;
+        while i < s.len() {
+            if num(Some(i)).is_none() || is_op(i.checked_sub(1)) {
+                i += 1;
+                continue;
+            }
+            let mut terms = vec![i];
+            while matches!(s.get(terms[terms.len() - 1] + 1), Some(Sym::Op('+')))
+                && num(Some(terms[terms.len() - 1] + 2)).is_some()
+            {
+                terms.push(terms[terms.len() - 1] + 2);
+            }
+            let end = terms[terms.len() - 1];
+            if terms.len() >= 3 && !is_op(Some(end + 1)) {
+                let mut ops: Vec<&str> = terms.iter().filter_map(|t| num(Some(*t))).collect();
+                ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+                out.push(format!("+:{}", ops.join(":")));
+            }
+            i = end + 1;
+        }
         out.sort();
         out.dedup();
         out
@@ -326,6 +349,34 @@ mod tests {
         );
         assert_eq!(k("two thousand three hundred four + 1"), vec!["+:1:2304"]);
         assert_eq!(k("6 × 7"), vec!["*:6:7"]);
+        // Sums of three: any order, any surface form, one key.
+        for text in [
+            "12+34+56=",
+            "56 + 12 + 34 = 102",
+            "twelve plus fifty-six plus 34",
+        ] {
+            assert_eq!(k(text), vec!["+:12:34:56"], "{text:?}");
+        }
+    }
+
+    /// A sum of three split across two adjacent rows is still found, wherever the split falls.
+    #[test]
+    fn a_sum_of_three_split_across_rows_is_found() {
+        use crate::policy::canon::{canonical, tokens};
+        let text = "12+34+56=";
+        // Rows end between tokens: at each side of an operator.
+        for cut in [2, 3, 5, 6, 8] {
+            let (a, b) = text.split_at(cut);
+            let keys = keys_across(
+                NormalForm::Arithmetic,
+                &tokens(&canonical(a)),
+                &tokens(&canonical(b)),
+            );
+            assert!(
+                keys.contains(&"+:12:34:56".to_string()),
+                "{a:?} | {b:?}: {keys:?}"
+            );
+        }
     }
 
     #[test]
@@ -334,7 +385,17 @@ mod tests {
         assert_eq!(k("112+34="), vec!["+:34:112"]);
         assert_eq!(k("12-34="), vec!["-:12:34"], "subtraction is ordered");
         // Scratchpad steps are chains, not the problem `3+6`.
-        assert_eq!(k("123+456=3+6+0=9,2+5+0=7,1+4+0=5|579"), vec!["+:123:456"]);
+        assert!(
+            !k("123+456=3+6+0=9,2+5+0=7,1+4+0=5|579")
+                .iter()
+                .any(|k| k.split(':').count() == 3 && k != "+:123:456")
+        );
+        assert!(k("123+456=3+6+0=9,2+5+0=7,1+4+0=5|579").contains(&"+:123:456".to_string()));
+        // A chain with another operator in it is no sum of three.
+        assert!(k("12+34-56=").is_empty());
+        assert!(k("12+34+56*2=").is_empty());
+        assert_eq!(k("12+34+56="), vec!["+:12:34:56"]);
+        assert_ne!(k("12+34+57="), k("12+34+56="));
         assert!(k("x_1 + 2").is_empty());
         assert!(k("no numbers here").is_empty());
     }

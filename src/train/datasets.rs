@@ -28,6 +28,7 @@ pub fn arith_stream(p: &ArithParams, seed: u64) -> impl Iterator<Item = Row> + u
             ArithOp::Add => false,
             ArithOp::Sub => true,
             ArithOp::Mixed => rng.random_bool(0.5),
+            ArithOp::Sum => return sum_row(&[a, b, rng.random_range(0..max)], format),
         };
         arith_row(a, b, sub, format)
     })
@@ -37,54 +38,87 @@ pub fn arith_stream(p: &ArithParams, seed: u64) -> impl Iterator<Item = Row> + u
 /// before anything is generated (the size bound is checked on it).
 pub fn arith_max_row_bytes(p: &ArithParams) -> u64 {
     let d = u64::from(p.digits);
-    let prompt = 2 * d + 2;
+    // Operands: a sum of three has a result of at most d + 1 digits too (3 × 999 = 2997).
+    let k: u64 = if p.op == ArithOp::Sum { 3 } else { 2 };
+    let prompt = k * d + k;
     let answer = match p.format {
         AnswerFormat::Plain => d + 1,
         AnswerFormat::Reversed => d + 2,
-        // d steps of `x+y+c=z`, d-1 commas, `|` and the result
-        AnswerFormat::Scratchpad => 7 * d + d.saturating_sub(1) + 1 + d + 1,
+        // d steps of `x+y+c=z` (k digits, a carry, k `+`, `=`, a digit), d-1 commas, `|` and
+        // the result
+        AnswerFormat::Scratchpad => (2 * k + 3) * d + d.saturating_sub(1) + 1 + d + 1,
     };
     prompt + answer
 }
 
 /// One problem in a format. Subtraction is ordered so the result is non-negative.
 pub fn arith_row(a: u64, b: u64, sub: bool, format: AnswerFormat) -> Row {
-    let (a, b) = if sub && b > a { (b, a) } else { (a, b) };
-    let op = if sub { '-' } else { '+' };
-    let result = if sub { a - b } else { a + b };
-    let prompt = format!("{a}{op}{b}=");
-    let answer = match format {
+    if !sub {
+        return sum_row(&[a, b], format);
+    }
+    let (a, b) = if b > a { (b, a) } else { (a, b) };
+    let result = a - b;
+    let answer = in_format(result, format, || {
+        let (mut x, mut y, mut borrow) = (a, b, 0i64);
+        let mut steps = Vec::new();
+        while x > 0 || y > 0 {
+            let (dx, dy) = ((x % 10) as i64, (y % 10) as i64);
+            let mut d = dx - dy - borrow;
+            let next = if d < 0 {
+                d += 10;
+                1
+            } else {
+                0
+            };
+            steps.push(format!("{dx}-{dy}-{borrow}={d}"));
+            borrow = next;
+            x /= 10;
+            y /= 10;
+        }
+        steps
+    });
+    Row {
+        prompt: format!("{a}-{b}="),
+        answer,
+    }
+}
+
+/// A sum of two or more addends in a format; a scratchpad column adds their digits and the carry
+/// (`3+6+0=9`; with three addends `3+6+9+0=8`, carrying up to 2).
+pub fn sum_row(terms: &[u64], format: AnswerFormat) -> Row {
+    let result: u64 = terms.iter().sum();
+    let answer = in_format(result, format, || {
+        let mut rest = terms.to_vec();
+        let mut carry = 0u64;
+        let mut steps = Vec::new();
+        while rest.iter().any(|x| *x > 0) {
+            let digits: Vec<u64> = rest.iter().map(|x| x % 10).collect();
+            let s = digits.iter().sum::<u64>() + carry;
+            let col: Vec<String> = digits.iter().map(u64::to_string).collect();
+            steps.push(format!("{}+{carry}={}", col.join("+"), s % 10));
+            carry = s / 10;
+            for x in &mut rest {
+                *x /= 10;
+            }
+        }
+        steps
+    });
+    let prompt: Vec<String> = terms.iter().map(u64::to_string).collect();
+    Row {
+        prompt: format!("{}=", prompt.join("+")),
+        answer,
+    }
+}
+
+/// A result in an answer format; `steps` gives a scratchpad's column steps.
+fn in_format(result: u64, format: AnswerFormat, steps: impl FnOnce() -> Vec<String>) -> String {
+    match format {
         AnswerFormat::Plain => result.to_string(),
         AnswerFormat::Reversed => {
             format!("r{}", result.to_string().chars().rev().collect::<String>())
         }
-        AnswerFormat::Scratchpad => {
-            let (mut x, mut y, mut carry) = (a, b, 0i64);
-            let mut steps = Vec::new();
-            while x > 0 || y > 0 {
-                let (dx, dy) = ((x % 10) as i64, (y % 10) as i64);
-                if sub {
-                    let mut d = dx - dy - carry;
-                    let borrow = if d < 0 {
-                        d += 10;
-                        1
-                    } else {
-                        0
-                    };
-                    steps.push(format!("{dx}-{dy}-{carry}={d}"));
-                    carry = borrow;
-                } else {
-                    let s = dx + dy + carry;
-                    steps.push(format!("{dx}+{dy}+{carry}={}", s % 10));
-                    carry = s / 10;
-                }
-                x /= 10;
-                y /= 10;
-            }
-            format!("{}|{result}", steps.join(","))
-        }
-    };
-    Row { prompt, answer }
+        AnswerFormat::Scratchpad => format!("{}|{result}", steps().join(",")),
+    }
 }
 
 /// Extract the final answer from a model output in any of the formats above.
@@ -217,6 +251,24 @@ mod tests {
             arith_row(123, 456, false, AnswerFormat::Scratchpad).answer,
             "3+6+0=9,2+5+0=7,1+4+0=5|579"
         );
+        assert_eq!(
+            arith_row(52, 187, true, AnswerFormat::Scratchpad),
+            Row {
+                prompt: "187-52=".into(),
+                answer: "7-2-0=5,8-5-0=3,1-0-0=1|135".into()
+            }
+        );
+        let three = sum_row(&[99, 98, 7], AnswerFormat::Scratchpad);
+        assert_eq!(three.prompt, "99+98+7=");
+        assert_eq!(three.answer, "9+8+7+0=4,9+9+0+2=0|204");
+        assert_eq!(parse_answer(&three.answer), "204");
+        for f in AnswerFormat::ALL {
+            assert_eq!(
+                parse_answer(&sum_row(&[12, 34, 56], f).answer),
+                "102",
+                "{f:?}"
+            );
+        }
     }
 
     #[test]
@@ -240,7 +292,7 @@ mod tests {
     fn generated_rows_stay_within_the_announced_size() {
         for digits in 1..=6 {
             for format in AnswerFormat::ALL {
-                for op in [ArithOp::Add, ArithOp::Sub] {
+                for op in [ArithOp::Add, ArithOp::Sub, ArithOp::Sum] {
                     let p = ArithParams {
                         op,
                         digits,
@@ -253,12 +305,12 @@ mod tests {
                         let len = (r.prompt.len() + r.answer.len()) as u64;
                         assert!(len <= bound, "{r:?} is {len} bytes, bound {bound}");
                     }
-                    let worst = arith_row(
-                        10u64.pow(digits) - 1,
-                        10u64.pow(digits) - 1,
-                        op == ArithOp::Sub,
-                        format,
-                    );
+                    let top = 10u64.pow(digits) - 1;
+                    let worst = if op == ArithOp::Sum {
+                        sum_row(&[top, top, top], format)
+                    } else {
+                        arith_row(top, top, op == ArithOp::Sub, format)
+                    };
                     assert!((worst.prompt.len() + worst.answer.len()) as u64 <= bound);
                 }
             }
