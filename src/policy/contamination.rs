@@ -841,6 +841,8 @@ mod tests {
             row("34+12=", "46"),
             row("What is twelve plus thirty-four?", "forty-six"),
             row("12 apples plus 34 apples", "46"),
+            row("34+12+0=", "46"),
+            row("0+34+12=", "46"),
         ] {
             assert!(hits(std::slice::from_ref(&r), &plain).is_empty(), "{r:?}");
             let h = hits(std::slice::from_ref(&r), &arith);

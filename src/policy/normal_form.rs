@@ -299,6 +299,13 @@ mod arithmetic {
                 let mut ops: Vec<&str> = terms.iter().filter_map(|t| num(Some(*t))).collect();
                 ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
                 out.push(format!("+:{}", ops.join(":")));
+                // A zero addend disguises the problem without it: `12+34+0` is `12+34`. Not when
+                // what is left is digits alone: `3+6+0` is a scratchpad column, and every
+                // scratchpad row teaches one-digit sums whatever the protected items hold.
+                let rest: Vec<&str> = ops.iter().copied().filter(|o| *o != "0").collect();
+                if rest.len() >= 2 && rest.len() < ops.len() && rest.iter().any(|o| o.len() > 1) {
+                    out.push(format!("+:{}", rest.join(":")));
+                }
             }
             i = end + 1;
         }
@@ -395,6 +402,22 @@ mod tests {
         assert!(k("12+34-56=").is_empty());
         assert!(k("12+34+56*2=").is_empty());
         assert_eq!(k("12+34+56="), vec!["+:12:34:56"]);
+        // A zero addend is no other problem: `12+34+0` is `12+34`, wherever the zero stands.
+        for text in [
+            "12+34+0=46",
+            "0 + 34 + 12 =",
+            "12 plus zero plus thirty-four",
+        ] {
+            assert!(
+                k(text).contains(&"+:12:34".to_string()),
+                "{text:?}: {:?}",
+                k(text)
+            );
+        }
+        assert!(k("12+34+56+0=").contains(&"+:12:34:56".to_string()));
+        // ...but a column of digits stays a column.
+        assert_eq!(k("3+6+0=9"), vec!["+:0:3:6"]);
+        assert!(k("7+0+0=7").iter().all(|k| k.split(':').count() > 3));
         assert_ne!(k("12+34+57="), k("12+34+56="));
         assert!(k("x_1 + 2").is_empty());
         assert!(k("no numbers here").is_empty());

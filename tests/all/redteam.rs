@@ -1411,6 +1411,10 @@ fn contamination_the_gate_did_not_see_is_refused_recorded_and_audited() {
         ),
         // operands reordered (addition is commutative)
         (format!("{b}+{a}="), answer.clone()),
+        // a zero addend, anywhere in the chain, in digits or words
+        (format!("{b}+{a}+0="), answer.clone()),
+        (format!("0+{b}+{a}="), answer.clone()),
+        (format!("{b} plus zero plus {a} ="), answer.clone()),
         // written in words, and with filler inside
         (
             format!("What is {} plus {}?", words(a), words(b)),
