@@ -281,33 +281,60 @@ mod arithmetic {
                 push(a, b, true);
             }
         }
-        // Sums of three or more addends: a maximal chain `a+b+c…` with no operator on either side.
+        // Chains of sums and differences standing alone (no operator on either side): a sum of
+        // three or more addends is keyed by their multiset, and any chain is also keyed without
+        // its zero terms, which only disguise the problem without them (`34+12+0` is `12+34`,
+        // `46-0-12` is `46-12`; a leading zero only before `+`: `0-12` is no `12`). Not when what
+        // is left is single digits: `3+6+0` and `7-2-0` are scratchpad columns, and every
+        // scratchpad row teaches one-digit sums and differences whatever the protected items hold.
         let mut i = 0;
         while i < s.len() {
             if num(Some(i)).is_none() || is_op(i.checked_sub(1)) {
                 i += 1;
                 continue;
             }
-            let mut terms = vec![i];
-            while matches!(s.get(terms[terms.len() - 1] + 1), Some(Sym::Op('+')))
-                && num(Some(terms[terms.len() - 1] + 2)).is_some()
-            {
-                terms.push(terms[terms.len() - 1] + 2);
-            }
-            let end = terms[terms.len() - 1];
-            if terms.len() >= 3 && !is_op(Some(end + 1)) {
-                let mut ops: Vec<&str> = terms.iter().filter_map(|t| num(Some(*t))).collect();
-                ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
-                out.push(format!("+:{}", ops.join(":")));
-                // A zero addend disguises the problem without it: `12+34+0` is `12+34`. Not when
-                // what is left is digits alone: `3+6+0` is a scratchpad column, and every
-                // scratchpad row teaches one-digit sums whatever the protected items hold.
-                let rest: Vec<&str> = ops.iter().copied().filter(|o| *o != "0").collect();
-                if rest.len() >= 2 && rest.len() < ops.len() && rest.iter().any(|o| o.len() > 1) {
-                    out.push(format!("+:{}", rest.join(":")));
+            // (sign, operand) of each term
+            let mut terms: Vec<(char, &str)> = Vec::new();
+            let mut at = i;
+            let mut sign = '+';
+            while let Some(n) = num(Some(at)) {
+                terms.push((sign, n));
+                match s.get(at + 1) {
+                    Some(Sym::Op(c @ ('+' | '-'))) if num(Some(at + 2)).is_some() => {
+                        sign = *c;
+                        at += 2;
+                    }
+                    _ => break,
                 }
             }
-            i = end + 1;
+            i = at + 1;
+            if terms.len() < 2 || is_op(Some(at + 1)) {
+                continue;
+            }
+            let sum_key = |t: &[(char, &str)]| {
+                let mut ops: Vec<&str> = t.iter().map(|(_, n)| *n).collect();
+                ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+                format!("+:{}", ops.join(":"))
+            };
+            if terms.len() >= 3 && terms.iter().all(|(c, _)| *c == '+') {
+                out.push(sum_key(&terms));
+            }
+            let leading_zero_dropped = terms.get(1).is_some_and(|(c, _)| *c == '+');
+            let rest: Vec<(char, &str)> = terms
+                .iter()
+                .enumerate()
+                .filter(|(k, (_, n))| *n != "0" || (*k == 0 && !leading_zero_dropped))
+                .map(|(_, t)| *t)
+                .collect();
+            if rest.len() == terms.len() || rest.len() < 2 || rest.iter().all(|(_, n)| n.len() == 1)
+            {
+                continue;
+            }
+            if rest.iter().all(|(c, _)| *c == '+') {
+                out.push(sum_key(&rest));
+            } else if let [('+', a), ('-', b)] = rest.as_slice() {
+                out.push(key('-', a, b));
+            }
         }
         out.sort();
         out.dedup();
@@ -415,8 +442,14 @@ mod tests {
             );
         }
         assert!(k("12+34+56+0=").contains(&"+:12:34:56".to_string()));
+        // A zero subtracted too, and a zero added to a difference.
+        for text in ["46-0-12=", "46-12-0=", "46+0-12=", "0+46-12="] {
+            assert_eq!(k(text), vec!["-:46:12"], "{text:?}");
+        }
+        assert!(k("0-46+12=").is_empty(), "0-46 is not 46");
         // ...but a column of digits stays a column.
         assert_eq!(k("3+6+0=9"), vec!["+:0:3:6"]);
+        assert!(k("7-2-0=5").is_empty());
         assert!(k("7+0+0=7").iter().all(|k| k.split(':').count() > 3));
         assert_ne!(k("12+34+57="), k("12+34+56="));
         assert!(k("x_1 + 2").is_empty());

@@ -1414,6 +1414,7 @@ fn contamination_the_gate_did_not_see_is_refused_recorded_and_audited() {
         // a zero addend, anywhere in the chain, in digits or words
         (format!("{b}+{a}+0="), answer.clone()),
         (format!("0+{b}+{a}="), answer.clone()),
+        (format!("{b}-0+{a}="), answer.clone()),
         (format!("{b} plus zero plus {a} ="), answer.clone()),
         // written in words, and with filler inside
         (
