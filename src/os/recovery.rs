@@ -120,6 +120,8 @@ impl Study {
             }
             Reattach::Lost => {}
         }
+        // What it ran, read before recovery writes its own claim into the directory.
+        let ran_s = intent.started.until_last_write(jd);
         if !claim_recovery(jd) {
             return Ok(false);
         }
@@ -128,7 +130,7 @@ impl Study {
             &intent.job,
             intent.kind,
             &intent.started_at,
-            intent.started.elapsed_s(),
+            ran_s,
             &intent.command,
             &intent.env,
         );
@@ -411,6 +413,35 @@ impl Timestamp {
     }
     pub(in crate::os) fn elapsed_s(self) -> f64 {
         ((Timestamp::now().0 - self.0).max(0.0) * 1000.0).round() / 1000.0
+    }
+
+    /// Seconds from this start to the last sign of life in a lost job's directory (the latest
+    /// write to it or to a file in it, one level down too: its log, its outputs), at most the
+    /// time elapsed since. A job that died with its writer is charged what it ran, not the hours
+    /// until a later rsim found it.
+    pub(in crate::os) fn until_last_write(self, jd: &Path) -> f64 {
+        fn latest(dir: &Path, depth: u32, best: &mut f64) {
+            let Ok(entries) = fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let Ok(meta) = e.metadata() else { continue };
+                if let Some(t) = meta
+                    .modified()
+                    .ok()
+                    .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+                {
+                    *best = best.max(t.as_secs_f64());
+                }
+                if depth > 0 && meta.is_dir() {
+                    latest(&e.path(), depth - 1, best);
+                }
+            }
+        }
+        let mut last = self.0;
+        latest(jd, 1, &mut last);
+        let ran = ((last - self.0).max(0.0) * 1000.0).round() / 1000.0;
+        ran.min(self.elapsed_s())
     }
 }
 

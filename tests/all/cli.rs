@@ -381,6 +381,7 @@ fn a_job_whose_writer_dies_is_stopped_and_recorded_as_lost() {
         ],
     );
     // A long job, then kill -9 the rsim process that runs it (not the job).
+    let spawned = std::time::Instant::now();
     let mut writer = rsim()
         .arg("-C")
         .arg(&s)
@@ -415,6 +416,8 @@ fn a_job_whose_writer_dies_is_stopped_and_recorded_as_lost() {
     // never opened again, or is deleted, leaves nothing training on for ever).
     let (job_pid, gone) = kill_writer_and_wait_for_job(&mut writer, &pid_file);
     assert!(gone, "the job outlived the rsim that ran it");
+    // Found only later (as after a night with the machine off): it is charged what it ran.
+    std::thread::sleep(Duration::from_secs(3));
     // Reading records nothing; the next write (here `rsim recover`) records the action with the
     // job lost.
     ok_json(&s, &["recover"]);
@@ -435,6 +438,13 @@ fn a_job_whose_writer_dies_is_stopped_and_recorded_as_lost() {
         ],
     );
     assert_eq!(job["job"]["state"], "lost");
+    let charged = job["job"]["duration_s"].as_f64().expect("duration_s");
+    let until_found = spawned.elapsed().as_secs_f64();
+    assert!(
+        charged > 0.0 && charged < until_found - 2.5,
+        "a lost job is charged until its last sign of life, not until it was found: \
+         {charged} s of {until_found} s"
+    );
     std::thread::sleep(Duration::from_millis(200));
     assert!(!alive(job_pid), "nothing left running");
     // Recorded once: opening again adds nothing.
