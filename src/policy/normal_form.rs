@@ -393,6 +393,16 @@ mod tests {
         }
     }
 
+    /// A looping agent's longest chain (one row of a hundred thousand zero terms around a problem)
+    /// yields one key per chain form, not one per term: keys grow with the row, never beyond it.
+    #[test]
+    fn a_chain_of_any_length_gives_at_most_two_keys() {
+        let row = format!("12+34{}=46", "+0".repeat(100_000));
+        let keys = k(&row);
+        assert_eq!(keys.len(), 2, "{}", keys.len());
+        assert!(keys.contains(&"+:12:34".to_string()));
+    }
+
     /// A sum of three split across two adjacent rows is still found, wherever the split falls.
     #[test]
     fn a_sum_of_three_split_across_rows_is_found() {

@@ -1416,6 +1416,10 @@ fn contamination_the_gate_did_not_see_is_refused_recorded_and_audited() {
         (format!("0+{b}+{a}="), answer.clone()),
         (format!("{b}-0+{a}="), answer.clone()),
         (format!("{b} plus zero plus {a} ="), answer.clone()),
+        // the next tries: the zero padded, repeated, and carried across the cut into the answer
+        (format!("{b}+{a}+000="), answer.clone()),
+        (format!("{b}+0+{a}-0="), answer.clone()),
+        (format!("{b}+{a}+"), format!("0={answer}")),
         // written in words, and with filler inside
         (
             format!("What is {} plus {}?", words(a), words(b)),
