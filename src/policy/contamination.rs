@@ -834,39 +834,46 @@ mod tests {
 
     #[test]
     fn task_normal_forms_catch_what_n_grams_miss() {
-        let items = [row("12+34=", "46")];
-        let plain = EvalSet::new("t", "test", &items, CFG, None);
-        let arith = EvalSet::new("t", "test", &items, CFG, Some(NormalForm::Arithmetic));
-        for r in [
-            row("34+12=", "46"),
-            row("What is twelve plus thirty-four?", "forty-six"),
-            row("12 apples plus 34 apples", "46"),
-            row("34+12+0=", "46"),
-            row("0+34+12=", "46"),
-        ] {
-            assert!(hits(std::slice::from_ref(&r), &plain).is_empty(), "{r:?}");
-            let h = hits(std::slice::from_ref(&r), &arith);
-            assert_eq!(h.len(), 1, "{r:?}");
-            assert_eq!(h[0].how, "normal-form");
+        // Each item, with forms of it only its normal form sees (an n-gram scan misses them).
+        let cases = [
+            (
+                row("12+34=", "46"),
+                vec![
+                    row("34+12=", "46"),
+                    row("What is twelve plus thirty-four?", "forty-six"),
+                    row("12 apples plus 34 apples", "46"),
+                    row("34+12+0=", "46"),
+                    row("0+34+12=", "46"),
+                ],
+            ),
+            // A sum of three (tiny-sum2's items) in another order or in words.
+            (
+                row("12+34+56=", "102"),
+                vec![
+                    row("56+12+34=", "102"),
+                    row("thirty-four plus fifty-six plus twelve", "102"),
+                ],
+            ),
+        ];
+        for (item, forms) in &cases {
+            let items = std::slice::from_ref(item);
+            let plain = EvalSet::new("t", "test", items, CFG, None);
+            let arith = EvalSet::new("t", "test", items, CFG, Some(NormalForm::Arithmetic));
+            for r in forms {
+                assert!(hits(std::slice::from_ref(r), &plain).is_empty(), "{r:?}");
+                let h = hits(std::slice::from_ref(r), &arith);
+                assert_eq!(h.len(), 1, "{r:?}");
+                assert_eq!(h[0].how, "normal-form");
+            }
         }
+        let set = |item| EvalSet::new("t", "test", &[item], CFG, Some(NormalForm::Arithmetic));
+        let arith = set(row("12+34=", "46"));
         assert!(hits(&[row("12+35=", "47"), row("34-12=", "22")], &arith).is_empty());
         let scanner = Scanner::new(std::slice::from_ref(&arith), CFG);
         assert!(scanner.row_reproduces(&row("34 + 12 =", "46")));
         assert!(!scanner.row_reproduces(&row("34 + 13 =", "47")));
-
-        // A sum of three (tiny-sum2's items) in another order or in words; not its binary parts.
-        let items = [row("12+34+56=", "102")];
-        let three = EvalSet::new("t", "test", &items, CFG, Some(NormalForm::Arithmetic));
-        let plain = EvalSet::new("t", "test", &items, CFG, None);
-        for r in [
-            row("56+12+34=", "102"),
-            row("thirty-four plus fifty-six plus twelve", "102"),
-        ] {
-            assert!(hits(std::slice::from_ref(&r), &plain).is_empty(), "{r:?}");
-            let h = hits(std::slice::from_ref(&r), &three);
-            assert_eq!(h.len(), 1, "{r:?}");
-            assert_eq!(h[0].how, "normal-form");
-        }
+        // Not a sum of three's binary parts, nor a neighbour.
+        let three = set(row("12+34+56=", "102"));
         assert!(hits(&[row("12+34=", "46"), row("12+34+57=", "103")], &three).is_empty());
     }
 

@@ -374,19 +374,7 @@ fn files_on_main_that_pack_small_and_inflate_large_are_refused_unread() {
     for branch in ["main", "rsim/n/n1"] {
         let copy = d.path().join(format!("copy-{}", branch.replace('/', "-")));
         clone_to(&study, &copy);
-        let tip = git(&copy, &["rev-parse", branch]);
-        let tree = git(&copy, &["rev-parse", &format!("{branch}^{{tree}}")]);
-        let pushed = git(
-            &copy,
-            &[
-                "commit-tree",
-                &tree,
-                "-p",
-                &tip,
-                "-F",
-                msg.to_str().expect("utf8"),
-            ],
-        );
+        let (pushed, _) = huge_commit_on(&copy, branch, &msg);
         git(
             &copy,
             &["update-ref", &format!("refs/heads/{branch}"), &pushed],
@@ -410,19 +398,8 @@ fn files_on_main_that_pack_small_and_inflate_large_are_refused_unread() {
     // first-parent walk never looks. fsck walks every parent, sized first, and names it.
     let copy = d.path().join("copy-merge");
     clone_to(&study, &copy);
-    let tip = git(&copy, &["rev-parse", "main"]);
+    let (hidden, tip) = huge_commit_on(&copy, "main", &msg);
     let tree = git(&copy, &["rev-parse", "main^{tree}"]);
-    let hidden = git(
-        &copy,
-        &[
-            "commit-tree",
-            &tree,
-            "-p",
-            &tip,
-            "-F",
-            msg.to_str().expect("utf8"),
-        ],
-    );
     let merge = git(
         &copy,
         &[
@@ -449,4 +426,23 @@ fn files_on_main_that_pack_small_and_inflate_large_are_refused_unread() {
         );
     }
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+}
+
+/// A commit on `branch`'s tip and tree whose message is the file `msg` (the huge one), not yet
+/// on any ref: its id, and the tip it extends.
+fn huge_commit_on(copy: &Path, branch: &str, msg: &Path) -> (String, String) {
+    let tip = git(copy, &["rev-parse", branch]);
+    let tree = git(copy, &["rev-parse", &format!("{branch}^{{tree}}")]);
+    let commit = git(
+        copy,
+        &[
+            "commit-tree",
+            &tree,
+            "-p",
+            &tip,
+            "-F",
+            msg.to_str().expect("utf8"),
+        ],
+    );
+    (commit, tip)
 }

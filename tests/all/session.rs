@@ -313,20 +313,17 @@ fn concurrent_jobs_cannot_all_pass_a_cap_they_share() {
             "--agent", "mallory", "--role", "worker", "branch", "--from", "n0", "--title", "t",
         ],
     );
+    const TEST_EVALUATION: &[&str] = &[
+        "--agent",
+        "mallory",
+        "--role",
+        "worker",
+        "call",
+        "evaluate",
+        r#"{"node":"n1","checkpoint":"base","task":"add2","split":"test"}"#,
+    ];
     // Five test evaluations at once against a per-node cap of two.
-    let outs = at_once(
-        &root,
-        5,
-        &[
-            "--agent",
-            "mallory",
-            "--role",
-            "worker",
-            "call",
-            "evaluate",
-            r#"{"node":"n1","checkpoint":"base","task":"add2","split":"test"}"#,
-        ],
-    );
+    let outs = at_once(&root, 5, TEST_EVALUATION);
     let ok = outs.iter().filter(|o| o.status.success()).count();
     // Each of the others is refused by a policy rule: the cap, or — when one of the two
     // accepted jobs still waits in the admission queue as they arrive (a loaded machine) — the
@@ -347,19 +344,7 @@ fn concurrent_jobs_cannot_all_pass_a_cap_they_share() {
             .collect::<Vec<_>>()
     );
     // Once they are done, the cap holds: a sixth is refused by it, and two were recorded.
-    let sixth = at_once(
-        &root,
-        1,
-        &[
-            "--agent",
-            "mallory",
-            "--role",
-            "worker",
-            "call",
-            "evaluate",
-            r#"{"node":"n1","checkpoint":"base","task":"add2","split":"test"}"#,
-        ],
-    );
+    let sixth = at_once(&root, 1, TEST_EVALUATION);
     let e = String::from_utf8_lossy(&sixth[0].stderr);
     assert!(
         !sixth[0].status.success() && e.contains("test-evaluation-limit"),
