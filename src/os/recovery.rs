@@ -418,13 +418,20 @@ impl Timestamp {
     /// Seconds from this start to the last sign of life in a lost job's directory (the latest
     /// write to it or to a file in it, one level down too: its log, its outputs), at most the
     /// time elapsed since. A job that died with its writer is charged what it ran, not the hours
-    /// until a later rsim found it.
+    /// until a later rsim found it. A directory too large to scan (`LAST_WRITE_SCAN` entries) is
+    /// charged the whole time elapsed: a partial scan could miss the last write and undercharge.
     pub(in crate::os) fn until_last_write(self, jd: &Path) -> f64 {
-        fn latest(dir: &Path, depth: u32, best: &mut f64) {
+        self.until_last_write_within(jd, LAST_WRITE_SCAN)
+    }
+
+    fn until_last_write_within(self, jd: &Path, cap: usize) -> f64 {
+        /// The latest write under `dir`, or None when more than `left` entries would be read.
+        fn latest(dir: &Path, depth: u32, best: &mut f64, left: &mut usize) -> Option<()> {
             let Ok(entries) = fs::read_dir(dir) else {
-                return;
+                return Some(());
             };
             for e in entries.flatten() {
+                *left = left.checked_sub(1)?;
                 let Ok(meta) = e.metadata() else { continue };
                 if let Some(t) = meta
                     .modified()
@@ -434,16 +441,23 @@ impl Timestamp {
                     *best = best.max(t.as_secs_f64());
                 }
                 if depth > 0 && meta.is_dir() {
-                    latest(&e.path(), depth - 1, best);
+                    latest(&e.path(), depth - 1, best, left)?;
                 }
             }
+            Some(())
         }
         let mut last = self.0;
-        latest(jd, 1, &mut last);
+        let mut left = cap;
+        if latest(jd, 1, &mut last, &mut left).is_none() {
+            return self.elapsed_s();
+        }
         let ran = ((last - self.0).max(0.0) * 1000.0).round() / 1000.0;
         ran.min(self.elapsed_s())
     }
 }
+
+/// Entries a lost job's last-write scan reads at most (a job writes a log and a few outputs).
+const LAST_WRITE_SCAN: usize = 10_000;
 
 /// The intent a job's writer left beside it, if any (None for a job this study never ran).
 /// A job started and not yet recorded, as its intent says.
@@ -487,6 +501,35 @@ pub(in crate::os) fn read_intent(job_dir: &Path) -> Option<JobIntent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_job_is_charged_to_its_last_write_unless_its_directory_is_too_large_to_scan() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let start = Timestamp(Timestamp::now().0 - 100.0);
+        let out = d.path().join("out");
+        fs::create_dir_all(&out).expect("mkdir");
+        for i in 0..4 {
+            fs::write(out.join(format!("f{i}")), "x").expect("write");
+        }
+        // Everything was written just now: about the 100 s since the start.
+        let ran = start.until_last_write_within(d.path(), 5);
+        assert!((99.0..=101.0).contains(&ran), "{ran}");
+        // Backdate every entry: a job that died at its start ran about nothing.
+        let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(start.0 - 10.0);
+        let backdate = |p: &Path| {
+            fs::File::open(p)
+                .and_then(|f| f.set_modified(old))
+                .expect("mtime");
+        };
+        for e in fs::read_dir(&out).expect("ls").flatten() {
+            backdate(&e.path());
+        }
+        backdate(&out);
+        assert!(start.until_last_write_within(d.path(), 5) < 1.0);
+        // One entry past the cap: the scan cannot see everything, so all the time is charged.
+        let ran = start.until_last_write_within(d.path(), 4);
+        assert!((99.0..=101.0).contains(&ran), "{ran}");
+    }
 
     /// A pid no process has.
     const DEAD: u32 = 2_147_483_646;
