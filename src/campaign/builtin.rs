@@ -546,28 +546,21 @@ impl ReviewerAgent for BuiltinReviewer {
             .filter(|n| n.status == NodeStatus::Open && rung_of(n) > 0)
             .map(rung_of)
             .collect();
-        let climbing: Vec<(u32, u64)> = waiting
+        let climbing: Vec<u32> = waiting
             .iter()
             .map(|n| rung_of(n))
             .chain(open_above.iter().copied())
-            .map(|r| (r, u64::from(top.saturating_sub(r)) * seeds))
             .collect();
-        let mut granted = 0u64;
-        let mut held_back: Vec<String> = Vec::new();
-        to_continue.retain(|(n, _, _)| {
-            let kept_above: u64 = climbing
-                .iter()
-                .filter(|(r, _)| *r > rung_of(n))
-                .map(|(_, k)| k)
-                .sum();
-            let fits = t.budget_left >= kept_above + granted + seeds;
-            if fits {
-                granted += seeds;
-            } else {
-                held_back.push(n.id.clone());
-            }
-            fits
-        });
+        let rungs: Vec<u32> = to_continue.iter().map(|(n, _, _)| rung_of(n)).collect();
+        let grants = grant_rungs(&rungs, &climbing, t.budget_left, seeds, top);
+        let held_back: Vec<String> = to_continue
+            .iter()
+            .zip(&grants)
+            .filter(|(_, g)| !**g)
+            .map(|((n, _, _), _)| n.id.clone())
+            .collect();
+        let mut grants = grants.into_iter();
+        to_continue.retain(|_| grants.next().unwrap_or(false));
         for v in verdicts.iter_mut().filter(|v| held_back.contains(&v.node)) {
             v.reason.push_str(
                 "; held back for now: the budget left is kept for the lines climbing above it",
@@ -854,6 +847,35 @@ impl ReviewerAgent for BuiltinReviewer {
 /// what is kept for the climbing lines): it needs a run at each rung up to and including it.
 fn restart_is_hopeless(explore_runs: u64, best_rung: u32, seeds: u64) -> bool {
     explore_runs < (u64::from(best_rung) + 1) * seeds
+}
+
+/// Which of the continuations at rungs `lines` (in the order they are granted) go ahead on
+/// `budget_left` runs, beside the lines `climbing` (their rungs: open above the first rung, or
+/// waiting for their rung to complete). A climbing line keeps its rungs to the top (`top - rung`
+/// runs of `seeds`), and a line never climbs on what is kept for a line above it.
+fn grant_rungs(
+    lines: &[u32],
+    climbing: &[u32],
+    budget_left: u64,
+    seeds: u64,
+    top: u32,
+) -> Vec<bool> {
+    let mut granted = 0u64;
+    lines
+        .iter()
+        .map(|&rung| {
+            let kept_above: u64 = climbing
+                .iter()
+                .filter(|r| **r > rung)
+                .map(|r| u64::from(top.saturating_sub(*r)) * seeds)
+                .sum();
+            let fits = budget_left >= kept_above + granted + seeds;
+            if fits {
+                granted += seeds;
+            }
+            fits
+        })
+        .collect()
 }
 
 /// Successive halving keeps the better third of a rung (η = 3, as in Hyperband and ASHA).
@@ -1531,6 +1553,23 @@ mod tests {
         );
         assert!(!slowing.accelerating);
         assert!(halving_keep::<&NodeState>(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a_line_never_climbs_on_the_budget_kept_for_a_line_above_it() {
+        // Top rung 5, one seed per node. A line open at rung 3 keeps 2 runs: a line at rung 1
+        // climbs only when the budget covers them and its own run.
+        assert_eq!(grant_rungs(&[1], &[3], 2, 1, 5), [false]);
+        assert_eq!(grant_rungs(&[1], &[3], 3, 1, 5), [true]);
+        // What a line below keeps is no bar to a line above it.
+        assert_eq!(grant_rungs(&[3], &[1], 1, 1, 5), [true]);
+        // Grants in order: the first takes the run the second would have needed.
+        assert_eq!(grant_rungs(&[4, 2], &[], 1, 1, 5), [true, false]);
+        assert_eq!(grant_rungs(&[4, 2], &[], 2, 1, 5), [true, true]);
+        // Lines at or past the top keep nothing; seeds per node scale every run.
+        assert_eq!(grant_rungs(&[1], &[5], 1, 1, 5), [true]);
+        assert_eq!(grant_rungs(&[1], &[4], 3, 2, 5), [false]);
+        assert_eq!(grant_rungs(&[1], &[4], 4, 2, 5), [true]);
     }
 
     #[test]
