@@ -440,8 +440,10 @@ fn a_job_whose_writer_dies_is_stopped_and_recorded_as_lost() {
     assert_eq!(job["job"]["state"], "lost");
     let charged = job["job"]["duration_s"].as_f64().expect("duration_s");
     let until_found = spawned.elapsed().as_secs_f64();
+    // (A job killed within milliseconds of its start may be charged 0: file times are kept at
+    // the kernel's tick, coarser than the clock its start was read from.)
     assert!(
-        charged > 0.0 && charged < until_found - 2.5,
+        charged >= 0.0 && charged < until_found - 2.5,
         "a lost job is charged until its last sign of life, not until it was found: \
          {charged} s of {until_found} s"
     );
