@@ -429,7 +429,11 @@ impl ReviewerAgent for BuiltinReviewer {
             .fold(0.0f64, f64::max);
 
         let trend_of = |id: &str| rows.iter().find(|r| r.node == id).and_then(|r| r.trend);
-        let top = top_rung(t.opts.experiments, t.opts.seeds_per_node);
+        let top = top_rung(
+            t.opts.experiments,
+            t.opts.seeds_per_node,
+            st.formats().len(),
+        );
         // The dev gain per 1,000 steps of the line a continued node came from.
         let prev_gain_of = |n: &NodeState| -> Option<f64> {
             if n.recipe.as_ref()?.init != Init::Parent {
@@ -888,12 +892,14 @@ const MIN_GAIN_PER_1K: f64 = 0.2;
 const MIN_TOP_RUNG: u32 = 3;
 
 /// The highest rung a direction may climb in a campaign: one line of continued training may take
-/// up to half the campaign's budget (as successive halving gives its top rung the most), and at
-/// least `MIN_TOP_RUNG` rungs. A small budget of short runs thus still reaches the steps a slow
-/// format needs (tiny-arith's scratchpad: 1,500–2,000).
-pub fn top_rung(experiments: u64, seeds_per_node: u32) -> u32 {
-    let chain = experiments / (2 * u64::from(seeds_per_node.max(1)));
-    (chain.saturating_sub(1) as u32).max(MIN_TOP_RUNG)
+/// every run but one per other opening direction (`formats` of them open the campaign), and at
+/// least `MIN_TOP_RUNG` rungs. Halving and the learning test still decide whether it climbs; the
+/// cap only says how far it may. A small budget of short runs thus still reaches the steps a slow
+/// learner needs (tiny-arith's scratchpad: 1,500–2,000 steps; on tiny-mixed3 one recipe trained
+/// for 3,600 steps reached 0.40 on test where a cap of half the budget stopped lines at 1,800).
+pub fn top_rung(experiments: u64, seeds_per_node: u32, formats: usize) -> u32 {
+    let runs = experiments / u64::from(seeds_per_node.max(1));
+    (runs.saturating_sub(formats as u64) as u32).max(MIN_TOP_RUNG)
 }
 
 /// A reviewer's judgement of one node, with the evidence it rests on.
@@ -1586,14 +1592,15 @@ mod tests {
     }
 
     #[test]
-    fn one_line_of_training_may_take_half_the_budget_and_at_least_four_runs() {
-        // 12 single-seed runs: continued five times (six runs, half the budget).
-        assert_eq!(top_rung(12, 1), 5);
-        assert_eq!(top_rung(16, 1), 7);
-        // Two seeds per node: half the budget is four nodes.
-        assert_eq!(top_rung(16, 2), 3);
+    fn one_line_of_training_may_take_all_but_the_other_openings_and_at_least_four_runs() {
+        // 12 single-seed runs, three formats: continued nine times (ten runs, one run left to
+        // each other opening).
+        assert_eq!(top_rung(12, 1, 3), 9);
+        assert_eq!(top_rung(16, 1, 3), 13);
+        // Two seeds per node: eight nodes.
+        assert_eq!(top_rung(16, 2, 3), 5);
         // Small budgets still allow the minimum.
-        assert_eq!(top_rung(4, 2), MIN_TOP_RUNG);
-        assert_eq!(top_rung(0, 0), MIN_TOP_RUNG);
+        assert_eq!(top_rung(4, 2, 3), MIN_TOP_RUNG);
+        assert_eq!(top_rung(0, 0, 3), MIN_TOP_RUNG);
     }
 }
