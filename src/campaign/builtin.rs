@@ -777,11 +777,9 @@ impl ReviewerAgent for BuiltinReviewer {
         }
         for n in replicate {
             if let Some(r) = &n.recipe {
-                let mut c = r.clone();
-                c.init = Init::Base;
-                // A replicate is the same recipe under a new node: more seeds of the same idea.
+                let (parents, c) = replicate_of(n, r);
                 proposals.push(Proposal {
-                    parents: vec![n.id.clone()],
+                    parents,
                     title: format!("Replicate: {}", r.title()),
                     hypothesis: format!(
                         "More seeds of {}'s recipe: its single result is uncertain.\n{c}",
@@ -880,6 +878,20 @@ fn grant_rungs(
             fits
         })
         .collect()
+}
+
+/// A replicate of node `n` (recipe `r`): the same experiment under a new node, for more seeds of
+/// one result. A first run's replicate trains from the base model under `n`; a continued node's
+/// continues from the checkpoint `n` continued from (its parents), at its rung. (Trained from the
+/// base model, a replicate of a line's fourth continuation was a 600-step run under its name.)
+fn replicate_of(n: &NodeState, r: &Recipe) -> (Vec<String>, Recipe) {
+    if r.init == Init::Parent && !n.parents.is_empty() {
+        (n.parents.clone(), r.clone())
+    } else {
+        let mut c = r.clone();
+        c.init = Init::Base;
+        (vec![n.id.clone()], c)
+    }
 }
 
 /// Successive halving keeps the better third of a rung (η = 3, as in Hyperband and ASHA).
@@ -1576,6 +1588,24 @@ mod tests {
         assert_eq!(grant_rungs(&[1], &[5], 1, 1, 5), [true]);
         assert_eq!(grant_rungs(&[1], &[4], 3, 2, 5), [false]);
         assert_eq!(grant_rungs(&[1], &[4], 4, 2, 5), [true]);
+    }
+
+    #[test]
+    fn a_replicate_repeats_the_experiment_from_where_it_started() {
+        // A continued node (rung 4, from n0's checkpoint): the replicate continues from there.
+        let n = node(4);
+        let (parents, c) = replicate_of(&n, n.recipe.as_ref().expect("recipe"));
+        assert_eq!(parents, ["n0"]);
+        assert_eq!((c.init, c.rung), (Init::Parent, 4));
+        assert_eq!(
+            c.to_string(),
+            n.recipe.as_ref().expect("recipe").to_string()
+        );
+        // A first run: from the base model, under the node it repeats.
+        let n = node(0);
+        let (parents, c) = replicate_of(&n, n.recipe.as_ref().expect("recipe"));
+        assert_eq!(parents, ["n3"]);
+        assert_eq!((c.init, c.rung), (Init::Base, 0));
     }
 
     #[test]
