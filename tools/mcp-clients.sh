@@ -123,6 +123,9 @@ study=$tmp/study
 serve() {
   local bin=$1 st=$2 name=$3 i
   shift 3
+  # The log exists before the server starts: under load the loop's first read can come before the
+  # background process has opened it, and sed's "no such file" (exit 2) ended the script (set -e).
+  : >"$tmp/$name.log"
   "$bin" serve --http 127.0.0.1:0 --study "$st" "$@" 2>"$tmp/$name.log" &
   pids+=($!)
   for i in $(seq 1 300); do
