@@ -1420,6 +1420,10 @@ fn contamination_the_gate_did_not_see_is_refused_recorded_and_audited() {
         (format!("{b}+{a}+000="), answer.clone()),
         (format!("{b}+0+{a}-0="), answer.clone()),
         (format!("{b}+{a}+"), format!("0={answer}")),
+        // ... and the zero disguise stacked on the others: full-width, a Unicode minus, spaced
+        (format!("{b}＋{a}＋０＝"), answer.clone()),
+        (format!("{b}+{a}\u{2212}0="), answer.clone()),
+        (format!("{b} + 0 + {a} ="), answer.clone()),
         // written in words, and with filler inside
         (
             format!("What is {} plus {}?", words(a), words(b)),
