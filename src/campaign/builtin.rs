@@ -557,14 +557,10 @@ impl ReviewerAgent for BuiltinReviewer {
             .collect();
         let rungs: Vec<u32> = to_continue.iter().map(|(n, _, _)| rung_of(n)).collect();
         let grants = grant_rungs(&rungs, &climbing, t.budget_left, seeds, top);
-        let held_back: Vec<String> = to_continue
-            .iter()
-            .zip(&grants)
-            .filter(|(_, g)| !**g)
-            .map(|((n, _, _), _)| n.id.clone())
-            .collect();
-        let mut grants = grants.into_iter();
-        to_continue.retain(|_| grants.next().unwrap_or(false));
+        let (granted, held): (Vec<_>, Vec<_>) =
+            to_continue.into_iter().zip(grants).partition(|(_, g)| *g);
+        let to_continue: Vec<_> = granted.into_iter().map(|(c, _)| c).collect();
+        let held_back: Vec<String> = held.iter().map(|((n, _, _), _)| n.id.clone()).collect();
         for v in verdicts.iter_mut().filter(|v| held_back.contains(&v.node)) {
             v.reason.push_str(
                 "; held back for now: the budget left is kept for the lines climbing above it",
@@ -884,9 +880,13 @@ fn grant_rungs(
 /// one result. A first run's replicate trains from the base model under `n`; a continued node's
 /// continues from the checkpoint `n` continued from (its parents), at its rung. (Trained from the
 /// base model, a replicate of a line's fourth continuation was a 600-step run under its name.)
+/// A continued node trained from its line's node (its first parent), so that one parent is all
+/// the replicate takes, however many a node read from the record lists.
 fn replicate_of(n: &NodeState, r: &Recipe) -> (Vec<String>, Recipe) {
-    if r.init == Init::Parent && !n.parents.is_empty() {
-        (n.parents.clone(), r.clone())
+    if r.init == Init::Parent
+        && let Some(from) = n.parents.first()
+    {
+        (vec![from.clone()], r.clone())
     } else {
         let mut c = r.clone();
         c.init = Init::Base;
