@@ -1402,9 +1402,16 @@ fn a_run_records_its_learning_curve_and_scores_its_kept_checkpoints_on_dev() {
 #[test]
 fn halving_runs_a_rung_of_random_recipes_then_continues_its_best() {
     let (_d, root) = example_study();
-    let v = ok_json(
+    // One generator secret every run (as the orchestration test): the same data each time, so a
+    // run's outcome does not vary with the draw. The campaign's progress (stderr) goes into every
+    // assertion's message: a worker turn that fails is returned to the frontier and retried, which
+    // spends a run, and the log says why it failed.
+    rsi_master::os::owner::share_generator_secret(&root, "0123456789abcdef0123456789abcdef")
+        .expect("secret");
+    let out = run(
         &root,
         &[
+            "--json",
             "run",
             "--strategy",
             "halving",
@@ -1412,16 +1419,18 @@ fn halving_runs_a_rung_of_random_recipes_then_continues_its_best() {
             "5",
             "--steps",
             "40",
-            "--quiet",
         ],
     );
-    assert_eq!(v["summary"]["experiments"], 5, "{v}");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "rsim run failed: {log}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json output");
+    assert_eq!(v["summary"]["experiments"], 5, "{v}\n{log}");
     let nodes = v["report"]["nodes"].as_array().expect("nodes").clone();
-    assert_eq!(nodes.len(), 5, "{nodes:?}");
+    assert_eq!(nodes.len(), 5, "{nodes:?}\n{log}");
     let (first, second): (Vec<&Value>, Vec<&Value>) =
         nodes.iter().partition(|n| n["parents"] == json!(["n0"]));
-    assert_eq!(first.len(), 4, "{nodes:?}");
-    assert_eq!(second.len(), 1, "{nodes:?}");
+    assert_eq!(first.len(), 4, "{nodes:?}\n{log}");
+    assert_eq!(second.len(), 1, "{nodes:?}\n{log}");
     // The continued node is the best of the first rung by dev, and trains from its checkpoint.
     let best = first
         .iter()
