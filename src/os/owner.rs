@@ -49,17 +49,23 @@ pub fn commit_config(
     Ok(oid.to_string())
 }
 
+/// A generator secret is 32 hexadecimal digits.
+pub fn check_generator_secret(secret: &str) -> Result<()> {
+    if secret.len() != 32 || !secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::invalid(
+            "a generator secret is 32 hexadecimal digits",
+        ));
+    }
+    Ok(())
+}
+
 /// Give the study at `root` the generator secret `secret` (32 hex digits) before it draws any
 /// generated data, so that studies given one secret draw the same rows for the same generator
 /// request: `rsim bench-strategies` gives every strategy's study of one seed the same secret, so
 /// strategies are compared on the same data. Without effect when the study holds that secret
 /// already; refused when it holds another (its data was drawn from that one).
 pub fn share_generator_secret(root: &Path, secret: &str) -> Result<()> {
-    if secret.len() != 32 || !secret.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(Error::invalid(
-            "a generator secret is 32 hexadecimal digits",
-        ));
-    }
+    check_generator_secret(secret)?;
     let path = crate::model::paths::secret_path(root);
     let held = |path: &Path| -> Result<()> {
         let have = std::fs::read(path).map_err(|e| {

@@ -39,6 +39,11 @@ pub enum Command {
         /// Start from a shipped example.
         #[arg(long)]
         example: Option<String>,
+        /// The study's generator secret (32 hex digits), instead of a fresh random one: studies
+        /// given one secret draw the same rows for the same data request, so campaigns run on
+        /// them (two reviewers, two strategies) are paired on the same data.
+        #[arg(long, value_name = "HEX")]
+        generator_secret: Option<String>,
     },
     /// Open a new node under one parent (or two, to combine findings).
     Branch {

@@ -106,12 +106,16 @@ pub fn run(cli: Cli) -> Result<()> {
     let dir = study_dir(&cli);
     let json = cli.json;
     match &cli.command {
-        Command::Init { dir: d, example } => {
+        Command::Init {
+            dir: d,
+            example,
+            generator_secret,
+        } => {
             let d = d
                 .clone()
                 .or(cli.study.clone())
                 .unwrap_or_else(|| PathBuf::from("."));
-            ops::init(&d, example.as_deref(), json)
+            ops::init(&d, example.as_deref(), generator_secret.as_deref(), json)
         }
         Command::Job { kind } => ops::job(kind),
         Command::Env { cmd } => ops::env(&dir, cmd, json),

@@ -16,8 +16,15 @@ use crate::os::{Execute, Study};
 use crate::util::error::{Error, Result};
 
 /// `rsim init`: a template, an example, or the study's genesis (`faces::init`).
-pub fn init(dir: &Path, example: Option<&str>, json: bool) -> Result<()> {
+pub fn init(dir: &Path, example: Option<&str>, secret: Option<&str>, json: bool) -> Result<()> {
+    // A malformed secret is refused before anything is written.
+    if let Some(s) = secret {
+        crate::os::owner::check_generator_secret(s)?;
+    }
     let rep = crate::faces::init::init(dir, example)?;
+    if let Some(s) = secret {
+        crate::os::owner::share_generator_secret(dir, s)?;
+    }
     if json {
         print::json(&serde_json::to_value(&rep)?)
     } else {
