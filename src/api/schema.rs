@@ -77,7 +77,14 @@ pub fn validate_with(what: &str, v: &jsonschema::Validator, args: &Value) -> Res
             // The value is quoted short: an agent's 8 MB string is not sent back to it whole.
             _ => e.masked_with(short(e.instance())).to_string(),
         };
-        problems.push(format!("{field}: {msg}"));
+        // An unexpected property's name is quoted by the validator whole, and a field path holds
+        // the request's own keys: both are bounded and cleaned of control characters, so a 16 MB
+        // key or an escape sequence is not sent back to the agent (or to a terminal).
+        problems.push(format!(
+            "{}: {}",
+            crate::util::text::sanitize_line_within(&field, 200),
+            crate::util::text::sanitize_line_within(&msg, 600)
+        ));
         if problems.len() >= 8 {
             break;
         }

@@ -583,6 +583,7 @@ pub struct ListNodesRequest {
     pub limit: u64,
     /// First node to list (a `cursor` takes its place).
     #[serde(default)]
+    #[schemars(range(max = 9999999999u64))]
     pub offset: u64,
     /// Bound on the answer's size in tokens, estimated as its JSON bytes / 4 (default 8000). The
     /// answer ends before the item that would pass it (one item at least) and gives `next_cursor`.

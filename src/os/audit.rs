@@ -79,17 +79,19 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                 .and_then(|r| r["repeats"].as_u64())
                 .unwrap_or(1)
                 .max(1);
-            attempts += n;
-            rejected += n;
+            // `repeats` is read from the record, which a crafted clone writes: counts saturate.
+            attempts = attempts.saturating_add(n);
+            rejected = rejected.saturating_add(n);
             if let Some(rule) = &a.record.decision.rule {
-                *rejections_by_rule.entry(rule.clone()).or_insert(0) += n;
+                let c = rejections_by_rule.entry(rule.clone()).or_insert(0);
+                *c = c.saturating_add(n);
             }
         }
     }
     // Identical refusals counted since their last record (not yet in git).
     let unrecorded = index.unrecorded_refusals()?;
-    attempts += unrecorded;
-    rejected += unrecorded;
+    attempts = attempts.saturating_add(unrecorded);
+    rejected = rejected.saturating_add(unrecorded);
 
     let base = study.base_checkpoint()?;
     let pin = study.config().jobs.evaluator_sha256.clone();
@@ -379,10 +381,13 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                         .iter()
                         .filter(|m| m.name == name)
                         .map(|m| m.value.max(0.0) as u64)
-                        .sum::<u64>()
+                        .fold(0u64, u64::saturating_add)
                 };
                 use crate::train::programs::Outcome;
-                programs.checked += Outcome::ALL.iter().map(|o| count(o.metric())).sum::<u64>();
+                programs.checked = Outcome::ALL
+                    .iter()
+                    .map(|o| count(o.metric()))
+                    .fold(programs.checked, u64::saturating_add);
                 let tried: Vec<String> = [Outcome::Blocked, Outcome::TimedOut, Outcome::OverLimit]
                     .iter()
                     .filter_map(|o| {

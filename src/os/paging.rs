@@ -51,6 +51,13 @@ fn fingerprint(request: &Value) -> String {
 /// `offset`.
 pub fn start(query: &str, request: &Value, cursor: Option<&str>, offset: u64) -> Result<u64> {
     let Some(c) = cursor else {
+        // A position a cursor could hold (ten digits): past it no study has items, and the
+        // answer's next position (start + items) must not overflow.
+        if offset > MAX_POSITION {
+            return Err(Error::invalid(format!(
+                "offset: {offset} is past the largest position ({MAX_POSITION})"
+            )));
+        }
         return Ok(offset);
     };
     let parts: Vec<&str> = c.split('.').collect();
@@ -70,6 +77,9 @@ pub fn start(query: &str, request: &Value, cursor: Option<&str>, offset: u64) ->
     pos.parse()
         .map_err(|_| Error::invalid(format!("cursor: {c:?} is not a cursor")))
 }
+
+/// The largest position an offset or a cursor names (a cursor's position is at most ten digits).
+pub const MAX_POSITION: u64 = 9_999_999_999;
 
 /// Where a keyset-paged answer (`log`) starts: after the item whose sort key the cursor holds,
 /// or at the top without a cursor.

@@ -79,7 +79,7 @@ impl Study {
             })
             .collect();
         nodes.truncate(paging::fit(&nodes, req.max_tokens, overhead)?);
-        let next = start + nodes.len() as u64;
+        let next = start.saturating_add(nodes.len() as u64);
         out.next_cursor = (next < total).then(|| paging::cursor("list_nodes", &request, next));
         out.nodes = nodes;
         out.tokens = paging::tokens_field(serde_json::to_vec(&out)?.len());

@@ -777,3 +777,37 @@ fn a_protected_set_changed_after_the_handle_prepared_it_is_read_again() {
     let e = register("after").expect_err("the item is protected now");
     assert!(e.message.contains("contamination"), "{}", e.message);
 }
+
+/// What an agent sends is never sent back whole: an unexpected property named by 100,000
+/// characters and an escape sequence is refused with a short, clean message; an offset past
+/// any position is refused by name instead of overflowing the next position.
+#[test]
+fn refusals_quote_crafted_keys_short_and_clean_and_offsets_stay_in_range() {
+    let (_d, s) = study();
+    let key = format!("\u{1b}]0;pwned\u{7}{}", "k".repeat(100_000));
+    let e = s
+        .call(
+            &worker("w"),
+            "list_nodes",
+            json!({ key: 1, "also\u{1b}[2J": 2 }),
+        )
+        .expect_err("unknown keys");
+    assert!(e.message.len() < 2_000, "{} bytes", e.message.len());
+    assert!(!e.message.chars().any(char::is_control), "{:?}", e.message);
+    assert!(e.message.contains("list_nodes"), "{}", e.message);
+    for offset in [u64::MAX, crate::os::paging::MAX_POSITION + 1] {
+        let e = s
+            .call(&worker("w"), "list_nodes", json!({ "offset": offset }))
+            .expect_err("offset past any position");
+        assert!(e.message.contains("offset"), "{}", e.message);
+    }
+    let last = s
+        .call(
+            &worker("w"),
+            "list_nodes",
+            json!({ "offset": crate::os::paging::MAX_POSITION }),
+        )
+        .expect("the largest position is a position");
+    assert_eq!(last["nodes"], json!([]), "{last}");
+    assert!(last["next_cursor"].is_null(), "{last}");
+}

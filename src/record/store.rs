@@ -60,9 +60,14 @@ impl ObjectStore {
         &self.root
     }
 
-    /// Where the object with this hash lives (whether or not it exists).
+    /// Where the object with this hash lives (whether or not it exists). A string that is not a
+    /// sha256 (a crafted record's artifact: `../x`, `a€`) names one path in the store that nothing
+    /// is ever written to, so no caller reads outside the store or panics on it.
     pub fn path(&self, sha: &str) -> PathBuf {
-        let (a, b) = sha.split_at(2.min(sha.len()));
+        if !crate::util::hash::is_sha256(sha) {
+            return self.root.join("not-a-sha256");
+        }
+        let (a, b) = sha.split_at(2);
         self.root.join("sha256").join(a).join(b)
     }
 
@@ -314,6 +319,29 @@ impl ObjectStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A crafted record's artifact "hash" can be anything: its path neither panics (a multi-byte
+    /// character across the two-character prefix) nor leaves the store, and names nothing.
+    #[test]
+    fn a_string_that_is_not_a_hash_names_nothing_inside_the_store() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = ObjectStore::new(dir.path().join("objects"));
+        let sha = store.put_bytes(b"x").expect("put");
+        for bad in [
+            "a€",
+            "€",
+            "",
+            "../../../etc/passwd",
+            "/etc/passwd",
+            &sha.to_uppercase(),
+        ] {
+            let p = store.path(bad);
+            assert!(p.starts_with(store.root()), "{bad:?} -> {}", p.display());
+            assert!(!p.exists(), "{bad:?} -> {}", p.display());
+            assert!(!store.contains(bad));
+        }
+        assert!(store.path(&sha).is_file());
+    }
 
     #[test]
     fn objects_are_named_by_content_and_verified() {
