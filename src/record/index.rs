@@ -1404,6 +1404,13 @@ fn sync_node_tx(tx: &rusqlite::Connection, record: &Record, id: &str) -> Result<
         return Ok(());
     }
     let snap = record.snapshot(tip)?;
+    if snap.meta.id != id {
+        // A node's meta naming another node would be indexed under that node's key.
+        return Err(crate::util::error::Error::internal(format!(
+            "branch rsim/n/{id}: its {} names another node",
+            crate::record::NODE_FILE
+        )));
+    }
     let after = indexed.as_ref().map_or(0, |(_, n)| *n);
     let mut new_actions = record.actions_since(id, tip, after)?;
     let contiguous = new_actions

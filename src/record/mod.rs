@@ -1020,8 +1020,20 @@ impl Record {
         let text = std::str::from_utf8(blob.content()).map_err(|_| {
             Error::internal(format!("{NODE_FILE} in tree {} is not UTF-8", tree.id()))
         })?;
-        toml::from_str(text)
-            .map_err(|e| Error::internal(format!("{NODE_FILE} in tree {}: {e}", tree.id())))
+        let meta: NodeMeta = toml::from_str(text)
+            .map_err(|e| Error::internal(format!("{NODE_FILE} in tree {}: {e}", tree.id())))?;
+        // The ids are printed and indexed as they stand (the DAG, DOT output, the index's key):
+        // a repository from elsewhere may name anything there, so anything but node ids is
+        // refused here, and named without being quoted.
+        if !crate::model::is_node_id(&meta.id)
+            || !meta.parents.iter().all(|p| crate::model::is_node_id(p))
+        {
+            return Err(Error::internal(format!(
+                "{NODE_FILE} in tree {}: its id or a parent is not a node id",
+                tree.id()
+            )));
+        }
+        Ok(meta)
     }
 
     /// Read a text file from a node's tip tree (e.g. `notes.md`), if present.

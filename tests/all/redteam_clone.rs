@@ -446,3 +446,75 @@ fn huge_commit_on(copy: &Path, branch: &str, msg: &Path) -> (String, String) {
     );
     (commit, tip)
 }
+
+/// A node's meta that names another node, or an id with escapes in it, parsed as TOML: the id is
+/// what the index keys a node by and what `dag` prints bare (and DOT as an identifier), so such a
+/// meta is refused by name, never indexed over the node it names and never printed.
+#[test]
+fn node_metas_naming_another_node_or_a_crafted_id_are_refused_unprinted() {
+    let Shared {
+        d,
+        owner: _,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
+    let copy = d.path().join("copy");
+    clone_to(&study, &copy);
+    let n1 = git(&copy, &["rev-parse", "rsim/n/n1"]);
+    let meta_at = |branch: &str, meta: &str| {
+        let f = d.path().join("meta");
+        std::fs::write(&f, meta).expect("meta");
+        let blob = git(&copy, &["hash-object", "-w", f.to_str().expect("utf8")]);
+        let tree_in = d.path().join("tree");
+        std::fs::write(&tree_in, format!("100644 blob {blob}\tnode.toml\n")).expect("tree");
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&copy)
+            .arg("mktree")
+            .stdin(std::fs::File::open(&tree_in).expect("open"))
+            .output()
+            .expect("mktree");
+        let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let c = git(
+            &copy,
+            &["commit-tree", &tree, "-p", &n1, "-m", "x\n\nRsim-Seq: 1\n"],
+        );
+        git(
+            &copy,
+            &["update-ref", &format!("refs/heads/rsim/n/{branch}"), &c],
+        );
+    };
+    let rest = "title = \"t\"\nparents = [\"n0\"]\nstatus = \"open\"\ncreated_at = \"2026-01-01T00:00:00Z\"\ncreated_by = \"x\"\n";
+    for (branch, id) in [
+        ("n7", "n1"),
+        ("n8", "n8\\u001b]0;owned\\u0007"),
+        ("n9", "a [URL=\\\"javascript:x\\\"]"),
+    ] {
+        meta_at(branch, &format!("id = \"{id}\"\n{rest}"));
+        for args in [
+            &["dag"][..],
+            &["dag", "--format", "dot"][..],
+            &["show", "n1"][..],
+        ] {
+            let out = reader.run(&copy, args);
+            let said = text(&out);
+            no_escape(&out);
+            assert!(!said.contains("javascript"), "{args:?}: {said}");
+            // Left out of the views, by name of its branch.
+            assert!(
+                said.contains(&format!("{branch}: "))
+                    && (said.contains("names another node") || said.contains("not a node id")),
+                "{branch} ({id:?}), {args:?}: {said}"
+            );
+        }
+        // The node it named keeps its own row.
+        let out = reader.run(&copy, &["--json", "show", "n1"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["id"], "n1", "{v}");
+        assert_ne!(
+            v["title"], "t",
+            "{branch}: n1 was indexed from a crafted meta: {v}"
+        );
+    }
+}
