@@ -203,10 +203,10 @@ pub fn parse_eval_jsonl(bytes: &[u8], what: &str) -> Result<Vec<Row>> {
 
 /// Draw `n` rows from each part (without replacement while rows last, then with replacement)
 /// and shuffle them together, deterministically from `seed`.
-pub fn mix(parts: &[(Vec<Row>, u64)], seed: u64) -> Vec<Row> {
+pub fn mix(parts: &[(&[Row], u64)], seed: u64) -> Vec<Row> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = Vec::new();
-    for (rows, n) in parts {
+    for &(rows, ref n) in parts {
         if rows.is_empty() {
             continue;
         }

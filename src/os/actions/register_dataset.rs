@@ -404,10 +404,23 @@ impl Study {
                 if !unregistered.is_empty() || !self.within_bounds(&inputs) {
                     return Ok((unregistered, inputs, Vec::new()));
                 }
-                let mut loaded = Vec::new();
+                // The draws are known before any part is read: too many are refused unread.
+                let drawn = fact(format!("the mixture ({draws} draws)"), draws, 0);
+                if !self.within_bounds(&drawn) {
+                    return Ok((unregistered, drawn, Vec::new()));
+                }
+                // Each dataset is read once, however many parts name it.
+                let mut read: std::collections::BTreeMap<&str, Vec<Row>> = Default::default();
+                for p in parts {
+                    if !read.contains_key(p.dataset.as_str()) {
+                        let rows = self.dataset_rows(&p.dataset)?.unwrap_or_default();
+                        read.insert(p.dataset.as_str(), rows);
+                    }
+                }
+                let mut loaded: Vec<(&[Row], u64)> = Vec::new();
                 let mut out_bytes = 0u64;
                 for p in parts {
-                    let rows = self.dataset_rows(&p.dataset)?.unwrap_or_default();
+                    let rows = read.get(p.dataset.as_str()).map_or(&[][..], |r| &r[..]);
                     let longest = rows
                         .iter()
                         .map(|r| (r.prompt.len() + r.answer.len()) as u64)
