@@ -56,6 +56,30 @@ fn clone_to(src: &Path, dst: &Path) {
     );
 }
 
+/// Write `content` into `copy`'s object database (through a scratch file in `scratch`).
+fn blob_in(copy: &Path, scratch: &Path, content: &[u8]) -> String {
+    let f = scratch.join("blob");
+    std::fs::write(&f, content).expect("blob");
+    git(copy, &["hash-object", "-w", f.to_str().expect("utf8")])
+}
+
+/// An unsigned commit on `parent`, with message `msg`, whose tree holds only a `node.toml` of
+/// `meta`: what a crafted repository puts under a node ref.
+fn meta_commit(copy: &Path, scratch: &Path, parent: &str, meta: &[u8], msg: &str) -> String {
+    let blob = blob_in(copy, scratch, meta);
+    let tree_in = scratch.join("tree");
+    std::fs::write(&tree_in, format!("100644 blob {blob}\tnode.toml\n")).expect("tree");
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(copy)
+        .arg("mktree")
+        .stdin(std::fs::File::open(&tree_in).expect("open"))
+        .output()
+        .expect("mktree");
+    let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    git(copy, &["commit-tree", &tree, "-p", parent, "-m", msg])
+}
+
 fn text(out: &std::process::Output) -> String {
     format!(
         "{}{}",
@@ -264,33 +288,14 @@ fn node_refs_that_are_not_nodes_and_crafted_metas_are_named_without_escapes() {
 
     // A node meta of 2 MiB (1 KiB in git) and one full of terminal escapes, each on an unsigned
     // commit under a node ref; a ref with escapes in its name; a ref at a blob.
-    let obj = |content: &[u8]| -> String {
-        let f = d.path().join("blob");
-        std::fs::write(&f, content).expect("blob");
-        git(&copy, &["hash-object", "-w", f.to_str().expect("utf8")])
-    };
-    let node_commit = |meta: &[u8]| -> String {
-        let blob = obj(meta);
-        let tree_in = d.path().join("tree");
-        std::fs::write(&tree_in, format!("100644 blob {blob}\tnode.toml\n")).expect("tree");
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&copy)
-            .arg("mktree")
-            .stdin(std::fs::File::open(&tree_in).expect("open"))
-            .output()
-            .expect("mktree");
-        let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        git(
+    let obj = |content: &[u8]| blob_in(&copy, d.path(), content);
+    let node_commit = |meta: &[u8]| {
+        meta_commit(
             &copy,
-            &[
-                "commit-tree",
-                &tree,
-                "-p",
-                &n1,
-                "-m",
-                "x\n\nRsim-Node: n7\nRsim-Seq: 1\n",
-            ],
+            d.path(),
+            &n1,
+            meta,
+            "x\n\nRsim-Node: n7\nRsim-Seq: 1\n",
         )
     };
     let huge = node_commit(&vec![b'#'; 2 << 20]);
@@ -463,23 +468,7 @@ fn node_metas_naming_another_node_or_a_crafted_id_are_refused_unprinted() {
     clone_to(&study, &copy);
     let n1 = git(&copy, &["rev-parse", "rsim/n/n1"]);
     let meta_at = |branch: &str, meta: &str| {
-        let f = d.path().join("meta");
-        std::fs::write(&f, meta).expect("meta");
-        let blob = git(&copy, &["hash-object", "-w", f.to_str().expect("utf8")]);
-        let tree_in = d.path().join("tree");
-        std::fs::write(&tree_in, format!("100644 blob {blob}\tnode.toml\n")).expect("tree");
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&copy)
-            .arg("mktree")
-            .stdin(std::fs::File::open(&tree_in).expect("open"))
-            .output()
-            .expect("mktree");
-        let tree = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let c = git(
-            &copy,
-            &["commit-tree", &tree, "-p", &n1, "-m", "x\n\nRsim-Seq: 1\n"],
-        );
+        let c = meta_commit(&copy, d.path(), &n1, meta.as_bytes(), "x\n\nRsim-Seq: 1\n");
         git(
             &copy,
             &["update-ref", &format!("refs/heads/rsim/n/{branch}"), &c],
