@@ -795,6 +795,22 @@ fn refusals_quote_crafted_keys_short_and_clean_and_offsets_stay_in_range() {
     assert!(e.message.len() < 2_000, "{} bytes", e.message.len());
     assert!(!e.message.chars().any(char::is_control), "{:?}", e.message);
     assert!(e.message.contains("list_nodes"), "{}", e.message);
+    // The next try: the key one level down, where the field path and a oneOf's message carry
+    // it, and in many keys at once (eight problems are reported at most).
+    let mut source = serde_json::Map::new();
+    source.insert("kind".into(), json!("arith"));
+    for i in 0..40 {
+        source.insert(format!("{i}\u{1b}[2J{}", "q".repeat(50_000)), json!(i));
+    }
+    let e = s
+        .call(
+            &worker("w"),
+            "register_dataset",
+            json!({"node": "n0", "name": "x", "source": source}),
+        )
+        .expect_err("unknown nested keys");
+    assert!(e.message.len() < 8_000, "{} bytes", e.message.len());
+    assert!(!e.message.chars().any(char::is_control), "{:?}", e.message);
     for offset in [u64::MAX, crate::os::paging::MAX_POSITION + 1] {
         let e = s
             .call(&worker("w"), "list_nodes", json!({ "offset": offset }))
