@@ -408,3 +408,64 @@ fn a_thousand_event_streams_are_served_the_next_refused_and_all_freed() {
         assert!(got.contains(" 200 "), "{got}");
     });
 }
+
+#[test]
+fn a_flood_of_overview_requests_runs_the_audit_once_per_change_of_the_record() {
+    use rsi_master::faces::web::{Web, WebAuth, router};
+    let (_d, study) = example_study();
+    let session =
+        std::sync::Arc::new(rsi_master::os::session::Session::open(&study).expect("session"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let web = Web::new(session, WebAuth::Observer);
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    rt.spawn(axum::serve(listener, router(web.clone())).into_future());
+    let attempts = |r: &Resp| json(r)["audit"]["attempts"].as_u64().expect("attempts");
+    // Forty requests at once, on one state of the record: one audit answers all of them.
+    let answers: Vec<Resp> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..40)
+            .map(|_| sc.spawn(|| get(&addr, "/api/overview")))
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("request")).collect()
+    });
+    assert!(answers.iter().all(|r| r.status == 200));
+    let before = attempts(&answers[0]);
+    assert!(answers.iter().all(|r| attempts(r) == before));
+    assert_eq!(web.overviews_made(), 1, "one audit for forty requests");
+    // A recorded action moves the record: the next request sees it (the cache is not stale).
+    run_ok(
+        &study,
+        &[
+            "--role",
+            "worker",
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            "t",
+            "--hypothesis",
+            "h",
+        ],
+    );
+    let t = std::time::Instant::now();
+    loop {
+        let r = get(&addr, "/api/overview");
+        assert_eq!(r.status, 200);
+        if attempts(&r) > before {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the overview never showed the new action"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(web.overviews_made() >= 2);
+    rt.shutdown_background();
+}

@@ -190,6 +190,13 @@ pub struct Web {
     cache: Mutex<Option<(u64, Arc<DagOverview>)>>,
     /// The default view's JSON at a tick (what every page asks first).
     layout_cache: Mutex<Option<(u64, Arc<String>)>>,
+    /// `/api/overview`'s JSON at a tick, and when it was made: the audit behind it re-hashes every
+    /// trained dataset, so a page polling it (or a client flooding it) runs the audit at most once
+    /// per change of the record and per `AUDIT_FRESH` (a changed object in the store moves no
+    /// tick, so the audit is redone after that long even with no change).
+    overview_cache: Mutex<Option<(u64, std::time::Instant, Arc<String>)>>,
+    /// Overviews made (audits run) since the page started.
+    overviews_made: std::sync::atomic::AtomicU64,
     study: String,
     /// A fixed DAG instead of the study's (`rsim bench --web`: a made-up DAG of any size).
     fixed: Option<Arc<DagOverview>>,
@@ -214,6 +221,8 @@ impl Web {
             tick,
             cache: Mutex::new(None),
             layout_cache: Mutex::new(None),
+            overview_cache: Mutex::new(None),
+            overviews_made: std::sync::atomic::AtomicU64::new(0),
             study,
             fixed: None,
         })
@@ -229,6 +238,8 @@ impl Web {
             tick,
             cache: Mutex::new(None),
             layout_cache: Mutex::new(None),
+            overview_cache: Mutex::new(None),
+            overviews_made: std::sync::atomic::AtomicU64::new(0),
             study: format!("synthetic DAG of {} nodes", overview.nodes.len()),
             fixed: Some(Arc::new(overview)),
         })
@@ -283,6 +294,41 @@ impl Web {
         let o = Arc::new(self.session.with(|s| s.dag_overview(None))?);
         *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((tick, o.clone()));
         Ok(o)
+    }
+}
+
+/// How long `/api/overview`'s audit is served from the cache when the record has not changed.
+const AUDIT_FRESH: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Web {
+    /// `/api/overview` (budget, lock-in, the audit in counts) as JSON, made at most once per tick
+    /// and per `AUDIT_FRESH`. The cache's lock is held while it is made, so requests that arrive
+    /// meanwhile wait for that one audit rather than each running their own.
+    fn overview_json(&self) -> crate::util::error::Result<Arc<String>> {
+        let tick = *self.tick.borrow();
+        let mut slot = self
+            .overview_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((t, at, j)) = slot.as_ref()
+            && *t == tick
+            && at.elapsed() < AUDIT_FRESH
+        {
+            return Ok(j.clone());
+        }
+        let j = Arc::new(serde_json::to_string(
+            &self.session.with(page::overview_data)?,
+        )?);
+        self.overviews_made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *slot = Some((tick, std::time::Instant::now(), j.clone()));
+        Ok(j)
+    }
+
+    /// How many times `/api/overview` has been made (the audit run) since the page started.
+    pub fn overviews_made(&self) -> u64 {
+        self.overviews_made
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -722,7 +768,18 @@ async fn api(
                 Err(e) => from_error(&e),
             }
         }
-        "overview" => ok_json(blocking(move || s.with(page::overview_data)).await),
+        "overview" => {
+            let w2 = w.clone();
+            match blocking(move || w2.overview_json()).await {
+                Ok(j) => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+                    j.as_str().to_owned(),
+                )
+                    .into_response(),
+                Err(e) => from_error(&e),
+            }
+        }
         "compare" => {
             let nodes = match id_list(&q, "nodes") {
                 Ok(v) => v,
