@@ -10,7 +10,7 @@ impl Study {
             .ok_or_else(|| Error::not_found(format!("node: no node {}", req.node)))?;
         let actions = self
             .index
-            .node_actions(&req.node)?
+            .node_action_heads(&req.node)?
             .into_iter()
             .map(summary_of)
             .collect();
@@ -359,7 +359,7 @@ impl Study {
             }),
             None => None,
         };
-        let mut rows = self.index.actions_page(
+        let mut rows = self.index.action_heads_page(
             req.node.as_deref(),
             req.include_rejected,
             req.limit + 1,
@@ -403,20 +403,21 @@ const SUMMARY_MAX_TOKENS: u64 = 1000;
 /// The summary's path to the best node keeps the nodes nearest it.
 const BEST_PATH_MAX: usize = 64;
 
-pub(in crate::os) fn summary_of(r: crate::record::index::ActionRow) -> ActionSummary {
+pub(in crate::os) fn summary_of(r: crate::record::index::ActionHeadRow) -> ActionSummary {
+    let h = r.head;
     ActionSummary {
         node: r.node,
         seq: r.seq,
-        action: r.record.action,
-        decision: r.record.decision.decision,
-        rule: r.record.decision.rule,
-        reason: r.record.decision.reason,
-        agent: r.record.agent,
-        role: r.record.role,
-        at: r.record.at,
-        summary: r.record.summary,
+        action: h.action,
+        decision: h.decision.decision,
+        rule: h.decision.rule,
+        reason: h.decision.reason,
+        agent: h.agent,
+        role: h.role,
+        at: h.at,
+        summary: h.summary,
         commit: r.commit,
-        job: r.record.job.map(|j| j.id),
+        job: h.job.map(|j| j.id),
     }
 }
 

@@ -11,7 +11,8 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::model::{
-    ActionName, ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Verdict,
+    ActionName, ActionRecord, ArtifactKind, Decision, JobRecord, NodeMeta, NodeStatus, Role,
+    Verdict,
 };
 use crate::record::Record;
 use crate::util::error::Result;
@@ -161,6 +162,48 @@ pub struct ActionRow {
     pub seq: u32,
     pub commit: String,
     pub record: ActionRecord,
+}
+
+/// What a line of `log` or `get_node` shows of an action, read from its record without building
+/// the rest: a record whose request carries megabytes of inline rows is scanned by the parser,
+/// never turned into a value (fields not named here are skipped).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct ActionHead {
+    pub action: ActionName,
+    pub agent: String,
+    pub role: Role,
+    pub at: String,
+    pub summary: String,
+    pub decision: Decision,
+    #[serde(default)]
+    pub job: Option<JobId>,
+}
+
+/// A job's id alone.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct JobId {
+    pub id: String,
+}
+
+/// One action row's head: where it is and what a summary of it needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionHeadRow {
+    pub node: String,
+    pub seq: u32,
+    pub commit: String,
+    pub head: ActionHead,
+}
+
+/// Parse a record column as it is read (the text borrowed from SQLite, never copied): a page of
+/// rows holds only what `T` keeps.
+fn parse_col<T: serde::de::DeserializeOwned>(
+    r: &rusqlite::Row<'_>,
+    i: usize,
+) -> rusqlite::Result<T> {
+    let text = r.get_ref(i)?.as_str()?;
+    serde_json::from_str(text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+    })
 }
 
 /// An agent seen in the record.
@@ -895,6 +938,45 @@ impl Index {
         limit: u64,
         after: Option<(&str, &str, u32)>,
     ) -> Result<Vec<ActionRow>> {
+        Ok(self
+            .actions_page_as::<ActionRecord>(node, include_rejected, limit, after)?
+            .into_iter()
+            .map(|(node, seq, commit, record)| ActionRow {
+                node,
+                seq,
+                commit,
+                record,
+            })
+            .collect())
+    }
+
+    /// `actions_page` with each record's head only (`log`).
+    pub fn action_heads_page(
+        &self,
+        node: Option<&str>,
+        include_rejected: bool,
+        limit: u64,
+        after: Option<(&str, &str, u32)>,
+    ) -> Result<Vec<ActionHeadRow>> {
+        Ok(self
+            .actions_page_as::<ActionHead>(node, include_rejected, limit, after)?
+            .into_iter()
+            .map(|(node, seq, commit, head)| ActionHeadRow {
+                node,
+                seq,
+                commit,
+                head,
+            })
+            .collect())
+    }
+
+    fn actions_page_as<T: serde::de::DeserializeOwned>(
+        &self,
+        node: Option<&str>,
+        include_rejected: bool,
+        limit: u64,
+        after: Option<(&str, &str, u32)>,
+    ) -> Result<Vec<(String, u32, String, T)>> {
         let mut st = self.conn.prepare(
             "SELECT node,seq,commit_oid,record FROM actions
              WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
@@ -920,22 +1002,12 @@ impl Index {
                         r.get::<_, String>(0)?,
                         r.get::<_, u32>(1)?,
                         r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
+                        parse_col::<T>(r, 3)?,
                     ))
                 },
             )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        rows.into_iter()
-            .map(|(node, seq, commit, rec)| {
-                let record: ActionRecord = serde_json::from_str(&rec)?;
-                Ok(ActionRow {
-                    node,
-                    seq,
-                    commit,
-                    record,
-                })
-            })
-            .collect()
+        Ok(rows)
     }
 
     /// All actions of one node, oldest first.
@@ -954,6 +1026,37 @@ impl Index {
         node: &str,
         accepted: Option<ActionName>,
     ) -> Result<Vec<ActionRow>> {
+        Ok(self
+            .node_rows_as::<ActionRecord>(node, accepted)?
+            .into_iter()
+            .map(|(seq, commit, record)| ActionRow {
+                node: node.to_string(),
+                seq,
+                commit,
+                record,
+            })
+            .collect())
+    }
+
+    /// All actions of one node, oldest first, each record's head only (`get_node`).
+    pub fn node_action_heads(&self, node: &str) -> Result<Vec<ActionHeadRow>> {
+        Ok(self
+            .node_rows_as::<ActionHead>(node, None)?
+            .into_iter()
+            .map(|(seq, commit, head)| ActionHeadRow {
+                node: node.to_string(),
+                seq,
+                commit,
+                head,
+            })
+            .collect())
+    }
+
+    fn node_rows_as<T: serde::de::DeserializeOwned>(
+        &self,
+        node: &str,
+        accepted: Option<ActionName>,
+    ) -> Result<Vec<(u32, String, T)>> {
         let mut st = self.conn.prepare_cached(
             "SELECT seq,commit_oid,record FROM actions WHERE node=?1
                AND (?2 IS NULL OR (action=?2 AND decision=?3)) ORDER BY seq",
@@ -964,20 +1067,11 @@ impl Index {
                 Ok((
                     r.get::<_, u32>(0)?,
                     r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
+                    parse_col::<T>(r, 2)?,
                 ))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        rows.into_iter()
-            .map(|(seq, commit, rec)| {
-                Ok(ActionRow {
-                    node: node.to_string(),
-                    seq,
-                    commit,
-                    record: serde_json::from_str(&rec)?,
-                })
-            })
-            .collect()
+        Ok(rows)
     }
 
     pub fn job(&self, id: &str) -> Result<Option<(String, u32, JobRecord)>> {
