@@ -112,7 +112,8 @@ impl Study {
         Ok((snap.meta, actions.into_iter().map(|a| a.record).collect()))
     }
 
-    /// Every action recorded on a node, in order, from the index (fast).
+    /// Every action recorded on a node, in order, from the index (fast; an inline dataset's rows
+    /// are left out, `index::ActionRow`).
     pub fn node_actions(&self, node: &str) -> Result<Vec<ActionRecord>> {
         Ok(self
             .index

@@ -827,3 +827,71 @@ fn refusals_quote_crafted_keys_short_and_clean_and_offsets_stay_in_range() {
     assert_eq!(last["nodes"], json!([]), "{last}");
     assert!(last["next_cursor"].is_null(), "{last}");
 }
+
+#[test]
+fn readers_of_many_actions_leave_an_inline_datasets_rows_in_the_store() {
+    let (_d, s) = study();
+    let w = worker("w");
+    let rows: Vec<Value> = (0..500)
+        .map(|i| json!({"prompt": format!("say ok, line {i}"), "answer": "ok"}))
+        .collect();
+    let reg = s
+        .call(
+            &w,
+            "register_dataset",
+            json!({"node": "n0", "name": "d", "source": {"kind": "inline", "rows": rows}}),
+        )
+        .expect("register");
+    // git keeps the request whole.
+    let (_, history) = s.node_history("n0").expect("history");
+    let in_git = history
+        .iter()
+        .find(|a| a.action == ActionName::RegisterDataset)
+        .expect("recorded");
+    assert_eq!(
+        in_git.request["source"]["rows"].as_array().map(Vec::len),
+        Some(500)
+    );
+    // The index's readers get the record less its rows; the rest is as recorded.
+    let indexed = s.node_actions("n0").expect("index");
+    let a = indexed
+        .iter()
+        .find(|a| a.action == ActionName::RegisterDataset)
+        .expect("indexed");
+    assert!(a.request["source"].get("rows").is_none(), "{}", a.request);
+    assert_eq!(a.request["source"]["kind"], "inline");
+    assert_eq!(a.request["name"], "d");
+    assert_eq!(
+        a.result.as_ref().map(|r| &r["sha256"]),
+        Some(&reg["sha256"])
+    );
+    // log and get_node still show it, and the audit still finds the rows (in the store).
+    let log = s.call(&w, "log", json!({})).expect("log");
+    assert!(
+        log["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .any(|a| a["action"] == "register_dataset")
+    );
+    let node = s
+        .call(&w, "get_node", json!({"node": "n0"}))
+        .expect("get_node");
+    assert!(
+        node["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .any(|a| a["action"] == "register_dataset")
+    );
+    let audit = crate::os::audit::audit(&s).expect("audit");
+    assert!(
+        audit.checks.iter().all(|c| c.violations.is_empty()),
+        "{:?}",
+        audit
+            .checks
+            .iter()
+            .map(|c| (c.name, c.violations.len()))
+            .collect::<Vec<_>>()
+    );
+}

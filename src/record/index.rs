@@ -155,7 +155,10 @@ pub struct NodeRow {
     pub parents: Vec<String>,
 }
 
-/// One action row.
+/// One action row. Its record is the recorded one less an inline dataset's rows
+/// (`request.source.rows`): those are in the object store under the result's sha256 and whole in
+/// git, and reading them back here made every reader of many actions (the audit, the overview,
+/// `diff`) hold megabytes per `register_dataset` an agent wrote.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ActionRow {
     pub node: String,
@@ -978,7 +981,7 @@ impl Index {
         after: Option<(&str, &str, u32)>,
     ) -> Result<Vec<(String, u32, String, T)>> {
         let mut st = self.conn.prepare(
-            "SELECT node,seq,commit_oid,record FROM actions
+            "SELECT node,seq,commit_oid,json_remove(record,'$.request.source.rows') FROM actions
              WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
                AND (?4 IS NULL OR (at, length(node), node, seq) < (?4, length(?5), ?5, ?6))
              ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3",
@@ -1058,7 +1061,7 @@ impl Index {
         accepted: Option<ActionName>,
     ) -> Result<Vec<(u32, String, T)>> {
         let mut st = self.conn.prepare_cached(
-            "SELECT seq,commit_oid,record FROM actions WHERE node=?1
+            "SELECT seq,commit_oid,json_remove(record,'$.request.source.rows') FROM actions WHERE node=?1
                AND (?2 IS NULL OR (action=?2 AND decision=?3)) ORDER BY seq",
         )?;
         let filter = accepted.map(|a| a.as_str());
