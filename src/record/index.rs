@@ -197,6 +197,21 @@ pub struct ActionHeadRow {
     pub head: ActionHead,
 }
 
+/// What a query reads of an action's record, and the column expression that gives it.
+trait FromRecord: serde::de::DeserializeOwned {
+    const COLUMN: &'static str;
+}
+
+/// The whole record less an inline dataset's rows (`ActionRow`).
+impl FromRecord for ActionRecord {
+    const COLUMN: &'static str = "json_remove(record,'$.request.source.rows')";
+}
+
+/// The record's text as stored: the parser skips what a head does not keep, rows included.
+impl FromRecord for ActionHead {
+    const COLUMN: &'static str = "record";
+}
+
 /// Parse a record column as it is read (the text borrowed from SQLite, never copied): a page of
 /// rows holds only what `T` keeps.
 fn parse_col<T: serde::de::DeserializeOwned>(
@@ -973,15 +988,24 @@ impl Index {
             .collect())
     }
 
-    fn actions_page_as<T: serde::de::DeserializeOwned>(
+    fn actions_page_as<T: FromRecord>(
         &self,
         node: Option<&str>,
         include_rejected: bool,
         limit: u64,
         after: Option<(&str, &str, u32)>,
     ) -> Result<Vec<(String, u32, String, T)>> {
-        let mut st = self.conn.prepare(
-            "SELECT node,seq,commit_oid,json_remove(record,'$.request.source.rows') FROM actions
+        // The page is chosen on the small columns, then each record is read and parsed on its
+        // own: sorting whole records would carry every matching record's text through SQLite's
+        // sorter at once. One read transaction keeps the two steps on one state of the index
+        // (the caller's, when it has one open).
+        let tx = if self.conn.is_autocommit() {
+            Some(self.conn.unchecked_transaction()?)
+        } else {
+            None
+        };
+        let mut st = self.conn.prepare_cached(
+            "SELECT rowid,node,seq,commit_oid FROM actions
              WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
                AND (?4 IS NULL OR (at, length(node), node, seq) < (?4, length(?5), ?5, ?6))
              ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3",
@@ -990,7 +1014,7 @@ impl Index {
             Some((a, n, q)) => (Some(a), Some(n), Some(q)),
             None => (None, None, None),
         };
-        let rows = st
+        let keys = st
             .query_map(
                 params![
                     node,
@@ -1002,14 +1026,26 @@ impl Index {
                 ],
                 |r| {
                     Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, u32>(1)?,
-                        r.get::<_, String>(2)?,
-                        parse_col::<T>(r, 3)?,
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, u32>(2)?,
+                        r.get::<_, String>(3)?,
                     ))
                 },
             )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut one = self
+            .conn
+            .prepare_cached(&format!("SELECT {} FROM actions WHERE rowid=?1", T::COLUMN))?;
+        let mut rows = Vec::with_capacity(keys.len());
+        for (rowid, node, seq, commit) in keys {
+            let rec = one.query_row([rowid], |r| parse_col::<T>(r, 0))?;
+            rows.push((node, seq, commit, rec));
+        }
+        drop((st, one));
+        if let Some(tx) = tx {
+            tx.finish()?;
+        }
         Ok(rows)
     }
 
@@ -1055,15 +1091,16 @@ impl Index {
             .collect())
     }
 
-    fn node_rows_as<T: serde::de::DeserializeOwned>(
+    fn node_rows_as<T: FromRecord>(
         &self,
         node: &str,
         accepted: Option<ActionName>,
     ) -> Result<Vec<(u32, String, T)>> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT seq,commit_oid,json_remove(record,'$.request.source.rows') FROM actions WHERE node=?1
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT seq,commit_oid,{} FROM actions WHERE node=?1
                AND (?2 IS NULL OR (action=?2 AND decision=?3)) ORDER BY seq",
-        )?;
+            T::COLUMN
+        ))?;
         let filter = accepted.map(|a| a.as_str());
         let rows = st
             .query_map(params![node, filter, Verdict::Accepted.as_str()], |r| {
