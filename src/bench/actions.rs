@@ -473,3 +473,155 @@ pub fn node_actions(actions: usize, dir: Option<&Path>, json_out: bool) -> Resul
     }
     Ok(txt)
 }
+
+/// One query's figures in `rsim bench --big-requests`.
+#[derive(Debug, serde::Serialize)]
+pub struct QueryFigure {
+    pub query: &'static str,
+    pub ms_median: f64,
+    pub ms_runs: Vec<f64>,
+    /// Peak resident memory of the `rsim` process that answered (MiB, largest of the runs).
+    pub peak_mib: f64,
+    pub answer_bytes: usize,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct BigRequestsReport {
+    pub machine: String,
+    pub actions: usize,
+    pub request_mib: f64,
+    pub queries: Vec<QueryFigure>,
+}
+
+/// Rows of about `bytes` of JSON that no protected item resembles, as many as the default policy
+/// allows inline (100,000), each as long as it takes.
+fn big_rows(bytes: usize, tag: usize) -> Vec<serde_json::Value> {
+    const ROWS: usize = 100_000;
+    let pad = "a".repeat((bytes / ROWS).saturating_sub(45));
+    (0..ROWS)
+        .map(|k| json!({"prompt": format!("x{k:07}-{tag} {pad}"), "answer": "bbbbbbbbbb"}))
+        .collect()
+}
+
+/// One query in a fresh `rsim` process (this binary): its wall time, its peak resident memory
+/// (MiB, as the process reports it: `RSIM_LOG=rsim::memory=info`) and its answer's size.
+fn query_process(study: &Path, query: &str, args: &serde_json::Value) -> Result<(f64, f64, usize)> {
+    let exe = std::env::current_exe()?;
+    let t = Instant::now();
+    let out = std::process::Command::new(exe)
+        .arg("-C")
+        .arg(study)
+        .args(["--json", "call", query, &args.to_string()])
+        .env("RSIM_LOG", "warn,rsim::memory=info")
+        .output()?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(Error::internal(format!(
+            "--big-requests: `rsim call {query}` failed: {stderr}"
+        )));
+    }
+    let kib: f64 = stderr
+        .lines()
+        .find_map(|l| l.split("peak resident memory ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|k| k.parse().ok())
+        .ok_or_else(|| {
+            Error::internal(format!(
+                "--big-requests: `rsim call {query}` reported no peak memory (Linux only): {stderr}"
+            ))
+        })?;
+    Ok((ms, kib / 1024.0, out.stdout.len()))
+}
+
+/// `rsim bench --big-requests N`: one node given `n` accepted register_dataset actions whose
+/// requests carry about 15 MB of inline rows each; `log` (limit 100) and `get_node` on it,
+/// `repeat` runs each, each in a fresh `rsim` process: its wall time and peak memory (the
+/// queries read each action's head; the rows stay in the record).
+pub fn big_requests(n: usize, repeat: usize, dir: Option<&Path>, json_out: bool) -> Result<String> {
+    if n == 0 {
+        return Err(Error::invalid("--big-requests: give at least one action"));
+    }
+    let base = bench_dir(dir)?;
+    let study_dir = base.join("big-requests");
+    if study_dir.exists() {
+        std::fs::remove_dir_all(&study_dir)?;
+    }
+    bench_study(&study_dir, 10)?;
+    let study = Study::open(&study_dir)?;
+    let worker = Caller::new("bench", crate::model::Role::Worker);
+    let node = study.call(
+        &worker,
+        "branch",
+        json!({"parents": ["n0"], "title": "big requests", "hypothesis": "bench"}),
+    )?["node"]
+        .as_str()
+        .unwrap_or("n0")
+        .to_string();
+    let mut request_bytes = 0usize;
+    for i in 0..n {
+        let req = json!({"node": node, "name": format!("big{i}"), "source": {"kind": "inline", "rows": big_rows(15 << 20, i)}});
+        request_bytes = serde_json::to_vec(&req)?.len();
+        study.call(&worker, "register_dataset", req)?;
+        eprintln!("big-requests: {} of {n} registered", i + 1);
+    }
+    // `list_nodes` reads no action: the floor a process costs.
+    let queries: [(&'static str, serde_json::Value); 3] = [
+        ("log", json!({"limit": 100})),
+        ("get_node", json!({"node": node})),
+        ("list_nodes", json!({})),
+    ];
+    drop(study);
+    let mut figures = Vec::new();
+    for (query, args) in queries {
+        let mut runs = Vec::new();
+        let mut peak = 0f64;
+        let mut answer_bytes = 0;
+        for _ in 0..repeat.max(1) {
+            let (ms, mib, bytes) = query_process(&study_dir, query, &args)?;
+            runs.push(ms);
+            peak = peak.max(mib);
+            answer_bytes = bytes;
+        }
+        figures.push(QueryFigure {
+            query,
+            ms_median: median(&mut runs.clone()),
+            ms_runs: runs,
+            peak_mib: peak,
+            answer_bytes,
+        });
+    }
+    let report = BigRequestsReport {
+        machine: machine(),
+        actions: n,
+        request_mib: request_bytes as f64 / (1 << 20) as f64,
+        queries: figures,
+    };
+    let mut txt = String::new();
+    if json_out {
+        outln!(txt, "{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        outln!(txt, "machine:   {}", report.machine);
+        outln!(
+            txt,
+            "{} register_dataset actions on {node}, {:.1} MiB of request each",
+            report.actions,
+            report.request_mib
+        );
+        for q in &report.queries {
+            outln!(
+                txt,
+                "{:<9} median {:.1} ms per process over {} runs, peak memory {:.1} MiB, answer {} bytes",
+                q.query,
+                q.ms_median,
+                q.ms_runs.len(),
+                q.peak_mib,
+                q.answer_bytes
+            );
+        }
+    }
+    if dir.is_none() {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    Ok(txt)
+}

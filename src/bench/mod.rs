@@ -120,3 +120,16 @@ fn tempdir() -> Result<std::path::PathBuf> {
     std::fs::create_dir_all(&d)?;
     Ok(d)
 }
+
+/// This process's peak resident memory in KiB (`VmHWM`; Linux only). A new program's memory
+/// starts at exec, so unlike a parent's rusage of its child it counts nothing the parent held.
+pub fn peak_resident_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}

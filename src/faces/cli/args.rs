@@ -255,9 +255,14 @@ pub enum Command {
         /// and the write time at the start and the end.
         #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views"])]
         node_actions: Option<usize>,
+        /// Instead, benchmark the queries that list actions (`log`, `get_node`) on one node
+        /// given N register_dataset actions of about 15 MB of inline rows each: time and peak
+        /// memory of each.
+        #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views", "node_actions"])]
+        big_requests: Option<usize>,
         /// Instead, serve the web page over a made-up DAG of N nodes (at --http) until
         /// interrupted, for tools/web-bench.sh to time its first paint in Chromium.
-        #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views", "node_actions"])]
+        #[arg(long, value_name = "N", conflicts_with_all = ["slurm", "views", "node_actions", "big_requests"])]
         web: Option<usize>,
         /// Address for --web.
         #[arg(

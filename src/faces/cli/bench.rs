@@ -25,11 +25,20 @@ pub fn run(cmd: &Command, json: bool) -> Result<()> {
             partition,
             views,
             node_actions,
+            big_requests,
             web,
             http,
         } => {
             let dir = dir.as_deref();
             match (web, slurm, views) {
+                (None, None, None) if big_requests.is_some() => {
+                    crate::bench::actions::big_requests(
+                        big_requests.unwrap_or_default(),
+                        *repeat,
+                        dir,
+                        json,
+                    )
+                }
                 (None, None, None) if node_actions.is_some() => {
                     crate::bench::actions::node_actions(node_actions.unwrap_or_default(), dir, json)
                 }

@@ -44,6 +44,19 @@ pub fn main() -> i32 {
         .init();
     let cli = Cli::parse();
     let json = cli.json;
+    let code = run_to_exit_code(cli, json);
+    // What `rsim bench --big-requests` reads of each query process (`RSIM_LOG=rsim::memory=info`):
+    // this process's own peak, which a parent's rusage cannot give (Linux counts a forked
+    // parent's high-water mark in its child's).
+    if tracing::enabled!(target: "rsim::memory", tracing::Level::INFO)
+        && let Some(kib) = crate::bench::peak_resident_kib()
+    {
+        tracing::info!(target: "rsim::memory", "peak resident memory {kib} KiB");
+    }
+    code
+}
+
+fn run_to_exit_code(cli: Cli, json: bool) -> i32 {
     match run(cli) {
         Ok(()) => 0,
         Err(e) => {
