@@ -693,6 +693,50 @@ fn the_record_benchmark_runs_and_reports_its_figures() {
     }
 }
 
+/// `rsim bench --big-requests`: listing three actions of 15 MB inline rows each costs a query
+/// process less memory than one of them (each record is read alone, its rows skipped): holding the
+/// listed records whole, as before, costs at least all three.
+#[test]
+fn listing_actions_with_large_requests_holds_at_most_one_of_them() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let out = rsim()
+        .args([
+            "bench",
+            "--json",
+            "--big-requests",
+            "3",
+            "--repeat",
+            "1",
+            "--dir",
+        ])
+        .arg(d.path())
+        .output()
+        .expect("rsim bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let size = v["request_mib"].as_f64().expect("request size");
+    assert!(size > 14.0, "{v}");
+    let peak = |q: &str| -> f64 {
+        v["queries"]
+            .as_array()
+            .and_then(|qs| qs.iter().find(|x| x["query"] == q))
+            .and_then(|x| x["peak_mib"].as_f64())
+            .unwrap_or_else(|| panic!("{q} in {v}"))
+    };
+    let floor = peak("list_nodes");
+    for q in ["log", "get_node"] {
+        assert!(
+            peak(q) - floor < 1.5 * size,
+            "{q} held {:.1} MiB over a query that reads no action, for three requests of {size:.1} MiB: {v}",
+            peak(q) - floor
+        );
+    }
+}
+
 #[test]
 fn diff_reproduce_and_paged_answers_from_the_cli() {
     let (_d, s) = example_study();
