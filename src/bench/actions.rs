@@ -371,6 +371,31 @@ fn bytes_under(dir: &Path) -> u64 {
         .sum()
 }
 
+/// A fresh benchmark study in `base/name` with one node `title` branched from the root by
+/// `caller`: its directory, the open study and the node's id.
+fn study_with_node(
+    base: &Path,
+    name: &str,
+    caller: &Caller,
+    title: &str,
+) -> Result<(std::path::PathBuf, Study, String)> {
+    let study_dir = base.join(name);
+    if study_dir.exists() {
+        std::fs::remove_dir_all(&study_dir)?;
+    }
+    bench_study(&study_dir, 10)?;
+    let study = Study::open(&study_dir)?;
+    let node = study.call(
+        caller,
+        "branch",
+        json!({"parents": ["n0"], "title": title, "hypothesis": "bench"}),
+    )?["node"]
+        .as_str()
+        .unwrap_or("n0")
+        .to_string();
+    Ok((study_dir, study, node))
+}
+
 /// One node given `actions` distinct accepted `compare` actions (each one commit that adds a file
 /// to the node's `actions/`, as a distinct refusal does): what its record weighs on disk per
 /// action, and whether a write slows as the node grows.
@@ -379,21 +404,8 @@ pub fn node_actions(actions: usize, dir: Option<&Path>, json_out: bool) -> Resul
         return Err(Error::invalid("--node-actions: give at least one action"));
     }
     let base = bench_dir(dir)?;
-    let study_dir = base.join("node-actions");
-    if study_dir.exists() {
-        std::fs::remove_dir_all(&study_dir)?;
-    }
-    bench_study(&study_dir, 10)?;
-    let study = Study::open(&study_dir)?;
     let owner = Caller::owner();
-    let node = study.call(
-        &owner,
-        "branch",
-        json!({"parents": ["n0"], "title": "many actions", "hypothesis": "bench"}),
-    )?["node"]
-        .as_str()
-        .unwrap_or("n0")
-        .to_string();
+    let (study_dir, study, node) = study_with_node(&base, "node-actions", &owner, "many actions")?;
     let mut times = Vec::with_capacity(actions);
     let head = actions.min(100);
     // Where the last hundred's time goes.
@@ -543,21 +555,8 @@ pub fn big_requests(n: usize, repeat: usize, dir: Option<&Path>, json_out: bool)
         return Err(Error::invalid("--big-requests: give at least one action"));
     }
     let base = bench_dir(dir)?;
-    let study_dir = base.join("big-requests");
-    if study_dir.exists() {
-        std::fs::remove_dir_all(&study_dir)?;
-    }
-    bench_study(&study_dir, 10)?;
-    let study = Study::open(&study_dir)?;
     let worker = Caller::new("bench", crate::model::Role::Worker);
-    let node = study.call(
-        &worker,
-        "branch",
-        json!({"parents": ["n0"], "title": "big requests", "hypothesis": "bench"}),
-    )?["node"]
-        .as_str()
-        .unwrap_or("n0")
-        .to_string();
+    let (study_dir, study, node) = study_with_node(&base, "big-requests", &worker, "big requests")?;
     let mut request_bytes = 0usize;
     for i in 0..n {
         let req = json!({"node": node, "name": format!("big{i}"), "source": {"kind": "inline", "rows": big_rows(15 << 20, i)}});

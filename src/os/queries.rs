@@ -404,20 +404,19 @@ const SUMMARY_MAX_TOKENS: u64 = 1000;
 const BEST_PATH_MAX: usize = 64;
 
 pub(in crate::os) fn summary_of(r: crate::record::index::ActionHeadRow) -> ActionSummary {
-    let h = r.head;
     ActionSummary {
         node: r.node,
         seq: r.seq,
-        action: h.action,
-        decision: h.decision.decision,
-        rule: h.decision.rule,
-        reason: h.decision.reason,
-        agent: h.agent,
-        role: h.role,
-        at: h.at,
-        summary: h.summary,
+        action: r.action,
+        decision: r.decision,
+        rule: r.rule,
+        reason: r.reason,
+        agent: r.agent,
+        role: r.role,
+        at: r.at,
+        summary: r.summary,
         commit: r.commit,
-        job: h.job.map(|j| j.id),
+        job: r.job,
     }
 }
 

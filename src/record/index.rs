@@ -11,8 +11,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::model::{
-    ActionName, ActionRecord, ArtifactKind, Decision, JobRecord, NodeMeta, NodeStatus, Role,
-    Verdict,
+    ActionName, ActionRecord, ArtifactKind, JobRecord, NodeMeta, NodeStatus, Role, Verdict,
 };
 use crate::record::Record;
 use crate::util::error::Result;
@@ -167,62 +166,85 @@ pub struct ActionRow {
     pub record: ActionRecord,
 }
 
-/// What a line of `log` or `get_node` shows of an action, read from its record without building
-/// the rest: a record whose request carries megabytes of inline rows is scanned by the parser,
-/// never turned into a value (fields not named here are skipped).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-pub struct ActionHead {
-    pub action: ActionName,
-    pub agent: String,
-    pub role: Role,
-    pub at: String,
-    pub summary: String,
-    pub decision: Decision,
-    #[serde(default)]
-    pub job: Option<JobId>,
-}
-
-/// A job's id alone.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-pub struct JobId {
-    pub id: String,
-}
-
-/// One action row's head: where it is and what a summary of it needs.
+/// What a line of `log` or `get_node` shows of an action: the index's own columns, written from
+/// the record when it was synced, so no record text is read (a `register_dataset` request can
+/// carry megabytes of inline rows).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActionHeadRow {
     pub node: String,
     pub seq: u32,
     pub commit: String,
-    pub head: ActionHead,
+    pub action: ActionName,
+    pub decision: Verdict,
+    pub rule: Option<String>,
+    pub reason: Option<String>,
+    pub agent: String,
+    pub role: Role,
+    pub at: String,
+    pub summary: String,
+    pub job: Option<String>,
 }
 
-/// What a query reads of an action's record, and the column expression that gives it.
-trait FromRecord: serde::de::DeserializeOwned {
-    const COLUMN: &'static str;
+/// The columns `ActionHeadRow` is read from, in its order.
+const HEAD_COLUMNS: &str =
+    "node,seq,commit_oid,action,decision,rule,reason,agent,role,at,summary,job";
+
+fn head_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActionHeadRow> {
+    // The index writes these from parsed records: a value it cannot read back is a damaged index.
+    fn known<T>(i: usize, v: Option<T>, text: &str) -> rusqlite::Result<T> {
+        v.ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                i,
+                rusqlite::types::Type::Text,
+                format!("not a known value: {:?}", crate::util::text::display(text)).into(),
+            )
+        })
+    }
+    let action: String = r.get(3)?;
+    let decision: String = r.get(4)?;
+    let role: String = r.get(8)?;
+    Ok(ActionHeadRow {
+        node: r.get(0)?,
+        seq: r.get(1)?,
+        commit: r.get(2)?,
+        action: known(3, ActionName::parse(&action), &action)?,
+        decision: known(
+            4,
+            [Verdict::Accepted, Verdict::Rejected]
+                .into_iter()
+                .find(|v| v.as_str() == decision),
+            &decision,
+        )?,
+        rule: r.get(5)?,
+        reason: r.get(6)?,
+        agent: r.get(7)?,
+        role: known(8, Role::parse(&role), &role)?,
+        at: r.get(9)?,
+        summary: r.get(10)?,
+        job: r.get(11)?,
+    })
 }
 
-/// The whole record less an inline dataset's rows (`ActionRow`).
-impl FromRecord for ActionRecord {
-    const COLUMN: &'static str = "json_remove(record,'$.request.source.rows')";
-}
+/// What whole-record readers get of a record: all of it less an inline dataset's rows.
+const WHOLE_RECORD: &str = "json_remove(record,'$.request.source.rows')";
 
-/// The record's text as stored: the parser skips what a head does not keep, rows included.
-impl FromRecord for ActionHead {
-    const COLUMN: &'static str = "record";
-}
-
-/// Parse a record column as it is read (the text borrowed from SQLite, never copied): a page of
-/// rows holds only what `T` keeps.
-fn parse_col<T: serde::de::DeserializeOwned>(
-    r: &rusqlite::Row<'_>,
-    i: usize,
-) -> rusqlite::Result<T> {
+/// Parse a record column as it is read (the text borrowed from SQLite, never copied).
+fn parse_record(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<ActionRecord> {
     let text = r.get_ref(i)?.as_str()?;
     serde_json::from_str(text).map_err(|e| {
         rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
     })
 }
+
+/// The filter and order of a page of actions (`actions_page`, `action_heads_page`).
+const PAGE_TAIL: &str = "FROM actions
+     WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
+       AND (?4 IS NULL OR (at, length(node), node, seq) < (?4, length(?5), ?5, ?6))
+     ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3";
+
+/// The filter and order of one node's actions (`node_actions`, `node_action_heads`).
+const NODE_TAIL: &str = "FROM actions WHERE node=?1
+     AND (?2 IS NULL OR (action=?2 AND decision=?3)) ORDER BY seq";
 
 /// An agent seen in the record.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -956,19 +978,24 @@ impl Index {
         limit: u64,
         after: Option<(&str, &str, u32)>,
     ) -> Result<Vec<ActionRow>> {
-        Ok(self
-            .actions_page_as::<ActionRecord>(node, include_rejected, limit, after)?
-            .into_iter()
-            .map(|(node, seq, commit, record)| ActionRow {
-                node,
-                seq,
-                commit,
-                record,
-            })
-            .collect())
+        self.page(
+            &format!("node,seq,commit_oid,{WHOLE_RECORD}"),
+            node,
+            include_rejected,
+            limit,
+            after,
+            |r| {
+                Ok(ActionRow {
+                    node: r.get(0)?,
+                    seq: r.get(1)?,
+                    commit: r.get(2)?,
+                    record: parse_record(r, 3)?,
+                })
+            },
+        )
     }
 
-    /// `actions_page` with each record's head only (`log`).
+    /// `actions_page` with each action's head only, from the index's columns (`log`).
     pub fn action_heads_page(
         &self,
         node: Option<&str>,
@@ -976,45 +1003,26 @@ impl Index {
         limit: u64,
         after: Option<(&str, &str, u32)>,
     ) -> Result<Vec<ActionHeadRow>> {
-        Ok(self
-            .actions_page_as::<ActionHead>(node, include_rejected, limit, after)?
-            .into_iter()
-            .map(|(node, seq, commit, head)| ActionHeadRow {
-                node,
-                seq,
-                commit,
-                head,
-            })
-            .collect())
+        self.page(HEAD_COLUMNS, node, include_rejected, limit, after, head_row)
     }
 
-    fn actions_page_as<T: FromRecord>(
+    fn page<T>(
         &self,
+        columns: &str,
         node: Option<&str>,
         include_rejected: bool,
         limit: u64,
         after: Option<(&str, &str, u32)>,
-    ) -> Result<Vec<(String, u32, String, T)>> {
-        // The page is chosen on the small columns, then each record is read and parsed on its
-        // own: sorting whole records would carry every matching record's text through SQLite's
-        // sorter at once. One read transaction keeps the two steps on one state of the index
-        // (the caller's, when it has one open).
-        let tx = if self.conn.is_autocommit() {
-            Some(self.conn.unchecked_transaction()?)
-        } else {
-            None
-        };
-        let mut st = self.conn.prepare_cached(
-            "SELECT rowid,node,seq,commit_oid FROM actions
-             WHERE (?1 IS NULL OR node=?1) AND (?2 OR decision='accepted')
-               AND (?4 IS NULL OR (at, length(node), node, seq) < (?4, length(?5), ?5, ?6))
-             ORDER BY at DESC, length(node) DESC, node DESC, seq DESC LIMIT ?3",
-        )?;
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut st = self
+            .conn
+            .prepare_cached(&format!("SELECT {columns} {PAGE_TAIL}"))?;
         let (at, after_node, after_seq) = match after {
             Some((a, n, q)) => (Some(a), Some(n), Some(q)),
             None => (None, None, None),
         };
-        let keys = st
+        let rows = st
             .query_map(
                 params![
                     node,
@@ -1024,28 +1032,9 @@ impl Index {
                     after_node,
                     after_seq
                 ],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, u32>(2)?,
-                        r.get::<_, String>(3)?,
-                    ))
-                },
+                row,
             )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        let mut one = self
-            .conn
-            .prepare_cached(&format!("SELECT {} FROM actions WHERE rowid=?1", T::COLUMN))?;
-        let mut rows = Vec::with_capacity(keys.len());
-        for (rowid, node, seq, commit) in keys {
-            let rec = one.query_row([rowid], |r| parse_col::<T>(r, 0))?;
-            rows.push((node, seq, commit, rec));
-        }
-        drop((st, one));
-        if let Some(tx) = tx {
-            tx.finish()?;
-        }
         Ok(rows)
     }
 
@@ -1065,51 +1054,40 @@ impl Index {
         node: &str,
         accepted: Option<ActionName>,
     ) -> Result<Vec<ActionRow>> {
-        Ok(self
-            .node_rows_as::<ActionRecord>(node, accepted)?
-            .into_iter()
-            .map(|(seq, commit, record)| ActionRow {
-                node: node.to_string(),
-                seq,
-                commit,
-                record,
-            })
-            .collect())
+        self.node_rows(
+            &format!("seq,commit_oid,{WHOLE_RECORD}"),
+            node,
+            accepted,
+            |r| {
+                Ok(ActionRow {
+                    node: node.to_string(),
+                    seq: r.get(0)?,
+                    commit: r.get(1)?,
+                    record: parse_record(r, 2)?,
+                })
+            },
+        )
     }
 
-    /// All actions of one node, oldest first, each record's head only (`get_node`).
+    /// All actions of one node, oldest first, each one's head only from the index's columns
+    /// (`get_node`).
     pub fn node_action_heads(&self, node: &str) -> Result<Vec<ActionHeadRow>> {
-        Ok(self
-            .node_rows_as::<ActionHead>(node, None)?
-            .into_iter()
-            .map(|(seq, commit, head)| ActionHeadRow {
-                node: node.to_string(),
-                seq,
-                commit,
-                head,
-            })
-            .collect())
+        self.node_rows(HEAD_COLUMNS, node, None, head_row)
     }
 
-    fn node_rows_as<T: FromRecord>(
+    fn node_rows<T>(
         &self,
+        columns: &str,
         node: &str,
         accepted: Option<ActionName>,
-    ) -> Result<Vec<(u32, String, T)>> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT seq,commit_oid,{} FROM actions WHERE node=?1
-               AND (?2 IS NULL OR (action=?2 AND decision=?3)) ORDER BY seq",
-            T::COLUMN
-        ))?;
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut st = self
+            .conn
+            .prepare_cached(&format!("SELECT {columns} {NODE_TAIL}"))?;
         let filter = accepted.map(|a| a.as_str());
         let rows = st
-            .query_map(params![node, filter, Verdict::Accepted.as_str()], |r| {
-                Ok((
-                    r.get::<_, u32>(0)?,
-                    r.get::<_, String>(1)?,
-                    parse_col::<T>(r, 2)?,
-                ))
-            })?
+            .query_map(params![node, filter, Verdict::Accepted.as_str()], row)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }

@@ -187,16 +187,14 @@ pub struct Web {
     streams: Arc<Streams>,
     tick: tokio::sync::watch::Receiver<u64>,
     /// The overview at a tick: a hundred pages reloading on one change read the index once.
-    cache: Mutex<Option<(u64, Arc<DagOverview>)>>,
+    cache: TickCache<DagOverview>,
     /// The default view's JSON at a tick (what every page asks first).
-    layout_cache: Mutex<Option<(u64, Arc<String>)>>,
-    /// `/api/overview`'s JSON at a tick, and when it was made: the audit behind it re-hashes every
-    /// trained dataset, so a page polling it (or a client flooding it) runs the audit at most once
-    /// per change of the record and per `AUDIT_FRESH` (a changed object in the store moves no
-    /// tick, so the audit is redone after that long even with no change).
-    overview_cache: Mutex<Option<(u64, std::time::Instant, Arc<String>)>>,
-    /// Overviews made (audits run) since the page started.
-    overviews_made: std::sync::atomic::AtomicU64,
+    layout_cache: TickCache<String>,
+    /// `/api/overview`'s JSON: the audit behind it re-hashes every trained dataset, so a page
+    /// polling it (or a client flooding it) runs the audit at most once per change of the record
+    /// and per `AUDIT_FRESH` (a changed object in the store moves no tick, so the audit is redone
+    /// after that long even with no change).
+    overview_cache: TickCache<String>,
     study: String,
     /// A fixed DAG instead of the study's (`rsim bench --web`: a made-up DAG of any size).
     fixed: Option<Arc<DagOverview>>,
@@ -219,10 +217,9 @@ impl Web {
             auth,
             streams: Streams::new(streams),
             tick,
-            cache: Mutex::new(None),
-            layout_cache: Mutex::new(None),
-            overview_cache: Mutex::new(None),
-            overviews_made: std::sync::atomic::AtomicU64::new(0),
+            cache: TickCache::default(),
+            layout_cache: TickCache::default(),
+            overview_cache: TickCache::default(),
             study,
             fixed: None,
         })
@@ -236,10 +233,9 @@ impl Web {
             auth: WebAuth::Observer,
             streams: Streams::new(StreamLimits::default()),
             tick,
-            cache: Mutex::new(None),
-            layout_cache: Mutex::new(None),
-            overview_cache: Mutex::new(None),
-            overviews_made: std::sync::atomic::AtomicU64::new(0),
+            cache: TickCache::default(),
+            layout_cache: TickCache::default(),
+            overview_cache: TickCache::default(),
             study: format!("synthetic DAG of {} nodes", overview.nodes.len()),
             fixed: Some(Arc::new(overview)),
         })
@@ -281,54 +277,82 @@ impl Web {
         if let Some(o) = &self.fixed {
             return Ok(o.clone());
         }
-        let tick = *self.tick.borrow();
-        if let Some((t, o)) = self
-            .cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            && *t == tick
-        {
-            return Ok(o.clone());
-        }
-        let o = Arc::new(self.session.with(|s| s.dag_overview(None))?);
-        *self.cache.lock().unwrap_or_else(|e| e.into_inner()) = Some((tick, o.clone()));
-        Ok(o)
+        self.cache.get_or_make(*self.tick.borrow(), None, || {
+            self.session.with(|s| s.dag_overview(None))
+        })
     }
 }
 
 /// How long `/api/overview`'s audit is served from the cache when the record has not changed.
 const AUDIT_FRESH: std::time::Duration = std::time::Duration::from_secs(30);
 
-impl Web {
-    /// `/api/overview` (budget, lock-in, the audit in counts) as JSON, made at most once per tick
-    /// and per `AUDIT_FRESH`. The cache's lock is held while it is made, so requests that arrive
-    /// meanwhile wait for that one audit rather than each running their own.
-    fn overview_json(&self) -> crate::util::error::Result<Arc<String>> {
-        let tick = *self.tick.borrow();
-        let mut slot = self
-            .overview_cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some((t, at, j)) = slot.as_ref()
-            && *t == tick
-            && at.elapsed() < AUDIT_FRESH
-        {
-            return Ok(j.clone());
+/// A value made at most once per record tick (and, if given, per age): its lock is held while
+/// it is made, so requests that arrive meanwhile wait for that one making rather than each
+/// doing it again. It counts the makings.
+struct TickCache<T> {
+    slot: Mutex<Option<(u64, std::time::Instant, Arc<T>)>>,
+    made: std::sync::atomic::AtomicU64,
+}
+
+impl<T> Default for TickCache<T> {
+    fn default() -> Self {
+        TickCache {
+            slot: Mutex::new(None),
+            made: std::sync::atomic::AtomicU64::new(0),
         }
-        let j = Arc::new(serde_json::to_string(
-            &self.session.with(page::overview_data)?,
-        )?);
-        self.overviews_made
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        *slot = Some((tick, std::time::Instant::now(), j.clone()));
-        Ok(j)
+    }
+}
+
+impl<T> TickCache<T> {
+    fn get_or_make(
+        &self,
+        tick: u64,
+        max_age: Option<std::time::Duration>,
+        make: impl FnOnce() -> crate::util::error::Result<T>,
+    ) -> crate::util::error::Result<Arc<T>> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((t, at, v)) = slot.as_ref()
+            && *t == tick
+            && max_age.is_none_or(|m| at.elapsed() < m)
+        {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(make()?);
+        self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *slot = Some((tick, std::time::Instant::now(), v.clone()));
+        Ok(v)
+    }
+}
+
+impl Web {
+    /// `/api/overview` (budget, lock-in, the audit in counts) as JSON.
+    fn overview_json(&self) -> crate::util::error::Result<Arc<String>> {
+        self.overview_cache
+            .get_or_make(*self.tick.borrow(), Some(AUDIT_FRESH), || {
+                Ok(serde_json::to_string(
+                    &self.session.with(page::overview_data)?,
+                )?)
+            })
     }
 
     /// How many times `/api/overview` has been made (the audit run) since the page started.
     pub fn overviews_made(&self) -> u64 {
-        self.overviews_made
+        self.overview_cache
+            .made
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// A JSON text already made, or the error that stopped it.
+fn json_text(r: crate::util::error::Result<Arc<String>>) -> Response {
+    match r {
+        Ok(j) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+            j.as_str().to_owned(),
+        )
+            .into_response(),
+        Err(e) => from_error(&e),
     }
 }
 
@@ -732,53 +756,29 @@ async fn api(
                 Err(m) => return error_response(StatusCode::BAD_REQUEST, &m),
             };
             let w2 = w.clone();
-            let r = blocking(move || {
-                let tick = *w2.tick.borrow();
-                let default = expand.is_empty();
-                if default
-                    && let Some((t, j)) = w2
-                        .layout_cache
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .as_ref()
-                    && *t == tick
-                {
-                    return Ok(j.clone());
-                }
-                let o = w2.overview()?;
-                let opts = LayoutOptions {
-                    expand: expand.into_iter().collect::<HashSet<_>>(),
-                    ..Default::default()
-                };
-                let j = Arc::new(serde_json::to_string(&dagview::layout(&o, &opts))?);
-                if default {
-                    *w2.layout_cache.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some((tick, j.clone()));
-                }
-                Ok(j)
-            })
-            .await;
-            match r {
-                Ok(j) => (
-                    StatusCode::OK,
-                    [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
-                    j.as_str().to_owned(),
-                )
-                    .into_response(),
-                Err(e) => from_error(&e),
-            }
+            json_text(
+                blocking(move || {
+                    let layout = |o: &DagOverview| -> crate::util::error::Result<String> {
+                        let opts = LayoutOptions {
+                            expand: expand.iter().cloned().collect::<HashSet<_>>(),
+                            ..Default::default()
+                        };
+                        Ok(serde_json::to_string(&dagview::layout(o, &opts))?)
+                    };
+                    if expand.is_empty() {
+                        let tick = *w2.tick.borrow();
+                        w2.layout_cache
+                            .get_or_make(tick, None, || layout(&*w2.overview()?))
+                    } else {
+                        Ok(Arc::new(layout(&*w2.overview()?)?))
+                    }
+                })
+                .await,
+            )
         }
         "overview" => {
             let w2 = w.clone();
-            match blocking(move || w2.overview_json()).await {
-                Ok(j) => (
-                    StatusCode::OK,
-                    [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
-                    j.as_str().to_owned(),
-                )
-                    .into_response(),
-                Err(e) => from_error(&e),
-            }
+            json_text(blocking(move || w2.overview_json()).await)
         }
         "compare" => {
             let nodes = match id_list(&q, "nodes") {
