@@ -185,9 +185,16 @@ pub struct ActionHeadRow {
     pub job: Option<String>,
 }
 
-/// The columns `ActionHeadRow` is read from, in its order.
-const HEAD_COLUMNS: &str =
-    "node,seq,commit_oid,action,decision,rule,reason,agent,role,at,summary,job";
+/// The columns `ActionHeadRow` is read from, in its order. Their text is cut (`…` marks a cut)
+/// to many times what rsim itself writes: a cloned repository's record may carry megabytes in
+/// any of them, and `log` always answers with at least one line.
+const HEAD_COLUMNS: &str = "node,seq,commit_oid,action,decision,\
+    CASE WHEN length(rule)>200 THEN substr(rule,1,200)||'…' ELSE rule END,\
+    CASE WHEN length(reason)>4000 THEN substr(reason,1,4000)||'…' ELSE reason END,\
+    CASE WHEN length(agent)>200 THEN substr(agent,1,200)||'…' ELSE agent END,\
+    role,at,\
+    CASE WHEN length(summary)>1000 THEN substr(summary,1,1000)||'…' ELSE summary END,\
+    job";
 
 fn head_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ActionHeadRow> {
     // The index writes these from parsed records: a value it cannot read back is a damaged index.
@@ -1774,6 +1781,59 @@ mod tests {
     /// A writer killed without dropping its handle: its pending markers stay.
     fn die(ix: Index) {
         std::mem::forget(ix);
+    }
+
+    #[test]
+    fn action_heads_cut_the_text_a_cloned_record_may_carry() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let ix = Index::open(&d.path().join("index.sqlite")).expect("create");
+        let huge = "é".repeat(1 << 20);
+        let record = ActionRecord {
+            seq: 1,
+            action: ActionName::Branch,
+            node: "n1".into(),
+            agent: huge.clone(),
+            role: Role::Worker,
+            at: "2026-12-05T00:00:00Z".into(),
+            summary: huge.clone(),
+            request: serde_json::json!({}),
+            decision: crate::model::Decision {
+                decision: Verdict::Rejected,
+                rule: Some(huge.clone()),
+                reason: Some(huge.clone()),
+            },
+            result: None,
+            job: None,
+            artifacts: Vec::new(),
+            metrics: Vec::new(),
+            refers_to: Vec::new(),
+        };
+        insert_action(&ix.conn, git2::Oid::ZERO_SHA1, &record).expect("insert");
+        let heads = ix.action_heads_page(None, true, 10, None).expect("page");
+        let by_node = ix.node_action_heads("n1").expect("node");
+        for h in [&heads[0], &by_node[0]] {
+            assert_eq!(h.summary.chars().count(), 1001);
+            assert!(h.summary.ends_with('…') && h.summary.starts_with("éé"));
+            assert_eq!(h.agent.chars().count(), 201);
+            assert_eq!(h.rule.as_deref().map(|r| r.chars().count()), Some(201));
+            assert_eq!(h.reason.as_deref().map(|r| r.chars().count()), Some(4001));
+        }
+        // What rsim writes is never cut.
+        let record = ActionRecord {
+            seq: 2,
+            agent: "w".into(),
+            summary: "a title".into(),
+            decision: crate::model::Decision {
+                decision: Verdict::Accepted,
+                rule: None,
+                reason: None,
+            },
+            ..record
+        };
+        insert_action(&ix.conn, git2::Oid::ZERO_SHA1, &record).expect("insert");
+        let h = &ix.node_action_heads("n1").expect("node")[1];
+        assert_eq!((h.agent.as_str(), h.summary.as_str()), ("w", "a title"));
+        assert_eq!((h.rule.as_deref(), h.reason.as_deref()), (None, None));
     }
 
     #[test]
