@@ -898,6 +898,10 @@ fn replicate_of(n: &NodeState, r: &Recipe) -> (Vec<String>, Recipe) {
 const HALVING_ETA: usize = 3;
 /// Below this dev score exact match has not left the floor: the training loss is the evidence.
 const DEV_FLOOR: f64 = 0.05;
+/// Below this dev score (and at or above the floor) exact match is just off the floor: it moves,
+/// but too little for its dev gain to say whether the line is still learning, so the training
+/// loss counts too, and halving ranks such lines in a track of their own.
+const NEAR_FLOOR: f64 = 0.15;
 /// A dev gain per 1,000 steps at least this large is still learning.
 const MIN_GAIN_PER_1K: f64 = 0.2;
 /// Rungs a direction may climb, at least: 4 × steps of training behind one checkpoint.
@@ -989,8 +993,9 @@ fn judge(
             if m < DEV_FLOOR {
                 // Exact match has not left the floor: whether the loss still falls is the evidence.
                 tr.still_learning
-            } else if rung == 0 {
-                // After a first run exact match still lags the loss: either evidence will do.
+            } else if rung == 0 || m < NEAR_FLOOR {
+                // After a first run, or just off the floor, exact match still lags the loss:
+                // either evidence will do.
                 tr.still_learning || rising == Some(true)
             } else {
                 rising.unwrap_or(tr.still_learning)
@@ -1028,8 +1033,10 @@ fn judge(
             ReviewVerdict::StillLearning,
             if m < DEV_FLOOR {
                 "not yet rather than no: exact match has not left the floor, but the training loss is still falling at a small budget".to_string()
-            } else if gain < MIN_GAIN_PER_1K {
+            } else if gain < MIN_GAIN_PER_1K && rung == 0 {
                 "not yet rather than no: after a first run the training loss is still falling, and exact match lags it".to_string()
+            } else if gain < MIN_GAIN_PER_1K {
+                "not yet rather than no: exact match is just off the floor and the training loss is still falling, so its dev gain is not yet the evidence".to_string()
             } else {
                 format!(
                     "not yet rather than no: dev is still rising at a small budget (projected {:.3} after {steps} more steps)",
@@ -1077,29 +1084,38 @@ fn judge(
     }
 }
 
-/// The nodes of one rung that successive halving keeps (η = 3), in two tracks that each keep their
-/// better third: nodes off the floor ranked by projected dev (and any accelerating), and nodes
-/// whose exact match is still on the floor ranked by how fast their training loss falls (there the
-/// loss is the evidence; a projected dev of ~0 says nothing, and would drop a slow starter for a
-/// fast plateau).
+/// The nodes of one rung that successive halving keeps (η = 3), in three tracks that each keep
+/// their better third: nodes off the floor ranked by projected dev (and any accelerating); nodes
+/// just off the floor, and nodes whose exact match is still on the floor, each ranked by how fast
+/// their training loss falls (there the loss is the evidence; a projected dev of ~0 says nothing,
+/// and would drop a slow starter for a fast plateau). A line just off the floor thus neither
+/// displaces a floor line nor is displaced by a line far above it.
 fn halving_keep<T>(judged: Vec<(T, Judged)>) -> Vec<(T, Judged)>
 where
     T: std::ops::Deref<Target = NodeState>,
 {
-    let (mut floor, mut off): (Vec<_>, Vec<_>) =
-        judged.into_iter().partition(|(_, j)| j.mean < DEV_FLOOR);
-    floor.sort_by(|a, b| {
-        a.1.loss_slope
-            .total_cmp(&b.1.loss_slope)
-            .then_with(|| a.0.id.cmp(&b.0.id))
-    });
+    let (mut off, mut near, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    for x in judged {
+        match x.1.mean {
+            m if m < DEV_FLOOR => floor.push(x),
+            m if m < NEAR_FLOOR => near.push(x),
+            _ => off.push(x),
+        }
+    }
+    for track in [&mut near, &mut floor] {
+        track.sort_by(|a, b| {
+            a.1.loss_slope
+                .total_cmp(&b.1.loss_slope)
+                .then_with(|| a.0.id.cmp(&b.0.id))
+        });
+    }
     off.sort_by(|a, b| {
         b.1.projected
             .total_cmp(&a.1.projected)
             .then_with(|| a.0.id.cmp(&b.0.id))
     });
     let mut kept = Vec::new();
-    for track in [off, floor] {
+    for track in [off, near, floor] {
         let keep = track.len().div_ceil(HALVING_ETA);
         // A line accelerating off the floor goes on too: its straight-line projection is what
         // undervalues it.
