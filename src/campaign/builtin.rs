@@ -1547,7 +1547,7 @@ mod tests {
             judged(0, 0.40, -1.0, 0.2),
             judged(1, 0.30, -1.0, 0.8),
             judged(2, 0.20, -1.0, 0.1),
-            judged(4, 0.10, -1.0, 0.1),
+            judged(4, 0.16, -1.0, 0.1),
         ]);
         let ids: Vec<&str> = kept.iter().map(|(n, _)| n.id.as_str()).collect();
         assert_eq!(ids, ["n2", "n1"]);
@@ -1555,7 +1555,7 @@ mod tests {
         // though its straight-line projection ranks it last.
         let leaving = judge(
             &nodes[4],
-            Some((0.065, 1, None)),
+            Some((0.165, 1, None)),
             Some(trend(-3.1, Some(0.37), true)),
             Some(0.03),
             0.4,
@@ -1587,6 +1587,70 @@ mod tests {
         );
         assert!(!slowing.accelerating);
         assert!(halving_keep::<&NodeState>(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a_line_just_off_the_floor_is_judged_on_its_loss_too_and_ranked_apart() {
+        let nodes: Vec<NodeState> = ["n1", "n2", "n3", "n4"]
+            .iter()
+            .map(|id| NodeState {
+                id: id.to_string(),
+                ..node(1)
+            })
+            .collect();
+        // Above the first rung, dev 0.085 rising 0.07 per 1k steps (under the 0.2 a line off
+        // the floor needs) with its loss still falling: not yet rather than no.
+        let j = judge(
+            &nodes[0],
+            Some((0.085, 1, None)),
+            Some(trend(-2.4, Some(0.07), true)),
+            None,
+            0.4,
+            600,
+            MIN_TOP_RUNG,
+        );
+        assert_eq!(j.verdict, ReviewVerdict::StillLearning, "{}", j.reason);
+        assert!(
+            j.continue_it && j.reason.contains("just off the floor"),
+            "{}",
+            j.reason
+        );
+        // The same line with a flat loss and a small gain: no.
+        let j = judge(
+            &nodes[0],
+            Some((0.085, 1, None)),
+            Some(trend(-0.01, Some(0.07), false)),
+            None,
+            0.4,
+            600,
+            MIN_TOP_RUNG,
+        );
+        assert!(!j.continue_it, "{}", j.reason);
+        // A rung of a line just off the floor (n1) and two on it: the just-off line does not
+        // take the floor track's place, so the floor's better line by loss slope (n2) goes on too.
+        let judged = |i: usize, mean: f64, slope: f64| {
+            let j = judge(
+                &nodes[i],
+                Some((mean, 1, None)),
+                Some(trend(slope, Some(0.02), true)),
+                None,
+                0.4,
+                600,
+                MIN_TOP_RUNG,
+            );
+            (&nodes[i], j)
+        };
+        let kept = halving_keep(vec![
+            judged(0, 0.080, -3.0),
+            judged(1, 0.010, -2.0),
+            judged(2, 0.005, -1.0),
+        ]);
+        let ids: Vec<&str> = kept.iter().map(|(n, _)| n.id.as_str()).collect();
+        assert_eq!(ids, ["n1", "n2"]);
+        // Two just off the floor: the faster-falling loss goes on.
+        let kept = halving_keep(vec![judged(0, 0.12, -0.5), judged(3, 0.06, -2.5)]);
+        let ids: Vec<&str> = kept.iter().map(|(n, _)| n.id.as_str()).collect();
+        assert_eq!(ids, ["n4"]);
     }
 
     #[test]
