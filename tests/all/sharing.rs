@@ -1053,3 +1053,128 @@ fn a_clones_python_environment_is_never_built_nor_run() {
     );
     assert!(!planted.exists());
 }
+
+/// A colleague's repository whose record carries megabytes of text in an action's summary, agent,
+/// rule and reason — signed with the study's own key, so it is proven, not refused — is listed by
+/// `log` and `show` with that text cut (rule and agent at 200 characters, summary at 1,000, reason
+/// at 4,000, `…` marking a cut), and the reader's answer stays small.
+#[test]
+fn a_cloned_record_carrying_megabytes_of_text_is_listed_with_that_text_cut() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let owner = Person::new(d.path(), "owner");
+    let reader = Person::new(d.path(), "reader");
+    let (_s, study) = owners_study(&owner);
+    // The owner's n1 holds branch (1) and conclude (2); action 3 is crafted: a refused run_sft
+    // whose text fields hold 1 MiB each (JSON the index reads, not the commit's trailers).
+    let mib = "é".repeat(1 << 19);
+    let record = json!({
+        "seq": 3,
+        "action": "run_sft",
+        "node": "n1",
+        "agent": format!("agent{mib}"),
+        "role": "worker",
+        "at": "2100-01-01T00:00:00.000Z",
+        "summary": format!("summary{mib}"),
+        "request": {},
+        "decision": {"decision": "rejected", "rule": format!("rule{mib}"), "reason": format!("reason{mib}")},
+    });
+    let file = d.path().join("0003-run_sft.json");
+    std::fs::write(&file, serde_json::to_vec(&record).expect("json")).expect("write");
+    let blob = git(&study, &["hash-object", "-w", file.to_str().expect("utf8")]);
+    let index = d.path().join("crafted-index");
+    let with_index = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&study)
+            .args(args)
+            .env("GIT_INDEX_FILE", &index)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    with_index(&["read-tree", "rsim/n/n1"]);
+    with_index(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        &format!("100644,{blob},actions/0003-run_sft.json"),
+    ]);
+    let tree = with_index(&["write-tree"]);
+    let tip = git(&study, &["rev-parse", "rsim/n/n1"]);
+    let key = study.join(".rsim/keys/record-signing-key");
+    let crafted = git(
+        &study,
+        &[
+            "-c",
+            "gpg.format=ssh",
+            "-c",
+            &format!("user.signingkey={}", key.display()),
+            "commit-tree",
+            "-S",
+            "-p",
+            &tip,
+            "-m",
+            "run_sft: refused\n\nRsim-Node: n1\nRsim-Seq: 3\nRsim-Action: run_sft\nRsim-Agent: w\nRsim-Role: worker\nRsim-Decision: rejected\n",
+            &tree,
+        ],
+    );
+    git(&study, &["update-ref", "refs/heads/rsim/n/n1", &crafted]);
+
+    let clone = d.path().join("clone");
+    let out = reader
+        .cmd()
+        .arg("clone")
+        .arg(&study)
+        .arg(&clone)
+        .output()
+        .expect("clone");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The crafted action is the study's own (signed with its key): proven, not refused.
+    reader.ok(&clone, &["verify"]);
+    let cut = |h: &Value, field: &str, prefix: &str, chars: usize| {
+        let text = h[field].as_str().unwrap_or_default();
+        assert!(
+            text.starts_with(prefix) && text.ends_with('…') && text.chars().count() == chars + 1,
+            "{field}: {} characters",
+            text.chars().count()
+        );
+    };
+    for args in [
+        &["--json", "log", "--limit", "1"][..],
+        &["--json", "log", "--node", "n1"][..],
+        &["--json", "show", "n1"][..],
+    ] {
+        let out = reader.ok(&clone, args);
+        assert!(
+            out.len() < 64 << 10,
+            "rsim {args:?} answered {} bytes",
+            out.len()
+        );
+        let v: Value = serde_json::from_str(&out).expect("json");
+        let heads = v["actions"].as_array().expect("actions");
+        let h = heads
+            .iter()
+            .find(|h| h["seq"] == 3 && h["node"] == "n1")
+            .unwrap_or_else(|| panic!("rsim {args:?} lists the crafted action: {v}"));
+        cut(h, "summary", "summary", 1000);
+        cut(h, "agent", "agent", 200);
+        cut(h, "rule", "rule", 200);
+        cut(h, "reason", "reason", 4000);
+        // What rsim wrote itself is whole.
+        assert!(
+            heads
+                .iter()
+                .all(|h| h["seq"] == 3 || !h.to_string().contains('…')),
+            "{v}"
+        );
+    }
+}
