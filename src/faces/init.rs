@@ -20,8 +20,9 @@ pub const EXAMPLES: &[&str] = &[
 /// The arithmetic families beyond tiny-arith (`add3`) and tiny-add2 (`add2`), made from one
 /// template (`examples/tiny-family`). Held out in rounds, each declared before any run (README:
 /// Research campaigns): the first four were held out for the reviewer they were declared
-/// against and, once read, became tuning families; the sums of three are the second round.
-/// Name, operation, digits.
+/// against and, once read, became tuning families; the sums of three are the second round (read
+/// with the reviewer adopted last, E); four-digit addition and subtraction are the third, for any
+/// rule changed after the second round was read. Name, operation, digits.
 pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-sub2", ArithOp::Sub, 2),
     ("tiny-sub3", ArithOp::Sub, 3),
@@ -29,6 +30,8 @@ pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-mixed3", ArithOp::Mixed, 3),
     ("tiny-sum2", ArithOp::Sum, 2),
     ("tiny-sum3", ArithOp::Sum, 3),
+    ("tiny-add4", ArithOp::Add, 4),
+    ("tiny-sub4", ArithOp::Sub, 4),
 ];
 
 /// Every name `rsim init --example` takes.
@@ -320,6 +323,7 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         1 => "one-digit",
         2 => "two-digit",
         3 => "three-digit",
+        4 => "four-digit",
         _ => "many-digit",
     };
     let described = match op {
@@ -510,6 +514,29 @@ mod tests {
                 crate::campaign::recipe::FamilyKind::Arith { op, digits },
                 "{name}"
             );
+            // Every answer format's longest row, with its end marker, fits the base model's
+            // context: a family whose scratchpad did not fit could not be trained in it.
+            let base: crate::train::gpt::GptConfig =
+                serde_json::from_slice(TINY_GPT_BASE.0).expect("base config");
+            for format in [
+                AnswerFormat::Plain,
+                AnswerFormat::Reversed,
+                AnswerFormat::Scratchpad,
+            ] {
+                let p = ArithParams {
+                    op,
+                    digits,
+                    format,
+                    n: 1,
+                    seed: 0,
+                };
+                let longest = crate::train::datasets::arith_max_row_bytes(&p);
+                assert!(
+                    longest as usize <= base.context,
+                    "{name} {format:?}: {longest} characters, context {}",
+                    base.context
+                );
+            }
             let prot = root.join(STATE_DIR).join("protected").join(task);
             let read = |s: &str| {
                 let bytes = fs::read(prot.join(format!("{s}.jsonl"))).expect("read");
