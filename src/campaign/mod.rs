@@ -176,6 +176,10 @@ pub struct RunOptions {
     /// The recipe line (`recipe: format=… lr=…`) the `line` strategy trains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipe: Option<String>,
+    /// Reviews, branching and a baseline's choices wait until no worker turn is in flight: a
+    /// review then reads the same concluded nodes however the runs' finishing times fell.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lockstep: bool,
 }
 
 impl RunOptions {
@@ -201,6 +205,7 @@ impl RunOptions {
             reviewer: AgentSpec::Builtin,
             agent_timeout_s: 1800,
             recipe: None,
+            lockstep: false,
         }
     }
 }
@@ -607,8 +612,10 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
         progress.bar.set_position(budget.used());
         progress.bar.set_message(status_line(&st, &running, left));
 
-        // Grow the DAG.
+        // Grow the DAG (in lockstep, only with no worker turn in flight).
+        let grow = !opts.lockstep || running.is_empty();
         match opts.strategy {
+            _ if !grow => {}
             Strategy::Orchestra => {
                 let lock = st.lock_in();
                 let guard = guard_active(&opts, &st, &lock);

@@ -1621,3 +1621,80 @@ fn a_line_campaign_needs_a_recipe_of_the_tasks_formats() {
         "a refused line ran"
     );
 }
+
+/// `rsim run --lockstep`: the reviewer acts only while no worker turn is in flight, so two
+/// campaigns of one seed on one data draw take the same course whichever of two runs finishes
+/// first (without it, a review reads whatever had concluded by then).
+#[test]
+fn a_lockstep_campaign_reviews_with_no_run_in_flight_and_repeats_its_course() {
+    let campaign = || {
+        let (d, root) = example_study();
+        rsi_master::os::owner::share_generator_secret(&root, "00112233445566778899aabbccddeeff")
+            .expect("secret");
+        let v = ok_json(
+            &root,
+            &[
+                "run",
+                "--experiments",
+                "8",
+                "--workers",
+                "2",
+                "--lockstep",
+                "--quiet",
+            ],
+        );
+        (d, root, v)
+    };
+    let (_d1, root, first) = campaign();
+    let mut acts = actions(&root);
+    assert!(!acts.is_empty());
+    // Oldest first; at one instant a worker's conclude goes before a review.
+    acts.sort_by(|a, b| {
+        let key = |x: &Value| {
+            (
+                x["at"].as_str().unwrap_or("").to_string(),
+                x["role"] == "reviewer",
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let mut in_flight = std::collections::BTreeSet::new();
+    let (mut reviews, mut overlapped) = (0, 0);
+    for a in &acts {
+        let node = a["node"].as_str().unwrap_or("").to_string();
+        match (a["role"].as_str(), a["action"].as_str()) {
+            (Some("worker"), Some("conclude")) => {
+                in_flight.remove(&node);
+            }
+            (Some("worker"), _) => {
+                in_flight.insert(node);
+            }
+            (Some("reviewer"), Some("review")) => {
+                reviews += 1;
+                assert!(
+                    in_flight.is_empty(),
+                    "a review of {node} at {} while {in_flight:?} ran",
+                    a["at"]
+                );
+            }
+            _ => {}
+        }
+        overlapped = overlapped.max(in_flight.len());
+    }
+    assert!(reviews >= 2, "{acts:?}");
+    // The two slots still ran side by side between reviews.
+    assert_eq!(overlapped, 2, "{acts:?}");
+    // The same seed on the same data: the same nodes, recipes, verdicts and promoted score.
+    let (_d2, _root2, second) = campaign();
+    let course = |v: &Value| -> Vec<(Value, Value, Value)> {
+        v["report"]["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| (n["id"].clone(), n["title"].clone(), n["verdict"].clone()))
+            .collect()
+    };
+    assert_eq!(course(&first), course(&second));
+    assert_eq!(first["summary"]["test"], second["summary"]["test"]);
+    assert!(first["summary"]["test"].is_number(), "{first}");
+}

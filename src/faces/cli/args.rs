@@ -343,6 +343,11 @@ pub enum Command {
         /// ('recipe: format=reversed lr=0.003 schedule=cosine rows=20000 curriculum=no init=base').
         #[arg(long)]
         recipe: Option<String>,
+        /// Review and branch only while no worker turn is in flight, so the campaign's course
+        /// rests on its seed, its study's secret and what each run produced, not on which of two
+        /// runs finished first (worker slots still run side by side between reviews).
+        #[arg(long)]
+        lockstep: bool,
         /// Also write the HTML report here.
         #[arg(long)]
         html: Option<PathBuf>,

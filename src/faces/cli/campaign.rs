@@ -53,6 +53,7 @@ pub fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
         max_depth,
         agent_timeout,
         recipe,
+        lockstep,
         html,
         quiet,
     } = &cli.command
@@ -125,6 +126,7 @@ pub fn run_campaign(cli: &Cli, json: bool) -> Result<()> {
     o.lock_in.max_depth = *max_depth;
     o.agent_timeout_s = (*agent_timeout).max(1);
     o.recipe = recipe.clone();
+    o.lockstep = *lockstep;
     let summary = crate::campaign::run(&root, o, *quiet)?;
     if let Some(why) = &summary.stopped {
         eprintln!("warning: {why}");
