@@ -6,7 +6,9 @@
 # (its first 32 hex digits), so two builds given the same FAMILY and SEED train and evaluate on the
 # same data, runs `rsim run --steps 600 --experiments 16 --seed SEED`, and prints one line:
 #   FAMILY SEED TEST WALL_SECONDS
-# The study is kept (its path goes to stderr); rsim's own log goes to DIR.log.
+# The study is kept (its path goes to stderr); rsim's own log goes to DIR.log. PAIRED_RUN_FLAGS
+# adds flags to the run (e.g. PAIRED_RUN_FLAGS=--lockstep, for a course that rests on the seed and
+# the data alone).
 set -euo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: $0 RSIM FAMILY SEED [DIR]" >&2
@@ -22,7 +24,7 @@ fi
 secret=$(printf 'pair-%s-%s' "${family#tiny-}" "$seed" | sha256sum | cut -c1-32)
 "$rsim" init "$dir" --example "$family" --generator-secret "$secret" >/dev/null 2>"$dir.log"
 start=$(date +%s)
-"$rsim" -C "$dir" --json run --steps 600 --experiments 16 --seed "$seed" >"$dir.json" 2>>"$dir.log"
+"$rsim" -C "$dir" --json run --steps 600 --experiments 16 --seed "$seed" ${PAIRED_RUN_FLAGS:-} >"$dir.json" 2>>"$dir.log"
 wall=$(($(date +%s) - start))
 test=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["summary"]["test"])' "$dir.json")
 echo "study: $dir" >&2
