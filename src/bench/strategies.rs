@@ -31,6 +31,8 @@ pub struct StrategiesOptions<'a> {
     pub which: &'a [crate::campaign::Strategy],
     /// Also run the oracle per seed (`oracle_recipe`, as a `line` campaign).
     pub oracle: bool,
+    /// Every campaign in lockstep (`rsim run --lockstep`): its course rests on its seed and data.
+    pub lockstep: bool,
 }
 
 /// The efficiency benchmark: each strategy runs `seeds` campaigns of `experiments` × `steps` on
@@ -50,6 +52,7 @@ pub fn strategies(
         steps,
         which,
         oracle,
+        lockstep,
     } = o;
     let mut txt = String::new();
     let base = bench_dir(dir)?;
@@ -91,6 +94,7 @@ pub fn strategies(
             o.experiments = experiments;
             o.steps = steps;
             o.seed = seed;
+            o.lockstep = lockstep;
             if *s == Strategy::Line {
                 let (line, from) = oracle_recipe(&base, &which, seed, &task)?;
                 eprintln!("oracle seed {seed}: {line} (found by {})", from.name());
@@ -103,7 +107,15 @@ pub fn strategies(
                     saved.steps,
                     saved.seed,
                     &saved.recipe,
-                ) != (o.strategy, o.experiments, o.steps, o.seed, &o.recipe)
+                    saved.lockstep,
+                ) != (
+                    o.strategy,
+                    o.experiments,
+                    o.steps,
+                    o.seed,
+                    &o.recipe,
+                    o.lockstep,
+                )
             {
                 return Err(Error::invalid(format!(
                     "{}: a campaign with other settings is under way there ({:?}, {} experiments × {} \

@@ -1698,3 +1698,52 @@ fn a_lockstep_campaign_reviews_with_no_run_in_flight_and_repeats_its_course() {
     assert_eq!(first["summary"]["test"], second["summary"]["test"]);
     assert!(first["summary"]["test"].is_number(), "{first}");
 }
+
+/// `bench-strategies --lockstep` runs every campaign in lockstep (kept in each study's settings),
+/// and a kept directory of lockstep campaigns is not resumed without it.
+#[test]
+fn the_strategy_benchmark_runs_its_campaigns_in_lockstep_when_asked() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let dir = d.path().join("bench");
+    let bench = |lockstep: bool| {
+        let mut c = rsim();
+        c.args([
+            "bench-strategies",
+            "--example",
+            "tiny-arith-ngram",
+            "--seeds",
+            "1",
+            "--experiments",
+            "2",
+            "--steps",
+            "10",
+            "--strategy",
+            "orchestra",
+            "--json",
+            "--dir",
+        ])
+        .arg(&dir);
+        if lockstep {
+            c.arg("--lockstep");
+        }
+        c.output().expect("bench-strategies")
+    };
+    let out = bench(true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let saved: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("orchestra-0/.rsim/campaign.json")).expect("campaign.json"),
+    )
+    .expect("json");
+    assert_eq!(saved["lockstep"], true, "{saved}");
+    // The same directory without --lockstep is another benchmark: refused, not mixed in.
+    let out = bench(false);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("other settings"),
+        "{err}"
+    );
+}

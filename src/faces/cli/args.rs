@@ -382,6 +382,10 @@ pub enum Command {
         /// (`--strategy line`); every strategy's test score is then also given as a share of it.
         #[arg(long)]
         oracle: bool,
+        /// Run every campaign with `rsim run --lockstep`: reviews wait until no worker turn is in
+        /// flight, so a campaign's course rests on its seed and data alone.
+        #[arg(long)]
+        lockstep: bool,
         /// Keep the studies here (default: a temporary directory, removed after).
         #[arg(long)]
         dir: Option<PathBuf>,

@@ -69,6 +69,7 @@ pub fn run(cmd: &Command, json: bool) -> Result<()> {
             steps,
             strategy,
             oracle,
+            lockstep,
             dir,
         } => crate::bench::strategies::strategies(
             FACES,
@@ -79,6 +80,7 @@ pub fn run(cmd: &Command, json: bool) -> Result<()> {
                 steps: *steps,
                 which: strategy,
                 oracle: *oracle,
+                lockstep: *lockstep,
             },
             dir.as_deref(),
             json,
