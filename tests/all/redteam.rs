@@ -2993,3 +2993,43 @@ fn a_handed_over_study_with_a_damaged_pack_refuses_writes_and_changes_nothing() 
         .to_string();
     assert_eq!(n, "n1", "the refused write left a node number taken");
 }
+
+/// A worker agent that hangs, in a lockstep campaign of two slots: lockstep makes every review
+/// wait for every turn in flight, so a hanging agent could hold a campaign for ever. Each turn is
+/// cut at `--agent-timeout`, the campaign stops after three failed turns in a row, and the record
+/// stays small and consistent: the loop grows nothing.
+#[test]
+fn a_hanging_agent_holds_a_lockstep_campaign_for_at_most_its_turns() {
+    let (_d, root) = crate::common::example_study();
+    let started = std::time::Instant::now();
+    let out = crate::common::run(
+        &root,
+        &[
+            "run",
+            "--experiments",
+            "12",
+            "--workers",
+            "2",
+            "--lockstep",
+            "--worker",
+            "cmd:sleep 600",
+            "--agent-timeout",
+            "2",
+            "--quiet",
+        ],
+    );
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("failed 3 times in a row"), "{err}");
+    // Three or four turns of 2 s each, two at a time: far from the 600 s an agent asked for.
+    assert!(took < std::time::Duration::from_secs(120), "{took:?}");
+    let log = crate::common::ok_json(&root, &["log", "--limit", "100000"]);
+    let acts = log["actions"].as_array().expect("actions");
+    assert!(
+        acts.iter().all(|a| a["action"] != "run_sft"),
+        "a hanging agent trained nothing: {log}"
+    );
+    assert!(acts.len() < 40, "{} actions recorded", acts.len());
+    crate::common::fsck_clean(&root);
+}
