@@ -45,6 +45,21 @@ impl Person {
             .output()
             .expect("spawn rsim")
     }
+    /// `rsim clone FROM TO` as this person; it must succeed.
+    pub(crate) fn clone_ok(&self, from: &Path, to: &Path) {
+        let out = self
+            .cmd()
+            .arg("clone")
+            .arg(from)
+            .arg(to)
+            .output()
+            .expect("clone");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     pub(crate) fn ok(&self, study: &Path, args: &[&str]) -> String {
         let out = self.run(study, args);
         assert!(
@@ -1016,18 +1031,7 @@ fn a_clones_python_environment_is_never_built_nor_run() {
     assert!(config.contains("kind = \"python\""), "{config}");
     crate::common::commit_config(&study, &config, "a Python environment");
     let clone = d.path().join("clone");
-    let out = reader
-        .cmd()
-        .arg("clone")
-        .arg(&study)
-        .arg(&clone)
-        .output()
-        .expect("clone");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    reader.clone_ok(&study, &clone);
     std::fs::write(
         clone.join("env.lock"),
         format!("six==1.16.0 --hash=sha256:{}\n", "a".repeat(64)),
@@ -1126,18 +1130,7 @@ fn a_cloned_record_carrying_megabytes_of_text_is_listed_with_that_text_cut() {
     git(&study, &["update-ref", "refs/heads/rsim/n/n1", &crafted]);
 
     let clone = d.path().join("clone");
-    let out = reader
-        .cmd()
-        .arg("clone")
-        .arg(&study)
-        .arg(&clone)
-        .output()
-        .expect("clone");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    reader.clone_ok(&study, &clone);
     // The crafted action is the study's own (signed with its key): proven, not refused.
     reader.ok(&clone, &["verify"]);
     let cut = |h: &Value, field: &str, prefix: &str, chars: usize| {
