@@ -245,6 +245,9 @@ pub fn hidden_split_name(split: crate::model::Split) -> &'static str {
 pub enum NormalForm {
     /// Binary arithmetic problems: operator and operands (a multiset for `+` and `*`).
     Arithmetic,
+    /// Strings of digits as multisets: a digit-sorting problem is its digits in any order, and
+    /// its answer is one of those orders.
+    Digits,
 }
 
 fn default_metric() -> String {

@@ -481,7 +481,8 @@ pub struct TaskFamily {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FamilyKind {
-    /// `addN`, `subN`, `mixedN`, `sumN` (three addends): the arithmetic generator.
+    /// `addN`, `subN`, `mixedN`, `sumN` (three addends), `sortN` (the digits of an N-digit
+    /// string in order): the arithmetic generator.
     Arith { op: ArithOp, digits: u32 },
     /// A `pass_at_1` task: the tiny-code generator.
     Code,
@@ -505,6 +506,8 @@ impl TaskFamily {
             (ArithOp::Mixed, r)
         } else if let Some(r) = name.strip_prefix("sum") {
             (ArithOp::Sum, r)
+        } else if let Some(r) = name.strip_prefix("sort") {
+            (ArithOp::Sort, r)
         } else {
             return Err(unknown_task(name));
         };
@@ -537,8 +540,8 @@ impl TaskFamily {
 
 fn unknown_task(name: &str) -> Error {
     Error::invalid(format!(
-        "task {name:?}: the built-in agents make data for arithmetic tasks named addN, subN or \
-         mixedN (N = digits, 1-6) and for tiny-code tasks (metric pass_at_1); use LLM or command \
+        "task {name:?}: the built-in agents make data for arithmetic tasks named addN, subN, \
+         mixedN, sumN or sortN (N = digits, 1-6) and for tiny-code tasks (metric pass_at_1); use LLM or command \
          agents for other tasks"
     ))
 }

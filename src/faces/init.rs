@@ -17,12 +17,13 @@ pub const EXAMPLES: &[&str] = &[
     "hf-tiny",
 ];
 
-/// The arithmetic families beyond tiny-arith (`add3`) and tiny-add2 (`add2`), made from one
-/// template (`examples/tiny-family`). Held out in rounds, each declared before any run (README:
-/// Research campaigns): the first four were held out for the reviewer they were declared
+/// The task families beyond tiny-arith (`add3`) and tiny-add2 (`add2`) on the same model, made
+/// from one template (`examples/tiny-family`). Held out in rounds, each declared before any run
+/// (README: Research campaigns): the first four were held out for the reviewer they were declared
 /// against and, once read, became tuning families; the sums of three are the second round (read
 /// with the reviewer adopted last, E); four-digit addition and subtraction are the third, for any
-/// rule changed after the second round was read. Name, operation, digits.
+/// rule changed after the second round was read; sorting six digits, the one family without
+/// carries, is the fourth. Name, operation, digits.
 pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-sub2", ArithOp::Sub, 2),
     ("tiny-sub3", ArithOp::Sub, 3),
@@ -32,6 +33,7 @@ pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-sum3", ArithOp::Sum, 3),
     ("tiny-add4", ArithOp::Add, 4),
     ("tiny-sub4", ArithOp::Sub, 4),
+    ("tiny-sort6", ArithOp::Sort, 6),
 ];
 
 /// Every name `rsim init --example` takes.
@@ -168,8 +170,8 @@ fn write_eval_sets(root: &Path, task: &str, family: EvalFamily) -> Result<[Strin
     // only in items long enough to have one), so per-item dev results reveal no other split's
     // item and each tripwire compares two splits that share nothing.
     let (form, cfg) = match family {
-        EvalFamily::Arith(..) => (
-            Some(crate::config::NormalForm::Arithmetic),
+        EvalFamily::Arith(op, _) => (
+            Some(op.normal_form()),
             ScanConfig {
                 ngram: 8,
                 threshold: 0.5,
@@ -214,10 +216,8 @@ fn write_eval_sets(root: &Path, task: &str, family: EvalFamily) -> Result<[Strin
                 crate::train::datasets::arith_stream(&params, seed)
                     .take(n * 50)
                     .filter(|r| {
-                        let key = crate::policy::normal_form::keys_of_text(
-                            crate::config::NormalForm::Arithmetic,
-                            &r.prompt,
-                        );
+                        let key =
+                            crate::policy::normal_form::keys_of_text(op.normal_form(), &r.prompt);
                         fresh(r, key.join("\n"))
                     })
                     .take(2 * n)
@@ -317,6 +317,7 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         ArithOp::Sub => "sub",
         ArithOp::Mixed => "mixed",
         ArithOp::Sum => "sum",
+        ArithOp::Sort => "sort",
     };
     let task = format!("{name}{digits}");
     let size = match digits {
@@ -324,6 +325,8 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         2 => "two-digit",
         3 => "three-digit",
         4 => "four-digit",
+        5 => "five-digit",
+        6 => "six-digit",
         _ => "many-digit",
     };
     let described = match op {
@@ -331,6 +334,19 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         ArithOp::Sub => format!("{size} subtraction"),
         ArithOp::Mixed => format!("{size} addition and subtraction, mixed"),
         ArithOp::Sum => format!("sums of three {size} numbers"),
+        ArithOp::Sort => format!("the digits of {size} strings in ascending order"),
+    };
+    let (form, form_note) = match op.normal_form() {
+        crate::config::NormalForm::Digits => (
+            "digits",
+            "# The gate also matches a test string in any order of its digits (its answer is one), in\n\
+             # any script's digits, spaced or in words (policy::normal_form).",
+        ),
+        crate::config::NormalForm::Arithmetic => (
+            "arithmetic",
+            "# The gate also matches a test problem in any order of a sum's operands, in any script's\n\
+             # digits or in words (policy::normal_form).",
+        ),
     };
     let fill = |t: &str| {
         let mut upper = described.clone();
@@ -341,6 +357,8 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
             .replace("@DIGITS@", &digits.to_string())
             .replace("@TASK_DESCRIPTION@", &upper)
             .replace("@DESCRIPTION@", &described)
+            .replace("@NORMAL_FORM@", form)
+            .replace("@NORMAL_FORM_NOTE@", form_note)
     };
     let pins = write_eval_sets(root, &task, EvalFamily::Arith(op, digits))?;
     write_base(root, TINY_GPT_BASE.0, TINY_GPT_BASE.1)?;
@@ -557,6 +575,12 @@ mod tests {
                     ArithOp::Sub => assert_eq!(subs, rows.len(), "{name} {a}"),
                     ArithOp::Mixed => assert!(subs > 0 && sums > 0, "{name} {a}"),
                     ArithOp::Add => assert_eq!(sums, rows.len(), "{name} {a}"),
+                    ArithOp::Sort => assert!(
+                        rows.iter().all(|r| r.prompt.len() == digits as usize + 1
+                            && r.prompt.bytes().filter(u8::is_ascii_digit).count()
+                                == digits as usize),
+                        "{name} {a}"
+                    ),
                     ArithOp::Sum => assert!(
                         rows.iter().all(|r| r.prompt.matches('+').count() == 2
                             && r.prompt.split(['+', '=']).filter(|t| !t.is_empty()).count() == 3),
@@ -569,7 +593,7 @@ mod tests {
                             &rows,
                             &read(b),
                             cfg,
-                            Some(crate::config::NormalForm::Arithmetic),
+                            Some(op.normal_form()),
                         );
                         assert_eq!(shared, 0, "{name}: {b} items found in {a}");
                     }

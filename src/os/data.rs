@@ -333,15 +333,13 @@ impl Generator<'_> {
     }
 
     /// What makes two rows one problem, for the decoys: for arithmetic the normal form (`12+34`
-    /// and `34+12` are one problem); for code the composition (`del a;add b` and `del c;add d`
+    /// and `34+12` are one problem; for sorting `530912` and `219035`); for code the composition (`del a;add b` and `del c;add d`
     /// are one, as the gate's code skeleton sees their programs), whatever the style.
     fn problem_key(&self, row: &types::Row) -> String {
         match self {
-            Generator::Arith(_) => crate::policy::normal_form::keys_of_text(
-                crate::config::NormalForm::Arithmetic,
-                &row.prompt,
-            )
-            .join("\n"),
+            Generator::Arith(p) => {
+                crate::policy::normal_form::keys_of_text(p.op.normal_form(), &row.prompt).join("\n")
+            }
             Generator::Code(_) => code_tasks::composition_key(&row.prompt),
         }
     }

@@ -15,6 +15,7 @@ use crate::config::NormalForm;
 pub fn keys(form: NormalForm, toks: &[String]) -> Vec<String> {
     match form {
         NormalForm::Arithmetic => arithmetic::keys(&arithmetic::symbols(toks)),
+        NormalForm::Digits => digits::keys(toks),
     }
 }
 
@@ -35,6 +36,17 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             let mut s: Vec<_> = p[p.len().saturating_sub(5)..].to_vec();
             s.extend(arithmetic::symbols(toks));
             arithmetic::keys(&s)
+        }
+        NormalForm::Digits => {
+            // A string of digits split across two rows: the first row's digits after its last
+            // operator or `=` continue into the next.
+            let start = prev
+                .iter()
+                .rposition(|t| digits::breaks(t))
+                .map_or(0, |i| i + 1);
+            let mut joined = prev[start..].to_vec();
+            joined.extend_from_slice(toks);
+            digits::keys(&joined)
         }
     }
 }
@@ -58,7 +70,7 @@ mod arithmetic {
         Block,
     }
 
-    fn unit(w: &str) -> Option<u64> {
+    pub(super) fn unit(w: &str) -> Option<u64> {
         Some(match w {
             "zero" => 0,
             "one" => 1,
@@ -342,6 +354,67 @@ mod arithmetic {
     }
 }
 
+/// Strings of digits as multisets: the problem `530912=` (sort its digits) is the same in any
+/// order of its digits, and its answer `012359` is one of those orders, so both have the key
+/// `d:012359`. A string's digits may be written apart (`5 3 0 9 1 2`, `5,3,0`), in any script
+/// (the canonical text made them ASCII), as unit words (`five three`), or glued to letters
+/// (`r953210`, `x530912y`: a token's digits are its digits); words without digits are filler and
+/// skipped. An operator or `=` ends a string. Every run of consecutive digit tokens of 2 to
+/// `MAX_DIGITS` digits in all is a key — a row's digits next to a problem's (`7 530912`) do not
+/// hide it, and keys grow linearly with the row (at most `MAX_DIGITS` from each token).
+mod digits {
+    /// The longest string of digits keyed: an item of more digits is left to the n-gram checks.
+    pub const MAX_DIGITS: usize = 12;
+
+    /// An operator or `=`: what ends a string of digits.
+    pub fn breaks(t: &str) -> bool {
+        matches!(t, "+" | "-" | "*" | "/" | "=" | "<" | ">" | "%")
+    }
+
+    /// A token's digits: its ASCII digits, or a unit word's; `None` for a word without any
+    /// (filler).
+    fn digits_of(t: &str) -> Option<String> {
+        let d: String = t.chars().filter(char::is_ascii_digit).collect();
+        if !d.is_empty() {
+            return Some(d);
+        }
+        super::arithmetic::unit(t).map(|u| u.to_string())
+    }
+
+    pub fn keys(toks: &[String]) -> Vec<String> {
+        // Digit tokens, with `None` where a string ends; filler dropped.
+        let pieces: Vec<Option<String>> = toks
+            .iter()
+            .filter_map(|t| {
+                if breaks(t) {
+                    Some(None)
+                } else {
+                    digits_of(t).map(Some)
+                }
+            })
+            .collect();
+        let mut out = Vec::new();
+        for i in 0..pieces.len() {
+            let mut run: Vec<u8> = Vec::new();
+            for p in &pieces[i..] {
+                let Some(d) = p else { break };
+                if run.len() + d.len() > MAX_DIGITS {
+                    break;
+                }
+                run.extend_from_slice(d.as_bytes());
+                if run.len() >= 2 {
+                    let mut sorted = run.clone();
+                    sorted.sort_unstable();
+                    out.push(format!("d:{}", String::from_utf8_lossy(&sorted)));
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,5 +537,63 @@ mod tests {
         assert_ne!(k("12+34+57="), k("12+34+56="));
         assert!(k("x_1 + 2").is_empty());
         assert!(k("no numbers here").is_empty());
+    }
+
+    fn dk(text: &str) -> Vec<String> {
+        keys(NormalForm::Digits, &tokens(&canonical(text)))
+    }
+
+    #[test]
+    fn digits_equate_a_sorting_problem_in_any_order_and_surface_form() {
+        let key = "d:012359".to_string();
+        for text in [
+            "530912=",
+            "219035=",
+            "=012359",
+            "r953210",
+            "x530912y",
+            "5 3 0 9 1 2",
+            "5,3,0,9,1,2",
+            "five three zero nine one two",
+            "sort 530 please 912",
+            "\u{FF15}\u{FF13}\u{FF10}912",
+            "7 530912",
+            "530912 → 012359",
+            "0=1,1=1,2=1,3=1,5=1,9=1|012359",
+        ] {
+            assert!(dk(text).contains(&key), "{text:?}: {:?}", dk(text));
+        }
+        // An item's prompt has one key.
+        assert_eq!(dk("530912="), vec![key.clone()]);
+        // Other strings are other problems: another multiset, a string cut by an operator or
+        // `=`, or a longer string that holds the digits and more in one token.
+        for text in ["530913=", "530=912", "530+912", "7530912=", "5309=12"] {
+            assert!(!dk(text).contains(&key), "{text:?}: {:?}", dk(text));
+        }
+        // Split across two rows, wherever the cut falls between tokens.
+        for (a, b) in [("5 3 0", "9 1 2"), ("x=530", "912=")] {
+            let keys = keys_across(
+                NormalForm::Digits,
+                &tokens(&canonical(a)),
+                &tokens(&canonical(b)),
+            );
+            assert!(keys.contains(&key), "{a:?} | {b:?}: {keys:?}");
+        }
+        let cut = keys_across(
+            NormalForm::Digits,
+            &tokens(&canonical("530=")),
+            &tokens(&canonical("912")),
+        );
+        assert!(!cut.contains(&key), "{cut:?}");
+    }
+
+    /// A flood of digits gives keys linear in the row: at most `MAX_DIGITS` per token.
+    #[test]
+    fn a_row_of_many_digits_gives_keys_linear_in_its_tokens() {
+        let row = "1 ".repeat(50_000);
+        let keys = dk(&row);
+        assert!(keys.len() <= digits::MAX_DIGITS, "{}", keys.len());
+        let spread: String = (0..20_000).map(|i| format!("{} ", i % 10)).collect();
+        assert!(dk(&spread).len() <= 20_000 * digits::MAX_DIGITS);
     }
 }

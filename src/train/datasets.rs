@@ -21,6 +21,7 @@ pub fn arith_stream(p: &ArithParams, seed: u64) -> impl Iterator<Item = Row> + u
     let mut rng = StdRng::seed_from_u64(seed);
     let max = 10u64.pow(p.digits);
     let (op, format) = (p.op, p.format);
+    let width = p.digits as usize;
     std::iter::repeat_with(move || {
         let a = rng.random_range(0..max);
         let b = rng.random_range(0..max);
@@ -29,6 +30,8 @@ pub fn arith_stream(p: &ArithParams, seed: u64) -> impl Iterator<Item = Row> + u
             ArithOp::Sub => true,
             ArithOp::Mixed => rng.random_bool(0.5),
             ArithOp::Sum => return sum_row(&[a, b, rng.random_range(0..max)], format),
+            // `a` with its leading zeros: every string of `digits` digits equally likely
+            ArithOp::Sort => return sort_row(&format!("{a:0width$}"), format),
         };
         arith_row(a, b, sub, format)
     })
@@ -38,6 +41,16 @@ pub fn arith_stream(p: &ArithParams, seed: u64) -> impl Iterator<Item = Row> + u
 /// before anything is generated (the size bound is checked on it).
 pub fn arith_max_row_bytes(p: &ArithParams) -> u64 {
     let d = u64::from(p.digits);
+    if p.op == ArithOp::Sort {
+        // `d` digits and `=`; the answer's `d` digits, `r` first when reversed; a scratchpad
+        // counts each digit present (`v=c`, at most `d` of them, commas between) before `|`.
+        let answer = match p.format {
+            AnswerFormat::Plain => d,
+            AnswerFormat::Reversed => d + 1,
+            AnswerFormat::Scratchpad => 3 * d + d.saturating_sub(1) + 1 + d,
+        };
+        return d + 1 + answer;
+    }
     // Operands: a sum of three has a result of at most d + 1 digits too (3 × 999 = 2997).
     let k: u64 = if p.op == ArithOp::Sum { 3 } else { 2 };
     let prompt = k * d + k;
@@ -106,6 +119,33 @@ pub fn sum_row(terms: &[u64], format: AnswerFormat) -> Row {
     let prompt: Vec<String> = terms.iter().map(u64::to_string).collect();
     Row {
         prompt: format!("{}=", prompt.join("+")),
+        answer,
+    }
+}
+
+/// A digit-sorting problem in a format: `530912=` → plain `012359`, reversed `r953210` (the
+/// answer's digits last first, as for arithmetic), scratchpad `0=1,1=1,2=1,3=1,5=1,9=1|012359`
+/// (how many of each digit, in order, then the answer).
+pub fn sort_row(digits: &str, format: AnswerFormat) -> Row {
+    let mut sorted: Vec<char> = digits.chars().collect();
+    sorted.sort_unstable();
+    let result: String = sorted.iter().collect();
+    let answer = match format {
+        AnswerFormat::Plain => result,
+        AnswerFormat::Reversed => format!("r{}", sorted.iter().rev().collect::<String>()),
+        AnswerFormat::Scratchpad => {
+            let mut counts = Vec::new();
+            for d in '0'..='9' {
+                let c = sorted.iter().filter(|x| **x == d).count();
+                if c > 0 {
+                    counts.push(format!("{d}={c}"));
+                }
+            }
+            format!("{}|{result}", counts.join(","))
+        }
+    };
+    Row {
+        prompt: format!("{digits}="),
         answer,
     }
 }
@@ -272,6 +312,39 @@ mod tests {
     }
 
     #[test]
+    fn a_sorting_problem_answers_its_digits_in_order_in_every_format() {
+        let plain = sort_row("530912", AnswerFormat::Plain);
+        assert_eq!(
+            (plain.prompt.as_str(), plain.answer.as_str()),
+            ("530912=", "012359")
+        );
+        assert_eq!(sort_row("530912", AnswerFormat::Reversed).answer, "r953210");
+        assert_eq!(
+            sort_row("300300", AnswerFormat::Scratchpad).answer,
+            "0=4,3=2|000033"
+        );
+        for f in AnswerFormat::ALL {
+            assert_eq!(
+                parse_answer(&sort_row("070701", f).answer),
+                "000177",
+                "{f:?}"
+            );
+        }
+        // The generator draws strings of exactly `digits` digits, leading zeros included.
+        let rows = generate_arith(&ArithParams {
+            op: ArithOp::Sort,
+            digits: 6,
+            format: AnswerFormat::Plain,
+            n: 400,
+            seed: 3,
+        });
+        assert!(rows.iter().all(|r| r.prompt.len() == 7
+            && r.prompt.ends_with('=')
+            && r.prompt[..6].bytes().all(|b| b.is_ascii_digit())));
+        assert!(rows.iter().any(|r| r.prompt.starts_with('0')));
+    }
+
+    #[test]
     fn generator_is_deterministic() {
         let p = ArithParams {
             op: ArithOp::Mixed,
@@ -292,7 +365,7 @@ mod tests {
     fn generated_rows_stay_within_the_announced_size() {
         for digits in 1..=6 {
             for format in AnswerFormat::ALL {
-                for op in [ArithOp::Add, ArithOp::Sub, ArithOp::Sum] {
+                for op in [ArithOp::Add, ArithOp::Sub, ArithOp::Sum, ArithOp::Sort] {
                     let p = ArithParams {
                         op,
                         digits,
@@ -306,7 +379,11 @@ mod tests {
                         assert!(len <= bound, "{r:?} is {len} bytes, bound {bound}");
                     }
                     let top = 10u64.pow(digits) - 1;
-                    let worst = if op == ArithOp::Sum {
+                    let worst = if op == ArithOp::Sort {
+                        // every digit different as far as they go: the longest scratchpad
+                        let all: String = "0123456789".chars().take(digits as usize).collect();
+                        sort_row(&all, format)
+                    } else if op == ArithOp::Sum {
                         sum_row(&[top, top, top], format)
                     } else {
                         arith_row(top, top, op == ArithOp::Sub, format)

@@ -3033,3 +3033,141 @@ fn a_hanging_agent_holds_a_lockstep_campaign_for_at_most_its_turns() {
     assert!(acts.len() < 40, "{} actions recorded", acts.len());
     crate::common::fsck_clean(&root);
 }
+
+/// A digit-sorting study (tiny-sort6, the gate's `digits` normal form): a test string's digits in
+/// another order, spaced, in words, in another script, in the reversed answer format, glued to
+/// letters, beside other digits, the answer alone, or the string split across two rows are all
+/// the same item — each refused by the gate and recorded — while rows of other strings, and the
+/// generator's own rows, train.
+#[test]
+fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
+    let (_d, root) = crate::common::study_of("tiny-sort6");
+    let split = |name: &str| {
+        let p = root.join(format!(".rsim/protected/sort6/{name}.jsonl"));
+        datasets::parse_eval_jsonl(&std::fs::read(&p).expect("split"), name).expect("parse")
+    };
+    let test = split("test");
+    let multiset = |s: &str| {
+        let mut d: Vec<char> = s.chars().filter(char::is_ascii_digit).collect();
+        d.sort_unstable();
+        d.into_iter().collect::<String>()
+    };
+    let protected: std::collections::HashSet<String> = ["dev", "test", "sealed", "dev_twin"]
+        .iter()
+        .flat_map(|s| split(s))
+        .map(|r| multiset(&r.prompt))
+        .collect();
+    // A test string of six different digits, so every form below is unambiguous.
+    let t = test
+        .iter()
+        .find(|r| {
+            let d = &r.prompt[..6];
+            d.chars().collect::<std::collections::HashSet<_>>().len() == 6
+        })
+        .expect("a test string of six different digits")
+        .clone();
+    let digits = t.prompt[..6].to_string();
+    let sorted = t.answer.clone();
+    let other_order: String = digits.chars().rev().collect();
+    let spaced = |s: &str| s.chars().map(String::from).collect::<Vec<_>>().join(" ");
+    const UNITS: [&str; 10] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    ];
+    let in_words = |s: &str| {
+        s.chars()
+            .map(|c| UNITS[c.to_digit(10).expect("digit") as usize])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let row = |p: String, a: String| vec![(p, a)];
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        (
+            "another order",
+            row(format!("{other_order}="), sorted.clone()),
+        ),
+        (
+            "spaced",
+            row(format!("{} =", spaced(&digits)), spaced(&sorted)),
+        ),
+        (
+            "in words",
+            row(
+                format!("sort {} please", in_words(&digits)),
+                in_words(&sorted),
+            ),
+        ),
+        (
+            "full-width digits",
+            row(digits_in(&t.prompt, '０'), digits_in(&sorted, '０')),
+        ),
+        (
+            "reversed answer format",
+            row(
+                t.prompt.clone(),
+                format!("r{}", sorted.chars().rev().collect::<String>()),
+            ),
+        ),
+        ("glued to letters", row(format!("x{digits}y="), "ok".into())),
+        (
+            "beside other digits",
+            row(format!("7 {digits}="), "7".into()),
+        ),
+        ("the answer alone", row("sorted:".into(), sorted.clone())),
+        (
+            "split across two rows",
+            vec![
+                ("a".into(), digits[..3].to_string()),
+                (format!("{}=", &digits[3..]), "x".into()),
+            ],
+        ),
+    ];
+    let s = open(&root);
+    for (i, (what, rows)) in forms.into_iter().enumerate() {
+        // One agent per form: each stays under the study's limit on contamination rejections.
+        let who = Caller::new(format!("sorter{i}"), Role::Worker);
+        let n = s
+            .call(&who, "branch", json!({"parents": ["n0"], "title": what}))
+            .expect("branch")["node"]
+            .as_str()
+            .expect("id")
+            .to_string();
+        let e = refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(&n, &format!("form{i}"), rows),
+            "contamination",
+        );
+        assert!(
+            !e.message.contains(&digits) && !e.message.contains(&sorted),
+            "{what}: the evidence prints the item: {}",
+            e.message
+        );
+    }
+    // Other strings train: every six-digit string of a multiset no split holds.
+    let clean: Vec<(String, String)> = (0..200u64)
+        .map(|i| format!("{:06}", i * 4_999 % 1_000_000))
+        .filter(|d| !protected.contains(&multiset(d)))
+        .map(|d| {
+            let r = datasets::sort_row(&d, AnswerFormat::Plain);
+            (r.prompt, r.answer)
+        })
+        .collect();
+    assert!(clean.len() > 50, "{}", clean.len());
+    let who = Caller::new("honest", Role::Worker);
+    let n = s
+        .call(&who, "branch", json!({"parents": ["n0"], "title": "clean"}))
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    s.call(&who, "register_dataset", inline(&n, "clean", clean))
+        .expect("strings no split holds train");
+    s.call(
+        &who,
+        "register_dataset",
+        json!({"node": n, "name": "generated", "source": {"kind": "arith",
+            "op": "sort", "digits": 6, "format": "scratchpad", "n": 3000, "seed": 1}}),
+    )
+    .expect("the generator's rows skip every protected string");
+}
