@@ -434,12 +434,21 @@ impl ReviewerAgent for BuiltinReviewer {
             t.opts.seeds_per_node,
             st.formats().len(),
         );
-        // The dev gain per 1,000 steps of the line a continued node came from.
-        let prev_gain_of = |n: &NodeState| -> Option<f64> {
-            if n.recipe.as_ref()?.init != Init::Parent {
-                return None;
+        // The dev gain per 1,000 steps and the training loss at the end of the run of the
+        // checkpoint a continued node started from (its line's rung before).
+        let rung_before = |n: &NodeState| -> RungBefore {
+            let Some(tr) = n
+                .recipe
+                .as_ref()
+                .filter(|r| r.init == Init::Parent)
+                .and_then(|_| trend_of(n.parents.first()?))
+            else {
+                return RungBefore::default();
+            };
+            RungBefore {
+                gain: tr.gain_per_1k.map(|g| g.mean),
+                loss_end: Some(tr.loss_end.mean).filter(|l| l.is_finite() && *l > 0.0),
             }
-            trend_of(n.parents.first()?)?.gain_per_1k.map(|g| g.mean)
         };
 
         let mut verdicts = Vec::new();
@@ -454,7 +463,7 @@ impl ReviewerAgent for BuiltinReviewer {
                 n,
                 mean_of(id),
                 trend,
-                prev_gain_of(n),
+                rung_before(n),
                 best_mean,
                 t.opts.steps,
                 top,
@@ -516,7 +525,7 @@ impl ReviewerAgent for BuiltinReviewer {
                             p,
                             mean_of(&p.id),
                             trend_of(&p.id),
-                            prev_gain_of(p),
+                            rung_before(p),
                             best_mean,
                             t.opts.steps,
                             top,
@@ -929,9 +938,18 @@ struct Judged {
     continue_it: bool,
     evidence: String,
     /// Relative training-loss slope per 1,000 steps (0 without a curve): the ranking at the floor.
+    /// For a continued node, since the end of the run it continued (`RungBefore`).
     loss_slope: f64,
     /// Off the floor, its dev gain per 1,000 steps grew η-fold since the rung before.
     accelerating: bool,
+}
+
+/// What the run a continued node started from ended at: its dev gain per 1,000 steps and its
+/// training loss (none for a node trained from the base model).
+#[derive(Debug, Clone, Copy, Default)]
+struct RungBefore {
+    gain: Option<f64>,
+    loss_end: Option<f64>,
 }
 
 /// Dev score after `steps` more steps at `gain` per 1,000, extrapolated linearly. It ranks who
@@ -954,7 +972,7 @@ fn judge(
     n: &NodeState,
     mean: Option<(f64, u64, Option<[f64; 2]>)>,
     trend: Option<Trend>,
-    prev_gain: Option<f64>,
+    before: RungBefore,
     best_mean: f64,
     steps: u64,
     top: u32,
@@ -972,7 +990,18 @@ fn judge(
         };
     };
     let rung = n.recipe.as_ref().map_or(0, |r| r.rung);
+    let prev_gain = before.gain;
     let mut evidence = format!("dev {m:.3}{} over {k} run(s)", ci_text(ci, 3));
+    // A continued run's loss is judged against the end of the run it continued: within one run
+    // a fresh schedule's warm-up and decay make the loss fall whether or not the line still
+    // learns (a plain line at a loss of 1.03 fell 16-22% per 1,000 steps within each of six
+    // continuations and 1% across them).
+    let across = trend.and_then(|tr| {
+        let before = before.loss_end?;
+        (tr.loss_end.mean.is_finite() && steps > 0)
+            .then(|| (tr.loss_end.mean - before) / before * 1000.0 / steps as f64)
+    });
+    let mut loss_slope = trend.map_or(0.0, |t| t.loss_slope_per_1k.mean);
     let learning = match trend {
         Some(tr) => {
             evidence.push_str(&format!(
@@ -982,6 +1011,16 @@ fn judge(
                 tr.loss_slope_per_1k.mean,
                 ci_text(tr.loss_slope_per_1k.ci95, 2)
             ));
+            let falling = match across {
+                Some(a) => {
+                    evidence.push_str(&format!(
+                        " within the run, {a:+.2} per 1k steps since the rung before"
+                    ));
+                    loss_slope = a;
+                    a < crate::os::trend::STILL_LEARNING_SLOPE
+                }
+                None => tr.still_learning,
+            };
             if let Some(g) = tr.gain_per_1k {
                 evidence.push_str(&format!(
                     ", dev {:+.3}{} per 1k steps",
@@ -992,13 +1031,13 @@ fn judge(
             let rising = tr.gain_per_1k.map(|g| g.mean >= MIN_GAIN_PER_1K);
             if m < DEV_FLOOR {
                 // Exact match has not left the floor: whether the loss still falls is the evidence.
-                tr.still_learning
+                falling
             } else if rung == 0 || m < NEAR_FLOOR {
                 // After a first run, or just off the floor, exact match still lags the loss:
                 // either evidence will do.
-                tr.still_learning || rising == Some(true)
+                falling || rising == Some(true)
             } else {
-                rising.unwrap_or(tr.still_learning)
+                rising.unwrap_or(falling)
             }
         }
         None => false,
@@ -1079,7 +1118,7 @@ fn judge(
         projected,
         continue_it,
         evidence,
-        loss_slope: trend.map_or(0.0, |t| t.loss_slope_per_1k.mean),
+        loss_slope,
         accelerating,
     }
 }
@@ -1400,7 +1439,7 @@ mod tests {
             &node(0),
             Some((0.01, 2, Some([0.0, 0.02]))),
             Some(trend(-1.8, Some(0.01), true)),
-            None,
+            RungBefore::default(),
             0.4,
             600,
             MIN_TOP_RUNG,
@@ -1417,7 +1456,7 @@ mod tests {
             &node(0),
             Some((0.01, 2, None)),
             Some(trend(-0.01, Some(0.0), false)),
-            None,
+            RungBefore::default(),
             0.4,
             600,
             MIN_TOP_RUNG,
@@ -1430,7 +1469,7 @@ mod tests {
             &node(1),
             Some((0.42, 2, None)),
             Some(trend(-4.0, Some(0.06), true)),
-            None,
+            RungBefore::default(),
             0.75,
             600,
             MIN_TOP_RUNG,
@@ -1442,7 +1481,7 @@ mod tests {
             &node(1),
             Some((0.40, 2, None)),
             Some(trend(-1.0, Some(0.5), true)),
-            None,
+            RungBefore::default(),
             0.75,
             600,
             MIN_TOP_RUNG,
@@ -1453,7 +1492,7 @@ mod tests {
             &node(1),
             Some((0.74, 2, None)),
             Some(trend(-1.0, Some(1.2), true)),
-            None,
+            RungBefore::default(),
             0.75,
             600,
             MIN_TOP_RUNG,
@@ -1464,7 +1503,7 @@ mod tests {
             &node(MIN_TOP_RUNG),
             Some((0.74, 2, None)),
             Some(trend(-1.0, Some(1.2), true)),
-            None,
+            RungBefore::default(),
             0.75,
             600,
             MIN_TOP_RUNG,
@@ -1475,7 +1514,7 @@ mod tests {
             &node(0),
             Some((0.075, 1, None)),
             Some(trend(-1.76, Some(0.19), true)),
-            None,
+            RungBefore::default(),
             0.275,
             300,
             MIN_TOP_RUNG,
@@ -1491,7 +1530,7 @@ mod tests {
             &node(0),
             Some((0.1, 2, None)),
             None,
-            None,
+            RungBefore::default(),
             0.75,
             600,
             MIN_TOP_RUNG,
@@ -1523,7 +1562,7 @@ mod tests {
                 &nodes[i],
                 Some((mean, 1, None)),
                 Some(trend(slope, Some(gain), true)),
-                None,
+                RungBefore::default(),
                 0.4,
                 300,
                 MIN_TOP_RUNG,
@@ -1557,7 +1596,10 @@ mod tests {
             &nodes[4],
             Some((0.165, 1, None)),
             Some(trend(-3.1, Some(0.37), true)),
-            Some(0.03),
+            RungBefore {
+                gain: Some(0.03),
+                loss_end: None,
+            },
             0.4,
             300,
             MIN_TOP_RUNG,
@@ -1580,13 +1622,97 @@ mod tests {
             &nodes[4],
             Some((0.38, 1, None)),
             Some(trend(-1.7, Some(0.57), true)),
-            Some(1.2),
+            RungBefore {
+                gain: Some(1.2),
+                loss_end: None,
+            },
             0.4,
             300,
             MIN_TOP_RUNG,
         );
         assert!(!slowing.accelerating);
         assert!(halving_keep::<&NodeState>(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a_continued_line_is_judged_on_its_loss_since_the_rung_before_not_within_its_run() {
+        let nodes: Vec<NodeState> = ["n4", "n5", "n6"]
+            .iter()
+            .map(|id| NodeState {
+                id: id.to_string(),
+                ..node(1)
+            })
+            .collect();
+        // A trend whose run ended at `loss_end`, its loss falling within the run at `slope`.
+        let ended = |loss_end: f64, slope: f64| Trend {
+            loss_end: Estimate {
+                mean: loss_end,
+                ci95: None,
+            },
+            ..trend(slope, Some(0.0), slope < -0.1)
+        };
+        let judged = |i: usize, mean: f64, t: Trend, before: f64| {
+            let j = judge(
+                &nodes[i],
+                Some((mean, 1, None)),
+                Some(t),
+                RungBefore {
+                    gain: Some(0.0),
+                    loss_end: Some(before),
+                },
+                0.4,
+                600,
+                MIN_TOP_RUNG,
+            );
+            (&nodes[i], j)
+        };
+        // On the floor, a plain line whose loss fell 29% per 1,000 steps within its run (the
+        // schedule's decay) but 3% since the rung before (1.103 to 1.066): no longer learning.
+        let (_, plain) = judged(1, 0.010, ended(1.066, -0.29), 1.103);
+        assert!(!plain.continue_it, "{}", plain.reason);
+        assert!(
+            plain
+                .reason
+                .contains("-0.06 per 1k steps since the rung before"),
+            "{}",
+            plain.reason
+        );
+        // A scratchpad line whose loss fell from 0.335 to 0.250 in its 600 steps: still learning,
+        // though its slope within the run (-0.24) is gentler than the plain line's.
+        let (_, scratch) = judged(2, 0.005, ended(0.250, -0.24), 0.335);
+        assert!(scratch.continue_it, "{}", scratch.reason);
+        assert_eq!(scratch.verdict, ReviewVerdict::StillLearning);
+        // Halving's floor track ranks the rung on the fall since the rung before: of three on
+        // the floor it keeps the scratchpad line, not the plain line whose run-internal slope is
+        // the steepest.
+        let kept = halving_keep(vec![
+            judged(0, 0.015, ended(0.915, -0.24), 0.960),
+            judged(1, 0.010, ended(1.066, -0.29), 1.103),
+            judged(2, 0.005, ended(0.250, -0.24), 0.335),
+        ]);
+        let ids: Vec<&str> = kept.iter().map(|(n, _)| n.id.as_str()).collect();
+        assert_eq!(ids, ["n6"]);
+        // Just off the floor too: a line whose loss no longer falls across rungs needs its dev
+        // gain; one whose loss still falls goes on.
+        let (_, near) = judged(1, 0.085, ended(0.654, -0.51), 0.659);
+        assert!(!near.continue_it, "{}", near.reason);
+        let (_, near) = judged(1, 0.085, ended(0.600, -0.51), 0.704);
+        assert!(near.continue_it, "{}", near.reason);
+        // A node trained from the base model has no rung before: its run's slope is the evidence.
+        let j = judge(
+            &node(0),
+            Some((0.0, 1, None)),
+            Some(ended(1.103, -0.56)),
+            RungBefore::default(),
+            0.4,
+            600,
+            MIN_TOP_RUNG,
+        );
+        assert!(
+            j.continue_it && !j.reason.contains("since the rung before"),
+            "{}",
+            j.reason
+        );
     }
 
     #[test]
@@ -1604,7 +1730,7 @@ mod tests {
             &nodes[0],
             Some((0.085, 1, None)),
             Some(trend(-2.4, Some(0.07), true)),
-            None,
+            RungBefore::default(),
             0.4,
             600,
             MIN_TOP_RUNG,
@@ -1620,7 +1746,7 @@ mod tests {
             &nodes[0],
             Some((0.085, 1, None)),
             Some(trend(-0.01, Some(0.07), false)),
-            None,
+            RungBefore::default(),
             0.4,
             600,
             MIN_TOP_RUNG,
@@ -1633,7 +1759,7 @@ mod tests {
                 &nodes[i],
                 Some((mean, 1, None)),
                 Some(trend(slope, Some(0.02), true)),
-                None,
+                RungBefore::default(),
                 0.4,
                 600,
                 MIN_TOP_RUNG,
