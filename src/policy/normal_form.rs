@@ -371,19 +371,27 @@ mod digits {
         matches!(t, "+" | "-" | "*" | "/" | "=" | "<" | ">" | "%")
     }
 
-    /// A token's digits: its ASCII digits, or a unit word's; `None` for a word without any
-    /// (filler).
-    fn digits_of(t: &str) -> Option<String> {
-        let d: String = t.chars().filter(char::is_ascii_digit).collect();
-        if !d.is_empty() {
-            return Some(d);
+    /// A token's digits as a multiset — each digit's count in a nibble of a `u64` (a key covers
+    /// at most `MAX_DIGITS` < 16 digits, so sums of keys never carry) — and how many digits it
+    /// has: its ASCII digits, or a unit word's; `None` for a word without any (filler).
+    fn digits_of(t: &str) -> Option<(u64, usize)> {
+        let mut packed = 0u64;
+        let mut n = 0usize;
+        for b in t.bytes().filter(u8::is_ascii_digit) {
+            n += 1;
+            if n <= MAX_DIGITS {
+                packed += 1 << (4 * u32::from(b - b'0'));
+            }
         }
-        super::arithmetic::unit(t).map(|u| u.to_string())
+        if n > 0 {
+            return Some((packed, n));
+        }
+        super::arithmetic::unit(t).map(|u| (1 << (4 * u), 1))
     }
 
     pub fn keys(toks: &[String]) -> Vec<String> {
         // Digit tokens, with `None` where a string ends; filler dropped.
-        let pieces: Vec<Option<String>> = toks
+        let pieces: Vec<Option<(u64, usize)>> = toks
             .iter()
             .filter_map(|t| {
                 if breaks(t) {
@@ -393,24 +401,37 @@ mod digits {
                 }
             })
             .collect();
-        let mut out = Vec::new();
+        // Distinct multisets only: however long the row, at most one key per multiset of 2 to
+        // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per token.
+        let mut found = std::collections::HashSet::new();
         for i in 0..pieces.len() {
-            let mut run: Vec<u8> = Vec::new();
+            let (mut packed, mut len) = (0u64, 0usize);
             for p in &pieces[i..] {
-                let Some(d) = p else { break };
-                if run.len() + d.len() > MAX_DIGITS {
+                let Some((d, n)) = *p else { break };
+                if len + n > MAX_DIGITS {
                     break;
                 }
-                run.extend_from_slice(d.as_bytes());
-                if run.len() >= 2 {
-                    let mut sorted = run.clone();
-                    sorted.sort_unstable();
-                    out.push(format!("d:{}", String::from_utf8_lossy(&sorted)));
+                packed += d;
+                len += n;
+                if len >= 2 {
+                    found.insert(packed);
                 }
             }
         }
+        let mut out: Vec<String> = found
+            .into_iter()
+            .map(|packed| {
+                let mut key = String::from("d:");
+                for digit in 0..10u32 {
+                    let count = (packed >> (4 * digit)) & 0xF;
+                    for _ in 0..count {
+                        key.push(char::from(b'0' + digit as u8));
+                    }
+                }
+                key
+            })
+            .collect();
         out.sort();
-        out.dedup();
         out
     }
 }
