@@ -333,12 +333,20 @@ impl Generator<'_> {
     }
 
     /// What makes two rows one problem, for the decoys: for arithmetic the normal form (`12+34`
-    /// and `34+12` are one problem; for sorting `530912` and `219035`); for code the composition (`del a;add b` and `del c;add d`
-    /// are one, as the gate's code skeleton sees their programs), whatever the style.
+    /// and `34+12` are one problem; for sorting, `530912` and `219035`); for code the composition
+    /// (`del a;add b` and `del c;add d` are one, as the gate's code skeleton sees their programs),
+    /// whatever the style.
     fn problem_key(&self, row: &types::Row) -> String {
         match self {
             Generator::Arith(p) => {
-                crate::policy::normal_form::keys_of_text(p.op.normal_form(), &row.prompt).join("\n")
+                let keys =
+                    crate::policy::normal_form::keys_of_text(p.op.normal_form(), &row.prompt);
+                // A problem its form gives no key (a one-digit string to sort) is its own.
+                if keys.is_empty() {
+                    row.prompt.clone()
+                } else {
+                    keys.join("\n")
+                }
             }
             Generator::Code(_) => code_tasks::composition_key(&row.prompt),
         }
