@@ -250,6 +250,18 @@ pub enum NormalForm {
     Digits,
 }
 
+impl NormalForm {
+    /// What makes two of an arithmetic family's problems one (the gate's and the generator's
+    /// key): for arithmetic the operator and operands (`12+34` is `34+12`), for sorting the
+    /// multiset of digits (`530912` is `219035`: both sort to `012359`).
+    pub fn of(op: crate::model::data::ArithOp) -> NormalForm {
+        match op {
+            crate::model::data::ArithOp::Sort => NormalForm::Digits,
+            _ => NormalForm::Arithmetic,
+        }
+    }
+}
+
 fn default_metric() -> String {
     "exact_match".into()
 }

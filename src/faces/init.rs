@@ -171,7 +171,7 @@ fn write_eval_sets(root: &Path, task: &str, family: EvalFamily) -> Result<[Strin
     // item and each tripwire compares two splits that share nothing.
     let (form, cfg) = match family {
         EvalFamily::Arith(op, _) => (
-            Some(op.normal_form()),
+            Some(crate::config::NormalForm::of(op)),
             ScanConfig {
                 ngram: 8,
                 threshold: 0.5,
@@ -216,8 +216,10 @@ fn write_eval_sets(root: &Path, task: &str, family: EvalFamily) -> Result<[Strin
                 crate::train::datasets::arith_stream(&params, seed)
                     .take(n * 50)
                     .filter(|r| {
-                        let key =
-                            crate::policy::normal_form::keys_of_text(op.normal_form(), &r.prompt);
+                        let key = crate::policy::normal_form::keys_of_text(
+                            crate::config::NormalForm::of(op),
+                            &r.prompt,
+                        );
                         fresh(r, key.join("\n"))
                     })
                     .take(2 * n)
@@ -336,7 +338,7 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         ArithOp::Sum => format!("sums of three {size} numbers"),
         ArithOp::Sort => format!("the digits of {size} strings in ascending order"),
     };
-    let (form, form_note) = match op.normal_form() {
+    let (form, form_note) = match crate::config::NormalForm::of(op) {
         crate::config::NormalForm::Digits => (
             "digits",
             "# The gate also matches a test string in any order of its digits (its answer is one), in\n\
@@ -593,7 +595,7 @@ mod tests {
                             &rows,
                             &read(b),
                             cfg,
-                            Some(op.normal_form()),
+                            Some(crate::config::NormalForm::of(op)),
                         );
                         assert_eq!(shared, 0, "{name}: {b} items found in {a}");
                     }

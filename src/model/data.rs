@@ -46,18 +46,6 @@ pub enum ArithOp {
     Sort,
 }
 
-impl ArithOp {
-    /// What makes two of its problems one (the gate's and the generator's key): for arithmetic
-    /// the operator and operands (`12+34` is `34+12`), for sorting the multiset of digits
-    /// (`530912` is `219035`: both sort to `012359`).
-    pub fn normal_form(self) -> crate::config::NormalForm {
-        match self {
-            ArithOp::Sort => crate::config::NormalForm::Digits,
-            _ => crate::config::NormalForm::Arithmetic,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AnswerFormat {

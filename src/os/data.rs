@@ -339,8 +339,10 @@ impl Generator<'_> {
     fn problem_key(&self, row: &types::Row) -> String {
         match self {
             Generator::Arith(p) => {
-                let keys =
-                    crate::policy::normal_form::keys_of_text(p.op.normal_form(), &row.prompt);
+                let keys = crate::policy::normal_form::keys_of_text(
+                    crate::config::NormalForm::of(p.op),
+                    &row.prompt,
+                );
                 // A problem its form gives no key (a one-digit string to sort) is its own.
                 if keys.is_empty() {
                     row.prompt.clone()
