@@ -674,13 +674,13 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                     .filter(|n| n.status == NodeStatus::Open && !running.contains_key(&n.id))
                     .count();
                 let busy = running.len() + open;
+                // What the open nodes may still claim (a failed run's worker tries again:
+                // counting every recorded experiment as spent let a baseline branch a node the
+                // budget could not run).
                 let mut left_after = left.saturating_sub(
                     st.campaign_nodes()
                         .filter(|n| n.status == NodeStatus::Open)
-                        .map(|n| {
-                            opts.seeds_per_node as u64
-                                - (n.experiments.len() as u64).min(opts.seeds_per_node as u64)
-                        })
+                        .map(|n| n.seeds_to_train(opts.seeds_per_node))
                         .sum(),
                 );
                 // Greedy and a line wait for their result before going on; random fills every
@@ -737,12 +737,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
                 break;
             }
             let n = &st.nodes[&node];
-            let needs_budget = n
-                .experiments
-                .iter()
-                .filter(|e| e.checkpoint.is_some())
-                .count()
-                < opts.seeds_per_node as usize;
+            let needs_budget = n.seeds_to_train(opts.seeds_per_node) > 0;
             if needs_budget && budget.left() == 0 {
                 // Nothing left to run it with: close it honestly.
                 study.conclude(

@@ -47,6 +47,16 @@ pub struct NodeState {
 }
 
 impl NodeState {
+    /// How many more seeds a worker may still train on this node to reach `seeds`: one for each
+    /// seed short of a checkpoint. A failed run left none, and the worker tries again.
+    pub fn seeds_to_train(&self, seeds: u32) -> u64 {
+        let trained = self
+            .experiments
+            .iter()
+            .filter(|e| e.checkpoint.is_some())
+            .count() as u64;
+        u64::from(seeds).saturating_sub(trained)
+    }
     pub fn dev_scores(&self) -> Vec<f64> {
         self.experiments.iter().filter_map(|e| e.dev).collect()
     }
@@ -373,4 +383,40 @@ impl CampaignState {
 /// to give (tokens, `--agents`), so no outside agent can take one.
 pub fn campaign_author(agent: &str) -> bool {
     agent == "orchestrator" || agent.starts_with("reviewer-") || agent.ends_with("-agent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_run_leaves_its_seed_still_to_train() {
+        let exp = |state, ckpt: Option<&str>| Experiment {
+            seed: 0,
+            job_state: state,
+            checkpoint: ckpt.map(str::to_string),
+            dev: None,
+        };
+        let mut n = NodeState {
+            id: "n1".into(),
+            title: String::new(),
+            hypothesis: String::new(),
+            parents: vec!["n0".into()],
+            status: NodeStatus::Open,
+            recipe: None,
+            proposal: None,
+            experiments: Vec::new(),
+            verdict: None,
+            verdict_reason: None,
+            top: "n1".into(),
+            lonely_depth: 0,
+            suspect: false,
+        };
+        assert_eq!(n.seeds_to_train(1), 1);
+        n.experiments.push(exp(JobState::Failed, None));
+        assert_eq!(n.seeds_to_train(1), 1, "a failed run trained nothing");
+        n.experiments.push(exp(JobState::Succeeded, Some("c1")));
+        assert_eq!(n.seeds_to_train(1), 0);
+        assert_eq!(n.seeds_to_train(3), 2);
+    }
 }

@@ -235,7 +235,15 @@ fn baselines_greedy_refines_its_best_and_random_starts_from_the_root() {
         ],
     );
     let nodes = v["report"]["nodes"].as_array().expect("nodes").clone();
-    assert_eq!(nodes.len(), 4);
+    // On failure, the nodes (their runs and status), what was refused and the DAG.
+    assert_eq!(
+        nodes.len(),
+        4,
+        "{}\nrefused: {}\n{}",
+        serde_json::to_string_pretty(&nodes).unwrap_or_default(),
+        v["report"]["rejections_by_rule"],
+        v["report"]["dag_text"].as_str().unwrap_or_default()
+    );
     assert!(nodes.iter().all(|n| n["parents"] == json!(["n0"])));
     fsck_clean(&root2);
 }
