@@ -39,7 +39,7 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
         }
         NormalForm::Digits => {
             // A string of digits split across two rows: the first row's digits after its last
-            // operator or `=` continue into the next.
+            // `=` continue into the next.
             let start = prev
                 .iter()
                 .rposition(|t| digits::breaks(t))
@@ -359,16 +359,19 @@ mod arithmetic {
 /// `d:012359`. A string's digits may be written apart (`5 3 0 9 1 2`, `5,3,0`), in any script
 /// (the canonical text made them ASCII), as unit words (`five three`), or glued to letters
 /// (`r953210`, `x530912y`: a token's digits are its digits); words without digits are filler and
-/// skipped. An operator or `=` ends a string. Every run of consecutive digit tokens of 2 to
+/// skipped, and so are operator signs (`5+3+0`: a sorting task has no arithmetic). `=` ends a
+/// string, except in a chain of three or more single digits (`5=3=0`). Every run of consecutive digit tokens of 2 to
 /// `MAX_DIGITS` digits in all is a key — a row's digits next to a problem's (`7 530912`) do not
 /// hide it, and keys grow linearly with the row (at most `MAX_DIGITS` from each token).
 mod digits {
     /// The longest string of digits keyed: an item of more digits is left to the n-gram checks.
     pub const MAX_DIGITS: usize = 12;
 
-    /// An operator or `=`: what ends a string of digits.
+    /// What ends a string of digits: `=` alone, the sorting formats' own sign (between a string
+    /// and its answer, and between a digit and its count in the scratchpad). Other signs are
+    /// filler, as operator words are: a sorting task has no arithmetic, so `5+3+0` is `530`.
     pub fn breaks(t: &str) -> bool {
-        matches!(t, "+" | "-" | "*" | "/" | "=" | "<" | ">" | "%")
+        t == "="
     }
 
     /// A token's digits as a multiset — each digit's count in a nibble of a `u64` (a key covers
@@ -389,6 +392,40 @@ mod digits {
         super::arithmetic::unit(t).map(|u| (1 << (4 * u), 1))
     }
 
+    /// Single digits joined by `=` alone, three or more (`5=3=0=9`), as strings of their own
+    /// (`None` between two): the scratchpad's `digit=count` pairs are two, so they stay apart.
+    fn chains(pieces: &[Option<(u64, usize)>]) -> Vec<Option<(u64, usize)>> {
+        let mut out = Vec::new();
+        let mut chain: Vec<Option<(u64, usize)>> = Vec::new();
+        let mut after_sign = false;
+        for p in pieces {
+            match *p {
+                None => after_sign = !chain.is_empty(),
+                Some((d, 1)) if after_sign || chain.is_empty() => {
+                    chain.push(Some((d, 1)));
+                    after_sign = false;
+                }
+                // Digits side by side, or a token of several: the chain ends here.
+                Some((d, n)) => {
+                    if chain.len() >= 3 {
+                        out.append(&mut chain);
+                        out.push(None);
+                    }
+                    chain = if n == 1 {
+                        vec![Some((d, 1))]
+                    } else {
+                        Vec::new()
+                    };
+                    after_sign = false;
+                }
+            }
+        }
+        if chain.len() >= 3 {
+            out.append(&mut chain);
+        }
+        out
+    }
+
     pub fn keys(toks: &[String]) -> Vec<String> {
         // Digit tokens, with `None` where a string ends; filler dropped.
         let pieces: Vec<Option<(u64, usize)>> = toks
@@ -402,22 +439,27 @@ mod digits {
             })
             .collect();
         // Distinct multisets only: however long the row, at most one key per multiset of 2 to
-        // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per token.
+        // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per token
+        // (twice: in runs, and in chains).
         let mut found = std::collections::HashSet::new();
-        for i in 0..pieces.len() {
-            let (mut packed, mut len) = (0u64, 0usize);
-            for p in &pieces[i..] {
-                let Some((d, n)) = *p else { break };
-                if len + n > MAX_DIGITS {
-                    break;
-                }
-                packed += d;
-                len += n;
-                if len >= 2 {
-                    found.insert(packed);
+        let mut strings = |pieces: &[Option<(u64, usize)>]| {
+            for i in 0..pieces.len() {
+                let (mut packed, mut len) = (0u64, 0usize);
+                for p in &pieces[i..] {
+                    let Some((d, n)) = *p else { break };
+                    if len + n > MAX_DIGITS {
+                        break;
+                    }
+                    packed += d;
+                    len += n;
+                    if len >= 2 {
+                        found.insert(packed);
+                    }
                 }
             }
-        }
+        };
+        strings(&pieces);
+        strings(&chains(&pieces));
         let mut out: Vec<String> = found
             .into_iter()
             .map(|packed| {
@@ -581,14 +623,19 @@ mod tests {
             "7 530912",
             "530912 → 012359",
             "0=1,1=1,2=1,3=1,5=1,9=1|012359",
+            "530+912",
+            "5+3+0+9+1+2",
+            "5-3*0/9<1>2%",
+            "5 = 3 = 0 = 9 = 1 = 2",
         ] {
             assert!(dk(text).contains(&key), "{text:?}: {:?}", dk(text));
         }
         // An item's prompt has one key.
         assert_eq!(dk("530912="), vec![key.clone()]);
-        // Other strings are other problems: another multiset, a string cut by an operator or
-        // `=`, or a longer string that holds the digits and more in one token.
-        for text in ["530913=", "530=912", "530+912", "7530912=", "5309=12"] {
+        // Other strings are other problems: another multiset, a string cut by `=`, a longer
+        // string that holds the digits and more in one token, or `digit=count` pairs (two
+        // single digits joined by `=` are no chain).
+        for text in ["530913=", "530=912", "7530912=", "5309=12", "5=3,0=9,1=2"] {
             assert!(!dk(text).contains(&key), "{text:?}: {:?}", dk(text));
         }
         // Split across two rows, wherever the cut falls between tokens.

@@ -3113,6 +3113,49 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
             row(format!("7 {digits}="), "7".into()),
         ),
         ("the answer alone", row("sorted:".into(), sorted.clone())),
+        // Signs between the digits: a sorting task has no arithmetic, so `5+3+0+9+1+2` is the
+        // string with signs between (as `five plus three …` already was), and a chain of single
+        // digits joined by `=` is one too (the scratchpad's `digit=count` pairs are two).
+        (
+            "between plus signs",
+            row(
+                format!(
+                    "{}=",
+                    digits
+                        .chars()
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                        .join("+")
+                ),
+                sorted
+                    .chars()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+                    .join("+"),
+            ),
+        ),
+        (
+            "between every operator",
+            row(
+                digits
+                    .chars()
+                    .zip(["-", "*", "/", "<", ">", "%"])
+                    .map(|(d, op)| format!("{d}{op}"))
+                    .collect(),
+                "?".into(),
+            ),
+        ),
+        (
+            "between equals signs",
+            row(
+                digits
+                    .chars()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+                    .join(" = "),
+                "sorted".into(),
+            ),
+        ),
         (
             "split across two rows",
             vec![
