@@ -160,12 +160,12 @@ fn open(root: &Path) -> Study {
 
 /// A node branched from n0 by the test's agent; its id.
 fn branch_of_n0(root: &Path, title: &str) -> String {
-    open(root)
-        .call(
-            &agent(),
-            "branch",
-            json!({"parents": ["n0"], "title": title}),
-        )
+    branch_as(&open(root), &agent(), title)
+}
+
+/// A node branched from n0 by `who`; its id.
+fn branch_as(s: &Study, who: &Caller, title: &str) -> String {
+    s.call(who, "branch", json!({"parents": ["n0"], "title": title}))
         .expect("branch")["node"]
         .as_str()
         .expect("id")
@@ -3168,12 +3168,7 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     for (i, (what, rows)) in forms.into_iter().enumerate() {
         // One agent per form: each stays under the study's limit on contamination rejections.
         let who = Caller::new(format!("sorter{i}"), Role::Worker);
-        let n = s
-            .call(&who, "branch", json!({"parents": ["n0"], "title": what}))
-            .expect("branch")["node"]
-            .as_str()
-            .expect("id")
-            .to_string();
+        let n = branch_as(&s, &who, what);
         let e = refused_by(
             &s,
             &who,
@@ -3198,12 +3193,7 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
         .collect();
     assert!(clean.len() > 50, "{}", clean.len());
     let who = Caller::new("honest", Role::Worker);
-    let n = s
-        .call(&who, "branch", json!({"parents": ["n0"], "title": "clean"}))
-        .expect("branch")["node"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let n = branch_as(&s, &who, "clean");
     s.call(&who, "register_dataset", inline(&n, "clean", clean))
         .expect("strings no split holds train");
     s.call(
