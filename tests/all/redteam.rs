@@ -3156,6 +3156,18 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
                 "sorted".into(),
             ),
         ),
+        // Two disguises at once: full-width digits, last first, in a chain of equals signs.
+        (
+            "full-width, reversed, between equals signs",
+            row(
+                "count down:".into(),
+                digits_in(&sorted.chars().rev().collect::<String>(), '０')
+                    .chars()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+                    .join("="),
+            ),
+        ),
         (
             "split across two rows",
             vec![
