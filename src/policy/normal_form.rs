@@ -46,7 +46,15 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
                 .map_or(0, |i| i + 1);
             let mut joined = prev[start..].to_vec();
             joined.extend_from_slice(toks);
-            digits::keys(&joined)
+            let mut keys = digits::keys(&joined);
+            // Counts split across two rows: up to `MAX_DIGITS` pairs, with filler, end the first.
+            let from = prev.len().saturating_sub(4 * digits::MAX_DIGITS);
+            let mut tail = prev[from..].to_vec();
+            tail.extend_from_slice(toks);
+            keys.extend(digits::count_keys(&tail));
+            keys.sort();
+            keys.dedup();
+            keys
         }
     }
 }
@@ -426,6 +434,71 @@ mod digits {
         out
     }
 
+    /// A single digit: one ASCII digit or a unit word (`5`, `five`).
+    fn single(t: &str) -> Option<u64> {
+        match t.as_bytes() {
+            [b] if b.is_ascii_digit() => Some(u64::from(b - b'0')),
+            _ => super::arithmetic::unit(t),
+        }
+    }
+
+    /// A digit's count: a number of at most two ASCII digits or a unit word (`3`, `three`).
+    fn count(t: &str) -> Option<u64> {
+        if (1..=2).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_digit()) {
+            return t.parse().ok();
+        }
+        super::arithmetic::unit(t)
+    }
+
+    /// A string written as its digits' counts, the sorting scratchpad's form without the string:
+    /// `digit = count` pairs (`0=1,1=1,2=1,3=1,5=1,9=1` is `012359`, in any order, `5=2` is
+    /// `55`), with filler between them, are the multiset they count. Every run of consecutive
+    /// pairs of 2 to `MAX_DIGITS` digits in all is a key, as for strings; a pair counting none
+    /// (`4=0`) adds nothing and does not end a run, and anything else that is not filler (a
+    /// digit, `=`, a count above `MAX_DIGITS`) does. Each pair starts at most `MAX_DIGITS` keys.
+    fn counts(toks: &[String], found: &mut std::collections::HashSet<u64>) {
+        let mut runs: Vec<Vec<(u64, usize)>> = vec![Vec::new()];
+        let mut i = 0;
+        while i < toks.len() {
+            let pair = match (toks.get(i), toks.get(i + 1), toks.get(i + 2)) {
+                (Some(d), Some(eq), Some(c)) if breaks(eq) => single(d).zip(count(c)),
+                _ => None,
+            };
+            match pair {
+                Some((d, c)) if c as usize <= MAX_DIGITS => {
+                    if c > 0 {
+                        // `c` of digit `d`, in its nibble (at most `MAX_DIGITS` < 16)
+                        if let Some(run) = runs.last_mut() {
+                            run.push((c << (4 * d), c as usize));
+                        }
+                    }
+                    i += 3;
+                }
+                _ => {
+                    if breaks(&toks[i]) || digits_of(&toks[i]).is_some() {
+                        runs.push(Vec::new());
+                    }
+                    i += 1;
+                }
+            }
+        }
+        for run in runs {
+            for start in 0..run.len() {
+                let (mut packed, mut len) = (0u64, 0usize);
+                for &(p, n) in &run[start..] {
+                    if len + n > MAX_DIGITS {
+                        break;
+                    }
+                    packed += p;
+                    len += n;
+                    if len >= 2 {
+                        found.insert(packed);
+                    }
+                }
+            }
+        }
+    }
+
     pub fn keys(toks: &[String]) -> Vec<String> {
         // Digit tokens, with `None` where a string ends; filler dropped.
         let pieces: Vec<Option<(u64, usize)>> = toks
@@ -460,6 +533,20 @@ mod digits {
         };
         strings(&pieces);
         strings(&chains(&pieces));
+        counts(toks, &mut found);
+        named(found)
+    }
+
+    /// The keys of a row's digits' counts alone (`counts`): for a row's tail joined with the
+    /// next row, where the tail `keys` reads (after the last `=`) cuts a pair.
+    pub fn count_keys(toks: &[String]) -> Vec<String> {
+        let mut found = std::collections::HashSet::new();
+        counts(toks, &mut found);
+        named(found)
+    }
+
+    /// Multisets as keys: `d:` and the digits in ascending order.
+    fn named(found: std::collections::HashSet<u64>) -> Vec<String> {
         let mut out: Vec<String> = found
             .into_iter()
             .map(|packed| {
@@ -653,6 +740,47 @@ mod tests {
             &tokens(&canonical("912")),
         );
         assert!(!cut.contains(&key), "{cut:?}");
+    }
+
+    #[test]
+    fn digits_read_a_string_written_as_its_digits_counts() {
+        let key = "d:012359".to_string();
+        // The scratchpad's counts without the string or its answer, in any order, in words,
+        // with filler and with pairs counting none between them.
+        for text in [
+            "0=1,1=1,2=1,3=1,5=1,9=1",
+            "9=1 5=1 3=1 2=1 1=1 0=1",
+            "zero=one, one=one, two=one, three=one, five=one, nine=one",
+            "counts 0=1 and 4=0 then 1=1,2=1,3=1,5=1,9=1 done",
+            "\u{FF10}=\u{FF11},1=1,2=1,3=1,5=1,9=1",
+        ] {
+            assert!(dk(text).contains(&key), "{text:?}: {:?}", dk(text));
+        }
+        assert!(dk("5=2,0=1").contains(&"d:055".to_string()));
+        // Other multisets, or counts cut apart by a digit or an `=` of their own, are others.
+        for text in [
+            "0=1,1=1,2=1,3=1,5=1,9=2",
+            "0=1,1=1,2=1,7,3=1,5=1,9=1",
+            "0=1,1=1,2=1 = 3=1,5=1,9=1",
+            "0=1,1=1,2=1,3=1,5=13,9=1",
+        ] {
+            assert!(!dk(text).contains(&key), "{text:?}: {:?}", dk(text));
+        }
+        // Split across two rows, the first's counts running into the second's.
+        for (a, b) in [
+            ("0=1,1=1,2=1", "3=1,5=1,9=1"),
+            ("sorting: 0=1", "1=1,2=1,3=1,5=1,9=1|"),
+        ] {
+            let keys = keys_across(
+                NormalForm::Digits,
+                &tokens(&canonical(a)),
+                &tokens(&canonical(b)),
+            );
+            assert!(keys.contains(&key), "{a:?} | {b:?}: {keys:?}");
+        }
+        // However many pairs a row holds, each starts at most `MAX_DIGITS` keys.
+        let row = "1=1,".repeat(20_000);
+        assert!(dk(&row).len() <= digits::MAX_DIGITS, "{}", dk(&row).len());
     }
 
     /// A flood of digits gives keys linear in the row: at most `MAX_DIGITS` per token.

@@ -3036,7 +3036,8 @@ fn a_hanging_agent_holds_a_lockstep_campaign_for_at_most_its_turns() {
 
 /// A digit-sorting study (tiny-sort6, the gate's `digits` normal form): a test string's digits in
 /// another order, spaced, in words, in another script, in the reversed answer format, glued to
-/// letters, beside other digits, the answer alone, or the string split across two rows are all
+/// letters, beside other digits, the answer alone, its digits' counts alone (the scratchpad's
+/// `digit=count` pairs), or the string split across two rows are all
 /// the same item — each refused by the gate and recorded — while rows of other strings, and the
 /// generator's own rows, train.
 #[test]
@@ -3166,6 +3167,20 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
                     .map(String::from)
                     .collect::<Vec<_>>()
                     .join("="),
+            ),
+        ),
+        // The sorting scratchpad's counts with neither the string nor its answer: each digit
+        // and how many times it occurs, last digit first.
+        (
+            "its digits' counts alone",
+            row(
+                "how many of each?".into(),
+                sorted
+                    .chars()
+                    .rev()
+                    .map(|c| format!("{c}=1"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ),
         ),
         (
