@@ -23,7 +23,9 @@ pub const EXAMPLES: &[&str] = &[
 /// against and, once read, became tuning families; the sums of three are the second round (read
 /// with the reviewer adopted last, E); four-digit addition and subtraction are the third, for any
 /// rule changed after the second round was read; sorting six digits, the one family without
-/// carries, is the fourth. Name, operation, digits.
+/// carries, is the fourth; four-digit mixed sums and differences and sorting seven digits, the
+/// last families of these operations whose every answer format fits the base model's context, are
+/// the fifth. Name, operation, digits.
 pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-sub2", ArithOp::Sub, 2),
     ("tiny-sub3", ArithOp::Sub, 3),
@@ -34,6 +36,8 @@ pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-add4", ArithOp::Add, 4),
     ("tiny-sub4", ArithOp::Sub, 4),
     ("tiny-sort6", ArithOp::Sort, 6),
+    ("tiny-mixed4", ArithOp::Mixed, 4),
+    ("tiny-sort7", ArithOp::Sort, 7),
 ];
 
 /// Every name `rsim init --example` takes.
@@ -329,6 +333,7 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         4 => "four-digit",
         5 => "five-digit",
         6 => "six-digit",
+        7 => "seven-digit",
         _ => "many-digit",
     };
     let described = match op {

@@ -73,8 +73,8 @@ impl AnswerFormat {
 #[serde(deny_unknown_fields)]
 pub struct ArithParams {
     pub op: ArithOp,
-    /// Digits per operand.
-    #[schemars(range(min = 1, max = 6))]
+    /// Digits per operand (per string, when sorting).
+    #[schemars(range(min = 1, max = 7))]
     pub digits: u32,
     pub format: AnswerFormat,
     /// Number of rows.
