@@ -693,6 +693,15 @@ mod tests {
         keys(NormalForm::Digits, &tokens(&canonical(text)))
     }
 
+    /// The digits keys of two adjacent rows together.
+    fn dk_across(a: &str, b: &str) -> Vec<String> {
+        keys_across(
+            NormalForm::Digits,
+            &tokens(&canonical(a)),
+            &tokens(&canonical(b)),
+        )
+    }
+
     #[test]
     fn digits_equate_a_sorting_problem_in_any_order_and_surface_form() {
         let key = "d:012359".to_string();
@@ -727,18 +736,10 @@ mod tests {
         }
         // Split across two rows, wherever the cut falls between tokens.
         for (a, b) in [("5 3 0", "9 1 2"), ("x=530", "912=")] {
-            let keys = keys_across(
-                NormalForm::Digits,
-                &tokens(&canonical(a)),
-                &tokens(&canonical(b)),
-            );
+            let keys = dk_across(a, b);
             assert!(keys.contains(&key), "{a:?} | {b:?}: {keys:?}");
         }
-        let cut = keys_across(
-            NormalForm::Digits,
-            &tokens(&canonical("530=")),
-            &tokens(&canonical("912")),
-        );
+        let cut = dk_across("530=", "912");
         assert!(!cut.contains(&key), "{cut:?}");
     }
 
@@ -771,11 +772,7 @@ mod tests {
             ("0=1,1=1,2=1", "3=1,5=1,9=1"),
             ("sorting: 0=1", "1=1,2=1,3=1,5=1,9=1|"),
         ] {
-            let keys = keys_across(
-                NormalForm::Digits,
-                &tokens(&canonical(a)),
-                &tokens(&canonical(b)),
-            );
+            let keys = dk_across(a, b);
             assert!(keys.contains(&key), "{a:?} | {b:?}: {keys:?}");
         }
         // However many pairs a row holds, each starts at most `MAX_DIGITS` keys.
