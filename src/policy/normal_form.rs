@@ -372,6 +372,8 @@ mod arithmetic {
 /// `MAX_DIGITS` digits in all is a key — a row's digits next to a problem's (`7 530912`) do not
 /// hide it, and keys grow linearly with the row (at most `MAX_DIGITS` from each token).
 mod digits {
+    use std::collections::HashSet;
+
     /// The longest string of digits keyed: an item of more digits is left to the n-gram checks.
     pub const MAX_DIGITS: usize = 12;
 
@@ -434,15 +436,7 @@ mod digits {
         out
     }
 
-    /// A single digit: one ASCII digit or a unit word (`5`, `five`).
-    fn single(t: &str) -> Option<u64> {
-        match t.as_bytes() {
-            [b] if b.is_ascii_digit() => Some(u64::from(b - b'0')),
-            _ => super::arithmetic::unit(t),
-        }
-    }
-
-    /// A digit's count: a number of at most two ASCII digits or a unit word (`3`, `three`).
+    /// A digit or its count: a number of at most two ASCII digits or a unit word (`3`, `three`).
     fn count(t: &str) -> Option<u64> {
         if (1..=2).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_digit()) {
             return t.parse().ok();
@@ -452,48 +446,70 @@ mod digits {
 
     /// A string written as its digits' counts, the sorting scratchpad's form without the string:
     /// `digit = count` pairs (`0=1,1=1,2=1,3=1,5=1,9=1` is `012359`, in any order, `5=2` is
-    /// `55`), with filler between them, are the multiset they count. Every run of consecutive
-    /// pairs of 2 to `MAX_DIGITS` digits in all is a key, as for strings; a pair counting none
-    /// (`4=0`) adds nothing and does not end a run, and anything else that is not filler (a
-    /// digit, `=`, a count above `MAX_DIGITS`) does. Each pair starts at most `MAX_DIGITS` keys.
-    fn counts(toks: &[String], found: &mut std::collections::HashSet<u64>) {
-        let mut runs: Vec<Vec<(u64, usize)>> = vec![Vec::new()];
+    /// `55`), with filler between them, are the multiset they count, keyed like a string's digits
+    /// (`runs`): every run of consecutive pairs of 2 to `MAX_DIGITS` digits in all. A pair counting
+    /// none (`4=0`) adds nothing and does not end a run; anything else that is not filler (a digit,
+    /// `=`, a count above `MAX_DIGITS`) does.
+    fn counts(toks: &[String], found: &mut HashSet<u64>) {
+        for run in pair_runs(toks) {
+            runs(&counted(&run), found);
+        }
+    }
+
+    /// Runs of `x=y` pairs of small numbers (`count`), filler between them, as `(x, y)`.
+    fn pair_runs(toks: &[String]) -> Vec<Vec<(u64, u64)>> {
+        let (mut out, mut cur) = (Vec::new(), Vec::new());
         let mut i = 0;
         while i < toks.len() {
-            let pair = match (toks.get(i), toks.get(i + 1), toks.get(i + 2)) {
-                (Some(d), Some(eq), Some(c)) if breaks(eq) => single(d).zip(count(c)),
-                _ => None,
-            };
-            match pair {
-                Some((d, c)) if c as usize <= MAX_DIGITS => {
-                    if c > 0 {
-                        // `c` of digit `d`, in its nibble (at most `MAX_DIGITS` < 16)
-                        if let Some(run) = runs.last_mut() {
-                            run.push((c << (4 * d), c as usize));
-                        }
-                    }
-                    i += 3;
-                }
-                _ => {
-                    if breaks(&toks[i]) || digits_of(&toks[i]).is_some() {
-                        runs.push(Vec::new());
-                    }
-                    i += 1;
-                }
+            if let (Some(a), Some(eq), Some(b)) = (toks.get(i), toks.get(i + 1), toks.get(i + 2))
+                && breaks(eq)
+                && let (Some(x), Some(y)) = (count(a), count(b))
+            {
+                cur.push((x, y));
+                i += 3;
+                continue;
             }
+            if (breaks(&toks[i]) || digits_of(&toks[i]).is_some()) && !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            i += 1;
         }
-        for run in runs {
-            for start in 0..run.len() {
-                let (mut packed, mut len) = (0u64, 0usize);
-                for &(p, n) in &run[start..] {
-                    if len + n > MAX_DIGITS {
-                        break;
-                    }
-                    packed += p;
-                    len += n;
-                    if len >= 2 {
-                        found.insert(packed);
-                    }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+
+    /// A run of pairs as `runs` pieces: `c` of digit `d` in `d`'s nibble (at most `MAX_DIGITS`
+    /// < 16); `None` where a pair counts no digit.
+    fn counted(run: &[(u64, u64)]) -> Vec<Option<(u64, usize)>> {
+        run.iter()
+            .filter_map(|&(d, c)| {
+                if d > 9 || c as usize > MAX_DIGITS {
+                    Some(None)
+                } else if c == 0 {
+                    None
+                } else {
+                    Some(Some((c << (4 * d), c as usize)))
+                }
+            })
+            .collect()
+    }
+
+    /// Every run of consecutive pieces (`None` ends one) of 2 to `MAX_DIGITS` digits in all, as
+    /// its multiset: at most `MAX_DIGITS` from each piece.
+    fn runs(pieces: &[Option<(u64, usize)>], found: &mut HashSet<u64>) {
+        for i in 0..pieces.len() {
+            let (mut packed, mut len) = (0u64, 0usize);
+            for p in &pieces[i..] {
+                let Some((d, n)) = *p else { break };
+                if len + n > MAX_DIGITS {
+                    break;
+                }
+                packed += d;
+                len += n;
+                if len >= 2 {
+                    found.insert(packed);
                 }
             }
         }
@@ -513,26 +529,10 @@ mod digits {
             .collect();
         // Distinct multisets only: however long the row, at most one key per multiset of 2 to
         // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per token
-        // (twice: in runs, and in chains).
-        let mut found = std::collections::HashSet::new();
-        let mut strings = |pieces: &[Option<(u64, usize)>]| {
-            for i in 0..pieces.len() {
-                let (mut packed, mut len) = (0u64, 0usize);
-                for p in &pieces[i..] {
-                    let Some((d, n)) = *p else { break };
-                    if len + n > MAX_DIGITS {
-                        break;
-                    }
-                    packed += d;
-                    len += n;
-                    if len >= 2 {
-                        found.insert(packed);
-                    }
-                }
-            }
-        };
-        strings(&pieces);
-        strings(&chains(&pieces));
+        // (in runs, in chains, and in counts).
+        let mut found = HashSet::new();
+        runs(&pieces, &mut found);
+        runs(&chains(&pieces), &mut found);
         counts(toks, &mut found);
         named(found)
     }
@@ -540,13 +540,13 @@ mod digits {
     /// The keys of a row's digits' counts alone (`counts`): for a row's tail joined with the
     /// next row, where the tail `keys` reads (after the last `=`) cuts a pair.
     pub fn count_keys(toks: &[String]) -> Vec<String> {
-        let mut found = std::collections::HashSet::new();
+        let mut found = HashSet::new();
         counts(toks, &mut found);
         named(found)
     }
 
     /// Multisets as keys: `d:` and the digits in ascending order.
-    fn named(found: std::collections::HashSet<u64>) -> Vec<String> {
+    fn named(found: HashSet<u64>) -> Vec<String> {
         let mut out: Vec<String> = found
             .into_iter()
             .map(|packed| {

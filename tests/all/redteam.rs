@@ -3070,7 +3070,17 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     let digits = t.prompt[..6].to_string();
     let sorted = t.answer.clone();
     let other_order: String = digits.chars().rev().collect();
-    let spaced = |s: &str| s.chars().map(String::from).collect::<Vec<_>>().join(" ");
+    let joined = |s: &str, sep: &str| s.chars().map(String::from).collect::<Vec<_>>().join(sep);
+    let spaced = |s: &str| joined(s, " ");
+    // Each digit of the answer, last first, as a `digit=count` pair written by `pair`.
+    let pairs = |pair: fn(char) -> String| {
+        sorted
+            .chars()
+            .rev()
+            .map(pair)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     const UNITS: [&str; 10] = [
         "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
     ];
@@ -3119,21 +3129,7 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
         // digits joined by `=` is one too (the scratchpad's `digit=count` pairs are two).
         (
             "between plus signs",
-            row(
-                format!(
-                    "{}=",
-                    digits
-                        .chars()
-                        .map(String::from)
-                        .collect::<Vec<_>>()
-                        .join("+")
-                ),
-                sorted
-                    .chars()
-                    .map(String::from)
-                    .collect::<Vec<_>>()
-                    .join("+"),
-            ),
+            row(format!("{}=", joined(&digits, "+")), joined(&sorted, "+")),
         ),
         (
             "between every operator",
@@ -3148,40 +3144,24 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
         ),
         (
             "between equals signs",
-            row(
-                digits
-                    .chars()
-                    .map(String::from)
-                    .collect::<Vec<_>>()
-                    .join(" = "),
-                "sorted".into(),
-            ),
+            row(joined(&digits, " = "), "sorted".into()),
         ),
         // Two disguises at once: full-width digits, last first, in a chain of equals signs.
         (
             "full-width, reversed, between equals signs",
             row(
                 "count down:".into(),
-                digits_in(&sorted.chars().rev().collect::<String>(), '０')
-                    .chars()
-                    .map(String::from)
-                    .collect::<Vec<_>>()
-                    .join("="),
+                joined(
+                    &digits_in(&sorted.chars().rev().collect::<String>(), '０'),
+                    "=",
+                ),
             ),
         ),
         // The sorting scratchpad's counts with neither the string nor its answer: each digit
         // and how many times it occurs, last digit first.
         (
             "its digits' counts alone",
-            row(
-                "how many of each?".into(),
-                sorted
-                    .chars()
-                    .rev()
-                    .map(|c| format!("{c}=1"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            ),
+            row("how many of each?".into(), pairs(|c| format!("{c}=1"))),
         ),
         (
             "split across two rows",
