@@ -449,10 +449,15 @@ mod digits {
     /// `55`), with filler between them, are the multiset they count, keyed like a string's digits
     /// (`runs`): every run of consecutive pairs of 2 to `MAX_DIGITS` digits in all. A pair counting
     /// none (`4=0`) adds nothing and does not end a run; anything else that is not filler (a digit,
-    /// `=`, a count above `MAX_DIGITS`) does.
+    /// `=`, a count above `MAX_DIGITS`) does. A run is also read count first (`1=0,1=1,1=2,…`),
+    /// unless its digits ascend as a scratchpad's do: an honest scratchpad is never read backwards,
+    /// so its other reading cannot refuse it.
     fn counts(toks: &[String], found: &mut HashSet<u64>) {
         for run in pair_runs(toks) {
-            runs(&counted(&run), found);
+            runs(&counted(&run, false), found);
+            if !run.windows(2).all(|w| w[0].0 < w[1].0) {
+                runs(&counted(&run, true), found);
+            }
         }
     }
 
@@ -480,11 +485,12 @@ mod digits {
         out
     }
 
-    /// A run of pairs as `runs` pieces: `c` of digit `d` in `d`'s nibble (at most `MAX_DIGITS`
-    /// < 16); `None` where a pair counts no digit.
-    fn counted(run: &[(u64, u64)]) -> Vec<Option<(u64, usize)>> {
+    /// A run of pairs as `runs` pieces, digit first or (`flip`) count first: `c` of digit `d` in
+    /// `d`'s nibble (at most `MAX_DIGITS` < 16); `None` where a pair counts no digit.
+    fn counted(run: &[(u64, u64)], flip: bool) -> Vec<Option<(u64, usize)>> {
         run.iter()
-            .filter_map(|&(d, c)| {
+            .filter_map(|&(x, y)| {
+                let (d, c) = if flip { (y, x) } else { (x, y) };
                 if d > 9 || c as usize > MAX_DIGITS {
                     Some(None)
                 } else if c == 0 {
@@ -529,7 +535,7 @@ mod digits {
             .collect();
         // Distinct multisets only: however long the row, at most one key per multiset of 2 to
         // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per token
-        // (in runs, in chains, and in counts).
+        // (in runs, in chains, and in counts read each way).
         let mut found = HashSet::new();
         runs(&pieces, &mut found);
         runs(&chains(&pieces), &mut found);
@@ -758,6 +764,19 @@ mod tests {
             assert!(dk(text).contains(&key), "{text:?}: {:?}", dk(text));
         }
         assert!(dk("5=2,0=1").contains(&"d:055".to_string()));
+        // Count first, digit second, in digits or in words.
+        for text in [
+            "1=0, 1=1, 1=2, 1=3, 1=5, 1=9",
+            "one=nine one=five one=three one=two one=one one=zero",
+        ] {
+            assert!(dk(text).contains(&key), "{text:?}: {:?}", dk(text));
+        }
+        assert!(dk("2=5, 1=0").contains(&"d:055".to_string()));
+        // A scratchpad (its digits ascending) is read one way only: `0=1,1=2,5=3` is `011555`,
+        // never six digits counted the other way (`233333`), which could be a protected item.
+        let pad = dk("0=1,1=2,5=3");
+        assert!(pad.contains(&"d:011555".to_string()), "{pad:?}");
+        assert!(!pad.contains(&"d:233333".to_string()), "{pad:?}");
         // Other multisets, or counts cut apart by a digit or an `=` of their own, are others.
         for text in [
             "0=1,1=1,2=1,3=1,5=1,9=2",
@@ -778,6 +797,12 @@ mod tests {
         // However many pairs a row holds, each starts at most `MAX_DIGITS` keys.
         let row = "1=1,".repeat(20_000);
         assert!(dk(&row).len() <= digits::MAX_DIGITS, "{}", dk(&row).len());
+        // Pairs of every digit and count, read both ways (not ascending): still at most
+        // `MAX_DIGITS` keys from each pair in each reading.
+        let spread: String = (0..20_000)
+            .map(|i| format!("{}={}, ", i % 10, i % 7 + 1))
+            .collect();
+        assert!(dk(&spread).len() <= 2 * 20_000 * digits::MAX_DIGITS);
     }
 
     /// A flood of digits gives keys linear in the row: at most `MAX_DIGITS` per token.

@@ -3037,7 +3037,7 @@ fn a_hanging_agent_holds_a_lockstep_campaign_for_at_most_its_turns() {
 /// A digit-sorting study (tiny-sort6, the gate's `digits` normal form): a test string's digits in
 /// another order, spaced, in words, in another script, in the reversed answer format, glued to
 /// letters, beside other digits, the answer alone, its digits' counts alone (the scratchpad's
-/// `digit=count` pairs), or the string split across two rows are all
+/// `digit=count` pairs, or each count first), or the string split across two rows are all
 /// the same item — each refused by the gate and recorded — while rows of other strings, and the
 /// generator's own rows, train.
 #[test]
@@ -3162,6 +3162,11 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
         (
             "its digits' counts alone",
             row("how many of each?".into(), pairs(|c| format!("{c}=1"))),
+        ),
+        // The next try once those are read: each count first, then its digit (`1=9, 1=5, …`).
+        (
+            "its digits' counts alone, count first",
+            row("tally:".into(), pairs(|c| format!("1={c}"))),
         ),
         (
             "split across two rows",
