@@ -512,7 +512,7 @@ impl TaskFamily {
             return Err(unknown_task(name));
         };
         let digits: u32 = rest.parse().map_err(|_| unknown_task(name))?;
-        if !(1..=7).contains(&digits) {
+        if !(1..=crate::model::data::MAX_ARITH_DIGITS).contains(&digits) {
             return Err(unknown_task(name));
         }
         Ok(TaskFamily {

@@ -68,13 +68,17 @@ impl AnswerFormat {
     }
 }
 
+/// The most digits an operand (or a string to sort) of the arithmetic generator may have; task
+/// names (`sort7`) are held to it too.
+pub const MAX_ARITH_DIGITS: u32 = 7;
+
 /// Parameters of the built-in arithmetic generator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ArithParams {
     pub op: ArithOp,
     /// Digits per operand (per string, when sorting).
-    #[schemars(range(min = 1, max = 7))]
+    #[schemars(range(min = 1, max = MAX_ARITH_DIGITS))]
     pub digits: u32,
     pub format: AnswerFormat,
     /// Number of rows.

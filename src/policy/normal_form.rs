@@ -46,15 +46,12 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
                 .map_or(0, |i| i + 1);
             let mut joined = prev[start..].to_vec();
             joined.extend_from_slice(toks);
-            let mut keys = digits::keys(&joined);
-            // Counts split across two rows: up to `MAX_DIGITS` pairs, with filler, end the first.
+            // Counts split across two rows: up to `MAX_DIGITS` pairs, with filler, end the first
+            // (a pair holds an `=`, so the strings' tail cuts them).
             let from = prev.len().saturating_sub(4 * digits::MAX_DIGITS);
             let mut tail = prev[from..].to_vec();
             tail.extend_from_slice(toks);
-            keys.extend(digits::count_keys(&tail));
-            keys.sort();
-            keys.dedup();
-            keys
+            digits::keys_of(&joined, &tail)
         }
     }
 }
@@ -437,7 +434,7 @@ mod digits {
     }
 
     /// A digit or its count: a number of at most two ASCII digits or a unit word (`3`, `three`).
-    fn count(t: &str) -> Option<u64> {
+    fn small(t: &str) -> Option<u64> {
         if (1..=2).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_digit()) {
             return t.parse().ok();
         }
@@ -461,14 +458,14 @@ mod digits {
         }
     }
 
-    /// Runs of `x=y` pairs of small numbers (`count`), filler between them, as `(x, y)`.
+    /// Runs of `x=y` pairs of small numbers (`small`), filler between them, as `(x, y)`.
     fn pair_runs(toks: &[String]) -> Vec<Vec<(u64, u64)>> {
         let (mut out, mut cur) = (Vec::new(), Vec::new());
         let mut i = 0;
         while i < toks.len() {
             if let (Some(a), Some(eq), Some(b)) = (toks.get(i), toks.get(i + 1), toks.get(i + 2))
                 && breaks(eq)
-                && let (Some(x), Some(y)) = (count(a), count(b))
+                && let (Some(x), Some(y)) = (small(a), small(b))
             {
                 cur.push((x, y));
                 i += 3;
@@ -522,8 +519,14 @@ mod digits {
     }
 
     pub fn keys(toks: &[String]) -> Vec<String> {
+        keys_of(toks, toks)
+    }
+
+    /// The keys of the strings and chains in `strings` and of the counts in `counted_toks` (one row's
+    /// tokens for both, or two rows' joined from different points).
+    pub fn keys_of(strings: &[String], counted_toks: &[String]) -> Vec<String> {
         // Digit tokens, with `None` where a string ends; filler dropped.
-        let pieces: Vec<Option<(u64, usize)>> = toks
+        let pieces: Vec<Option<(u64, usize)>> = strings
             .iter()
             .filter_map(|t| {
                 if breaks(t) {
@@ -539,15 +542,7 @@ mod digits {
         let mut found = HashSet::new();
         runs(&pieces, &mut found);
         runs(&chains(&pieces), &mut found);
-        counts(toks, &mut found);
-        named(found)
-    }
-
-    /// The keys of a row's digits' counts alone (`counts`): for a row's tail joined with the
-    /// next row, where the tail `keys` reads (after the last `=`) cuts a pair.
-    pub fn count_keys(toks: &[String]) -> Vec<String> {
-        let mut found = HashSet::new();
-        counts(toks, &mut found);
+        counts(counted_toks, &mut found);
         named(found)
     }
 
