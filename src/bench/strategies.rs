@@ -129,9 +129,17 @@ pub fn strategies(
             }
             let summary = run(&d, o, true)?;
             eprintln!(
-                "{s:?} seed {seed}: best dev {:?} test {:?}, lock-in share {:.2} depth {}, {} experiments, {:.0} s",
+                "{s:?} seed {seed}: best dev {:?} test {:?}{}, lock-in share {:.2} depth {}, {} experiments, {:.0} s",
                 summary.best_dev,
                 summary.test,
+                if summary.best_node.is_none() {
+                    format!(
+                        " (nothing promoted: the base model's {:?} stands)",
+                        summary.base_test
+                    )
+                } else {
+                    String::new()
+                },
                 summary.lock_in.top_share,
                 summary.lock_in.max_lonely_depth,
                 summary.experiments,
@@ -150,7 +158,7 @@ pub fn strategies(
         let col = |f: &dyn Fn(&CampaignRun) -> Option<f64>| -> Vec<f64> {
             mine.iter().filter_map(|r| f(r)).collect()
         };
-        let test = col(&|r| r.summary.test);
+        let test = col(&delivered);
         let dev = col(&|r| r.summary.best_dev);
         let share = col(&|r| Some(r.summary.lock_in.top_share));
         let depth = col(&|r| Some(r.summary.lock_in.max_lonely_depth as f64));
@@ -166,6 +174,7 @@ pub fn strategies(
         };
         rows.push(json!({
             "strategy": s, "campaigns": mine.len(), "test": test, "test_mean": tm, "test_ci95": tci,
+            "promoted_nothing": mine.iter().filter(|r| r.summary.best_node.is_none()).count(),
             "orchestra_minus_this": paired,
             "share_of_oracle": share_of_oracle(&runs, *s),
             "dev_minus_test": gap(&|r| r.summary.best_dev),
@@ -230,6 +239,18 @@ pub fn strategies(
                     p["losses"],
                     p["ties"]
                 ));
+            }
+        }
+        for r in &rows {
+            let n = r["promoted_nothing"].as_u64().unwrap_or(0);
+            if n > 0 {
+                outln!(
+                    txt,
+                    "  {}: promoted nothing on {n} of {} seeds (no node beat the base model); the \
+                     base model's test score counts for those seeds",
+                    r["strategy"].as_str().unwrap_or("?"),
+                    r["campaigns"]
+                );
             }
         }
         outln!(
@@ -351,19 +372,32 @@ fn share_of_oracle(
     let oracle = |seed: u64| {
         runs.iter()
             .find(|r| r.strategy == Strategy::Line && r.seed == seed)
-            .and_then(|r| r.summary.test)
+            .and_then(delivered)
             .filter(|t| *t > 0.0)
     };
     let shares: Vec<f64> = runs
         .iter()
         .filter(|r| r.strategy == s)
-        .filter_map(|r| Some(r.summary.test? / oracle(r.seed)?))
+        .filter_map(|r| Some(delivered(r)? / oracle(r.seed)?))
         .collect();
     if shares.is_empty() {
         return None;
     }
     let (mean, ci) = crate::util::stats::mean_ci95(&shares);
     Some(json!({"seeds": shares.len(), "mean": mean, "ci95": ci, "shares": shares}))
+}
+
+/// What a campaign delivered on the protected test split: its promoted node's score, or, where it
+/// promoted nothing (no node's evidence beat the base model's), the base model's, which then
+/// stands. A campaign that learned nothing is a result to average in, not a seed to drop (dropping
+/// it would leave a strategy's failures out of its mean and of every paired difference). None only
+/// where a promoted node's test score was refused (a spent budget) or the base model's is unknown.
+fn delivered(r: &CampaignRun) -> Option<f64> {
+    match (r.summary.test, &r.summary.best_node) {
+        (Some(t), _) => Some(t),
+        (None, None) => r.summary.base_test,
+        (None, Some(_)) => None,
+    }
 }
 
 /// ` [lo, hi]` for a 95% interval given as a two-number array; empty when there is none.
@@ -396,12 +430,12 @@ fn paired_with_orchestra(
     let score = |strategy: Strategy, seed: u64| {
         runs.iter()
             .find(|r| r.strategy == strategy && r.seed == seed)
-            .and_then(|r| r.summary.test)
+            .and_then(delivered)
     };
     let diffs: Vec<f64> = runs
         .iter()
         .filter(|r| r.strategy == s)
-        .filter_map(|r| Some(score(Strategy::Orchestra, r.seed)? - r.summary.test?))
+        .filter_map(|r| Some(score(Strategy::Orchestra, r.seed)? - delivered(r)?))
         .collect();
     if diffs.is_empty() {
         return None;
@@ -459,5 +493,43 @@ mod tests {
         assert!(ci[0].as_f64().expect("lo") < 0.0 && ci[1].as_f64().expect("hi") > 0.0);
         assert!(paired_with_orchestra(&runs, Strategy::Orchestra).is_none());
         assert!(paired_with_orchestra(&runs, Strategy::Random).is_none());
+    }
+
+    #[test]
+    fn a_campaign_that_promoted_nothing_counts_as_the_base_model_not_as_a_missing_seed() {
+        // Orchestration promoted nothing on seed 1 (no node beat the base model): the base model,
+        // at 0.02 on test, is what that campaign delivered. On seed 2 a promoted node's test score
+        // was refused: that seed is missing, not the base model's.
+        let with = |strategy, seed, test, best: Option<&str>| {
+            let mut r = run(strategy, seed, test);
+            r.summary.best_node = best.map(str::to_string);
+            r.summary.base_test = Some(0.02);
+            r
+        };
+        let runs = vec![
+            with(Strategy::Orchestra, 0, Some(0.9), Some("n3")),
+            with(Strategy::Greedy, 0, Some(0.6), Some("n2")),
+            with(Strategy::Orchestra, 1, None, None),
+            with(Strategy::Greedy, 1, Some(0.5), Some("n4")),
+            with(Strategy::Orchestra, 2, None, Some("n5")),
+            with(Strategy::Greedy, 2, Some(0.1), Some("n1")),
+            with(Strategy::Line, 0, Some(0.8), Some("n1")),
+            with(Strategy::Line, 1, Some(0.4), Some("n1")),
+        ];
+        let p = paired_with_orchestra(&runs, Strategy::Greedy).expect("pairs");
+        let d: Vec<f64> = serde_json::from_value(p["differences"].clone()).expect("diffs");
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(
+            (d[0] - 0.3).abs() < 1e-9 && (d[1] - (0.02 - 0.5)).abs() < 1e-9,
+            "{d:?}"
+        );
+        assert_eq!(
+            (p["wins"].clone(), p["losses"].clone()),
+            (json!(1), json!(1))
+        );
+        let share = share_of_oracle(&runs, Strategy::Orchestra).expect("shares");
+        let shares: Vec<f64> = serde_json::from_value(share["shares"].clone()).expect("shares");
+        assert!((shares[0] - 0.9 / 0.8).abs() < 1e-9 && (shares[1] - 0.05).abs() < 1e-9);
+        assert_eq!(delivered(&runs[4]), None);
     }
 }

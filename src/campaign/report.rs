@@ -34,6 +34,11 @@ pub struct Best {
     pub dev_mean: Option<f64>,
     pub checkpoint: String,
     pub dev: f64,
+    /// Whether the campaign promoted it (for orchestration, a node its reviewers judged
+    /// promising; for a baseline, the best on dev). An orchestration campaign that judged nothing
+    /// promising promotes nothing: this is then its best on dev, shown, not promoted, and the
+    /// base model stands.
+    pub promoted: bool,
     /// The protected test score, when the node was promoted and evaluated.
     pub test: Option<f64>,
     /// The checkpoint's score on evidence it was not selected on (the dev twin), when the task
@@ -97,13 +102,12 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
     let promoted_only = campaign
         .as_ref()
         .is_some_and(|c| c.strategy == crate::campaign::Strategy::Orchestra);
-    let best = st
-        .best_by_dev(promoted_only)
-        .or_else(|| st.best_by_dev(false))
-        .and_then(|n| {
-            let (ck, dev) = n.best_checkpoint()?;
-            Some((n, ck, dev))
-        });
+    let promoted = st.best_by_dev(promoted_only);
+    let best = promoted.or_else(|| st.best_by_dev(false)).and_then(|n| {
+        let (ck, dev) = n.best_checkpoint()?;
+        Some((n, ck, dev))
+    });
+    let promoted = promoted.is_some();
     let fresh = match best {
         Some((_, ck, dev)) => {
             study.dev_twin_evidence(&crate::model::Caller::owner(), &task, ck, dev)?
@@ -116,6 +120,7 @@ pub fn build(study: &Study, task: Option<&str>) -> Result<Report> {
         dev_mean: n.mean_dev(),
         checkpoint: ck.to_string(),
         dev,
+        promoted,
         test: st
             .test_evals
             .iter()
@@ -209,9 +214,22 @@ pub fn text(r: &Report) -> String {
     );
     match &r.best {
         Some(b) => {
+            if !b.promoted {
+                let _ = writeln!(
+                    s,
+                    "Promoted: nothing (no node was judged promising), so no test evaluation was \
+                     spent and the base model stands (test {})",
+                    f3(r.base_test)
+                );
+            }
             let _ = writeln!(
                 s,
-                "Best node: {} \"{}\" — dev mean {}, best run {:.3}, test {} (checkpoint {})",
+                "{}: {} \"{}\" — dev mean {}, best run {:.3}, test {} (checkpoint {})",
+                if b.promoted {
+                    "Best node"
+                } else {
+                    "Best on dev, not promoted"
+                },
                 b.node,
                 crate::util::text::display(&b.title),
                 f3(b.dev_mean),
@@ -297,4 +315,64 @@ pub fn text(r: &Report) -> String {
     }
     let _ = writeln!(s, "\n{}", r.dag_text);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(promoted: bool, test: Option<f64>) -> Report {
+        Report {
+            study: "s".into(),
+            task: "mixed4".into(),
+            metric: "exact_match".into(),
+            campaign: None,
+            base_dev: Some(0.0),
+            base_test: Some(0.004),
+            best: Some(Best {
+                node: "n1".into(),
+                title: "plain format".into(),
+                dev_mean: Some(0.0),
+                checkpoint: "c224fd8ba9d797b2".into(),
+                dev: 0.0,
+                promoted,
+                test,
+                fresh: None,
+            }),
+            nodes: Vec::new(),
+            nodes_by_status: BTreeMap::new(),
+            verdicts: BTreeMap::new(),
+            reviews: 0,
+            experiments_used: 16,
+            experiments_budget: Some(16),
+            compute_seconds: 1.0,
+            lock_in: LockIn {
+                top_share: 0.5,
+                top_direction: None,
+                max_lonely_depth: 0,
+                directions: 1,
+            },
+            audit_attempts: 0,
+            audit_rejected: 0,
+            rejections_by_rule: BTreeMap::new(),
+            hacks_got_through: 0,
+            dag_text: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_campaign_that_promoted_nothing_says_so_and_that_the_base_model_stands() {
+        let t = text(&report(false, None));
+        assert!(
+            t.contains("Promoted: nothing") && t.contains("the base model stands (test 0.004)"),
+            "{t}"
+        );
+        assert!(t.contains("Best on dev, not promoted: n1"), "{t}");
+        assert!(!t.contains("Best node:"), "{t}");
+        let t = text(&report(true, Some(0.8)));
+        assert!(
+            t.contains("Best node: n1") && !t.contains("Promoted: nothing"),
+            "{t}"
+        );
+    }
 }
