@@ -508,6 +508,8 @@ impl TaskFamily {
             (ArithOp::Sum, r)
         } else if let Some(r) = name.strip_prefix("sort") {
             (ArithOp::Sort, r)
+        } else if let Some(r) = name.strip_prefix("diff") {
+            (ArithOp::Diff, r)
         } else {
             return Err(unknown_task(name));
         };

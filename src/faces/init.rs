@@ -38,6 +38,8 @@ pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-sort6", ArithOp::Sort, 6),
     ("tiny-mixed4", ArithOp::Mixed, 4),
     ("tiny-sort7", ArithOp::Sort, 7),
+    ("tiny-diff2", ArithOp::Diff, 2),
+    ("tiny-diff3", ArithOp::Diff, 3),
 ];
 
 /// Every name `rsim init --example` takes.
@@ -324,6 +326,7 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         ArithOp::Mixed => "mixed",
         ArithOp::Sum => "sum",
         ArithOp::Sort => "sort",
+        ArithOp::Diff => "diff",
     };
     let task = format!("{name}{digits}");
     let size = match digits {
@@ -342,6 +345,7 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         ArithOp::Mixed => format!("{size} addition and subtraction, mixed"),
         ArithOp::Sum => format!("sums of three {size} numbers"),
         ArithOp::Sort => format!("the digits of {size} strings in ascending order"),
+        ArithOp::Diff => format!("{size} subtraction in either order, with signed results"),
     };
     let (form, form_note) = match crate::config::NormalForm::of(op) {
         crate::config::NormalForm::Digits => (
@@ -580,6 +584,12 @@ mod tests {
                 );
                 match op {
                     ArithOp::Sub => assert_eq!(subs, rows.len(), "{name} {a}"),
+                    ArithOp::Diff => assert!(
+                        subs == rows.len()
+                            && rows.iter().any(|r| r.answer.starts_with('-'))
+                            && rows.iter().any(|r| !r.answer.starts_with('-')),
+                        "{name} {a}"
+                    ),
                     ArithOp::Mixed => assert!(subs > 0 && sums > 0, "{name} {a}"),
                     ArithOp::Add => assert_eq!(sums, rows.len(), "{name} {a}"),
                     ArithOp::Sort => assert!(

@@ -41,6 +41,9 @@ pub enum ArithOp {
     Mixed,
     /// Three addends: `12+34+56=`.
     Sum,
+    /// Subtraction in whichever order the operands come, so results may be negative: `12-34=` →
+    /// `-22` (reversed `r22-`: the answer's characters last first, its sign too).
+    Diff,
     /// Not arithmetic: a string of digits (leading zeros too) and its digits in ascending order,
     /// `530912=` → `012359` — a family with no carries, to hold the reviewer out on.
     Sort,

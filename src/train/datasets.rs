@@ -32,6 +32,7 @@ pub fn arith_stream(p: &ArithParams, seed: u64) -> impl Iterator<Item = Row> + u
             ArithOp::Sum => return sum_row(&[a, b, rng.random_range(0..max)], format),
             // `a` with its leading zeros: every string of `digits` digits equally likely
             ArithOp::Sort => return sort_row(&format!("{a:0width$}"), format),
+            ArithOp::Diff => return diff_row(a, b, format),
         };
         arith_row(a, b, sub, format)
     })
@@ -61,7 +62,8 @@ pub fn arith_max_row_bytes(p: &ArithParams) -> u64 {
         // the result
         AnswerFormat::Scratchpad => (2 * k + 3) * d + d.saturating_sub(1) + 1 + d + 1,
     };
-    prompt + answer
+    // A negative difference's sign.
+    prompt + answer + u64::from(p.op == ArithOp::Diff)
 }
 
 /// One problem in a format. Subtraction is ordered so the result is non-negative.
@@ -70,30 +72,52 @@ pub fn arith_row(a: u64, b: u64, sub: bool, format: AnswerFormat) -> Row {
         return sum_row(&[a, b], format);
     }
     let (a, b) = if b > a { (b, a) } else { (a, b) };
-    let result = a - b;
-    let answer = in_format(result, format, || {
-        let (mut x, mut y, mut borrow) = (a, b, 0i64);
-        let mut steps = Vec::new();
-        while x > 0 || y > 0 {
-            let (dx, dy) = ((x % 10) as i64, (y % 10) as i64);
-            let mut d = dx - dy - borrow;
-            let next = if d < 0 {
-                d += 10;
-                1
-            } else {
-                0
-            };
-            steps.push(format!("{dx}-{dy}-{borrow}={d}"));
-            borrow = next;
-            x /= 10;
-            y /= 10;
-        }
-        steps
-    });
     Row {
         prompt: format!("{a}-{b}="),
-        answer,
+        answer: in_format(a - b, format, || sub_steps(a, b)),
     }
+}
+
+/// The scratchpad's columns of `a - b` (`a >= b`): each digit of `a` less that of `b` and the
+/// borrow (`4-2-0=2`), least significant first.
+fn sub_steps(a: u64, b: u64) -> Vec<String> {
+    let (mut x, mut y, mut borrow) = (a, b, 0i64);
+    let mut steps = Vec::new();
+    while x > 0 || y > 0 {
+        let (dx, dy) = ((x % 10) as i64, (y % 10) as i64);
+        let mut d = dx - dy - borrow;
+        let next = if d < 0 {
+            d += 10;
+            1
+        } else {
+            0
+        };
+        steps.push(format!("{dx}-{dy}-{borrow}={d}"));
+        borrow = next;
+        x /= 10;
+        y /= 10;
+    }
+    steps
+}
+
+/// `a - b` in the operands' own order, in a format: a negative result is the difference the other
+/// way with a sign — plain `12-34=-22`, reversed `r22-` (the signed answer last character first),
+/// scratchpad the columns of `34 - 12` then `|-22`.
+pub fn diff_row(a: u64, b: u64, format: AnswerFormat) -> Row {
+    let prompt = format!("{a}-{b}=");
+    if a >= b {
+        return Row {
+            prompt,
+            answer: in_format(a - b, format, || sub_steps(a, b)),
+        };
+    }
+    let r = b - a;
+    let answer = match format {
+        AnswerFormat::Plain => format!("-{r}"),
+        AnswerFormat::Reversed => format!("r{}-", r.to_string().chars().rev().collect::<String>()),
+        AnswerFormat::Scratchpad => format!("{}|-{r}", sub_steps(b, a).join(",")),
+    };
+    Row { prompt, answer }
 }
 
 /// A sum of two or more addends in a format; a scratchpad column adds their digits and the carry
@@ -345,6 +369,33 @@ mod tests {
     }
 
     #[test]
+    fn differences_in_either_order_carry_their_sign_in_every_format() {
+        assert_eq!(diff_row(12, 34, AnswerFormat::Plain).answer, "-22");
+        assert_eq!(diff_row(12, 34, AnswerFormat::Plain).prompt, "12-34=");
+        assert_eq!(diff_row(12, 34, AnswerFormat::Reversed).answer, "r22-");
+        assert_eq!(
+            diff_row(12, 34, AnswerFormat::Scratchpad).answer,
+            "4-2-0=2,3-1-0=2|-22"
+        );
+        assert_eq!(diff_row(305, 7, AnswerFormat::Reversed).answer, "r892");
+        assert_eq!(diff_row(7, 7, AnswerFormat::Plain).answer, "0");
+        for f in AnswerFormat::ALL {
+            assert_eq!(parse_answer(&diff_row(7, 305, f).answer), "-298", "{f:?}");
+            assert_eq!(parse_answer(&diff_row(305, 7, f).answer), "298", "{f:?}");
+        }
+        // The generator keeps the operands' order: about half the answers are negative.
+        let rows = generate_arith(&ArithParams {
+            op: ArithOp::Diff,
+            digits: 3,
+            format: AnswerFormat::Plain,
+            n: 400,
+            seed: 5,
+        });
+        let negative = rows.iter().filter(|r| r.answer.starts_with('-')).count();
+        assert!((150..=250).contains(&negative), "{negative} of 400");
+    }
+
+    #[test]
     fn generator_is_deterministic() {
         let p = ArithParams {
             op: ArithOp::Mixed,
@@ -365,7 +416,13 @@ mod tests {
     fn generated_rows_stay_within_the_announced_size() {
         for digits in 1..=6 {
             for format in AnswerFormat::ALL {
-                for op in [ArithOp::Add, ArithOp::Sub, ArithOp::Sum, ArithOp::Sort] {
+                for op in [
+                    ArithOp::Add,
+                    ArithOp::Sub,
+                    ArithOp::Sum,
+                    ArithOp::Sort,
+                    ArithOp::Diff,
+                ] {
                     let p = ArithParams {
                         op,
                         digits,
@@ -385,6 +442,9 @@ mod tests {
                         sort_row(&all, format)
                     } else if op == ArithOp::Sum {
                         sum_row(&[top, top, top], format)
+                    } else if op == ArithOp::Diff {
+                        // the longest: a negative difference of the most digits
+                        diff_row(0, top, format)
                     } else {
                         arith_row(top, top, op == ArithOp::Sub, format)
                     };
