@@ -63,7 +63,8 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
 /// `subtract … from`, `times`, `divided by`). Words that are neither are filler and skipped, so
 /// `12 apples plus 34 apples` is `12+34`. A problem counts only when it stands alone: `3+6+0`
 /// (a scratchpad step) is not the problem `3+6` (it is the sum of three `0+3+6`). The key is the
-/// operator and its operands — a multiset for `+` and `*`, so `34+12` is `12+34`.
+/// operator and its operands — a multiset for `+` and `*`, so `34+12` is `12+34`, and for `-`,
+/// so `12-34` is `34-12` (each answer fixes the other).
 mod arithmetic {
     #[derive(Debug, Clone, PartialEq)]
     pub enum Sym {
@@ -251,7 +252,15 @@ mod arithmetic {
         out
     }
 
+    /// A binary problem's key: its operator and operands, as a multiset for `+` and `*`, which
+    /// commute, and for `-`, whose swapped problem fixes the answer (`12-34` is `-(34-12)`: a row
+    /// that teaches one teaches the other, so they are one item).
     fn key(op: char, a: &str, b: &str) -> String {
+        let (a, b) = if matches!(op, '+' | '*' | '-') && (b.len(), b) < (a.len(), a) {
+            (b, a)
+        } else {
+            (a, b)
+        };
         format!("{op}:{a}:{b}")
     }
 
@@ -267,20 +276,10 @@ mod arithmetic {
         let mut out = Vec::new();
         for (i, sym) in s.iter().enumerate() {
             let Sym::Op(op) = *sym else { continue };
-            let commutative = matches!(op, '+' | '*');
             let mut push = |a: &str, b: &str, both: bool| {
-                if commutative {
-                    let (x, y) = if (a.len(), a) <= (b.len(), b) {
-                        (a, b)
-                    } else {
-                        (b, a)
-                    };
-                    out.push(key(op, x, y));
-                } else {
-                    out.push(key(op, a, b));
-                    if both {
-                        out.push(key(op, b, a));
-                    }
+                out.push(key(op, a, b));
+                if both {
+                    out.push(key(op, b, a));
                 }
             };
             // infix: a op b, standing alone (no operator on either side)
@@ -596,9 +595,12 @@ mod tests {
         ] {
             assert_eq!(k(text), want, "{text:?}");
         }
-        assert_eq!(k("46-12="), vec!["-:46:12"]);
-        assert_eq!(k("46 minus 12"), vec!["-:46:12"]);
-        assert!(k("subtract 12 from 46").contains(&"-:46:12".to_string()));
+        assert_eq!(k("46-12="), vec!["-:12:46"]);
+        assert_eq!(k("46 minus 12"), vec!["-:12:46"]);
+        assert!(k("subtract 12 from 46").contains(&"-:12:46".to_string()));
+        // A difference and its swap are one item: each answer fixes the other (`12-46=-34`).
+        assert_eq!(k("12-46=-34"), vec!["-:12:46"]);
+        assert_eq!(k("twelve minus forty-six"), vec!["-:12:46"]);
         assert_eq!(k("one hundred and five plus 7"), vec!["+:7:105"]);
         assert_eq!(
             k("what is twelve plus thirty-four?forty-six"),
@@ -651,7 +653,8 @@ mod tests {
     fn arithmetic_keeps_other_problems_apart() {
         assert_eq!(k("12+35="), vec!["+:12:35"]);
         assert_eq!(k("112+34="), vec!["+:34:112"]);
-        assert_eq!(k("12-34="), vec!["-:12:34"], "subtraction is ordered");
+        assert_eq!(k("12-35="), vec!["-:12:35"]);
+        assert_ne!(k("12-34="), k("12+34="), "a difference is not a sum");
         // Scratchpad steps are chains, not the problem `3+6`.
         assert!(
             !k("123+456=3+6+0=9,2+5+0=7,1+4+0=5|579")
@@ -678,7 +681,7 @@ mod tests {
         assert!(k("12+34+56+0=").contains(&"+:12:34:56".to_string()));
         // A zero subtracted too, and a zero added to a difference.
         for text in ["46-0-12=", "46-12-0=", "46+0-12=", "0+46-12="] {
-            assert_eq!(k(text), vec!["-:46:12"], "{text:?}");
+            assert_eq!(k(text), vec!["-:12:46"], "{text:?}");
         }
         assert!(k("0-46+12=").is_empty(), "0-46 is not 46");
         // ...but a column of digits stays a column.

@@ -3040,6 +3040,107 @@ fn a_hanging_agent_holds_a_lockstep_campaign_for_at_most_its_turns() {
 /// `digit=count` pairs, or each count first), or the string split across two rows are all
 /// the same item — each refused by the gate and recorded — while rows of other strings, and the
 /// generator's own rows, train.
+/// A signed difference and its swap are one item: `467-645=-178` is fixed by `645-467=178`, so a
+/// row teaching the swap teaches the test item (the arithmetic normal form keys `-` by its
+/// operands' multiset, as it keys `+`). Generated rows skip the swaps of protected items too.
+#[test]
+fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
+    let (_d, root) = crate::common::study_of("tiny-diff3");
+    let split = |name: &str| {
+        let p = root.join(format!(".rsim/protected/diff3/{name}.jsonl"));
+        datasets::parse_eval_jsonl(&std::fs::read(&p).expect("split"), name).expect("parse")
+    };
+    let operands = |prompt: &str| -> (u64, u64) {
+        let (a, b) = prompt
+            .trim_end_matches('=')
+            .split_once('-')
+            .expect("a difference");
+        (a.parse().expect("a"), b.parse().expect("b"))
+    };
+    // A test item whose answer is negative, of three-digit operands (so words are unambiguous).
+    let (a, b) = split("test")
+        .iter()
+        .map(|r| operands(&r.prompt))
+        .find(|(a, b)| a < b && *a >= 100)
+        .expect("a negative test item of three-digit operands");
+    let protected: std::collections::HashSet<(u64, u64)> = ["dev", "test", "sealed", "dev_twin"]
+        .iter()
+        .flat_map(|s| split(s))
+        .map(|r| {
+            let (x, y) = operands(&r.prompt);
+            (x.min(y), x.max(y))
+        })
+        .collect();
+    let row = |p: String, ans: String| vec![(p, ans)];
+    let words = |n: u64| {
+        const UNITS: [&str; 10] = [
+            "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+        ];
+        n.to_string()
+            .chars()
+            .map(|c| UNITS[c.to_digit(10).expect("digit") as usize])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let swapped = |f: AnswerFormat| {
+        let r = datasets::diff_row(b, a, f);
+        row(r.prompt, r.answer)
+    };
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("the swap, plain", swapped(AnswerFormat::Plain)),
+        ("the swap, reversed", swapped(AnswerFormat::Reversed)),
+        ("the swap, scratchpad", swapped(AnswerFormat::Scratchpad)),
+        (
+            "the swap in words",
+            row(
+                format!("{} minus {} is", words(b), words(a)),
+                (b - a).to_string(),
+            ),
+        ),
+        (
+            "the item itself, answer in words",
+            row(format!("{a}-{b}="), format!("minus {}", words(b - a))),
+        ),
+    ];
+    let s = open(&root);
+    for (i, (what, rows)) in forms.into_iter().enumerate() {
+        let who = Caller::new(format!("differ{i}"), Role::Worker);
+        let n = branch_as(&s, &who, what);
+        refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(&n, &format!("form{i}"), rows),
+            "contamination",
+        );
+    }
+    // Differences whose pair of operands no split holds train, in either order.
+    let clean: Vec<(String, String)> = (0..300u64)
+        .map(|i| (100 + i * 7 % 900, 100 + i * 13 % 900))
+        .filter(|(x, y)| !protected.contains(&((*x).min(*y), (*x).max(*y))))
+        .map(|(x, y)| {
+            let r = datasets::diff_row(x, y, AnswerFormat::Plain);
+            (r.prompt, r.answer)
+        })
+        .collect();
+    assert!(
+        clean.iter().any(|(_, ans)| ans.starts_with('-')) && clean.len() > 100,
+        "{}",
+        clean.len()
+    );
+    let who = Caller::new("honest", Role::Worker);
+    let n = branch_as(&s, &who, "clean");
+    s.call(&who, "register_dataset", inline(&n, "clean", clean))
+        .expect("differences no split holds train");
+    s.call(
+        &who,
+        "register_dataset",
+        json!({"node": n, "name": "generated", "source": {"kind": "arith",
+            "op": "diff", "digits": 3, "format": "scratchpad", "n": 3000, "seed": 1}}),
+    )
+    .expect("the generator's rows skip every protected difference and its swap");
+}
+
 #[test]
 fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     let (_d, root) = crate::common::study_of("tiny-sort6");
