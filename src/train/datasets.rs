@@ -62,8 +62,13 @@ pub fn arith_max_row_bytes(p: &ArithParams) -> u64 {
         // the result
         AnswerFormat::Scratchpad => (2 * k + 3) * d + d.saturating_sub(1) + 1 + d + 1,
     };
-    // A negative difference's sign.
-    prompt + answer + u64::from(p.op == ArithOp::Diff)
+    // A negative difference's sign (and in a scratchpad its step of its own, `,-`).
+    let sign = match (p.op, p.format) {
+        (ArithOp::Diff, AnswerFormat::Scratchpad) => 3,
+        (ArithOp::Diff, _) => 1,
+        _ => 0,
+    };
+    prompt + answer + sign
 }
 
 /// One problem in a format. Subtraction is ordered so the result is non-negative.
@@ -102,7 +107,9 @@ fn sub_steps(a: u64, b: u64) -> Vec<String> {
 
 /// `a - b` in the operands' own order, in a format: a negative result is the difference the other
 /// way with a sign — plain `12-34=-22`, reversed `r22-` (the signed answer last character first),
-/// scratchpad the columns of `34 - 12` then `|-22`.
+/// scratchpad the columns of `34 - 12`, the sign as a step of its own, then the answer:
+/// `4-2-0=2,3-1-0=2,-|-22`. (Without that step the last column's digit would stand next to the
+/// answer, `2|-22`, which the gate reads as the problem `2-22`: a protected one refused the row.)
 pub fn diff_row(a: u64, b: u64, format: AnswerFormat) -> Row {
     let prompt = format!("{a}-{b}=");
     if a >= b {
@@ -115,7 +122,7 @@ pub fn diff_row(a: u64, b: u64, format: AnswerFormat) -> Row {
     let answer = match format {
         AnswerFormat::Plain => format!("-{r}"),
         AnswerFormat::Reversed => format!("r{}-", r.to_string().chars().rev().collect::<String>()),
-        AnswerFormat::Scratchpad => format!("{}|-{r}", sub_steps(b, a).join(",")),
+        AnswerFormat::Scratchpad => format!("{},-|-{r}", sub_steps(b, a).join(",")),
     };
     Row { prompt, answer }
 }
@@ -375,7 +382,7 @@ mod tests {
         assert_eq!(diff_row(12, 34, AnswerFormat::Reversed).answer, "r22-");
         assert_eq!(
             diff_row(12, 34, AnswerFormat::Scratchpad).answer,
-            "4-2-0=2,3-1-0=2|-22"
+            "4-2-0=2,3-1-0=2,-|-22"
         );
         assert_eq!(diff_row(305, 7, AnswerFormat::Reversed).answer, "r892");
         assert_eq!(diff_row(7, 7, AnswerFormat::Plain).answer, "0");
@@ -393,6 +400,46 @@ mod tests {
         });
         let negative = rows.iter().filter(|r| r.answer.starts_with('-')).count();
         assert!((150..=250).contains(&negative), "{negative} of 400");
+        // A row poses its own problem and no other, in every format and operation: the gate
+        // refuses a row for any protected problem it poses, so a stray one would refuse honest
+        // rows (and the generator, which skips what the gate would refuse, would skew its data).
+        for (op, digits, format) in [
+            ArithOp::Add,
+            ArithOp::Sub,
+            ArithOp::Mixed,
+            ArithOp::Sum,
+            ArithOp::Diff,
+        ]
+        .into_iter()
+        .flat_map(|op| (1..=4).map(move |d| (op, d)))
+        .flat_map(|(op, d)| AnswerFormat::ALL.into_iter().map(move |f| (op, d, f)))
+        {
+            {
+                let p = ArithParams {
+                    op,
+                    digits,
+                    format,
+                    n: 1000,
+                    seed: u64::from(digits),
+                };
+                for r in generate_arith(&p) {
+                    let form = crate::config::NormalForm::Arithmetic;
+                    let whole = crate::policy::normal_form::keys_of_text(
+                        form,
+                        &crate::model::data::training_text(&r),
+                    );
+                    let own = crate::policy::normal_form::keys_of_text(form, &r.prompt);
+                    // Keys of as many operands as the family's problems (a one-digit column
+                    // `9+6+0` is a sum of three, which no two-operand family protects).
+                    let operands = |k: &String| k.split(':').count();
+                    let whole: Vec<String> = whole
+                        .into_iter()
+                        .filter(|k| own.iter().any(|o| operands(o) == operands(k)))
+                        .collect();
+                    assert_eq!(whole, own, "{r:?}");
+                }
+            }
+        }
     }
 
     #[test]
