@@ -249,6 +249,40 @@ mod arithmetic {
             // any other word is filler
             i += 1;
         }
+        fold_signs(out)
+    }
+
+    /// A negative operand folded into the problem it is part of: `a + -b` is `a - b`, and a
+    /// leading `-b + a` (standing alone) is `a - b` too — with signed differences (`12-34=-22`)
+    /// these write a protected difference without its `a - b`. A sign after another `-`
+    /// (`a - -b`) is left as it is: the diff scratchpad's sign step (`=2,-|-22`) is one.
+    fn fold_signs(s: Vec<Sym>) -> Vec<Sym> {
+        let mut out: Vec<Sym> = Vec::with_capacity(s.len());
+        let mut i = 0;
+        while i < s.len() {
+            let at = |k: usize| s.get(i + k);
+            // `+ -b` → `- b`
+            if matches!(at(0), Some(Sym::Op('+')))
+                && matches!(at(1), Some(Sym::Op('-')))
+                && matches!(at(2), Some(Sym::Num(_)))
+            {
+                out.push(Sym::Op('-'));
+                i += 2;
+                continue;
+            }
+            // `-b + a` with nothing before `-b` but a boundary, and nothing after `a` → `a - b`
+            if let (Some(Sym::Op('-')), Some(Sym::Num(b)), Some(Sym::Op('+')), Some(Sym::Num(a))) =
+                (at(0), at(1), at(2), at(3))
+                && !matches!(out.last(), Some(Sym::Num(_) | Sym::Op(_)))
+                && !matches!(at(4), Some(Sym::Op(_)))
+            {
+                out.extend([Sym::Num(a.clone()), Sym::Op('-'), Sym::Num(b.clone())]);
+                i += 4;
+                continue;
+            }
+            out.push(s[i].clone());
+            i += 1;
+        }
         out
     }
 
@@ -601,6 +635,20 @@ mod tests {
         // A difference and its swap are one item: each answer fixes the other (`12-46=-34`).
         assert_eq!(k("12-46=-34"), vec!["-:12:46"]);
         assert_eq!(k("twelve minus forty-six"), vec!["-:12:46"]);
+        // A negative operand is the difference it writes.
+        for text in [
+            "12 + -46 = -34",
+            "12 + (-46)",
+            "twelve plus minus forty-six",
+            "-46 + 12 = -34",
+            "= -46+12",
+        ] {
+            assert_eq!(k(text), vec!["-:12:46"], "{text:?}");
+        }
+        // ...but not inside a longer chain, nor after a number, nor a sign after a minus.
+        assert!(k("-46+12+7=").iter().all(|k| k != "-:12:46"));
+        assert_eq!(k("5 -46+12"), Vec::<String>::new());
+        assert!(k("12 - -46").is_empty());
         assert_eq!(k("one hundred and five plus 7"), vec!["+:7:105"]);
         assert_eq!(
             k("what is twelve plus thirty-four?forty-six"),

@@ -3042,7 +3042,8 @@ fn a_hanging_agent_holds_a_lockstep_campaign_for_at_most_its_turns() {
 /// generator's own rows, train.
 /// A signed difference and its swap are one item: `467-645=-178` is fixed by `645-467=178`, so a
 /// row teaching the swap teaches the test item (the arithmetic normal form keys `-` by its
-/// operands' multiset, as it keys `+`). Generated rows skip the swaps of protected items too.
+/// operands' multiset, as it keys `+`), and so are its sums with a negative operand
+/// (`467 + -645`, `-645 + 467`). Generated rows skip the swaps of protected items too.
 #[test]
 fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-diff3");
@@ -3100,6 +3101,15 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
         (
             "the item itself, answer in words",
             row(format!("{a}-{b}="), format!("minus {}", words(b - a))),
+        ),
+        // The next try once swaps are one item: the subtrahend as a negative addend.
+        (
+            "a plus a negative",
+            row(format!("{a} + (-{b}) ="), format!("-{}", b - a)),
+        ),
+        (
+            "a negative plus a",
+            row(format!("-{b} + {a} ="), format!("-{}", b - a)),
         ),
     ];
     let s = open(&root);
