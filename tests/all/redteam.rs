@@ -3040,6 +3040,53 @@ fn a_hanging_agent_holds_a_lockstep_campaign_for_at_most_its_turns() {
 /// `digit=count` pairs, or each count first), or the string split across two rows are all
 /// the same item — each refused by the gate and recorded — while rows of other strings, and the
 /// generator's own rows, train.
+/// One protected split of a family study, as its owner reads it (to craft the attacks).
+fn protected_split(root: &Path, task: &str, name: &str) -> Vec<Row> {
+    let p = root.join(format!(".rsim/protected/{task}/{name}.jsonl"));
+    datasets::parse_eval_jsonl(&std::fs::read(&p).expect("split"), name).expect("parse")
+}
+
+/// Registers each disguise of a protected item as its own agent's dataset (one agent per form:
+/// each stays under the study's limit on contamination rejections) and returns each refusal.
+fn each_form_refused(
+    s: &Study,
+    agent: &str,
+    forms: Vec<(&str, Vec<(String, String)>)>,
+) -> Vec<(String, rsi_master::Error)> {
+    forms
+        .into_iter()
+        .enumerate()
+        .map(|(i, (what, rows))| {
+            let who = Caller::new(format!("{agent}{i}"), Role::Worker);
+            let n = branch_as(s, &who, what);
+            let e = refused_by(
+                s,
+                &who,
+                "register_dataset",
+                inline(&n, &format!("form{i}"), rows),
+                "contamination",
+            );
+            (what.to_string(), e)
+        })
+        .collect()
+}
+
+/// Honest data trains: `clean` rows no split holds, and the generator's scratchpad rows of
+/// `op` and `digits`, which skip every protected item.
+fn honest_rows_train(s: &Study, clean: Vec<(String, String)>, op: &str, digits: u32) {
+    let who = Caller::new("honest", Role::Worker);
+    let n = branch_as(s, &who, "clean");
+    s.call(&who, "register_dataset", inline(&n, "clean", clean))
+        .expect("rows no split holds train");
+    s.call(
+        &who,
+        "register_dataset",
+        json!({"node": n, "name": "generated", "source": {"kind": "arith",
+            "op": op, "digits": digits, "format": "scratchpad", "n": 3000, "seed": 1}}),
+    )
+    .expect("the generator's rows skip every protected item");
+}
+
 /// A signed difference and its swap are one item: `467-645=-178` is fixed by `645-467=178`, so a
 /// row teaching the swap teaches the test item (the arithmetic normal form keys `-` by its
 /// operands' multiset, as it keys `+`), and so are its sums with a negative operand
@@ -3047,10 +3094,7 @@ fn a_hanging_agent_holds_a_lockstep_campaign_for_at_most_its_turns() {
 #[test]
 fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-diff3");
-    let split = |name: &str| {
-        let p = root.join(format!(".rsim/protected/diff3/{name}.jsonl"));
-        datasets::parse_eval_jsonl(&std::fs::read(&p).expect("split"), name).expect("parse")
-    };
+    let split = |name: &str| protected_split(&root, "diff3", name);
     let operands = |prompt: &str| -> (u64, u64) {
         let (a, b) = prompt
             .trim_end_matches('=')
@@ -3113,17 +3157,7 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
         ),
     ];
     let s = open(&root);
-    for (i, (what, rows)) in forms.into_iter().enumerate() {
-        let who = Caller::new(format!("differ{i}"), Role::Worker);
-        let n = branch_as(&s, &who, what);
-        refused_by(
-            &s,
-            &who,
-            "register_dataset",
-            inline(&n, &format!("form{i}"), rows),
-            "contamination",
-        );
-    }
+    each_form_refused(&s, "differ", forms);
     // Differences whose pair of operands no split holds train, in either order.
     let clean: Vec<(String, String)> = (0..300u64)
         .map(|i| (100 + i * 7 % 900, 100 + i * 13 % 900))
@@ -3138,26 +3172,13 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
         "{}",
         clean.len()
     );
-    let who = Caller::new("honest", Role::Worker);
-    let n = branch_as(&s, &who, "clean");
-    s.call(&who, "register_dataset", inline(&n, "clean", clean))
-        .expect("differences no split holds train");
-    s.call(
-        &who,
-        "register_dataset",
-        json!({"node": n, "name": "generated", "source": {"kind": "arith",
-            "op": "diff", "digits": 3, "format": "scratchpad", "n": 3000, "seed": 1}}),
-    )
-    .expect("the generator's rows skip every protected difference and its swap");
+    honest_rows_train(&s, clean, "diff", 3);
 }
 
 #[test]
 fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     let (_d, root) = crate::common::study_of("tiny-sort6");
-    let split = |name: &str| {
-        let p = root.join(format!(".rsim/protected/sort6/{name}.jsonl"));
-        datasets::parse_eval_jsonl(&std::fs::read(&p).expect("split"), name).expect("parse")
-    };
+    let split = |name: &str| protected_split(&root, "sort6", name);
     let test = split("test");
     let multiset = |s: &str| {
         let mut d: Vec<char> = s.chars().filter(char::is_ascii_digit).collect();
@@ -3288,17 +3309,7 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
         ),
     ];
     let s = open(&root);
-    for (i, (what, rows)) in forms.into_iter().enumerate() {
-        // One agent per form: each stays under the study's limit on contamination rejections.
-        let who = Caller::new(format!("sorter{i}"), Role::Worker);
-        let n = branch_as(&s, &who, what);
-        let e = refused_by(
-            &s,
-            &who,
-            "register_dataset",
-            inline(&n, &format!("form{i}"), rows),
-            "contamination",
-        );
+    for (what, e) in each_form_refused(&s, "sorter", forms) {
         assert!(
             !e.message.contains(&digits) && !e.message.contains(&sorted),
             "{what}: the evidence prints the item: {}",
@@ -3315,15 +3326,5 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
         })
         .collect();
     assert!(clean.len() > 50, "{}", clean.len());
-    let who = Caller::new("honest", Role::Worker);
-    let n = branch_as(&s, &who, "clean");
-    s.call(&who, "register_dataset", inline(&n, "clean", clean))
-        .expect("strings no split holds train");
-    s.call(
-        &who,
-        "register_dataset",
-        json!({"node": n, "name": "generated", "source": {"kind": "arith",
-            "op": "sort", "digits": 6, "format": "scratchpad", "n": 3000, "seed": 1}}),
-    )
-    .expect("the generator's rows skip every protected string");
+    honest_rows_train(&s, clean, "sort", 6);
 }
