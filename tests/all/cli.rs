@@ -1072,3 +1072,80 @@ fn studies_initialised_with_one_generator_secret_draw_the_same_rows() {
     assert_eq!(a, b, "one secret, one request: the same rows");
     assert_ne!(a, c, "a study's own secret draws other rows");
 }
+
+/// `tools/trial-rule.py` applies a trial's rule as TRIAL-*.md write it: paired by seed against the
+/// reference, the main job's bar count and every family's mean within the tolerance, and a mean
+/// above the reference's on one of the named families; missing seeds leave it incomplete.
+#[test]
+fn the_trial_rule_reader_adopts_fails_and_waits_as_the_rule_says() {
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/trial-rule.py");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, rows: &[(&str, [f64; 3])]| {
+        let mut text = String::from("# family seed test\n");
+        for (fam, tests) in rows {
+            for (seed, t) in tests.iter().enumerate() {
+                text.push_str(&format!("X {fam} {seed} {t} 120\n"));
+            }
+        }
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    };
+    let reference = write(
+        "ref.tsv",
+        &[
+            ("tiny-arith", [0.90, 0.95, 0.80]),
+            ("tiny-sub4", [0.10, 0.50, 0.20]),
+        ],
+    );
+    let verdict = |trial: &Path| {
+        let out = Command::new("python3")
+            .arg(&tool)
+            .args([reference.as_os_str(), trial.as_os_str()])
+            .args(["--main", "tiny-arith", "--families", "tiny-sub4"])
+            .args(["--above", "tiny-sub4", "--seeds", "3"])
+            .output()
+            .expect("python3");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("verdict: "))
+            .unwrap_or_else(|| panic!("no verdict: {text}{}", String::from_utf8_lossy(&out.stderr)))
+            .to_string();
+        (out.status.success(), line)
+    };
+    // Ahead on tiny-sub4, the main job as good: adopted.
+    let better = write(
+        "better.tsv",
+        &[
+            ("tiny-arith", [0.90, 0.95, 0.86]),
+            ("tiny-sub4", [0.10, 0.90, 0.20]),
+        ],
+    );
+    assert_eq!(verdict(&better), (true, "adopted".to_string()));
+    // The main job 0.01 lower on average but one seed more under the bar: stage 1 fails.
+    let fewer = write(
+        "fewer.tsv",
+        &[
+            ("tiny-arith", [0.84, 0.97, 0.81]),
+            ("tiny-sub4", [0.10, 0.90, 0.20]),
+        ],
+    );
+    let (ok, v) = verdict(&fewer);
+    assert!(!ok && v.contains("stage 1"), "{v}");
+    // Level everywhere: nothing above the reference.
+    let level = write(
+        "level.tsv",
+        &[
+            ("tiny-arith", [0.90, 0.95, 0.80]),
+            ("tiny-sub4", [0.10, 0.50, 0.20]),
+        ],
+    );
+    let (ok, v) = verdict(&level);
+    assert!(!ok && v.contains("above the reference's on none"), "{v}");
+    // Half run: incomplete, not a verdict on the trial.
+    let partial = dir.path().join("partial.tsv");
+    std::fs::write(&partial, "tiny-arith 0 0.99\ntiny-arith 1 0.99\n").expect("write");
+    let (ok, v) = verdict(&partial);
+    assert!(!ok && v.starts_with("incomplete"), "{v}");
+}
