@@ -334,7 +334,7 @@ mod arithmetic {
         // Chains of sums and differences standing alone (no operator on either side): a sum of
         // three or more addends is keyed by their multiset, and any chain is also keyed without
         // its zero terms, which only disguise the problem without them (`34+12+0` is `12+34`,
-        // `46-0-12` is `46-12`; a leading zero only before `+`: `0-12` is no `12`). Not when what
+        // `46-0-12` is `46-12`, `0-46+12` is `12-46`; `0-12` alone is no `12`). Not when what
         // is left is single digits: `3+6+0` and `7-2-0` are scratchpad columns, and every
         // scratchpad row teaches one-digit sums and differences whatever the protected items hold.
         let mut i = 0;
@@ -369,20 +369,16 @@ mod arithmetic {
             if terms.len() >= 3 && terms.iter().all(|(c, _)| *c == '+') {
                 out.push(sum_key(&terms));
             }
-            let leading_zero_dropped = terms.get(1).is_some_and(|(c, _)| *c == '+');
-            let rest: Vec<(char, &str)> = terms
-                .iter()
-                .enumerate()
-                .filter(|(k, (_, n))| *n != "0" || (*k == 0 && !leading_zero_dropped))
-                .map(|(_, t)| *t)
-                .collect();
+            let rest: Vec<(char, &str)> =
+                terms.iter().filter(|(_, n)| *n != "0").copied().collect();
             if rest.len() == terms.len() || rest.len() < 2 || rest.iter().all(|(_, n)| n.len() == 1)
             {
                 continue;
             }
             if rest.iter().all(|(c, _)| *c == '+') {
                 out.push(sum_key(&rest));
-            } else if let [('+', a), ('-', b)] = rest.as_slice() {
+            } else if let [('+', a), ('-', b)] | [('-', b), ('+', a)] = rest.as_slice() {
+                // `46-0-12`, and with the leading zero gone `0-46+12`: `-46+12` is `12-46`.
                 out.push(key('-', a, b));
             }
         }
@@ -731,7 +727,10 @@ mod tests {
         for text in ["46-0-12=", "46-12-0=", "46+0-12=", "0+46-12="] {
             assert_eq!(k(text), vec!["-:12:46"], "{text:?}");
         }
-        assert!(k("0-46+12=").is_empty(), "0-46 is not 46");
+        // A leading zero before a minus makes the next term negative: `0-46+12` is `12-46`, never
+        // the sum `46+12`; `0-12` alone is the problem `0-12`, nothing else.
+        assert_eq!(k("0-46+12="), vec!["-:12:46"], "0-46 is not 46");
+        assert_eq!(k("0-12="), vec!["-:0:12"]);
         // ...but a column of digits stays a column.
         assert_eq!(k("3+6+0=9"), vec!["+:0:3:6"]);
         assert!(k("7-2-0=5").is_empty());

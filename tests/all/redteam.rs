@@ -3090,7 +3090,8 @@ fn honest_rows_train(s: &Study, clean: Vec<(String, String)>, op: &str, digits: 
 /// A signed difference and its swap are one item: `467-645=-178` is fixed by `645-467=178`, so a
 /// row teaching the swap teaches the test item (the arithmetic normal form keys `-` by its
 /// operands' multiset, as it keys `+`), and so are its sums with a negative operand
-/// (`467 + -645`, `-645 + 467`). Generated rows skip the swaps of protected items too.
+/// (`467 + -645`, `-645 + 467`, `0 - 645 + 467`). Generated rows skip the swaps of protected items
+/// too.
 #[test]
 fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-diff3");
@@ -3154,6 +3155,11 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
         (
             "a negative plus a",
             row(format!("-{b} + {a} ="), format!("-{}", b - a)),
+        ),
+        // The next try once a leading negative is folded: a zero in front of it.
+        (
+            "zero minus b plus a",
+            row(format!("0 - {b} + {a} ="), format!("-{}", b - a)),
         ),
     ];
     let s = open(&root);
