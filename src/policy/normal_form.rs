@@ -35,7 +35,8 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             let p = arithmetic::symbols(prev);
             let mut s: Vec<_> = p[p.len().saturating_sub(5)..].to_vec();
             s.extend(arithmetic::symbols(toks));
-            arithmetic::keys(&s)
+            // Signs either side of the seam are one sign (`12 -` then `-34 = 46`).
+            arithmetic::keys(&arithmetic::fold_signs(s))
         }
         NormalForm::Digits => {
             // A string of digits split across two rows: the first row's digits after its last
@@ -128,8 +129,9 @@ mod arithmetic {
 
     fn op_word(w: &str) -> Option<char> {
         Some(match w {
-            "plus" | "add" | "added" | "adding" | "sum" | "total" => '+',
-            "minus" | "subtract" | "subtracted" | "subtracting" | "difference" | "less" => '-',
+            "plus" | "add" | "added" | "adding" | "sum" | "total" | "positive" => '+',
+            "minus" | "subtract" | "subtracted" | "subtracting" | "difference" | "less"
+            | "negative" => '-',
             "times" | "multiply" | "multiplied" | "multiplying" | "product" | "x" => '*',
             "divide" | "divided" | "dividing" | "quotient" => '/',
             _ => return None,
@@ -238,7 +240,7 @@ mod arithmetic {
                 out.push(Sym::Op(op));
             } else if matches!(t, "+" | "-" | "*" | "/" | "%") {
                 out.push(Sym::Op(t.chars().next().unwrap_or('+')));
-            } else if matches!(t, "=" | "equals" | "equal" | "equaling") {
+            } else if matches!(t, "=" | "equals" | "equal" | "equaling" | "is") {
                 out.push(Sym::Eq);
             } else if matches!(t, "<" | ">")
                 || t.contains('_')
@@ -252,36 +254,21 @@ mod arithmetic {
         fold_signs(out)
     }
 
-    /// A negative operand folded into the problem it is part of: `a + -b` is `a - b`, and a
-    /// leading `-b + a` (standing alone) is `a - b` too — with signed differences (`12-34=-22`)
-    /// these write a protected difference without its `a - b`. A sign after another `-`
-    /// (`a - -b`) is left as it is: the diff scratchpad's sign step (`=2,-|-22`) is one.
-    fn fold_signs(s: Vec<Sym>) -> Vec<Sym> {
+    /// Signs written one after another are one sign, as arithmetic reads them: `a - -b` is
+    /// `a + b`, `a + -b` is `a - b`, `a - +b` is `a - b`, `+ +` is `+` (and in words, `12 minus
+    /// negative 34`). Parentheses are filler, so `12 - (-34)` is among them. What a sign leading a
+    /// chain means is `keys`' business (`-b + a` is `a - b`). The diff scratchpad's sign step
+    /// (`=2,-|-22`) reads as the sum `2+22`, which no difference family protects.
+    pub(super) fn fold_signs(s: Vec<Sym>) -> Vec<Sym> {
         let mut out: Vec<Sym> = Vec::with_capacity(s.len());
-        let mut i = 0;
-        while i < s.len() {
-            let at = |k: usize| s.get(i + k);
-            // `+ -b` → `- b`
-            if matches!(at(0), Some(Sym::Op('+')))
-                && matches!(at(1), Some(Sym::Op('-')))
-                && matches!(at(2), Some(Sym::Num(_)))
+        for sym in s {
+            if let Sym::Op(c @ ('+' | '-')) = sym
+                && let Some(Sym::Op(prev @ ('+' | '-'))) = out.last_mut()
             {
-                out.push(Sym::Op('-'));
-                i += 2;
+                *prev = if *prev == c { '+' } else { '-' };
                 continue;
             }
-            // `-b + a` with nothing before `-b` but a boundary, and nothing after `a` → `a - b`
-            if let (Some(Sym::Op('-')), Some(Sym::Num(b)), Some(Sym::Op('+')), Some(Sym::Num(a))) =
-                (at(0), at(1), at(2), at(3))
-                && !matches!(out.last(), Some(Sym::Num(_) | Sym::Op(_)))
-                && !matches!(at(4), Some(Sym::Op(_)))
-            {
-                out.extend([Sym::Num(a.clone()), Sym::Op('-'), Sym::Num(b.clone())]);
-                i += 4;
-                continue;
-            }
-            out.push(s[i].clone());
-            i += 1;
+            out.push(sym);
         }
         out
     }
@@ -331,27 +318,46 @@ mod arithmetic {
                 push(a, b, true);
             }
         }
-        // Chains of sums and differences standing alone (no operator on either side): a sum of
-        // three or more addends is keyed by their multiset, and any chain is also keyed without
-        // its zero terms, which only disguise the problem without them (`34+12+0` is `12+34`,
-        // `46-0-12` is `46-12`, `0-46+12` is `12-46`; `0-12` alone is no `12`). Not when what
-        // is left is single digits: `3+6+0` and `7-2-0` are scratchpad columns, and every
-        // scratchpad row teaches one-digit sums and differences whatever the protected items hold.
+        // Chains of sums and differences standing alone (no operator on either side), their first
+        // term signed or not: two terms are a sum when their signs agree (`+12+34`, `-12-34` is
+        // `-(12+34)`) and a difference when they do not (`-46+12` is `12-46`); three or more
+        // of one sign are keyed by their multiset. Any chain is also keyed without its zero
+        // terms, which only disguise the problem without them (`34+12+0` is `12+34`, `46-0-12`
+        // is `46-12`, `0-46+12` is `12-46`; `0-12` alone is no `12`). Not when what is left is
+        // single digits: `3+6+0` and `7-2-0` are scratchpad columns, and every scratchpad row
+        // teaches one-digit sums and differences whatever the protected items hold.
+        let sign_at = |i: usize| match s.get(i) {
+            Some(Sym::Op(c @ ('+' | '-'))) => Some(*c),
+            _ => None,
+        };
         let mut i = 0;
         while i < s.len() {
-            if num(Some(i)).is_none() || is_op(i.checked_sub(1)) {
-                i += 1;
-                continue;
-            }
+            // A chain starts at a number with no operator before it, or at a sign before a number
+            // with neither a number nor an operator before the sign.
+            let (mut sign, start) = match sign_at(i) {
+                Some(c)
+                    if num(Some(i + 1)).is_some()
+                        && !matches!(
+                            i.checked_sub(1).and_then(|j| s.get(j)),
+                            Some(Sym::Num(_) | Sym::Op(_))
+                        ) =>
+                {
+                    (c, i + 1)
+                }
+                _ if num(Some(i)).is_some() && !is_op(i.checked_sub(1)) => ('+', i),
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
             // (sign, operand) of each term
             let mut terms: Vec<(char, &str)> = Vec::new();
-            let mut at = i;
-            let mut sign = '+';
+            let mut at = start;
             while let Some(n) = num(Some(at)) {
                 terms.push((sign, n));
-                match s.get(at + 1) {
-                    Some(Sym::Op(c @ ('+' | '-'))) if num(Some(at + 2)).is_some() => {
-                        sign = *c;
+                match sign_at(at + 1) {
+                    Some(c) if num(Some(at + 2)).is_some() => {
+                        sign = c;
                         at += 2;
                     }
                     _ => break,
@@ -361,26 +367,23 @@ mod arithmetic {
             if terms.len() < 2 || is_op(Some(at + 1)) {
                 continue;
             }
-            let sum_key = |t: &[(char, &str)]| {
-                let mut ops: Vec<&str> = t.iter().map(|(_, n)| *n).collect();
-                ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
-                format!("+:{}", ops.join(":"))
+            let mut push_chain = |t: &[(char, &str)]| match t {
+                [(x, a), (y, b)] => out.push(key(if x == y { '+' } else { '-' }, a, b)),
+                [(first, _), ..] if t.iter().all(|(c, _)| c == first) => {
+                    let mut ops: Vec<&str> = t.iter().map(|(_, n)| *n).collect();
+                    ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+                    out.push(format!("+:{}", ops.join(":")));
+                }
+                _ => {}
             };
-            if terms.len() >= 3 && terms.iter().all(|(c, _)| *c == '+') {
-                out.push(sum_key(&terms));
-            }
+            push_chain(&terms);
             let rest: Vec<(char, &str)> =
                 terms.iter().filter(|(_, n)| *n != "0").copied().collect();
             if rest.len() == terms.len() || rest.len() < 2 || rest.iter().all(|(_, n)| n.len() == 1)
             {
                 continue;
             }
-            if rest.iter().all(|(c, _)| *c == '+') {
-                out.push(sum_key(&rest));
-            } else if let [('+', a), ('-', b)] | [('-', b), ('+', a)] = rest.as_slice() {
-                // `46-0-12`, and with the leading zero gone `0-46+12`: `-46+12` is `12-46`.
-                out.push(key('-', a, b));
-            }
+            push_chain(&rest);
         }
         out.sort();
         out.dedup();
@@ -641,10 +644,32 @@ mod tests {
         ] {
             assert_eq!(k(text), vec!["-:12:46"], "{text:?}");
         }
-        // ...but not inside a longer chain, nor after a number, nor a sign after a minus.
+        // ...but not inside a longer chain, nor after a number.
         assert!(k("-46+12+7=").iter().all(|k| k != "-:12:46"));
         assert_eq!(k("5 -46+12"), Vec::<String>::new());
-        assert!(k("12 - -46").is_empty());
+        // Signs one after another are one sign, and a signed first term is read with its sign:
+        // a sum written with negatives is the sum, a negated sum too.
+        for text in [
+            "12 - -46 = 58",
+            "12 - (-46)",
+            "12--46",
+            "twelve minus negative forty-six",
+            "12 + +46",
+            "+12 + 46 = 58",
+            "- -12 + 46",
+            "-12 - 46 = -58",
+            "-(12) - (46)",
+            "negative twelve minus 46 is negative 58",
+        ] {
+            assert_eq!(k(text), vec!["+:12:46"], "{text:?}");
+        }
+        for text in ["12 - +46", "+12 - 46", "46 + - + 12", "-12 - -46 = 34"] {
+            assert_eq!(k(text), vec!["-:12:46"], "{text:?}");
+        }
+        assert_eq!(k("-12-34-56="), vec!["+:12:34:56"]);
+        assert_eq!(k("12 minus 46 is negative 34"), vec!["-:12:46"]);
+        // The diff scratchpad's sign step is a sum no difference family protects.
+        assert_eq!(k("4-2-0=2,3-1-0=2,-|-22"), vec!["+:2:22"]);
         assert_eq!(k("one hundred and five plus 7"), vec!["+:7:105"]);
         assert_eq!(
             k("what is twelve plus thirty-four?forty-six"),
@@ -688,6 +713,25 @@ mod tests {
             );
             assert!(
                 keys.contains(&"+:12:34:56".to_string()),
+                "{a:?} | {b:?}: {keys:?}"
+            );
+        }
+    }
+
+    /// Signs split across two rows are one sign: `12 -` then `-34 = 46` is `12 + 34`.
+    #[test]
+    fn signs_split_across_rows_are_one_sign() {
+        use crate::policy::canon::{canonical, tokens};
+        let text = "12 - -34 = 46";
+        for cut in [4, 5, 6] {
+            let (a, b) = text.split_at(cut);
+            let keys = keys_across(
+                NormalForm::Arithmetic,
+                &tokens(&canonical(a)),
+                &tokens(&canonical(b)),
+            );
+            assert!(
+                keys.contains(&"+:12:34".to_string()),
                 "{a:?} | {b:?}: {keys:?}"
             );
         }

@@ -429,12 +429,21 @@ mod tests {
                         &crate::model::data::training_text(&r),
                     );
                     let own = crate::policy::normal_form::keys_of_text(form, &r.prompt);
-                    // Keys of as many operands as the family's problems (a one-digit column
-                    // `9+6+0` is a sum of three, which no two-operand family protects).
+                    // Keys of the family's shape: as many operands as its problems (a one-digit
+                    // column `9+6+0` is a sum of three, which no two-operand family protects)
+                    // and an operator its problems use (the diff scratchpad's sign step
+                    // `2,-|-22` reads as the sum `2+22`, which no difference family protects).
                     let operands = |k: &String| k.split(':').count();
+                    let ops: &[&str] = match op {
+                        ArithOp::Add | ArithOp::Sum => &["+"],
+                        ArithOp::Sub | ArithOp::Diff => &["-"],
+                        ArithOp::Mixed => &["+", "-"],
+                        ArithOp::Sort => &[],
+                    };
                     let whole: Vec<String> = whole
                         .into_iter()
                         .filter(|k| own.iter().any(|o| operands(o) == operands(k)))
+                        .filter(|k| ops.iter().any(|o| k.starts_with(&format!("{o}:"))))
                         .collect();
                     assert_eq!(whole, own, "{r:?}");
                 }

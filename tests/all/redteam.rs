@@ -3181,6 +3181,81 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
     honest_rows_train(&s, clean, "diff", 3);
 }
 
+/// Signs written one after another are one sign and a signed first term keeps its sign, so a sum
+/// written with negatives is that sum: `a - -b`, `a - (-b)`, `a minus negative b`, `+a + b`, the
+/// negated sum `-a - b = -c`, in any script's minus, and a double sign split across two rows. The
+/// attack once a difference and its swap were one item and a negative operand was folded: a sign
+/// after a minus was left unread (for tiny-diff's scratchpad sign step, `2,-|-22`, which now reads
+/// as a sum no difference family protects, so its honest rows still train).
+#[test]
+fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let split = |name: &str| protected_split(&root, "add4", name);
+    let operands = |prompt: &str| -> (u64, u64) {
+        let (a, b) = prompt.trim_end_matches('=').split_once('+').expect("a sum");
+        (a.parse().expect("a"), b.parse().expect("b"))
+    };
+    let (a, b) = split("test")
+        .iter()
+        .map(|r| operands(&r.prompt))
+        .find(|(a, b)| a != b && *a >= 1000 && *b >= 1000)
+        .expect("a test item of four-digit operands");
+    let c = a + b;
+    let protected: std::collections::HashSet<(u64, u64)> = ["dev", "test", "sealed", "dev_twin"]
+        .iter()
+        .flat_map(|s| split(s))
+        .map(|r| {
+            let (x, y) = operands(&r.prompt);
+            (x.min(y), x.max(y))
+        })
+        .collect();
+    let row = |p: String, ans: String| vec![(p, ans)];
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        (
+            "a minus a negative",
+            row(format!("{a} - -{b} ="), c.to_string()),
+        ),
+        (
+            "a minus a negative in brackets",
+            row(format!("{a} - (-{b}) ="), c.to_string()),
+        ),
+        (
+            "in words",
+            row(format!("{a} minus negative {b} is"), c.to_string()),
+        ),
+        ("a unary plus", row(format!("+{a} + {b} ="), c.to_string())),
+        (
+            "the negated sum",
+            row(format!("-{a} - {b} ="), format!("-{c}")),
+        ),
+        (
+            "a double negative first",
+            row(format!("- -{a} + {b} ="), c.to_string()),
+        ),
+        (
+            "a minus sign of another script",
+            row(format!("{a} \u{2212} \u{2212}{b} ="), c.to_string()),
+        ),
+        (
+            "the signs split across two rows",
+            vec![
+                ("Q:".to_string(), format!("{a} -")),
+                (format!("-{b} ="), c.to_string()),
+            ],
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "signs", forms);
+    // Sums no split holds train, written with double signs too.
+    let clean: Vec<(String, String)> = (0..300u64)
+        .map(|i| (1000 + i * 37 % 9000, 1000 + i * 53 % 9000))
+        .filter(|(x, y)| !protected.contains(&((*x).min(*y), (*x).max(*y))))
+        .map(|(x, y)| (format!("{x} - -{y} ="), (x + y).to_string()))
+        .collect();
+    assert!(clean.len() > 100, "{}", clean.len());
+    honest_rows_train(&s, clean, "add", 4);
+}
+
 #[test]
 fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     let (_d, root) = crate::common::study_of("tiny-sort6");
