@@ -350,6 +350,7 @@ mod arithmetic {
                     continue;
                 }
             };
+            let led_by_minus = sign == '-';
             // (sign, operand) of each term
             let mut terms: Vec<(char, &str)> = Vec::new();
             let mut at = start;
@@ -367,8 +368,16 @@ mod arithmetic {
             if terms.len() < 2 || is_op(Some(at + 1)) {
                 continue;
             }
-            let mut push_chain = |t: &[(char, &str)]| match t {
-                [(x, a), (y, b)] => out.push(key(if x == y { '+' } else { '-' }, a, b)),
+            // A minus written before the first term may be its own or the whole chain's
+            // (brackets are filler: `-(34-12)` reads as `-34-12`), so two terms led by a minus
+            // are keyed both ways; a zero term dropped leaves no such doubt.
+            let mut push_chain = |t: &[(char, &str)], led_by_minus: bool| match t {
+                [(x, a), (y, b)] => {
+                    out.push(key(if x == y { '+' } else { '-' }, a, b));
+                    if led_by_minus {
+                        out.push(key(if x == y { '-' } else { '+' }, a, b));
+                    }
+                }
                 [(first, _), ..] if t.iter().all(|(c, _)| c == first) => {
                     let mut ops: Vec<&str> = t.iter().map(|(_, n)| *n).collect();
                     ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
@@ -376,14 +385,14 @@ mod arithmetic {
                 }
                 _ => {}
             };
-            push_chain(&terms);
+            push_chain(&terms, led_by_minus);
             let rest: Vec<(char, &str)> =
                 terms.iter().filter(|(_, n)| *n != "0").copied().collect();
             if rest.len() == terms.len() || rest.len() < 2 || rest.iter().all(|(_, n)| n.len() == 1)
             {
                 continue;
             }
-            push_chain(&rest);
+            push_chain(&rest, false);
         }
         out.sort();
         out.dedup();
@@ -639,10 +648,11 @@ mod tests {
             "12 + -46 = -34",
             "12 + (-46)",
             "twelve plus minus forty-six",
-            "-46 + 12 = -34",
-            "= -46+12",
         ] {
             assert_eq!(k(text), vec!["-:12:46"], "{text:?}");
+        }
+        for text in ["-46 + 12 = -34", "= -46+12"] {
+            assert!(k(text).contains(&"-:12:46".to_string()), "{text:?}");
         }
         // ...but not inside a longer chain, nor after a number.
         assert!(k("-46+12+7=").iter().all(|k| k != "-:12:46"));
@@ -657,14 +667,28 @@ mod tests {
             "12 + +46",
             "+12 + 46 = 58",
             "- -12 + 46",
+        ] {
+            assert_eq!(k(text), vec!["+:12:46"], "{text:?}");
+        }
+        for text in [
             "-12 - 46 = -58",
             "-(12) - (46)",
             "negative twelve minus 46 is negative 58",
         ] {
-            assert_eq!(k(text), vec!["+:12:46"], "{text:?}");
+            assert!(k(text).contains(&"+:12:46".to_string()), "{text:?}");
         }
-        for text in ["12 - +46", "+12 - 46", "46 + - + 12", "-12 - -46 = 34"] {
+        for text in ["12 - +46", "+12 - 46", "46 + - + 12"] {
             assert_eq!(k(text), vec!["-:12:46"], "{text:?}");
+        }
+        // A leading minus may be the whole chain's (brackets are filler), so both readings:
+        // `-(46-12)` is the difference, `-(12+46)` the sum.
+        for text in [
+            "-(46-12) = -34",
+            "-(12 + 46) = -58",
+            "-12 - -46 = 34",
+            "-46+12",
+        ] {
+            assert_eq!(k(text), vec!["+:12:46", "-:12:46"], "{text:?}");
         }
         assert_eq!(k("-12-34-56="), vec!["+:12:34:56"]);
         assert_eq!(k("12 minus 46 is negative 34"), vec!["-:12:46"]);

@@ -3090,8 +3090,8 @@ fn honest_rows_train(s: &Study, clean: Vec<(String, String)>, op: &str, digits: 
 /// A signed difference and its swap are one item: `467-645=-178` is fixed by `645-467=178`, so a
 /// row teaching the swap teaches the test item (the arithmetic normal form keys `-` by its
 /// operands' multiset, as it keys `+`), and so are its sums with a negative operand
-/// (`467 + -645`, `-645 + 467`, `0 - 645 + 467`). Generated rows skip the swaps of protected items
-/// too.
+/// (`467 + -645`, `-645 + 467`, `0 - 645 + 467`) and the swap negated (`-(645 - 467)`). Generated
+/// rows skip the swaps of protected items too.
 #[test]
 fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-diff3");
@@ -3160,6 +3160,12 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
         (
             "zero minus b plus a",
             row(format!("0 - {b} + {a} ="), format!("-{}", b - a)),
+        ),
+        // The next try once a leading sign was read as its first term's: the swap negated in
+        // brackets, which the gate's tokens drop (`-(b - a)` reads as `-b - a`).
+        (
+            "the swap negated",
+            row(format!("-({b} - {a}) ="), format!("-{}", b - a)),
         ),
     ];
     let s = open(&root);
