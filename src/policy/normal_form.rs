@@ -722,43 +722,31 @@ mod tests {
         assert!(keys.contains(&"+:12:34".to_string()));
     }
 
-    /// A sum of three split across two adjacent rows is still found, wherever the split falls.
-    #[test]
-    fn a_sum_of_three_split_across_rows_is_found() {
+    /// Whether `text`, cut into two adjacent rows at each of `cuts`, is still keyed `want`.
+    fn found_across(text: &str, cuts: &[usize], want: &str) {
         use crate::policy::canon::{canonical, tokens};
-        let text = "12+34+56=";
-        // Rows end between tokens: at each side of an operator.
-        for cut in [2, 3, 5, 6, 8] {
+        for &cut in cuts {
             let (a, b) = text.split_at(cut);
             let keys = keys_across(
                 NormalForm::Arithmetic,
                 &tokens(&canonical(a)),
                 &tokens(&canonical(b)),
             );
-            assert!(
-                keys.contains(&"+:12:34:56".to_string()),
-                "{a:?} | {b:?}: {keys:?}"
-            );
+            assert!(keys.contains(&want.to_string()), "{a:?} | {b:?}: {keys:?}");
         }
+    }
+
+    /// A sum of three split across two adjacent rows is still found, wherever the split falls
+    /// (rows end between tokens: at each side of an operator).
+    #[test]
+    fn a_sum_of_three_split_across_rows_is_found() {
+        found_across("12+34+56=", &[2, 3, 5, 6, 8], "+:12:34:56");
     }
 
     /// Signs split across two rows are one sign: `12 -` then `-34 = 46` is `12 + 34`.
     #[test]
     fn signs_split_across_rows_are_one_sign() {
-        use crate::policy::canon::{canonical, tokens};
-        let text = "12 - -34 = 46";
-        for cut in [4, 5, 6] {
-            let (a, b) = text.split_at(cut);
-            let keys = keys_across(
-                NormalForm::Arithmetic,
-                &tokens(&canonical(a)),
-                &tokens(&canonical(b)),
-            );
-            assert!(
-                keys.contains(&"+:12:34".to_string()),
-                "{a:?} | {b:?}: {keys:?}"
-            );
-        }
+        found_across("12 - -34 = 46", &[4, 5, 6], "+:12:34");
     }
 
     #[test]

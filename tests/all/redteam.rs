@@ -3046,6 +3046,27 @@ fn protected_split(root: &Path, task: &str, name: &str) -> Vec<Row> {
     datasets::parse_eval_jsonl(&std::fs::read(&p).expect("split"), name).expect("parse")
 }
 
+/// A binary problem's operands (`467-645=` split at `op`).
+fn operands_of(prompt: &str, op: char) -> (u64, u64) {
+    let (a, b) = prompt
+        .trim_end_matches('=')
+        .split_once(op)
+        .expect("a binary problem");
+    (a.parse().expect("a"), b.parse().expect("b"))
+}
+
+/// Every pair of operands a protected split of `task` holds, in either order (smaller first).
+fn protected_pairs(root: &Path, task: &str, op: char) -> std::collections::HashSet<(u64, u64)> {
+    ["dev", "test", "sealed", "dev_twin"]
+        .iter()
+        .flat_map(|s| protected_split(root, task, s))
+        .map(|r| {
+            let (x, y) = operands_of(&r.prompt, op);
+            (x.min(y), x.max(y))
+        })
+        .collect()
+}
+
 /// Registers each disguise of a protected item as its own agent's dataset (one agent per form:
 /// each stays under the study's limit on contamination rejections) and returns each refusal.
 fn each_form_refused(
@@ -3095,28 +3116,13 @@ fn honest_rows_train(s: &Study, clean: Vec<(String, String)>, op: &str, digits: 
 #[test]
 fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-diff3");
-    let split = |name: &str| protected_split(&root, "diff3", name);
-    let operands = |prompt: &str| -> (u64, u64) {
-        let (a, b) = prompt
-            .trim_end_matches('=')
-            .split_once('-')
-            .expect("a difference");
-        (a.parse().expect("a"), b.parse().expect("b"))
-    };
     // A test item whose answer is negative, of three-digit operands (so words are unambiguous).
-    let (a, b) = split("test")
+    let (a, b) = protected_split(&root, "diff3", "test")
         .iter()
-        .map(|r| operands(&r.prompt))
+        .map(|r| operands_of(&r.prompt, '-'))
         .find(|(a, b)| a < b && *a >= 100)
         .expect("a negative test item of three-digit operands");
-    let protected: std::collections::HashSet<(u64, u64)> = ["dev", "test", "sealed", "dev_twin"]
-        .iter()
-        .flat_map(|s| split(s))
-        .map(|r| {
-            let (x, y) = operands(&r.prompt);
-            (x.min(y), x.max(y))
-        })
-        .collect();
+    let protected = protected_pairs(&root, "diff3", '-');
     let row = |p: String, ans: String| vec![(p, ans)];
     let words = |n: u64| {
         const UNITS: [&str; 10] = [
@@ -3196,25 +3202,13 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
 #[test]
 fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-add4");
-    let split = |name: &str| protected_split(&root, "add4", name);
-    let operands = |prompt: &str| -> (u64, u64) {
-        let (a, b) = prompt.trim_end_matches('=').split_once('+').expect("a sum");
-        (a.parse().expect("a"), b.parse().expect("b"))
-    };
-    let (a, b) = split("test")
+    let (a, b) = protected_split(&root, "add4", "test")
         .iter()
-        .map(|r| operands(&r.prompt))
+        .map(|r| operands_of(&r.prompt, '+'))
         .find(|(a, b)| a != b && *a >= 1000 && *b >= 1000)
         .expect("a test item of four-digit operands");
     let c = a + b;
-    let protected: std::collections::HashSet<(u64, u64)> = ["dev", "test", "sealed", "dev_twin"]
-        .iter()
-        .flat_map(|s| split(s))
-        .map(|r| {
-            let (x, y) = operands(&r.prompt);
-            (x.min(y), x.max(y))
-        })
-        .collect();
+    let protected = protected_pairs(&root, "add4", '+');
     let row = |p: String, ans: String| vec![(p, ans)];
     let forms: Vec<(&str, Vec<(String, String)>)> = vec![
         (
