@@ -36,6 +36,22 @@ pub fn row_text(row: &Row) -> String {
 /// Tokens of a canonical text: word and number runs, and the operators that carry meaning in
 /// arithmetic and code (`+ - * / = < > %`); other punctuation and whitespace only separate.
 pub fn tokens(canonical_text: &str) -> Vec<String> {
+    tokens_with(canonical_text, false)
+}
+
+/// The tokens a task's normal form reads: `tokens` and brackets, which decide what a sign
+/// applies to (`46 - (0 - 12)` is `46 + 12`). The n-gram scans never see them, so a bracket
+/// inserted into a copy cannot break one of its n-grams.
+pub fn form_tokens(canonical_text: &str) -> Vec<String> {
+    tokens_with(canonical_text, true)
+}
+
+/// Whether a form token is a bracket.
+pub fn is_bracket(t: &str) -> bool {
+    matches!(t, "(" | ")")
+}
+
+fn tokens_with(canonical_text: &str, brackets: bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     for c in canonical_text.chars() {
@@ -45,7 +61,9 @@ pub fn tokens(canonical_text: &str) -> Vec<String> {
             if !cur.is_empty() {
                 out.push(std::mem::take(&mut cur));
             }
-            if matches!(c, '+' | '-' | '*' | '/' | '=' | '<' | '>' | '%') {
+            if matches!(c, '+' | '-' | '*' | '/' | '=' | '<' | '>' | '%')
+                || (brackets && matches!(c, '(' | ')'))
+            {
                 out.push(c.to_string());
             }
         }

@@ -31,7 +31,7 @@ use serde::Serialize;
 
 use crate::config::NormalForm;
 use crate::model::data::Row;
-use crate::policy::canon::{self, canonical, tokens};
+use crate::policy::canon::{self, canonical, form_tokens, tokens};
 use crate::policy::normal_form;
 
 /// Scan settings (from `rsim.toml` `[policy]`).
@@ -280,9 +280,9 @@ impl EvalSet {
                 }
                 let keys = form
                     .map(|f| {
-                        let k = normal_form::keys(f, &prompt_t);
+                        let k = normal_form::keys(f, &form_tokens(&canonical(&r.prompt)));
                         if k.is_empty() {
-                            normal_form::keys(f, &full_t)
+                            normal_form::keys(f, &form_tokens(&text))
                         } else {
                             k
                         }
@@ -397,6 +397,7 @@ type Tails = [Tail; canon::READINGS];
 /// The previous row's tokens, for windows across a pair of adjacent rows.
 #[derive(Default, Clone)]
 struct Tail {
+    /// Its form tokens (`canon::form_tokens`), for the normal forms' keys across the pair.
     toks: Vec<String>,
     ids: Vec<u64>,
     skel: Vec<u64>,
@@ -430,8 +431,13 @@ impl<'a> Scanner<'a> {
     }
 
     fn visit_text(&self, text: &str, at: At, tail: &mut Tail, found: &mut Found) {
-        let toks = tokens(text);
-        let ids = token_ids(&toks);
+        let ids = token_ids(&tokens(text));
+        // What the normal forms read (brackets too); nothing when the study names none.
+        let toks = if self.ix.keys.is_empty() {
+            Vec::new()
+        } else {
+            form_tokens(text)
+        };
         let skel = if self.ix.skel.is_empty() {
             Vec::new()
         } else {
@@ -479,7 +485,7 @@ impl<'a> Scanner<'a> {
             &self.ix.skel_lens,
         );
         if !self.ix.keys.is_empty() {
-            let prev = &tail.toks[tail.toks.len().saturating_sub(8)..];
+            let prev = &tail.toks[tail.toks.len().saturating_sub(12)..];
             for &f in &self.ix.forms {
                 for k in normal_form::keys_across(f, prev, &toks) {
                     if self.ix.keys.contains(&k) {

@@ -11,19 +11,29 @@
 
 use crate::config::NormalForm;
 
-/// The keys of a canonical token stream (`canon::tokens` of a `canon::canonical` text).
+/// The keys of a canonical token stream (`canon::form_tokens` of a `canon::canonical` text).
 pub fn keys(form: NormalForm, toks: &[String]) -> Vec<String> {
     match form {
         NormalForm::Arithmetic => arithmetic::keys(&arithmetic::symbols(toks)),
-        NormalForm::Digits => digits::keys(toks),
+        NormalForm::Digits => digits::keys(&without_brackets(toks)),
+    }
+}
+
+/// Form tokens without their brackets, for a form that does not read them (`0=(1)` is `0=1`).
+fn without_brackets(toks: &[String]) -> std::borrow::Cow<'_, [String]> {
+    use crate::policy::canon::is_bracket;
+    if toks.iter().any(|t| is_bracket(t)) {
+        toks.iter().filter(|t| !is_bracket(t)).cloned().collect()
+    } else {
+        std::borrow::Cow::Borrowed(toks)
     }
 }
 
 /// The keys of any text under a form (its canonical tokens'): what makes two problems one —
 /// `12+34=` and `34 + 12 =` have the same keys.
 pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
-    use crate::policy::canon::{canonical, tokens};
-    keys(form, &tokens(&canonical(text)))
+    use crate::policy::canon::{canonical, form_tokens};
+    keys(form, &form_tokens(&canonical(text)))
 }
 
 /// The symbols of a row under a form, for joining a row's tail with the next row (pairs of
@@ -39,6 +49,7 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             arithmetic::keys(&arithmetic::fold_signs(s))
         }
         NormalForm::Digits => {
+            let (prev, toks) = (without_brackets(prev), without_brackets(toks));
             // A string of digits split across two rows: the first row's digits after its last
             // `=` continue into the next.
             let start = prev
@@ -46,12 +57,12 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
                 .rposition(|t| digits::breaks(t))
                 .map_or(0, |i| i + 1);
             let mut joined = prev[start..].to_vec();
-            joined.extend_from_slice(toks);
+            joined.extend_from_slice(&toks);
             // Counts split across two rows: up to `MAX_DIGITS` pairs, with filler, end the first
             // (a pair holds an `=`, so the strings' tail cuts them).
             let from = prev.len().saturating_sub(4 * digits::MAX_DIGITS);
             let mut tail = prev[from..].to_vec();
-            tail.extend_from_slice(toks);
+            tail.extend_from_slice(&toks);
             digits::keys_of(&joined, &tail)
         }
     }
@@ -75,6 +86,9 @@ mod arithmetic {
         Eq,
         /// A token that blocks adjacency: identifiers with digits or `_`, `<`, `>`.
         Block,
+        /// Brackets, read by `brackets` and gone from what `symbols` returns.
+        Open,
+        Close,
     }
 
     pub(super) fn unit(w: &str) -> Option<u64> {
@@ -240,6 +254,10 @@ mod arithmetic {
                 out.push(Sym::Op(op));
             } else if matches!(t, "+" | "-" | "*" | "/" | "%") {
                 out.push(Sym::Op(t.chars().next().unwrap_or('+')));
+            } else if t == "(" {
+                out.push(Sym::Open);
+            } else if t == ")" {
+                out.push(Sym::Close);
             } else if matches!(t, "=" | "equals" | "equal" | "equaling" | "is") {
                 out.push(Sym::Eq);
             } else if matches!(t, "<" | ">")
@@ -251,7 +269,53 @@ mod arithmetic {
             // any other word is filler
             i += 1;
         }
-        fold_signs(out)
+        fold_signs(brackets(fold_signs(out)))
+    }
+
+    /// Brackets applied and removed: a minus before a bracket negates what it holds, so each sign
+    /// between two of its terms turns over (`46 - (0 - 12)` is `46 - 0 + 12`, `-(-12 - 34)` is
+    /// `- -12 + 34`, nested brackets in turn); a sign leading a bracket's first term keeps its
+    /// own, which folds with the sign before the bracket. A bracket left open ends at `=`.
+    fn brackets(s: Vec<Sym>) -> Vec<Sym> {
+        if !s.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
+            return s;
+        }
+        let mut out: Vec<Sym> = Vec::with_capacity(s.len());
+        // Whether each open bracket's contents are negated, outermost first.
+        let mut negated: Vec<bool> = Vec::new();
+        // The sign just read, as written (before any turn).
+        let mut written: Option<char> = None;
+        for sym in s {
+            let here = negated.last().copied().unwrap_or(false);
+            match sym {
+                Sym::Open => {
+                    negated.push(here ^ (written == Some('-')));
+                    written = None;
+                }
+                Sym::Close => {
+                    negated.pop();
+                    written = None;
+                }
+                Sym::Op(c @ ('+' | '-')) => {
+                    let between_terms = matches!(out.last(), Some(Sym::Num(_)));
+                    let turned = match c {
+                        '+' if between_terms && here => '-',
+                        '-' if between_terms && here => '+',
+                        c => c,
+                    };
+                    out.push(Sym::Op(turned));
+                    written = Some(c);
+                }
+                other => {
+                    if other == Sym::Eq {
+                        negated.clear();
+                    }
+                    out.push(other);
+                    written = None;
+                }
+            }
+        }
+        out
     }
 
     /// Signs written one after another are one sign, as arithmetic reads them: `a - -b` is
@@ -610,10 +674,10 @@ mod digits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::canon::{canonical, tokens};
+    use crate::policy::canon::{canonical, form_tokens};
 
     fn k(text: &str) -> Vec<String> {
-        keys(NormalForm::Arithmetic, &tokens(&canonical(text)))
+        keys(NormalForm::Arithmetic, &form_tokens(&canonical(text)))
     }
 
     #[test]
@@ -691,6 +755,36 @@ mod tests {
             assert_eq!(k(text), vec!["+:12:46", "-:12:46"], "{text:?}");
         }
         assert_eq!(k("-12-34-56="), vec!["+:12:34:56"]);
+        // A minus before a bracket negates what it holds; other brackets change nothing.
+        for text in [
+            "46 - (0 - 12) =",
+            "-(-12 - 46) = 58",
+            "12 - (-(46))",
+            "(12) + (46)",
+            "12 + (0 + 46)",
+            "0 - (-12 - 46)",
+            "-(0 - 12 - 46)",
+        ] {
+            let got = k(text);
+            assert!(
+                got.contains(&"+:12:46".into()) && !got.contains(&"-:12:46".into()),
+                "{text:?}: {got:?}"
+            );
+        }
+        for text in [
+            "46 - (12)",
+            "0 - (12 - 46)",
+            "-(0 - (12 - 46)) =",
+            "- -(46 - 12)",
+        ] {
+            let got = k(text);
+            assert!(
+                got.contains(&"-:12:46".into()) && !got.contains(&"+:12:46".into()),
+                "{text:?}: {got:?}"
+            );
+        }
+        // A bracket left open ends at `=`: what follows reads as written.
+        assert_eq!(k("-(7 = 12 + 46"), vec!["+:12:46"]);
         assert_eq!(k("12 minus 46 is negative 34"), vec!["-:12:46"]);
         // The diff scratchpad's sign step is a sum no difference family protects.
         assert_eq!(k("4-2-0=2,3-1-0=2,-|-22"), vec!["+:2:22"]);
@@ -724,13 +818,13 @@ mod tests {
 
     /// Whether `text`, cut into two adjacent rows at each of `cuts`, is still keyed `want`.
     fn found_across(text: &str, cuts: &[usize], want: &str) {
-        use crate::policy::canon::{canonical, tokens};
+        use crate::policy::canon::{canonical, form_tokens};
         for &cut in cuts {
             let (a, b) = text.split_at(cut);
             let keys = keys_across(
                 NormalForm::Arithmetic,
-                &tokens(&canonical(a)),
-                &tokens(&canonical(b)),
+                &form_tokens(&canonical(a)),
+                &form_tokens(&canonical(b)),
             );
             assert!(keys.contains(&want.to_string()), "{a:?} | {b:?}: {keys:?}");
         }
@@ -797,15 +891,15 @@ mod tests {
     }
 
     fn dk(text: &str) -> Vec<String> {
-        keys(NormalForm::Digits, &tokens(&canonical(text)))
+        keys(NormalForm::Digits, &form_tokens(&canonical(text)))
     }
 
     /// The digits keys of two adjacent rows together.
     fn dk_across(a: &str, b: &str) -> Vec<String> {
         keys_across(
             NormalForm::Digits,
-            &tokens(&canonical(a)),
-            &tokens(&canonical(b)),
+            &form_tokens(&canonical(a)),
+            &form_tokens(&canonical(b)),
         )
     }
 
@@ -861,6 +955,7 @@ mod tests {
             "zero=one, one=one, two=one, three=one, five=one, nine=one",
             "counts 0=1 and 4=0 then 1=1,2=1,3=1,5=1,9=1 done",
             "\u{FF10}=\u{FF11},1=1,2=1,3=1,5=1,9=1",
+            "(0)=(1),(1)=(1),(2)=(1),(3)=(1),(5)=(1),(9)=(1)",
         ] {
             assert!(dk(text).contains(&key), "{text:?}: {:?}", dk(text));
         }

@@ -3195,7 +3195,8 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
 
 /// Signs written one after another are one sign and a signed first term keeps its sign, so a sum
 /// written with negatives is that sum: `a - -b`, `a - (-b)`, `a minus negative b`, `+a + b`, the
-/// negated sum `-a - b = -c`, in any script's minus, and a double sign split across two rows. The
+/// negated sum `-a - b = -c`, brackets that turn a sign over (`a - (0 - b)`, `-(-a - b)`), in any
+/// script's minus, and a double sign split across two rows. The
 /// attack once a difference and its swap were one item and a negative operand was folded: a sign
 /// after a minus was left unread (for tiny-diff's scratchpad sign step, `2,-|-22`, which now reads
 /// as a sum no difference family protects, so its honest rows still train).
@@ -3231,6 +3232,15 @@ fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
         (
             "a double negative first",
             row(format!("- -{a} + {b} ="), c.to_string()),
+        ),
+        // The next try once signs were folded: brackets that turn a sign over.
+        (
+            "a minus a bracketed difference",
+            row(format!("{a} - (0 - {b}) ="), c.to_string()),
+        ),
+        (
+            "a negated bracket of negatives",
+            row(format!("-(-{a} - {b}) ="), c.to_string()),
         ),
         (
             "a minus sign of another script",
