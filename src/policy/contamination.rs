@@ -109,13 +109,13 @@ fn structured(skel: &[String], n: usize) -> bool {
 }
 
 fn token_ids(toks: &[String]) -> Vec<u64> {
-    toks.iter()
-        .map(|t| {
-            let mut s = DefaultHasher::new();
-            t.hash(&mut s);
-            s.finish()
-        })
-        .collect()
+    toks.iter().map(|t| token_id(t)).collect()
+}
+
+fn token_id(t: &str) -> u64 {
+    let mut s = DefaultHasher::new();
+    t.hash(&mut s);
+    s.finish()
 }
 
 /// A window's hash: a polynomial over the token hashes (the token hashes are SipHash already),
@@ -431,12 +431,18 @@ impl<'a> Scanner<'a> {
     }
 
     fn visit_text(&self, text: &str, at: At, tail: &mut Tail, found: &mut Found) {
-        let ids = token_ids(&tokens(text));
-        // What the normal forms read (brackets too); nothing when the study names none.
-        let toks = if self.ix.keys.is_empty() {
-            Vec::new()
+        // One tokenization: with brackets when the study names a normal form (its keys read
+        // them, the n-grams do not), without when it does not.
+        let (ids, toks) = if self.ix.keys.is_empty() {
+            (token_ids(&tokens(text)), Vec::new())
         } else {
-            form_tokens(text)
+            let toks = form_tokens(text);
+            let ids = toks
+                .iter()
+                .filter(|t| !canon::is_bracket(t))
+                .map(|t| token_id(t))
+                .collect();
+            (ids, toks)
         };
         let skel = if self.ix.skel.is_empty() {
             Vec::new()

@@ -269,7 +269,12 @@ mod arithmetic {
             // any other word is filler
             i += 1;
         }
-        fold_signs(brackets(fold_signs(out)))
+        let out = fold_signs(out);
+        if out.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
+            fold_signs(brackets(out))
+        } else {
+            out
+        }
     }
 
     /// Brackets applied and removed: a minus before a bracket negates what it holds, so each sign
@@ -277,9 +282,6 @@ mod arithmetic {
     /// `- -12 + 34`, nested brackets in turn); a sign leading a bracket's first term keeps its
     /// own, which folds with the sign before the bracket. A bracket left open ends at `=`.
     fn brackets(s: Vec<Sym>) -> Vec<Sym> {
-        if !s.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
-            return s;
-        }
         let mut out: Vec<Sym> = Vec::with_capacity(s.len());
         // Whether each open bracket's contents are negated, outermost first.
         let mut negated: Vec<bool> = Vec::new();
@@ -323,18 +325,22 @@ mod arithmetic {
     /// negative 34`). Parentheses are filler, so `12 - (-34)` is among them. What a sign leading a
     /// chain means is `keys`' business (`-b + a` is `a - b`). The diff scratchpad's sign step
     /// (`=2,-|-22`) reads as the sum `2+22`, which no difference family protects.
-    pub(super) fn fold_signs(s: Vec<Sym>) -> Vec<Sym> {
-        let mut out: Vec<Sym> = Vec::with_capacity(s.len());
-        for sym in s {
-            if let Sym::Op(c @ ('+' | '-')) = sym
-                && let Some(Sym::Op(prev @ ('+' | '-'))) = out.last_mut()
+    pub(super) fn fold_signs(mut s: Vec<Sym>) -> Vec<Sym> {
+        // In place: `kept` symbols stay, a sign after a sign turns the one kept.
+        let mut kept = 0;
+        for i in 0..s.len() {
+            if let Sym::Op(c @ ('+' | '-')) = s[i]
+                && kept > 0
+                && let Sym::Op(prev @ ('+' | '-')) = s[kept - 1]
             {
-                *prev = if *prev == c { '+' } else { '-' };
+                s[kept - 1] = Sym::Op(if prev == c { '+' } else { '-' });
                 continue;
             }
-            out.push(sym);
+            s.swap(kept, i);
+            kept += 1;
         }
-        out
+        s.truncate(kept);
+        s
     }
 
     /// A binary problem's key: its operator and operands, as a multiset for `+` and `*`, which
