@@ -41,12 +41,13 @@ pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
 pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {
     match form {
         NormalForm::Arithmetic => {
-            // A problem split across two rows: up to four of its symbols end the first (`12+34+`).
-            let p = arithmetic::symbols(prev);
-            let mut s: Vec<_> = p[p.len().saturating_sub(5)..].to_vec();
-            s.extend(arithmetic::symbols(toks));
-            // Signs either side of the seam are one sign (`12 -` then `-34 = 46`).
-            arithmetic::keys(&arithmetic::fold_signs(s))
+            // A problem split across two rows: up to seven of its symbols as written, brackets
+            // and signs among them, end the first (`12+34+`, `46 - (0 -`); read as one stream,
+            // signs either side of the seam are one sign and a bracket spans it.
+            let p = arithmetic::written_symbols(prev);
+            let mut s: Vec<_> = p[p.len().saturating_sub(8)..].to_vec();
+            s.extend(arithmetic::written_symbols(toks));
+            arithmetic::keys(&arithmetic::read(s))
         }
         NormalForm::Digits => {
             let (prev, toks) = (without_brackets(prev), without_brackets(toks));
@@ -238,8 +239,24 @@ mod arithmetic {
         Some((total.checked_add(current)?.to_string(), i))
     }
 
-    /// Tokens → symbols: numbers (digits or words), operators, `=`, blockers; filler dropped.
+    /// Tokens → symbols: numbers (digits or words), operators, `=`, blockers; filler dropped;
+    /// signs and brackets read (`read`).
     pub fn symbols(toks: &[String]) -> Vec<Sym> {
+        read(written_symbols(toks))
+    }
+
+    /// Signs folded and brackets applied: what `symbols` returns of what is written.
+    pub fn read(written: Vec<Sym>) -> Vec<Sym> {
+        let out = fold_signs(written);
+        if out.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
+            fold_signs(brackets(out))
+        } else {
+            out
+        }
+    }
+
+    /// Tokens → symbols as written: brackets and every sign kept.
+    pub fn written_symbols(toks: &[String]) -> Vec<Sym> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < toks.len() {
@@ -269,12 +286,7 @@ mod arithmetic {
             // any other word is filler
             i += 1;
         }
-        let out = fold_signs(out);
-        if out.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
-            fold_signs(brackets(out))
-        } else {
-            out
-        }
+        out
     }
 
     /// Brackets applied and removed: a minus before a bracket negates what it holds, so each sign
@@ -325,7 +337,7 @@ mod arithmetic {
     /// negative 34`). Parentheses are filler, so `12 - (-34)` is among them. What a sign leading a
     /// chain means is `keys`' business (`-b + a` is `a - b`). The diff scratchpad's sign step
     /// (`=2,-|-22`) reads as the sum `2+22`, which no difference family protects.
-    pub(super) fn fold_signs(mut s: Vec<Sym>) -> Vec<Sym> {
+    fn fold_signs(mut s: Vec<Sym>) -> Vec<Sym> {
         // In place: `kept` symbols stay, a sign after a sign turns the one kept.
         let mut kept = 0;
         for i in 0..s.len() {
@@ -843,10 +855,16 @@ mod tests {
         found_across("12+34+56=", &[2, 3, 5, 6, 8], "+:12:34:56");
     }
 
-    /// Signs split across two rows are one sign: `12 -` then `-34 = 46` is `12 + 34`.
+    /// Signs and brackets split across two rows are read as one stream: `12 -` then `-34 = 46`
+    /// is `12 + 34`, and so is `12 - (0 -` then `34) = 46`.
     #[test]
-    fn signs_split_across_rows_are_one_sign() {
+    fn signs_and_brackets_split_across_rows_are_read() {
         found_across("12 - -34 = 46", &[4, 5, 6], "+:12:34");
+        found_across(
+            "12 - (0 - 34) = 46",
+            &[3, 4, 5, 6, 7, 8, 9, 10, 12, 13],
+            "+:12:34",
+        );
     }
 
     #[test]

@@ -3196,7 +3196,7 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
 /// Signs written one after another are one sign and a signed first term keeps its sign, so a sum
 /// written with negatives is that sum: `a - -b`, `a - (-b)`, `a minus negative b`, `+a + b`, the
 /// negated sum `-a - b = -c`, brackets that turn a sign over (`a - (0 - b)`, `-(-a - b)`), in any
-/// script's minus, and a double sign split across two rows. The
+/// script's minus, and a double sign or a bracket split across two rows. The
 /// attack once a difference and its swap were one item and a negative operand was folded: a sign
 /// after a minus was left unread (for tiny-diff's scratchpad sign step, `2,-|-22`, which now reads
 /// as a sum no difference family protects, so its honest rows still train).
@@ -3245,6 +3245,13 @@ fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
         (
             "a minus sign of another script",
             row(format!("{a} \u{2212} \u{2212}{b} ="), c.to_string()),
+        ),
+        (
+            "a bracket split across two rows",
+            vec![
+                ("Q:".to_string(), format!("{a} - (")),
+                (format!("0 - {b}) ="), c.to_string()),
+            ],
         ),
         (
             "the signs split across two rows",
