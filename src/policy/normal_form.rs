@@ -773,8 +773,9 @@ mod tests {
             assert_eq!(k(text), vec!["+:12:46", "-:12:46"], "{text:?}");
         }
         assert_eq!(k("-12-34-56="), vec!["+:12:34:56"]);
-        // A minus before a bracket negates what it holds; other brackets change nothing.
-        for text in [
+        // A minus before a bracket negates what it holds, nested in turn; other brackets change
+        // nothing. Each reads as one problem and never as the other.
+        let sums = [
             "46 - (0 - 12) =",
             "-(-12 - 46) = 58",
             "12 - (-(46))",
@@ -782,24 +783,24 @@ mod tests {
             "12 + (0 + 46)",
             "0 - (-12 - 46)",
             "-(0 - 12 - 46)",
-        ] {
-            let got = k(text);
-            assert!(
-                got.contains(&"+:12:46".into()) && !got.contains(&"-:12:46".into()),
-                "{text:?}: {got:?}"
-            );
-        }
-        for text in [
+        ];
+        let differences = [
             "46 - (12)",
             "0 - (12 - 46)",
             "-(0 - (12 - 46)) =",
             "- -(46 - 12)",
+        ];
+        for (texts, want, not) in [
+            (&sums[..], "+:12:46", "-:12:46"),
+            (&differences[..], "-:12:46", "+:12:46"),
         ] {
-            let got = k(text);
-            assert!(
-                got.contains(&"-:12:46".into()) && !got.contains(&"+:12:46".into()),
-                "{text:?}: {got:?}"
-            );
+            for text in texts {
+                let got = k(text);
+                assert!(
+                    got.contains(&want.into()) && !got.contains(&not.into()),
+                    "{text:?}: {got:?}"
+                );
+            }
         }
         // A bracket left open ends at `=`: what follows reads as written.
         assert_eq!(k("-(7 = 12 + 46"), vec!["+:12:46"]);
