@@ -3246,6 +3246,11 @@ fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
             "a minus sign of another script",
             row(format!("{a} \u{2212} \u{2212}{b} ="), c.to_string()),
         ),
+        // The next try once brackets were read: brackets nested in brackets, a double sign inside.
+        (
+            "nested negated brackets",
+            row(format!("-(-({a} - -{b})) ="), c.to_string()),
+        ),
         (
             "a bracket split across two rows",
             vec![
