@@ -367,6 +367,116 @@ mod arithmetic {
         format!("{op}:{a}:{b}")
     }
 
+    /// A chain's terms without the pairs that cancel (`+x` and `-x`), in their order.
+    fn cancelled(mut t: Vec<(char, &str)>) -> Vec<(char, &str)> {
+        use std::collections::HashMap;
+        // For each operand, the unmatched terms of each sign (indices into `t`).
+        let mut open: HashMap<&str, (Vec<usize>, Vec<usize>)> = HashMap::new();
+        let mut gone = vec![false; t.len()];
+        for (i, &(c, n)) in t.iter().enumerate() {
+            let (plus, minus) = open.entry(n).or_default();
+            let (mine, other) = if c == '+' {
+                (plus, minus)
+            } else {
+                (minus, plus)
+            };
+            match other.pop() {
+                Some(j) => {
+                    gone[i] = true;
+                    gone[j] = true;
+                }
+                None => mine.push(i),
+            }
+        }
+        let mut i = 0;
+        t.retain(|_| {
+            i += 1;
+            !gone[i - 1]
+        });
+        t
+    }
+
+    /// The longest chain searched for three addends among its terms: beyond it only the pairs
+    /// that cancel are read (`cancelled`).
+    const MAX_TRIPLE_TERMS: usize = 16;
+
+    /// The problems hidden in a chain that keeps their value: terms whose value is the whole
+    /// chain's, the others summing to zero (`12+34+3-1-2` is `12+34`, `46+5-12-5` is `46-12`,
+    /// `12+34+56+9-4-5` is `12+34+56`) — two addends, a difference, or (in chains of at most
+    /// `MAX_TRIPLE_TERMS` terms) three addends. A negative chain is read negated (`-12-34+1-1`
+    /// is `-(12+34)`). Never terms all of one digit (scratchpad columns, as elsewhere); chains of
+    /// fewer than three terms have none. Keys: at most two per term and one per pair of terms of
+    /// the searched chains.
+    fn keeping_value(t: &[(char, &str)], out: &mut Vec<String>) {
+        use std::collections::HashMap;
+        if t.len() < 3 {
+            return;
+        }
+        let mut v: Vec<(bool, i128, &str)> = Vec::with_capacity(t.len());
+        let mut total: i128 = 0;
+        for &(c, n) in t {
+            // Operands past 30 digits are left to the n-gram checks.
+            let Some(x) = (n.len() <= 30).then(|| n.parse::<i128>().ok()).flatten() else {
+                return;
+            };
+            let Some(sum) = total.checked_add(if c == '+' { x } else { -x }) else {
+                return;
+            };
+            total = sum;
+            v.push((c == '+', x, n));
+        }
+        if total < 0 {
+            total = -total;
+            for term in &mut v {
+                term.0 = !term.0;
+            }
+        }
+        let small = |ns: &[&str]| ns.iter().all(|n| n.len() == 1);
+        // Each value's terms of either sign, for the pairs.
+        let mut by_value: HashMap<(bool, i128), Vec<usize>> = HashMap::new();
+        for (i, &(plus, x, _)) in v.iter().enumerate() {
+            by_value.entry((plus, x)).or_default().push(i);
+        }
+        let other = |sign: bool, x: i128, not: usize| {
+            by_value
+                .get(&(sign, x))
+                .and_then(|is| is.iter().copied().find(|&j| j != not))
+        };
+        for (i, &(plus, x, a)) in v.iter().enumerate() {
+            if !plus {
+                continue;
+            }
+            // a + b is the chain's value
+            if let Some(j) = other(true, total - x, i)
+                && !small(&[a, v[j].2])
+            {
+                out.push(key('+', a, v[j].2));
+            }
+            // a - b is the chain's value
+            if let Some(j) = other(false, x - total, i)
+                && !small(&[a, v[j].2])
+            {
+                out.push(key('-', a, v[j].2));
+            }
+        }
+        if v.len() > MAX_TRIPLE_TERMS {
+            return;
+        }
+        let plus: Vec<(i128, &str)> = v.iter().filter(|t| t.0).map(|t| (t.1, t.2)).collect();
+        for i in 0..plus.len() {
+            for j in i + 1..plus.len() {
+                for k in j + 1..plus.len() {
+                    let ops = [plus[i].1, plus[j].1, plus[k].1];
+                    if plus[i].0 + plus[j].0 + plus[k].0 == total && !small(&ops) {
+                        let mut ops = ops;
+                        ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+                        out.push(format!("+:{}", ops.join(":")));
+                    }
+                }
+            }
+        }
+    }
+
     /// Keys of the stand-alone binary problems in a symbol stream.
     pub fn keys(s: &[Sym]) -> Vec<String> {
         let num = |i: Option<usize>| -> Option<&str> {
@@ -468,13 +578,17 @@ mod arithmetic {
                 _ => {}
             };
             push_chain(&terms, led_by_minus);
-            let rest: Vec<(char, &str)> =
-                terms.iter().filter(|(_, n)| *n != "0").copied().collect();
-            if rest.len() == terms.len() || rest.len() < 2 || rest.iter().all(|(_, n)| n.len() == 1)
-            {
+            // Without its zero terms and its terms that cancel (`+7 … -7`): what is left keeps
+            // the chain's value, so `12+34+0` and `12+7+34-7` are `12+34`.
+            let rest = cancelled(terms.iter().filter(|(_, n)| *n != "0").copied().collect());
+            if rest.len() < 2 || rest.iter().all(|(_, n)| n.len() == 1) {
                 continue;
             }
-            push_chain(&rest, false);
+            if rest.len() != terms.len() {
+                let first_kept = rest.first() == terms.first();
+                push_chain(&rest, led_by_minus && first_kept);
+            }
+            keeping_value(&rest, &mut out);
         }
         out.sort();
         out.dedup();
@@ -834,6 +948,56 @@ mod tests {
         let keys = k(&row);
         assert_eq!(keys.len(), 2, "{}", keys.len());
         assert!(keys.contains(&"+:12:34".to_string()));
+    }
+
+    /// A problem in a longer chain that keeps its value: the other terms cancel in pairs, in
+    /// any number, or sum to zero some other way; a difference and a sum of three too.
+    #[test]
+    fn a_problem_in_a_chain_that_keeps_its_value_is_read() {
+        let long = format!("12+34{}=46", "+1-1".repeat(50_000));
+        for (text, want) in [
+            ("12+34+1-1=46", "+:12:34"),
+            ("12+7+34-7=46", "+:12:34"),
+            ("-7+12+34+7", "+:12:34"),
+            ("12+34+3-1-2=46", "+:12:34"),
+            ("12 + 34 - 5 + 2 + 3 = 46", "+:12:34"),
+            ("12 - (1 - 34) + 1 = 46", "+:12:34"),
+            ("-12-34+1-1=-46", "+:12:34"),
+            ("46+5-12-5=34", "-:12:46"),
+            ("46-12+9-9", "-:12:46"),
+            ("12-46+3-3=-34", "-:12:46"),
+            ("12+34+56+9-4-5=102", "+:12:34:56"),
+            ("12+34+56+7-7=102", "+:12:34:56"),
+            (long.as_str(), "+:12:34"),
+        ] {
+            assert!(
+                k(text).contains(&want.to_string()),
+                "{text:?}: {:?}",
+                k(text)
+            );
+        }
+        found_across("12+5+34-5=46", &[2, 3, 4, 5, 7, 8, 9], "+:12:34");
+        // Chains whose other terms do not sum to zero are other problems, and so are scratchpad
+        // columns whose value a pair of digits keeps.
+        for (text, not) in [
+            ("12+34+2-1=47", "+:12:34"),
+            ("12+34-5=41", "+:12:34"),
+            ("12+34+56+1=103", "+:12:34:56"),
+            ("3+6+1-1=9", "+:3:6"),
+        ] {
+            assert!(
+                !k(text).contains(&not.to_string()),
+                "{text:?}: {:?}",
+                k(text)
+            );
+        }
+        // A long chain gives keys bounded by its terms: pairs at most two per term, threes
+        // searched only in short chains.
+        let many: String = (1..=40)
+            .map(|i| format!("+{}-{}", 100 + i, 50 + i))
+            .collect();
+        assert!(k(&many).len() <= 2 * 80 + 2, "{}", k(&many).len());
+        assert!(k(&long).len() <= 3, "{:?}", k(&long).len());
     }
 
     /// Whether `text`, cut into two adjacent rows at each of `cuts`, is still keyed `want`.

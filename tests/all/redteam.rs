@@ -3278,6 +3278,86 @@ fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
     honest_rows_train(&s, clean, "add", 4);
 }
 
+/// The next try once signs and brackets were read: the item inside a longer chain that keeps its
+/// value — extra terms that cancel (`a + 7 + b - 7`), in any number, or that sum to zero without
+/// cancelling (`a + b + 3 - 1 - 2`), across two rows, and a sum of three so hidden. Each is refused
+/// as that item; honest chains that keep the value of sums no split holds train.
+#[test]
+fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let (a, b) = protected_split(&root, "add4", "test")
+        .iter()
+        .map(|r| operands_of(&r.prompt, '+'))
+        .find(|(a, b)| a != b && *a >= 1000 && *b >= 1000)
+        .expect("a test item of four-digit operands");
+    let c = a + b;
+    let protected = protected_pairs(&root, "add4", '+');
+    let row = |p: String| vec![(p, c.to_string())];
+    let cancelling: String = (1..=30).map(|i| format!(" + {i} - {i}")).collect();
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("one and minus one", row(format!("{a} + {b} + 1 - 1 ="))),
+        (
+            "a term and its negative apart",
+            row(format!("{a} + 7 + {b} - 7 =")),
+        ),
+        (
+            "thirty cancelling pairs",
+            row(format!("{a} + {b}{cancelling} =")),
+        ),
+        (
+            "extras summing to zero",
+            row(format!("{a} + {b} + 3 - 1 - 2 =")),
+        ),
+        ("extras first", row(format!("-5 + 2 + {a} + 3 + {b} ="))),
+        ("a negated bracket", row(format!("{a} - (9 - {b}) + 9 ="))),
+        (
+            "across two rows",
+            vec![
+                ("Q:".to_string(), format!("{a} + 5 +")),
+                (format!("{b} - 5 ="), c.to_string()),
+            ],
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "value", forms);
+    // Chains no split holds that keep their value train.
+    let clean: Vec<(String, String)> = (0..300u64)
+        .map(|i| (1000 + i * 37 % 9000, 1000 + i * 53 % 9000))
+        .filter(|(x, y)| !protected.contains(&((*x).min(*y), (*x).max(*y))))
+        .map(|(x, y)| (format!("{x} + {y} + 4 - 4 ="), (x + y).to_string()))
+        .collect();
+    assert!(clean.len() > 100, "{}", clean.len());
+    honest_rows_train(&s, clean, "add", 4);
+
+    let (_d3, root3) = crate::common::study_of("tiny-sum3");
+    let item = &protected_split(&root3, "sum3", "test")[0];
+    let t: Vec<u64> = item
+        .prompt
+        .trim_end_matches('=')
+        .split('+')
+        .map(|x| x.parse().expect("an addend"))
+        .collect();
+    let sum: u64 = t.iter().sum();
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        (
+            "three addends and a cancelling pair",
+            vec![(
+                format!("{} + 8 + {} + {} - 8 =", t[0], t[1], t[2]),
+                sum.to_string(),
+            )],
+        ),
+        (
+            "three addends and extras summing to zero",
+            vec![(
+                format!("{} + {} + 6 + {} - 4 - 2 =", t[2], t[0], t[1]),
+                sum.to_string(),
+            )],
+        ),
+    ];
+    let s3 = open(&root3);
+    each_form_refused(&s3, "value3", forms);
+}
+
 #[test]
 fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     let (_d, root) = crate::common::study_of("tiny-sort6");
