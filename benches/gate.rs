@@ -153,6 +153,31 @@ fn main() {
     baseline::scan(&long, &test_items, 8);
     let baseline_long_us = t.elapsed().as_secs_f64() * 1e6 / long.len() as f64;
 
+    // A looping agent's costliest arithmetic: rows of 16-term chains that keep their value (two
+    // four-digit addends and fourteen terms summing to zero), the longest chains searched for
+    // three addends; ~1 kB a row.
+    let chains: Vec<Row> = (0..n / 10)
+        .map(|_| {
+            let prompt = (0..12)
+                .map(|_| {
+                    let (a, b) = (next(), next());
+                    format!(
+                        "{a} + {b} + 11 + 12 + 13 + 14 + 15 + 16 + 17 - 18 - 19 - 20 - 21 - 20 = {}; ",
+                        a + b
+                    )
+                })
+                .collect::<String>();
+            Row {
+                prompt,
+                answer: String::new(),
+            }
+        })
+        .collect();
+    let chain_kb = chains.iter().map(|r| r.prompt.len()).sum::<usize>() as f64 / 1024.0;
+    let t = Instant::now();
+    s.scan_for_contamination(&chains).expect("scan");
+    let chain_kb_us = t.elapsed().as_secs_f64() * 1e6 / chain_kb;
+
     println!(
         "{}",
         serde_json::to_string_pretty(&json!({
@@ -168,6 +193,7 @@ fn main() {
             "scan_us_per_long_row (~1 kB code-like)": (long_us * 100.0).round() / 100.0,
             "baseline_scan_us_per_long_row": (baseline_long_us * 100.0).round() / 100.0,
             "scan_us_per_kb": (kb_us * 100.0).round() / 100.0,
+            "scan_us_per_kb of 16-term chains (~1 kB rows)": (chain_kb_us * 100.0).round() / 100.0,
         }))
         .expect("json")
     );

@@ -369,23 +369,20 @@ mod arithmetic {
 
     /// A chain's terms without the pairs that cancel (`+x` and `-x`), in their order.
     fn cancelled(mut t: Vec<(char, &str)>) -> Vec<(char, &str)> {
-        use std::collections::HashMap;
-        // For each operand, the unmatched terms of each sign (indices into `t`).
-        let mut open: HashMap<&str, (Vec<usize>, Vec<usize>)> = HashMap::new();
+        // Nothing cancels in a chain of one sign (every sum the generator writes).
+        if t.iter().all(|(c, _)| *c == t[0].0) {
+            return t;
+        }
+        // Terms grouped by operand; in each group, pluses and minuses cancel one for one.
+        let mut order: Vec<usize> = (0..t.len()).collect();
+        order.sort_by(|&i, &j| t[i].1.cmp(t[j].1));
         let mut gone = vec![false; t.len()];
-        for (i, &(c, n)) in t.iter().enumerate() {
-            let (plus, minus) = open.entry(n).or_default();
-            let (mine, other) = if c == '+' {
-                (plus, minus)
-            } else {
-                (minus, plus)
-            };
-            match other.pop() {
-                Some(j) => {
-                    gone[i] = true;
-                    gone[j] = true;
-                }
-                None => mine.push(i),
+        let terms = &t;
+        for group in order.chunk_by(|&i, &j| terms[i].1 == terms[j].1) {
+            let of = |sign: char| group.iter().copied().filter(move |&i| terms[i].0 == sign);
+            for (p, m) in of('+').zip(of('-')) {
+                gone[p] = true;
+                gone[m] = true;
             }
         }
         let mut i = 0;
@@ -408,7 +405,6 @@ mod arithmetic {
     /// fewer than three terms have none. Keys: at most two per term and one per pair of terms of
     /// the searched chains.
     fn keeping_value(t: &[(char, &str)], out: &mut Vec<String>) {
-        use std::collections::HashMap;
         if t.len() < 3 {
             return;
         }
@@ -426,21 +422,27 @@ mod arithmetic {
             v.push((c == '+', x, n));
         }
         if total < 0 {
-            total = -total;
+            let Some(negated) = total.checked_neg() else {
+                return;
+            };
+            total = negated;
             for term in &mut v {
                 term.0 = !term.0;
             }
         }
         let small = |ns: &[&str]| ns.iter().all(|n| n.len() == 1);
-        // Each value's terms of either sign, for the pairs.
-        let mut by_value: HashMap<(bool, i128), Vec<usize>> = HashMap::new();
-        for (i, &(plus, x, _)) in v.iter().enumerate() {
-            by_value.entry((plus, x)).or_default().push(i);
-        }
+        // The terms sorted by sign and value, for the pairs: another term than `not` of that
+        // sign and value.
+        let mut sorted: Vec<(bool, i128, usize)> =
+            v.iter().enumerate().map(|(i, t)| (t.0, t.1, i)).collect();
+        sorted.sort_unstable();
         let other = |sign: bool, x: i128, not: usize| {
-            by_value
-                .get(&(sign, x))
-                .and_then(|is| is.iter().copied().find(|&j| j != not))
+            let from = sorted.partition_point(|t| (t.0, t.1) < (sign, x));
+            sorted[from..]
+                .iter()
+                .take_while(|t| (t.0, t.1) == (sign, x))
+                .map(|t| t.2)
+                .find(|&j| j != not)
         };
         for (i, &(plus, x, a)) in v.iter().enumerate() {
             if !plus {
@@ -580,7 +582,13 @@ mod arithmetic {
             push_chain(&terms, led_by_minus);
             // Without its zero terms and its terms that cancel (`+7 … -7`): what is left keeps
             // the chain's value, so `12+34+0` and `12+7+34-7` are `12+34`.
-            let rest = cancelled(terms.iter().filter(|(_, n)| *n != "0").copied().collect());
+            let nonzero: Vec<(char, &str)> =
+                terms.iter().filter(|(_, n)| *n != "0").copied().collect();
+            // Dropping terms leaves digits digits: a scratchpad column costs no more here.
+            if nonzero.iter().all(|(_, n)| n.len() == 1) {
+                continue;
+            }
+            let rest = cancelled(nonzero);
             if rest.len() < 2 || rest.iter().all(|(_, n)| n.len() == 1) {
                 continue;
             }
