@@ -856,6 +856,12 @@ fn restart_is_hopeless(explore_runs: u64, best_rung: u32, seeds: u64) -> bool {
     explore_runs < (u64::from(best_rung) + 1) * seeds
 }
 
+/// Whether a new direction the lock-in guard would open (from the base model) could still climb
+/// to `best_rung` on `free` runs: the guard is active only while one could.
+pub fn guard_direction_can_climb(free: u64, best_rung: u32, seeds: u64) -> bool {
+    !restart_is_hopeless(free, best_rung, seeds)
+}
+
 /// Which of the continuations at rungs `lines` (in the order they are granted) go ahead on
 /// `budget_left` runs, beside the lines `climbing` (their rungs: open above the first rung, or
 /// waiting for their rung to complete). A climbing line keeps its rungs to the top (`top - rung`
@@ -1812,6 +1818,21 @@ mod tests {
         let (parents, c) = replicate_of(&n, n.recipe.as_ref().expect("recipe"));
         assert_eq!(parents, ["n3"]);
         assert_eq!((c.init, c.rung), (Init::Base, 0));
+    }
+
+    #[test]
+    fn the_guard_opens_no_direction_that_could_not_climb_to_the_best_rung() {
+        // Four-digit subtraction, seed 0: the best line at rung 3 (dev 0.13), three runs free: a
+        // line needs four runs to reach rung 3, so the guard stands down.
+        assert!(!guard_direction_can_climb(3, 3, 1));
+        // With four free it could: the guard stays active.
+        assert!(guard_direction_can_climb(4, 3, 1));
+        // A campaign whose best is a first run needs one free run; nothing free, none.
+        assert!(!guard_direction_can_climb(0, 0, 1));
+        assert!(guard_direction_can_climb(1, 0, 1));
+        // With two seeds a node, each rung costs two runs.
+        assert!(!guard_direction_can_climb(7, 3, 2));
+        assert!(guard_direction_can_climb(8, 3, 2));
     }
 
     #[test]

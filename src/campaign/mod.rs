@@ -618,7 +618,7 @@ pub fn run(root: &Path, requested: RunOptions, quiet: bool) -> Result<RunSummary
             _ if !grow => {}
             Strategy::Orchestra => {
                 let lock = st.lock_in();
-                let guard = guard_active(&opts, &st, &lock);
+                let guard = guard_active(&opts, &st, &lock, left);
                 let opening = st.campaign_nodes().next().is_none()
                     && !st.reviews.iter().any(|r| r.node == st.root);
                 let targets: Vec<String> = reviewable(&st, &running, left)
@@ -1102,10 +1102,25 @@ fn line_recipe(opts: &RunOptions) -> Result<recipe::Recipe> {
     Ok(r.with_format(r.format))
 }
 
-fn guard_active(opts: &RunOptions, st: &CampaignState, lock: &LockIn) -> bool {
+/// Whether the lock-in guard is active: a new top-level direction comes first in reviews, and the
+/// dominant direction's refinements wait until one opens. Not once a new direction (from the base
+/// model) could no longer climb to the rung of the campaign's best line on the budget free now:
+/// then none would open, the guard would only hold back what still learns, and the last runs
+/// would go to hopeless restarts (on four-digit subtraction, a scratchpad line one run from its
+/// jump lost its last three runs to one-run directions).
+fn guard_active(opts: &RunOptions, st: &CampaignState, lock: &LockIn, left: u64) -> bool {
+    let best_rung = st
+        .best_by_dev(false)
+        .and_then(|n| n.recipe.as_ref())
+        .map_or(0, |r| r.rung);
     st.experiments_used >= opts.lock_in.min_experiments
         && (lock.top_share > opts.lock_in.max_share
             || lock.max_lonely_depth > opts.lock_in.max_depth)
+        && builtin::guard_direction_can_climb(
+            free_budget(st, opts, left),
+            best_rung,
+            u64::from(opts.seeds_per_node.max(1)),
+        )
 }
 
 /// Concluded, unreviewed nodes ready for review: a sibling group is reviewed when none of its
@@ -1179,7 +1194,7 @@ fn branch_proposals(
     let done = st.branched_proposals();
     let mut room = free_budget(st, opts, left).div_ceil(opts.seeds_per_node.max(1) as u64);
     let lock = st.lock_in();
-    let guard = guard_active(opts, st, &lock);
+    let guard = guard_active(opts, st, &lock, left);
     for rv in &st.reviews {
         let opens_new = rv
             .proposals
