@@ -3067,6 +3067,28 @@ fn protected_pairs(root: &Path, task: &str, op: char) -> std::collections::HashS
         .collect()
 }
 
+/// A test item of tiny-add4 whose operands both have four digits and differ.
+fn four_digit_add4_item(root: &Path) -> (u64, u64) {
+    protected_split(root, "add4", "test")
+        .iter()
+        .map(|r| operands_of(&r.prompt, '+'))
+        .find(|(a, b)| a != b && *a >= 1000 && *b >= 1000)
+        .expect("a test item of four-digit operands")
+}
+
+/// Over a hundred four-digit sums that no split of tiny-add4 holds, each written by `written`
+/// (the answer their sum), train, and so do the generator's rows (`honest_rows_train`).
+fn unprotected_add4_sums_train(s: &Study, root: &Path, written: impl Fn(u64, u64) -> String) {
+    let protected = protected_pairs(root, "add4", '+');
+    let clean: Vec<(String, String)> = (0..300u64)
+        .map(|i| (1000 + i * 37 % 9000, 1000 + i * 53 % 9000))
+        .filter(|(x, y)| !protected.contains(&((*x).min(*y), (*x).max(*y))))
+        .map(|(x, y)| (written(x, y), (x + y).to_string()))
+        .collect();
+    assert!(clean.len() > 100, "{}", clean.len());
+    honest_rows_train(s, clean, "add", 4);
+}
+
 /// Registers each disguise of a protected item as its own agent's dataset (one agent per form:
 /// each stays under the study's limit on contamination rejections) and returns each refusal.
 fn each_form_refused(
@@ -3203,13 +3225,8 @@ fn a_signed_differences_swapped_problem_is_refused_as_that_item() {
 #[test]
 fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-add4");
-    let (a, b) = protected_split(&root, "add4", "test")
-        .iter()
-        .map(|r| operands_of(&r.prompt, '+'))
-        .find(|(a, b)| a != b && *a >= 1000 && *b >= 1000)
-        .expect("a test item of four-digit operands");
+    let (a, b) = four_digit_add4_item(&root);
     let c = a + b;
-    let protected = protected_pairs(&root, "add4", '+');
     let row = |p: String, ans: String| vec![(p, ans)];
     let forms: Vec<(&str, Vec<(String, String)>)> = vec![
         (
@@ -3269,13 +3286,7 @@ fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
     let s = open(&root);
     each_form_refused(&s, "signs", forms);
     // Sums no split holds train, written with double signs too.
-    let clean: Vec<(String, String)> = (0..300u64)
-        .map(|i| (1000 + i * 37 % 9000, 1000 + i * 53 % 9000))
-        .filter(|(x, y)| !protected.contains(&((*x).min(*y), (*x).max(*y))))
-        .map(|(x, y)| (format!("{x} - -{y} ="), (x + y).to_string()))
-        .collect();
-    assert!(clean.len() > 100, "{}", clean.len());
-    honest_rows_train(&s, clean, "add", 4);
+    unprotected_add4_sums_train(&s, &root, |x, y| format!("{x} - -{y} ="));
 }
 
 /// The next try once signs and brackets were read: the item inside a longer chain that keeps its
@@ -3285,13 +3296,8 @@ fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
 #[test]
 fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-add4");
-    let (a, b) = protected_split(&root, "add4", "test")
-        .iter()
-        .map(|r| operands_of(&r.prompt, '+'))
-        .find(|(a, b)| a != b && *a >= 1000 && *b >= 1000)
-        .expect("a test item of four-digit operands");
+    let (a, b) = four_digit_add4_item(&root);
     let c = a + b;
-    let protected = protected_pairs(&root, "add4", '+');
     let row = |p: String| vec![(p, c.to_string())];
     let cancelling: String = (1..=30).map(|i| format!(" + {i} - {i}")).collect();
     let forms: Vec<(&str, Vec<(String, String)>)> = vec![
@@ -3321,13 +3327,7 @@ fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
     let s = open(&root);
     each_form_refused(&s, "value", forms);
     // Chains no split holds that keep their value train.
-    let clean: Vec<(String, String)> = (0..300u64)
-        .map(|i| (1000 + i * 37 % 9000, 1000 + i * 53 % 9000))
-        .filter(|(x, y)| !protected.contains(&((*x).min(*y), (*x).max(*y))))
-        .map(|(x, y)| (format!("{x} + {y} + 4 - 4 ="), (x + y).to_string()))
-        .collect();
-    assert!(clean.len() > 100, "{}", clean.len());
-    honest_rows_train(&s, clean, "add", 4);
+    unprotected_add4_sums_train(&s, &root, |x, y| format!("{x} + {y} + 4 - 4 ="));
 
     let (_d3, root3) = crate::common::study_of("tiny-sum3");
     let item = &protected_split(&root3, "sum3", "test")[0];
