@@ -248,11 +248,55 @@ mod arithmetic {
     /// Signs folded and brackets applied: what `symbols` returns of what is written.
     pub fn read(written: Vec<Sym>) -> Vec<Sym> {
         let out = fold_signs(written);
-        if out.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
+        let out = if out.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
             fold_signs(brackets(out))
         } else {
             out
+        };
+        if out.iter().any(|x| matches!(x, Sym::Op('*' | '/'))) {
+            identities(out)
+        } else {
+            out
         }
+    }
+
+    /// A factor of one on a term of a sum or difference dropped, as a zero term is: `12 + 34*1`,
+    /// `1*12 + 34` and `12 + 34/1*1` are `12 + 34`. Only beside a sign (or another factor), so a
+    /// product standing alone (`6*1`) stays that product.
+    fn identities(s: Vec<Sym>) -> Vec<Sym> {
+        let is_one = |x: Option<&Sym>| matches!(x, Some(Sym::Num(n)) if n == "1");
+        let is_num = |x: Option<&Sym>| matches!(x, Some(Sym::Num(_)));
+        let factor = |x: Option<&Sym>| matches!(x, Some(Sym::Op('*' | '/')));
+        let sign = |x: Option<&Sym>| matches!(x, Some(Sym::Op('+' | '-')));
+        let mut out: Vec<Sym> = Vec::with_capacity(s.len());
+        let mut i = 0;
+        while i < s.len() {
+            let n = out.len();
+            // `x * 1` (or `x / 1`): x a term beside a sign, or another factor follows
+            if factor(s.get(i))
+                && is_one(s.get(i + 1))
+                && is_num(out.last())
+                && (sign(n.checked_sub(2).and_then(|j| out.get(j)))
+                    || sign(s.get(i + 2))
+                    || factor(s.get(i + 2)))
+            {
+                i += 2;
+                continue;
+            }
+            // `1 * x`: a sign before the one, or after x
+            if is_one(s.get(i))
+                && matches!(s.get(i + 1), Some(Sym::Op('*')))
+                && is_num(s.get(i + 2))
+                && !is_num(out.last())
+                && (sign(out.last()) || sign(s.get(i + 3)))
+            {
+                i += 2;
+                continue;
+            }
+            out.push(s[i].clone());
+            i += 1;
+        }
+        out
     }
 
     /// Tokens → symbols as written: brackets and every sign kept.
@@ -976,6 +1020,11 @@ mod tests {
             ("12-46+3-3=-34", "-:12:46"),
             ("12+34+56+9-4-5=102", "+:12:34:56"),
             ("12+34+56+7-7=102", "+:12:34:56"),
+            ("12 + 34*1 = 46", "+:12:34"),
+            ("1*12 + 34", "+:12:34"),
+            ("12 + 34/1*1 = 46", "+:12:34"),
+            ("34*1*1 + 12", "+:12:34"),
+            ("46 - 1*12", "-:12:46"),
             (long.as_str(), "+:12:34"),
         ] {
             assert!(
@@ -992,6 +1041,8 @@ mod tests {
             ("12+34-5=41", "+:12:34"),
             ("12+34+56+1=103", "+:12:34:56"),
             ("3+6+1-1=9", "+:3:6"),
+            ("12 + 34*2 = 80", "+:12:34"),
+            ("12 + 1*34*2", "+:12:34"),
         ] {
             assert!(
                 !k(text).contains(&not.to_string()),
@@ -999,6 +1050,9 @@ mod tests {
                 k(text)
             );
         }
+        // A product standing alone keeps its factor of one.
+        assert_eq!(k("6*1 = 6"), vec!["*:1:6"]);
+        assert_eq!(k("1 * 6"), vec!["*:1:6"]);
         // A long chain gives keys bounded by its terms: pairs at most two per term, threes
         // searched only in short chains.
         let many: String = (1..=40)

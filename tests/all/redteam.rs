@@ -3316,6 +3316,12 @@ fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
         ),
         ("extras first", row(format!("-5 + 2 + {a} + 3 + {b} ="))),
         ("a negated bracket", row(format!("{a} - (9 - {b}) + 9 ="))),
+        // The next try once such chains were read: a factor of one, as a zero term was.
+        ("a factor of one", row(format!("{a} + {b} * 1 ="))),
+        (
+            "factors of one first",
+            row(format!("1 * {a} + {b} / 1 * 1 =")),
+        ),
         (
             "across two rows",
             vec![
