@@ -3322,6 +3322,14 @@ fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
             "factors of one first",
             row(format!("1 * {a} + {b} / 1 * 1 =")),
         ),
+        // The next try once a factor of one was dropped: the factor at the seam of two rows.
+        (
+            "a factor of one across two rows",
+            vec![
+                ("Q:".to_string(), format!("{a} + {b} *")),
+                ("1 =".to_string(), c.to_string()),
+            ],
+        ),
         (
             "across two rows",
             vec![
