@@ -411,6 +411,12 @@ mod arithmetic {
         format!("{op}:{a}:{b}")
     }
 
+    /// The key of a sum of three or more addends: their multiset, in numeric order.
+    fn sum_key(mut ops: Vec<&str>) -> String {
+        ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+        format!("+:{}", ops.join(":"))
+    }
+
     /// A chain's terms without the pairs that cancel (`+x` and `-x`), in their order.
     fn cancelled(mut t: Vec<(char, &str)>) -> Vec<(char, &str)> {
         // Nothing cancels in a chain of one sign (every sum the generator writes).
@@ -514,9 +520,7 @@ mod arithmetic {
                 for k in j + 1..plus.len() {
                     let ops = [plus[i].1, plus[j].1, plus[k].1];
                     if plus[i].0 + plus[j].0 + plus[k].0 == total && !small(&ops) {
-                        let mut ops = ops;
-                        ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
-                        out.push(format!("+:{}", ops.join(":")));
+                        out.push(sum_key(ops.to_vec()));
                     }
                 }
             }
@@ -617,9 +621,7 @@ mod arithmetic {
                     }
                 }
                 [(first, _), ..] if t.iter().all(|(c, _)| c == first) => {
-                    let mut ops: Vec<&str> = t.iter().map(|(_, n)| *n).collect();
-                    ops.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
-                    out.push(format!("+:{}", ops.join(":")));
+                    out.push(sum_key(t.iter().map(|(_, n)| *n).collect()));
                 }
                 _ => {}
             };
