@@ -178,6 +178,30 @@ fn main() {
     s.scan_for_contamination(&chains).expect("scan");
     let chain_kb_us = t.elapsed().as_secs_f64() * 1e6 / chain_kb;
 
+    // The same with products among the extras, each read as its value (`Sym::Product`): two
+    // four-digit addends and twelve products and quotients summing to zero; ~1 kB a row.
+    let product_chains: Vec<Row> = (0..n / 10)
+        .map(|_| {
+            let prompt = (0..10)
+                .map(|_| {
+                    let (a, b) = (next(), next());
+                    format!(
+                        "{a} + {b} + 2 * 3 + 3 * 7 + 12 / 4 + 5 * 5 * 2 - 6 * 1 - 7 * 3 - 9 / 3 - 10 * 5 = {}; ",
+                        a + b
+                    )
+                })
+                .collect::<String>();
+            Row {
+                prompt,
+                answer: String::new(),
+            }
+        })
+        .collect();
+    let product_kb = product_chains.iter().map(|r| r.prompt.len()).sum::<usize>() as f64 / 1024.0;
+    let t = Instant::now();
+    s.scan_for_contamination(&product_chains).expect("scan");
+    let product_kb_us = t.elapsed().as_secs_f64() * 1e6 / product_kb;
+
     println!(
         "{}",
         serde_json::to_string_pretty(&json!({
@@ -194,6 +218,7 @@ fn main() {
             "baseline_scan_us_per_long_row": (baseline_long_us * 100.0).round() / 100.0,
             "scan_us_per_kb": (kb_us * 100.0).round() / 100.0,
             "scan_us_per_kb of 16-term chains (~1 kB rows)": (chain_kb_us * 100.0).round() / 100.0,
+            "scan_us_per_kb of chains of products (~1 kB rows)": (product_kb_us * 100.0).round() / 100.0,
         }))
         .expect("json")
     );

@@ -90,6 +90,14 @@ mod arithmetic {
         /// Brackets, read by `brackets` and gone from what `symbols` returns.
         Open,
         Close,
+        /// A product or quotient of numbers standing as a term of a sum or difference, read as
+        /// its value (`products`): it may cancel or make up a chain's other terms, and it is the
+        /// key of its own problem (two factors) when the rest of its chain sums to zero. Never an
+        /// operand of a key.
+        Product {
+            value: String,
+            key: Option<String>,
+        },
     }
 
     pub(super) fn unit(w: &str) -> Option<u64> {
@@ -245,58 +253,113 @@ mod arithmetic {
         read(written_symbols(toks))
     }
 
-    /// Signs folded and brackets applied: what `symbols` returns of what is written.
+    /// Products read, signs folded and brackets applied: what `symbols` returns of what is
+    /// written.
     pub fn read(written: Vec<Sym>) -> Vec<Sym> {
-        let out = fold_signs(written);
-        let out = if out.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
-            fold_signs(brackets(out))
+        let out = if written.iter().any(|x| matches!(x, Sym::Op('*' | '/'))) {
+            products(written)
         } else {
-            out
+            written
         };
-        if out.iter().any(|x| matches!(x, Sym::Op('*' | '/'))) {
-            identities(out)
+        let out = fold_signs(out);
+        if out.iter().any(|x| matches!(x, Sym::Open | Sym::Close)) {
+            fold_signs(brackets(out))
         } else {
             out
         }
     }
 
-    /// A factor of one on a term of a sum or difference dropped, as a zero term is: `12 + 34*1`,
-    /// `1*12 + 34` and `12 + 34/1*1` are `12 + 34`. Only beside a sign (or another factor), so a
-    /// product standing alone (`6*1`) stays that product.
-    fn identities(s: Vec<Sym>) -> Vec<Sym> {
-        let is_one = |x: Option<&Sym>| matches!(x, Some(Sym::Num(n)) if n == "1");
-        let is_num = |x: Option<&Sym>| matches!(x, Some(Sym::Num(_)));
-        let factor = |x: Option<&Sym>| matches!(x, Some(Sym::Op('*' | '/')));
+    /// The largest operand multiplied out: beyond it a product is left as written.
+    const MAX_FACTOR_DIGITS: usize = 30;
+
+    /// Products and quotients of numbers that are terms of a sum or difference (a sign beside
+    /// them, across brackets, and no other operator) read as their value, before brackets are
+    /// read: a product equal to one of its factors is that number (`12 + 34*1`, `1*12 + 34`,
+    /// `12 + 34*2/2` are `12 + 34`); any other is `Sym::Product`, so a chain's extras may be
+    /// products that cancel or sum to zero (`12+34+2*3-6` is `12+34`). A bracket holding one
+    /// number is that number (`(34)*1`). A product standing alone (`6*7`, `6*1`), a quotient that
+    /// is not whole, and a factor of a bracket (`2*(3+1)`: no run of numbers) are left as written.
+    fn products(written: Vec<Sym>) -> Vec<Sym> {
+        // `(n)` is `n`, nested too; a factor of one on a bracket is gone (`(12+34)*1`)
+        let one = Sym::Num("1".into());
+        let mut s: Vec<Sym> = Vec::with_capacity(written.len());
+        for sym in written {
+            match (&sym, &s[..]) {
+                (Sym::Close, [.., Sym::Open, Sym::Num(_)]) => {
+                    let n = s.pop();
+                    s.pop();
+                    s.extend(n);
+                }
+                (Sym::Num(n), [.., Sym::Close, Sym::Op('*' | '/')]) if n == "1" => {
+                    s.pop();
+                }
+                (Sym::Open, [.., x, Sym::Op('*')]) if *x == one => {
+                    s.truncate(s.len() - 2);
+                    s.push(sym);
+                }
+                _ => s.push(sym),
+            }
+        }
         let sign = |x: Option<&Sym>| matches!(x, Some(Sym::Op('+' | '-')));
+        let other_op = |x: Option<&Sym>| matches!(x, Some(Sym::Op(c)) if !matches!(c, '+' | '-'));
+        let factor = |x: Option<&Sym>| matches!(x, Some(Sym::Op('*' | '/')));
+        let is_num = |x: Option<&Sym>| matches!(x, Some(Sym::Num(_)));
         let mut out: Vec<Sym> = Vec::with_capacity(s.len());
         let mut i = 0;
         while i < s.len() {
-            let n = out.len();
-            // `x * 1` (or `x / 1`): x a term beside a sign, or another factor follows
-            if factor(s.get(i))
-                && is_one(s.get(i + 1))
-                && is_num(out.last())
-                && (sign(n.checked_sub(2).and_then(|j| out.get(j)))
-                    || sign(s.get(i + 2))
-                    || factor(s.get(i + 2)))
-            {
-                i += 2;
+            // a run `n (* or /) n …` from i to end
+            let mut end = i;
+            while is_num(s.get(i)) && factor(s.get(end + 1)) && is_num(s.get(end + 2)) {
+                end += 2;
+            }
+            if end == i {
+                out.push(s[i].clone());
+                i += 1;
                 continue;
             }
-            // `1 * x`: a sign before the one, or after x
-            if is_one(s.get(i))
-                && matches!(s.get(i + 1), Some(Sym::Op('*')))
-                && is_num(s.get(i + 2))
-                && !is_num(out.last())
-                && (sign(out.last()) || sign(s.get(i + 3)))
+            // the symbols either side, past brackets
+            let before = out.iter().rev().find(|x| **x != Sym::Open);
+            let after = s[end + 1..].iter().find(|x| **x != Sym::Close);
+            if (sign(before) || sign(after))
+                && !other_op(before)
+                && !other_op(after)
+                && let Some(value) = product_value(&s[i..=end])
             {
-                i += 2;
-                continue;
+                let run = &s[i..=end];
+                if run.iter().any(|x| matches!(x, Sym::Num(n) if *n == value)) {
+                    out.push(Sym::Num(value));
+                } else {
+                    let key = match run {
+                        [Sym::Num(a), Sym::Op(op), Sym::Num(b)] => Some(key(*op, a, b)),
+                        _ => None,
+                    };
+                    out.push(Sym::Product { value, key });
+                }
+            } else {
+                out.extend_from_slice(&s[i..=end]);
             }
-            out.push(s[i].clone());
-            i += 1;
+            i = end + 1;
         }
         out
+    }
+
+    /// The value of `n (* or /) n …`, left to right, when every quotient is whole and nothing
+    /// overflows.
+    fn product_value(run: &[Sym]) -> Option<String> {
+        let operand = |x: &Sym| match x {
+            Sym::Num(n) if n.len() <= MAX_FACTOR_DIGITS => n.parse::<i128>().ok(),
+            _ => None,
+        };
+        let mut v = operand(run.first()?)?;
+        for pair in run[1..].chunks(2) {
+            let n = operand(pair.get(1)?)?;
+            v = match pair[0] {
+                Sym::Op('*') => v.checked_mul(n)?,
+                Sym::Op('/') if n != 0 && v % n == 0 => v / n,
+                _ => return None,
+            };
+        }
+        Some(v.to_string())
     }
 
     /// Tokens → symbols as written: brackets and every sign kept.
@@ -355,7 +418,8 @@ mod arithmetic {
                     written = None;
                 }
                 Sym::Op(c @ ('+' | '-')) => {
-                    let between_terms = matches!(out.last(), Some(Sym::Num(_)));
+                    let between_terms =
+                        matches!(out.last(), Some(Sym::Num(_) | Sym::Product { .. }));
                     let turned = match c {
                         '+' if between_terms && here => '-',
                         '-' if between_terms && here => '+',
@@ -417,19 +481,34 @@ mod arithmetic {
         format!("+:{}", ops.join(":"))
     }
 
-    /// A chain's terms without the pairs that cancel (`+x` and `-x`), in their order.
-    fn cancelled(mut t: Vec<(char, &str)>) -> Vec<(char, &str)> {
+    /// A term of a chain of sums and differences: its sign, its operand as written (a product's
+    /// value), and for a product (`Sym::Product`) its own key, if it has one.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    struct Term<'a> {
+        sign: char,
+        n: &'a str,
+        product: Option<&'a Option<String>>,
+    }
+
+    /// A chain's terms without the pairs that cancel (`+x` and `-x`, a product's value among
+    /// them), in their order.
+    fn cancelled(mut t: Vec<Term<'_>>) -> Vec<Term<'_>> {
         // Nothing cancels in a chain of one sign (every sum the generator writes).
-        if t.iter().all(|(c, _)| *c == t[0].0) {
+        if t.iter().all(|x| x.sign == t[0].sign) {
             return t;
         }
         // Terms grouped by operand; in each group, pluses and minuses cancel one for one.
         let mut order: Vec<usize> = (0..t.len()).collect();
-        order.sort_by(|&i, &j| t[i].1.cmp(t[j].1));
+        order.sort_by(|&i, &j| t[i].n.cmp(t[j].n));
         let mut gone = vec![false; t.len()];
         let terms = &t;
-        for group in order.chunk_by(|&i, &j| terms[i].1 == terms[j].1) {
-            let of = |sign: char| group.iter().copied().filter(move |&i| terms[i].0 == sign);
+        for group in order.chunk_by(|&i, &j| terms[i].n == terms[j].n) {
+            let of = |sign: char| {
+                group
+                    .iter()
+                    .copied()
+                    .filter(move |&i| terms[i].sign == sign)
+            };
             for (p, m) in of('+').zip(of('-')) {
                 gone[p] = true;
                 gone[m] = true;
@@ -449,27 +528,32 @@ mod arithmetic {
 
     /// The problems hidden in a chain that keeps their value: terms whose value is the whole
     /// chain's, the others summing to zero (`12+34+3-1-2` is `12+34`, `46+5-12-5` is `46-12`,
-    /// `12+34+56+9-4-5` is `12+34+56`) — two addends, a difference, or (in chains of at most
-    /// `MAX_TRIPLE_TERMS` terms) three addends. A negative chain is read negated (`-12-34+1-1`
-    /// is `-(12+34)`). Never terms all of one digit (scratchpad columns, as elsewhere); chains of
-    /// fewer than three terms have none. Keys: at most two per term and one per pair of terms of
-    /// the searched chains.
-    fn keeping_value(t: &[(char, &str)], out: &mut Vec<String>) {
+    /// `12+34+56+9-4-5` is `12+34+56`, `6*7+3-3` is `6*7`) — two addends, a difference, or (in
+    /// chains of at most `MAX_TRIPLE_TERMS` terms) three addends, all written as numbers; or a
+    /// product of two. A negative chain is read negated (`-12-34+1-1` is `-(12+34)`). Never
+    /// terms all of one digit (scratchpad columns, as elsewhere); chains of fewer than three
+    /// terms have none. Keys: at most three per term and one per pair of terms of the searched
+    /// chains.
+    fn keeping_value(t: &[Term<'_>], out: &mut Vec<String>) {
         if t.len() < 3 {
             return;
         }
-        let mut v: Vec<(bool, i128, &str)> = Vec::with_capacity(t.len());
+        // (plus, value, operand, written as a number)
+        let mut v: Vec<(bool, i128, &str, bool)> = Vec::with_capacity(t.len());
         let mut total: i128 = 0;
-        for &(c, n) in t {
+        for term in t {
             // Operands past 30 digits are left to the n-gram checks.
-            let Some(x) = (n.len() <= 30).then(|| n.parse::<i128>().ok()).flatten() else {
+            let Some(x) = (term.n.len() <= MAX_FACTOR_DIGITS)
+                .then(|| term.n.parse::<i128>().ok())
+                .flatten()
+            else {
                 return;
             };
-            let Some(sum) = total.checked_add(if c == '+' { x } else { -x }) else {
+            let Some(sum) = total.checked_add(if term.sign == '+' { x } else { -x }) else {
                 return;
             };
             total = sum;
-            v.push((c == '+', x, n));
+            v.push((term.sign == '+', x, term.n, term.product.is_none()));
         }
         if total < 0 {
             let Some(negated) = total.checked_neg() else {
@@ -480,11 +564,24 @@ mod arithmetic {
                 term.0 = !term.0;
             }
         }
+        // A product of two whose value is the chain's
+        for (term, &(plus, x, ..)) in t.iter().zip(&v) {
+            if let Some(Some(key)) = term.product
+                && plus
+                && x == total
+            {
+                out.push(key.clone());
+            }
+        }
         let small = |ns: &[&str]| ns.iter().all(|n| n.len() == 1);
-        // The terms sorted by sign and value, for the pairs: another term than `not` of that
-        // sign and value.
-        let mut sorted: Vec<(bool, i128, usize)> =
-            v.iter().enumerate().map(|(i, t)| (t.0, t.1, i)).collect();
+        // The terms written as numbers, sorted by sign and value, for the pairs: another term
+        // than `not` of that sign and value.
+        let mut sorted: Vec<(bool, i128, usize)> = v
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.3)
+            .map(|(i, t)| (t.0, t.1, i))
+            .collect();
         sorted.sort_unstable();
         let other = |sign: bool, x: i128, not: usize| {
             let from = sorted.partition_point(|t| (t.0, t.1) < (sign, x));
@@ -494,8 +591,8 @@ mod arithmetic {
                 .map(|t| t.2)
                 .find(|&j| j != not)
         };
-        for (i, &(plus, x, a)) in v.iter().enumerate() {
-            if !plus {
+        for (i, &(plus, x, a, number)) in v.iter().enumerate() {
+            if !plus || !number {
                 continue;
             }
             // a + b is the chain's value
@@ -514,7 +611,11 @@ mod arithmetic {
         if v.len() > MAX_TRIPLE_TERMS {
             return;
         }
-        let plus: Vec<(i128, &str)> = v.iter().filter(|t| t.0).map(|t| (t.1, t.2)).collect();
+        let plus: Vec<(i128, &str)> = v
+            .iter()
+            .filter(|t| t.0 && t.3)
+            .map(|t| (t.1, t.2))
+            .collect();
         for i in 0..plus.len() {
             for j in i + 1..plus.len() {
                 for k in j + 1..plus.len() {
@@ -572,34 +673,38 @@ mod arithmetic {
             Some(Sym::Op(c @ ('+' | '-'))) => Some(*c),
             _ => None,
         };
+        // A term: a number, or a product read as its value.
+        let term = |i: usize| match s.get(i) {
+            Some(Sym::Num(n)) => Some((n.as_str(), None)),
+            Some(Sym::Product { value, key }) => Some((value.as_str(), Some(key))),
+            _ => None,
+        };
         let mut i = 0;
         while i < s.len() {
-            // A chain starts at a number with no operator before it, or at a sign before a number
-            // with neither a number nor an operator before the sign.
+            // A chain starts at a term with no operator before it, or at a sign before a term
+            // with neither a term nor an operator before the sign.
             let (mut sign, start) = match sign_at(i) {
                 Some(c)
-                    if num(Some(i + 1)).is_some()
-                        && !matches!(
-                            i.checked_sub(1).and_then(|j| s.get(j)),
-                            Some(Sym::Num(_) | Sym::Op(_))
-                        ) =>
+                    if term(i + 1).is_some()
+                        && !i
+                            .checked_sub(1)
+                            .is_some_and(|j| term(j).is_some() || is_op(Some(j))) =>
                 {
                     (c, i + 1)
                 }
-                _ if num(Some(i)).is_some() && !is_op(i.checked_sub(1)) => ('+', i),
+                _ if term(i).is_some() && !is_op(i.checked_sub(1)) => ('+', i),
                 _ => {
                     i += 1;
                     continue;
                 }
             };
             let led_by_minus = sign == '-';
-            // (sign, operand) of each term
-            let mut terms: Vec<(char, &str)> = Vec::new();
+            let mut terms: Vec<Term> = Vec::new();
             let mut at = start;
-            while let Some(n) = num(Some(at)) {
-                terms.push((sign, n));
+            while let Some((n, product)) = term(at) {
+                terms.push(Term { sign, n, product });
                 match sign_at(at + 1) {
-                    Some(c) if num(Some(at + 2)).is_some() => {
+                    Some(c) if term(at + 2).is_some() => {
                         sign = c;
                         at += 2;
                     }
@@ -612,35 +717,47 @@ mod arithmetic {
             }
             // A minus written before the first term may be its own or the whole chain's
             // (brackets are filler: `-(34-12)` reads as `-34-12`), so two terms led by a minus
-            // are keyed both ways; a zero term dropped leaves no such doubt.
-            let mut push_chain = |t: &[(char, &str)], led_by_minus: bool| match t {
-                [(x, a), (y, b)] => {
-                    out.push(key(if x == y { '+' } else { '-' }, a, b));
+            // are keyed both ways; a zero term dropped leaves no such doubt. Only chains of
+            // numbers as written: a product is no operand.
+            let push_chain = |t: &[Term], led_by_minus: bool, out: &mut Vec<String>| match t {
+                _ if t.iter().any(|x| x.product.is_some()) => {}
+                [x, y] => {
+                    out.push(key(if x.sign == y.sign { '+' } else { '-' }, x.n, y.n));
                     if led_by_minus {
-                        out.push(key(if x == y { '-' } else { '+' }, a, b));
+                        out.push(key(if x.sign == y.sign { '-' } else { '+' }, x.n, y.n));
                     }
                 }
-                [(first, _), ..] if t.iter().all(|(c, _)| c == first) => {
-                    out.push(sum_key(t.iter().map(|(_, n)| *n).collect()));
+                [first, ..] if t.iter().all(|x| x.sign == first.sign) => {
+                    out.push(sum_key(t.iter().map(|x| x.n).collect()));
                 }
                 _ => {}
             };
-            push_chain(&terms, led_by_minus);
+            push_chain(&terms, led_by_minus, &mut out);
             // Without its zero terms and its terms that cancel (`+7 … -7`): what is left keeps
             // the chain's value, so `12+34+0` and `12+7+34-7` are `12+34`.
-            let nonzero: Vec<(char, &str)> =
-                terms.iter().filter(|(_, n)| *n != "0").copied().collect();
+            let nonzero: Vec<Term> = terms.iter().filter(|x| x.n != "0").copied().collect();
             // Dropping terms leaves digits digits: a scratchpad column costs no more here.
-            if nonzero.iter().all(|(_, n)| n.len() == 1) {
+            if nonzero.iter().all(|x| x.n.len() == 1) {
                 continue;
             }
             let rest = cancelled(nonzero);
-            if rest.len() < 2 || rest.iter().all(|(_, n)| n.len() == 1) {
+            // A product of two is its own problem when the rest of its chain cancels
+            // (`6*7+5-5` is `6*7`).
+            if let [
+                Term {
+                    product: Some(Some(k)),
+                    ..
+                },
+            ] = rest[..]
+            {
+                out.push(k.clone());
+            }
+            if rest.len() < 2 || rest.iter().all(|x| x.n.len() == 1) {
                 continue;
             }
             if rest.len() != terms.len() {
                 let first_kept = rest.first() == terms.first();
-                push_chain(&rest, led_by_minus && first_kept);
+                push_chain(&rest, led_by_minus && first_kept, &mut out);
             }
             keeping_value(&rest, &mut out);
         }
@@ -1027,6 +1144,25 @@ mod tests {
             ("12 + 34/1*1 = 46", "+:12:34"),
             ("34*1*1 + 12", "+:12:34"),
             ("46 - 1*12", "-:12:46"),
+            ("12+34+2*3-6=46", "+:12:34"),
+            ("12 + 3*7 + 34 - 7*3", "+:12:34"),
+            ("-2*3 + 12 + 34 + 6", "+:12:34"),
+            ("12+34+12/4-3=46", "+:12:34"),
+            ("12 + 34 - (2*3) + 6 = 46", "+:12:34"),
+            ("12+34+2*3-4-2=46", "+:12:34"),
+            ("46+2*3-12-6=34", "-:12:46"),
+            ("6*7+5-5=42", "*:6:7"),
+            ("1 + 6*7 - 1", "*:6:7"),
+            ("6*7 - 0", "*:6:7"),
+            ("84/2 + 3 - 3", "/:84:2"),
+            ("12 + 34*2/2 = 46", "+:12:34"),
+            ("2*12/2 + 34", "+:12:34"),
+            ("12 + (34)*1", "+:12:34"),
+            ("12 + ((34))*3/3", "+:12:34"),
+            ("12 + 34 - (5 - 2*3) - 1 = 46", "+:12:34"),
+            ("12 + 34 - (2*3 - 5) + 1 = 46", "+:12:34"),
+            ("(12 + 34)*1 = 46", "+:12:34"),
+            ("1*(12 + 34)/1 = 46", "+:12:34"),
             (long.as_str(), "+:12:34"),
         ] {
             assert!(
@@ -1045,6 +1181,15 @@ mod tests {
             ("3+6+1-1=9", "+:3:6"),
             ("12 + 34*2 = 80", "+:12:34"),
             ("12 + 1*34*2", "+:12:34"),
+            ("12+34+2*3-5=47", "+:12:34"),
+            // a bracket beside a factor is not read as a product (`2*(3+1)` is 8, not 6+1)
+            ("12+34+2*(3+1)-7=47", "+:12:34"),
+            ("12+34+7/2-3", "+:12:34"),
+            ("12+34+5%3*2-2", "+:12:34"),
+            ("6*7+1=43", "*:6:7"),
+            ("6*7+2*3", "*:6:7"),
+            ("12 + 2*17 = 46", "+:12:34"),
+            ("(12 + 34)*2", "+:12:34"),
         ] {
             assert!(
                 !k(text).contains(&not.to_string()),
@@ -1055,6 +1200,10 @@ mod tests {
         // A product standing alone keeps its factor of one.
         assert_eq!(k("6*1 = 6"), vec!["*:1:6"]);
         assert_eq!(k("1 * 6"), vec!["*:1:6"]);
+        assert_eq!(k("6*7 = 42"), vec!["*:6:7"]);
+        assert_eq!(k("(6*7) = 42"), vec!["*:6:7"]);
+        assert_eq!(k("6*(7) = 42"), vec!["*:6:7"]);
+        found_across("12+34+2*3-6=46", &[5, 6, 7, 8, 9], "+:12:34");
         // A long chain gives keys bounded by its terms: pairs at most two per term, threes
         // searched only in short chains.
         let many: String = (1..=40)

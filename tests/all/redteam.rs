@@ -3291,7 +3291,8 @@ fn a_sum_written_with_double_signs_or_negated_is_refused_as_that_item() {
 
 /// The next try once signs and brackets were read: the item inside a longer chain that keeps its
 /// value — extra terms that cancel (`a + 7 + b - 7`), in any number, or that sum to zero without
-/// cancelling (`a + b + 3 - 1 - 2`), across two rows, and a sum of three so hidden. Each is refused
+/// cancelling (`a + b + 3 - 1 - 2`), factors of one, extras that are products (`a + b + 2*3 - 6`),
+/// across two rows, and a sum of three so hidden. Each is refused
 /// as that item; honest chains that keep the value of sums no split holds train.
 #[test]
 fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
@@ -3337,11 +3338,45 @@ fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
                 (format!("{b} - 5 ="), c.to_string()),
             ],
         ),
+        // The next try once factors of one were dropped: extras that are products or whole
+        // quotients, which cancel or sum to zero by their value.
+        (
+            "a product and its value",
+            row(format!("{a} + {b} + 2 * 3 - 6 =")),
+        ),
+        (
+            "products that cancel",
+            row(format!("{a} + 3 * 7 + {b} - 7 * 3 =")),
+        ),
+        ("a whole quotient", row(format!("{a} + {b} + 12 / 4 - 3 ="))),
+        (
+            "a product in a negated bracket",
+            row(format!("{a} + {b} - (2 * 3) + 6 =")),
+        ),
+        (
+            "a product in words",
+            row(format!("{a} plus {b} plus two times three minus six is")),
+        ),
+        (
+            "a factor and its quotient",
+            row(format!("{a} + {b} * 7 / 7 =")),
+        ),
+        (
+            "a factor of one on a bracket",
+            row(format!("({a} + {b}) * 1 =")),
+        ),
+        (
+            "a product across two rows",
+            vec![
+                ("Q:".to_string(), format!("{a} + {b} + 2 *")),
+                ("3 - 6 =".to_string(), c.to_string()),
+            ],
+        ),
     ];
     let s = open(&root);
     each_form_refused(&s, "value", forms);
     // Chains no split holds that keep their value train.
-    unprotected_add4_sums_train(&s, &root, |x, y| format!("{x} + {y} + 4 - 4 ="));
+    unprotected_add4_sums_train(&s, &root, |x, y| format!("{x} + {y} + 4 - 4 + 2 * 3 - 6 ="));
 
     let (_d3, root3) = crate::common::study_of("tiny-sum3");
     let item = &protected_split(&root3, "sum3", "test")[0];
