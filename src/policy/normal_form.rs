@@ -256,7 +256,10 @@ mod arithmetic {
     /// Products read, signs folded and brackets applied: what `symbols` returns of what is
     /// written.
     pub fn read(written: Vec<Sym>) -> Vec<Sym> {
-        let out = if written.iter().any(|x| matches!(x, Sym::Op('*' | '/'))) {
+        let out = if written
+            .iter()
+            .any(|x| matches!(x, Sym::Op('*' | '/' | '%')))
+        {
             products(written)
         } else {
             written
@@ -272,9 +275,9 @@ mod arithmetic {
     /// The largest operand multiplied out: beyond it a product is left as written.
     const MAX_FACTOR_DIGITS: usize = 30;
 
-    /// Products and quotients of numbers that are terms of a sum or difference (a sign beside
-    /// them, across brackets, and no other operator) read as their value, before brackets are
-    /// read: a product equal to one of its factors is that number (`12 + 34*1`, `1*12 + 34`,
+    /// Products, quotients and remainders of numbers that are terms of a sum or difference (a
+    /// sign beside them, across brackets, and no other operator) read as their value, before
+    /// brackets are read: a product equal to one of its factors is that number (`12 + 34*1`, `1*12 + 34`,
     /// `12 + 34*2/2` are `12 + 34`); any other is `Sym::Product`, so a chain's extras may be
     /// products that cancel or sum to zero (`12+34+2*3-6` is `12+34`). A bracket holding one
     /// number is that number (`(34)*1`). A product standing alone (`6*7`, `6*1`), a quotient that
@@ -302,12 +305,12 @@ mod arithmetic {
         }
         let sign = |x: Option<&Sym>| matches!(x, Some(Sym::Op('+' | '-')));
         let other_op = |x: Option<&Sym>| matches!(x, Some(Sym::Op(c)) if !matches!(c, '+' | '-'));
-        let factor = |x: Option<&Sym>| matches!(x, Some(Sym::Op('*' | '/')));
+        let factor = |x: Option<&Sym>| matches!(x, Some(Sym::Op('*' | '/' | '%')));
         let is_num = |x: Option<&Sym>| matches!(x, Some(Sym::Num(_)));
         let mut out: Vec<Sym> = Vec::with_capacity(s.len());
         let mut i = 0;
         while i < s.len() {
-            // a run `n (* or /) n …` from i to end
+            // a run `n (*, / or %) n …` from i to end
             let mut end = i;
             while is_num(s.get(i)) && factor(s.get(end + 1)) && is_num(s.get(end + 2)) {
                 end += 2;
@@ -343,7 +346,7 @@ mod arithmetic {
         out
     }
 
-    /// The value of `n (* or /) n …`, left to right, when every quotient is whole and nothing
+    /// The value of `n (*, / or %) n …`, left to right, when every quotient is whole and nothing
     /// overflows.
     fn product_value(run: &[Sym]) -> Option<String> {
         let operand = |x: &Sym| match x {
@@ -356,6 +359,7 @@ mod arithmetic {
             v = match pair[0] {
                 Sym::Op('*') => v.checked_mul(n)?,
                 Sym::Op('/') if n != 0 && v % n == 0 => v / n,
+                Sym::Op('%') if n != 0 => v % n,
                 _ => return None,
             };
         }
@@ -1161,6 +1165,9 @@ mod tests {
             ("12 + ((34))*3/3", "+:12:34"),
             ("12 + 34 - (5 - 2*3) - 1 = 46", "+:12:34"),
             ("12 + 34 - (2*3 - 5) + 1 = 46", "+:12:34"),
+            ("12 + 34 + 7 % 7 = 46", "+:12:34"),
+            ("12 + 34 % 100 = 46", "+:12:34"),
+            ("12 + 34 + 9 % 5 - 4 = 46", "+:12:34"),
             ("(12 + 34)*1 = 46", "+:12:34"),
             ("1*(12 + 34)/1 = 46", "+:12:34"),
             (long.as_str(), "+:12:34"),
@@ -1185,7 +1192,8 @@ mod tests {
             // a bracket beside a factor is not read as a product (`2*(3+1)` is 8, not 6+1)
             ("12+34+2*(3+1)-7=47", "+:12:34"),
             ("12+34+7/2-3", "+:12:34"),
-            ("12+34+5%3*2-2", "+:12:34"),
+            ("12+34+5%3*2-3", "+:12:34"),
+            ("12+34+7%0-0", "+:12:34"),
             ("6*7+1=43", "*:6:7"),
             ("6*7+2*3", "*:6:7"),
             ("12 + 2*17 = 46", "+:12:34"),
