@@ -3361,6 +3361,7 @@ fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
             "a factor and its quotient",
             row(format!("{a} + {b} * 7 / 7 =")),
         ),
+        ("a remainder of zero", row(format!("{a} + {b} + 9 % 9 ="))),
         (
             "a factor of one on a bracket",
             row(format!("({a} + {b}) * 1 =")),
