@@ -153,54 +153,36 @@ fn main() {
     baseline::scan(&long, &test_items, 8);
     let baseline_long_us = t.elapsed().as_secs_f64() * 1e6 / long.len() as f64;
 
-    // A looping agent's costliest arithmetic: rows of 16-term chains that keep their value (two
-    // four-digit addends and fourteen terms summing to zero), the longest chains searched for
-    // three addends; ~1 kB a row.
-    let chains: Vec<Row> = (0..n / 10)
-        .map(|_| {
-            let prompt = (0..12)
-                .map(|_| {
-                    let (a, b) = (next(), next());
-                    format!(
-                        "{a} + {b} + 11 + 12 + 13 + 14 + 15 + 16 + 17 - 18 - 19 - 20 - 21 - 20 = {}; ",
-                        a + b
-                    )
-                })
-                .collect::<String>();
-            Row {
-                prompt,
+    // Rows of `per_row` chains `a + b{extras} = a+b` (two four-digit addends and extras summing to
+    // zero), scanned: µs per kB.
+    let mut chains_kb_us = |per_row: usize, extras: &str| {
+        let rows: Vec<Row> = (0..n / 10)
+            .map(|_| Row {
+                prompt: (0..per_row)
+                    .map(|_| {
+                        let (a, b) = (next(), next());
+                        format!("{a} + {b}{extras} = {}; ", a + b)
+                    })
+                    .collect(),
                 answer: String::new(),
-            }
-        })
-        .collect();
-    let chain_kb = chains.iter().map(|r| r.prompt.len()).sum::<usize>() as f64 / 1024.0;
-    let t = Instant::now();
-    s.scan_for_contamination(&chains).expect("scan");
-    let chain_kb_us = t.elapsed().as_secs_f64() * 1e6 / chain_kb;
-
-    // The same with products among the extras, each read as its value (`Sym::Product`): two
-    // four-digit addends and twelve products and quotients summing to zero; ~1 kB a row.
-    let product_chains: Vec<Row> = (0..n / 10)
-        .map(|_| {
-            let prompt = (0..10)
-                .map(|_| {
-                    let (a, b) = (next(), next());
-                    format!(
-                        "{a} + {b} + 2 * 3 + 3 * 7 + 12 / 4 + 5 * 5 * 2 - 6 * 1 - 7 * 3 - 9 / 3 - 10 * 5 = {}; ",
-                        a + b
-                    )
-                })
-                .collect::<String>();
-            Row {
-                prompt,
-                answer: String::new(),
-            }
-        })
-        .collect();
-    let product_kb = product_chains.iter().map(|r| r.prompt.len()).sum::<usize>() as f64 / 1024.0;
-    let t = Instant::now();
-    s.scan_for_contamination(&product_chains).expect("scan");
-    let product_kb_us = t.elapsed().as_secs_f64() * 1e6 / product_kb;
+            })
+            .collect();
+        let kb = rows.iter().map(|r| r.prompt.len()).sum::<usize>() as f64 / 1024.0;
+        let t = Instant::now();
+        s.scan_for_contamination(&rows).expect("scan");
+        t.elapsed().as_secs_f64() * 1e6 / kb
+    };
+    // A looping agent's costliest arithmetic: 16-term chains that keep their value, the longest
+    // chains searched for three addends; ~1 kB a row.
+    let chain_kb_us = chains_kb_us(
+        12,
+        " + 11 + 12 + 13 + 14 + 15 + 16 + 17 - 18 - 19 - 20 - 21 - 20",
+    );
+    // The same with products among the extras, each read as its value (`Sym::Product`).
+    let product_kb_us = chains_kb_us(
+        10,
+        " + 2 * 3 + 3 * 7 + 12 / 4 + 5 * 5 * 2 - 6 * 1 - 7 * 3 - 9 / 3 - 10 * 5",
+    );
 
     println!(
         "{}",
