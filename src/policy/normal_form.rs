@@ -283,15 +283,15 @@ mod arithmetic {
     /// number is that number (`(34)*1`). A product standing alone (`6*7`, `6*1`), a quotient that
     /// is not whole, and a factor of a bracket (`2*(3+1)`: no run of numbers) are left as written.
     fn products(written: Vec<Sym>) -> Vec<Sym> {
-        // `(n)` is `n`, nested too; a factor of one on a bracket is gone (`(12+34)*1`)
+        // `(n)` is `n`, nested too, and so is a bracketed product that a product may hold
+        // (`(2*34)/2`, `34*(7/7)`: not after `/` or `%`); a factor of one on a bracket is gone
+        // (`(12+34)*1`)
         let one = Sym::Num("1".into());
         let mut s: Vec<Sym> = Vec::with_capacity(written.len());
         for sym in written {
             match (&sym, &s[..]) {
-                (Sym::Close, [.., Sym::Open, Sym::Num(_)]) => {
-                    let n = s.pop();
-                    s.pop();
-                    s.extend(n);
+                (Sym::Close, [.., Sym::Num(_)]) if let Some(open) = bracketed_product(&s) => {
+                    s.remove(open);
                 }
                 (Sym::Num(n), [.., Sym::Close, Sym::Op('*' | '/')]) if n == "1" => {
                     s.pop();
@@ -344,6 +344,27 @@ mod arithmetic {
             i = end + 1;
         }
         out
+    }
+
+    /// The longest product a bracket is read around: a longer one stays bracketed.
+    const MAX_BRACKETED_RUN: usize = 15;
+
+    /// Where the bracket opens whose contents end `s` and are a number, or a product of numbers
+    /// (`*` and whole `/`) that the factor before the bracket may hold: none, or `*`.
+    fn bracketed_product(s: &[Sym]) -> Option<usize> {
+        let from = s.len().saturating_sub(MAX_BRACKETED_RUN + 1);
+        let open = from + s[from..].iter().rposition(|x| *x == Sym::Open)?;
+        let run = &s[open + 1..];
+        let joined = run
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .all(|x| matches!(x, Sym::Op('*' | '/')));
+        let numbers = run.iter().step_by(2).all(|x| matches!(x, Sym::Num(_)));
+        let held = run.len() == 1
+            || !matches!(open.checked_sub(1).map(|i| &s[i]), Some(Sym::Op('/' | '%')));
+        (run.len() % 2 == 1 && joined && numbers && held && product_value(run).is_some())
+            .then_some(open)
     }
 
     /// The value of `n (*, / or %) n …`, left to right, when every quotient is whole and nothing
@@ -1170,6 +1191,9 @@ mod tests {
             ("12 + 34 + 9 % 5 - 4 = 46", "+:12:34"),
             ("(12 + 34)*1 = 46", "+:12:34"),
             ("1*(12 + 34)/1 = 46", "+:12:34"),
+            ("12 + (2*34)/2 = 46", "+:12:34"),
+            ("12 + 34*(7/7) = 46", "+:12:34"),
+            ("12 + (3*(34*2))/6", "+:12:34"),
             (long.as_str(), "+:12:34"),
         ] {
             assert!(
@@ -1198,6 +1222,8 @@ mod tests {
             ("6*7+2*3", "*:6:7"),
             ("12 + 2*17 = 46", "+:12:34"),
             ("(12 + 34)*2", "+:12:34"),
+            // a bracket after a divisor is its divisor (`68/(2*1)` is not `68/2*1`)
+            ("12 + 68/(4*2) + 0", "+:12:34"),
         ] {
             assert!(
                 !k(text).contains(&not.to_string()),

@@ -3362,6 +3362,15 @@ fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
             row(format!("{a} + {b} * 7 / 7 =")),
         ),
         ("a remainder of zero", row(format!("{a} + {b} + 9 % 9 ="))),
+        // The next try once products were read: the factors in brackets of their own.
+        (
+            "a bracketed product and its divisor",
+            row(format!("{a} + (2 * {b}) / 2 =")),
+        ),
+        (
+            "a bracketed factor of one",
+            row(format!("{a} + {b} * (7 / 7) =")),
+        ),
         (
             "a factor of one on a bracket",
             row(format!("({a} + {b}) * 1 =")),
