@@ -90,10 +90,10 @@ mod arithmetic {
         /// Brackets, read by `brackets` and gone from what `symbols` returns.
         Open,
         Close,
-        /// A product or quotient of numbers standing as a term of a sum or difference, read as
-        /// its value (`products`): it may cancel or make up a chain's other terms, and it is the
-        /// key of its own problem (two factors) when the rest of its chain sums to zero. Never an
-        /// operand of a key.
+        /// A product, quotient or remainder of numbers standing as a term of a sum or difference,
+        /// read as its value (`products`): it may cancel or make up a chain's other terms, and it
+        /// is the key of its own problem (two factors) when the rest of its chain sums to zero.
+        /// Never an operand of a key.
         Product {
             value: String,
             key: Option<String>,
@@ -277,11 +277,13 @@ mod arithmetic {
 
     /// Products, quotients and remainders of numbers that are terms of a sum or difference (a
     /// sign beside them, across brackets, and no other operator) read as their value, before
-    /// brackets are read: a product equal to one of its factors is that number (`12 + 34*1`, `1*12 + 34`,
-    /// `12 + 34*2/2` are `12 + 34`); any other is `Sym::Product`, so a chain's extras may be
-    /// products that cancel or sum to zero (`12+34+2*3-6` is `12+34`). A bracket holding one
-    /// number is that number (`(34)*1`). A product standing alone (`6*7`, `6*1`), a quotient that
-    /// is not whole, and a factor of a bracket (`2*(3+1)`: no run of numbers) are left as written.
+    /// brackets are read: one equal to one of its factors is that number (`12 + 34*1`,
+    /// `1*12 + 34`, `12 + 34*2/2` are `12 + 34`); any other is `Sym::Product`, so a chain's
+    /// extras may be products that cancel or sum to zero (`12+34+2*3-6` is `12+34`). A bracket
+    /// holding one number, or a product the product around it may hold, loses its brackets
+    /// first (`(34)*1`, `(2*34)/2`). A product standing alone (`6*7`, `6*1`), a quotient that is
+    /// not whole, and a factor of a sum in brackets (`2*(3+1)`: no run of numbers) are left as
+    /// written.
     fn products(written: Vec<Sym>) -> Vec<Sym> {
         // `(n)` is `n`, nested too, and so is a bracketed product that a product may hold
         // (`(2*34)/2`, `34*(7/7)`: not after `/` or `%`); a factor of one on a bracket is gone
