@@ -39,30 +39,35 @@ pub fn tokens(canonical_text: &str) -> Vec<String> {
     tokens_with(canonical_text, false)
 }
 
-/// The tokens a task's normal form reads: `tokens` and brackets, which decide what a sign
-/// applies to (`46 - (0 - 12)` is `46 + 12`). The n-gram scans never see them, so a bracket
-/// inserted into a copy cannot break one of its n-grams.
+/// The tokens a task's normal form reads: `tokens`, and the marks only a form reads (`is_form_only`):
+/// brackets, which decide what a sign applies to (`46 - (0 - 12)` is `46 + 12`), `^` (a power),
+/// and a decimal point between two digits (`12.0` is `12`). The n-gram scans never see them, so
+/// a bracket or a `.0` inserted into a copy cannot break one of its n-grams.
 pub fn form_tokens(canonical_text: &str) -> Vec<String> {
     tokens_with(canonical_text, true)
 }
 
-/// Whether a form token is a bracket.
-pub fn is_bracket(t: &str) -> bool {
-    matches!(t, "(" | ")")
+/// Whether a form token is one only the normal forms read (see `form_tokens`).
+pub fn is_form_only(t: &str) -> bool {
+    matches!(t, "(" | ")" | "^" | ".")
 }
 
-fn tokens_with(canonical_text: &str, brackets: bool) -> Vec<String> {
+fn tokens_with(canonical_text: &str, form: bool) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
-    for c in canonical_text.chars() {
+    for (i, c) in canonical_text.char_indices() {
         if c.is_alphanumeric() || c == '_' {
             cur.push(c);
         } else {
+            // a decimal point: a digit either side (`.` is one byte)
+            let point = c == '.'
+                && cur.ends_with(|d: char| d.is_ascii_digit())
+                && canonical_text[i + 1..].starts_with(|d: char| d.is_ascii_digit());
             if !cur.is_empty() {
                 out.push(std::mem::take(&mut cur));
             }
             if matches!(c, '+' | '-' | '*' | '/' | '=' | '<' | '>' | '%')
-                || (brackets && matches!(c, '(' | ')'))
+                || (form && (matches!(c, '(' | ')' | '^') || point))
             {
                 out.push(c.to_string());
             }

@@ -431,15 +431,16 @@ impl<'a> Scanner<'a> {
     }
 
     fn visit_text(&self, text: &str, at: At, tail: &mut Tail, found: &mut Found) {
-        // One tokenization: with brackets when the study names a normal form (its keys read
-        // them, the n-grams do not), without when it does not.
+        // One tokenization: with the marks only a form reads (brackets, `^`, decimal points)
+        // when the study names a normal form (its keys read them, the n-grams do not), without
+        // when it does not.
         let (ids, toks) = if self.ix.keys.is_empty() {
             (token_ids(&tokens(text)), Vec::new())
         } else {
             let toks = form_tokens(text);
             let ids = toks
                 .iter()
-                .filter(|t| !canon::is_bracket(t))
+                .filter(|t| !canon::is_form_only(t))
                 .map(|t| token_id(t))
                 .collect();
             (ids, toks)

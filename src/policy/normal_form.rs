@@ -15,15 +15,16 @@ use crate::config::NormalForm;
 pub fn keys(form: NormalForm, toks: &[String]) -> Vec<String> {
     match form {
         NormalForm::Arithmetic => arithmetic::keys(&arithmetic::symbols(toks)),
-        NormalForm::Digits => digits::keys(&without_brackets(toks)),
+        NormalForm::Digits => digits::keys(&without_form_only(toks)),
     }
 }
 
-/// Form tokens without their brackets, for a form that does not read them (`0=(1)` is `0=1`).
-fn without_brackets(toks: &[String]) -> std::borrow::Cow<'_, [String]> {
-    use crate::policy::canon::is_bracket;
-    if toks.iter().any(|t| is_bracket(t)) {
-        toks.iter().filter(|t| !is_bracket(t)).cloned().collect()
+/// Form tokens without the marks only some forms read (`canon::is_form_only`), for a form that
+/// does not read them (`0=(1)` is `0=1`).
+fn without_form_only(toks: &[String]) -> std::borrow::Cow<'_, [String]> {
+    use crate::policy::canon::is_form_only;
+    if toks.iter().any(|t| is_form_only(t)) {
+        toks.iter().filter(|t| !is_form_only(t)).cloned().collect()
     } else {
         std::borrow::Cow::Borrowed(toks)
     }
@@ -44,13 +45,17 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             // A problem split across two rows: up to seven of its symbols as written, brackets
             // and signs among them, end the first (`12+34+`, `46 - (0 -`); read as one stream,
             // signs either side of the seam are one sign and a bracket spans it.
-            let p = arithmetic::written_symbols(prev);
+            // Names bound in either row are read in both (`x = 12` ends one, `x + 34 =` is next).
+            let (mut names, mut unread) = (arithmetic::Names::new(), Vec::new());
+            arithmetic::bind(prev, &mut names, &mut unread);
+            arithmetic::bind(toks, &mut names, &mut unread);
+            let p = arithmetic::written_symbols_bound(prev, &names);
             let mut s: Vec<_> = p[p.len().saturating_sub(8)..].to_vec();
-            s.extend(arithmetic::written_symbols(toks));
+            s.extend(arithmetic::written_symbols_bound(toks, &names));
             arithmetic::keys(&arithmetic::read(s))
         }
         NormalForm::Digits => {
-            let (prev, toks) = (without_brackets(prev), without_brackets(toks));
+            let (prev, toks) = (without_form_only(prev), without_form_only(toks));
             // A string of digits split across two rows: the first row's digits after its last
             // `=` continue into the next.
             let start = prev
@@ -152,11 +157,13 @@ mod arithmetic {
 
     fn op_word(w: &str) -> Option<char> {
         Some(match w {
-            "plus" | "add" | "added" | "adding" | "sum" | "total" | "positive" => '+',
+            "plus" | "add" | "added" | "adding" | "sum" | "total" | "positive" | "more"
+            | "increase" | "increased" => '+',
             "minus" | "subtract" | "subtracted" | "subtracting" | "difference" | "less"
-            | "negative" => '-',
+            | "fewer" | "negative" | "decrease" | "decreased" | "reduced" => '-',
             "times" | "multiply" | "multiplied" | "multiplying" | "product" | "x" => '*',
             "divide" | "divided" | "dividing" | "quotient" => '/',
+            "power" => '^',
             _ => return None,
         })
     }
@@ -258,7 +265,7 @@ mod arithmetic {
     pub fn read(written: Vec<Sym>) -> Vec<Sym> {
         let out = if written
             .iter()
-            .any(|x| matches!(x, Sym::Op('*' | '/' | '%')))
+            .any(|x| matches!(x, Sym::Op('*' | '/' | '%' | '^')))
         {
             products(written)
         } else {
@@ -307,7 +314,7 @@ mod arithmetic {
         }
         let sign = |x: Option<&Sym>| matches!(x, Some(Sym::Op('+' | '-')));
         let other_op = |x: Option<&Sym>| matches!(x, Some(Sym::Op(c)) if !matches!(c, '+' | '-'));
-        let factor = |x: Option<&Sym>| matches!(x, Some(Sym::Op('*' | '/' | '%')));
+        let factor = |x: Option<&Sym>| matches!(x, Some(Sym::Op('*' | '/' | '%' | '^')));
         let is_num = |x: Option<&Sym>| matches!(x, Some(Sym::Num(_)));
         let mut out: Vec<Sym> = Vec::with_capacity(s.len());
         let mut i = 0;
@@ -369,41 +376,88 @@ mod arithmetic {
             .then_some(open)
     }
 
-    /// The value of `n (*, / or %) n …`, left to right, when every quotient is whole and nothing
+    /// The value of `n (*, /, % or ^) n …`: powers first, right to left (`2*3^2` is 18,
+    /// `2^3^2` is `2^9`), then the rest left to right, when every quotient is whole and nothing
     /// overflows.
     fn product_value(run: &[Sym]) -> Option<String> {
         let operand = |x: &Sym| match x {
             Sym::Num(n) if n.len() <= MAX_FACTOR_DIGITS => n.parse::<i128>().ok(),
             _ => None,
         };
-        let mut v = operand(run.first()?)?;
-        for pair in run[1..].chunks(2) {
-            let n = operand(pair.get(1)?)?;
-            v = match pair[0] {
-                Sym::Op('*') => v.checked_mul(n)?,
-                Sym::Op('/') if n != 0 && v % n == 0 => v / n,
-                Sym::Op('%') if n != 0 => v % n,
-                _ => return None,
-            };
+        let nums: Vec<i128> = run.iter().step_by(2).map(operand).collect::<Option<_>>()?;
+        let ops: Vec<char> = run
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|x| match x {
+                Sym::Op(c) => Some(*c),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        if nums.len() != ops.len() + 1 {
+            return None;
         }
+        // Each factor a tower of powers read right to left, then the factors left to right.
+        let mut v: Option<i128> = None;
+        let mut k = 0;
+        while k < nums.len() {
+            let mut top = k;
+            while ops.get(top) == Some(&'^') {
+                top += 1;
+            }
+            let mut f = nums[top];
+            for j in (k..top).rev() {
+                f = nums[j].checked_pow(u32::try_from(f).ok()?)?;
+            }
+            v = Some(match (v, k.checked_sub(1).map(|j| ops[j])) {
+                (None, _) => f,
+                (Some(v), Some('*')) => v.checked_mul(f)?,
+                (Some(v), Some('/')) if f != 0 && v % f == 0 => v / f,
+                (Some(v), Some('%')) if f != 0 => v % f,
+                _ => return None,
+            });
+            k = top + 1;
+        }
+        let v = v?;
         Some(v.to_string())
     }
 
     /// Tokens → symbols as written: brackets and every sign kept.
     pub fn written_symbols(toks: &[String]) -> Vec<Sym> {
+        written_symbols_bound(toks, &names(toks))
+    }
+
+    /// `written_symbols` with the names `bound` (`names`) read as their numbers.
+    pub fn written_symbols_bound(toks: &[String], bound: &Names) -> Vec<Sym> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < toks.len() {
             let t = toks[i].as_str();
-            if t.bytes().all(|b| b.is_ascii_digit()) && !t.is_empty() {
-                out.push(Sym::Num(number(t)));
+            let next = toks.get(i + 1).map(String::as_str);
+            if let Some((_, _, len)) = binding(toks, i) {
+                // a definition, not a problem: it only separates
+                out.push(Sym::Eq);
+                i += len;
+                continue;
+            }
+            if let Some(n) = bound.get(t) {
+                out.push(Sym::Num(n.clone()));
+            } else if let Some((n, len)) = literal(&toks[i..]) {
+                out.push(Sym::Num(n));
+                i += len;
+                continue;
             } else if let Some((n, next)) = words_number(toks, i) {
                 out.push(Sym::Num(n));
                 i = next;
                 continue;
             } else if let Some(op) = op_word(t) {
                 out.push(Sym::Op(op));
-            } else if matches!(t, "+" | "-" | "*" | "/" | "%") {
+            } else if (t == "*" && next == Some("*")) || (t == "/" && next == Some("/")) {
+                // a power and a whole quotient as code writes them (`34**1`, `34//1`)
+                out.push(Sym::Op(if t == "*" { '^' } else { '/' }));
+                i += 2;
+                continue;
+            } else if matches!(t, "+" | "-" | "*" | "/" | "%" | "^") {
                 out.push(Sym::Op(t.chars().next().unwrap_or('+')));
             } else if t == "(" {
                 out.push(Sym::Open);
@@ -417,10 +471,127 @@ mod arithmetic {
             {
                 out.push(Sym::Block);
             }
-            // any other word is filler
+            // any other word is filler, and so is a `.` that is no decimal point of a number
             i += 1;
         }
         out
+    }
+
+    /// The largest power of ten a literal's exponent may name (`1e30`).
+    const MAX_EXPONENT: usize = 30;
+
+    /// A number literal at the start of `toks` and how many tokens it spans: digits
+    /// (`034` is `34`), a decimal (`12.0` is `12`, `12.50` is `12.5`), scientific notation
+    /// (`3.4e1` and `34e0` are `34`), and code's hexadecimal, octal and binary (`0x22`, `0o42`,
+    /// `0b100010`). A decimal that is not whole stays one number (`12.5`, never `12` and `5`).
+    fn literal(toks: &[String]) -> Option<(String, usize)> {
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        // `ddd` or `ddde…`: mantissa digits and exponent
+        let mantissa = |t: &str| -> Option<(String, usize)> {
+            match t.split_once('e') {
+                None if digits(t) => Some((t.to_string(), 0)),
+                Some((m, e)) if digits(m) && digits(e) && e.len() <= 2 => {
+                    Some((m.to_string(), e.parse().ok()?))
+                }
+                _ => None,
+            }
+        };
+        let t = toks.first()?.as_str();
+        if let Some(rest) = t.strip_prefix('0')
+            && let Some((radix, body)) = match rest.as_bytes().first() {
+                Some(b'x') => Some((16, &rest[1..])),
+                Some(b'o') => Some((8, &rest[1..])),
+                Some(b'b') => Some((2, &rest[1..])),
+                _ => None,
+            }
+        {
+            return Some((u128::from_str_radix(body, radix).ok()?.to_string(), 1));
+        }
+        let (whole, exp) = mantissa(t)?;
+        let (frac, exp, len) = match (toks.get(1).map(String::as_str), toks.get(2)) {
+            (Some("."), Some(f)) if exp == 0 => match mantissa(f) {
+                Some((f, e)) => (f, e, 3),
+                None => (String::new(), 0, 1),
+            },
+            _ => (String::new(), exp, 1),
+        };
+        if exp > MAX_EXPONENT {
+            return None;
+        }
+        // the point moved `exp` digits right
+        let mut all = whole.clone() + &frac;
+        let point = whole.len() + exp;
+        while all.len() < point {
+            all.push('0');
+        }
+        let (int, fraction) = all.split_at(point);
+        let fraction = fraction.trim_end_matches('0');
+        Some(if fraction.is_empty() {
+            (number(int), len)
+        } else {
+            (format!("{}.{fraction}", number(int)), len)
+        })
+    }
+
+    /// Names bound to numbers in a row (`x = 12; y = 34; x + y =`), each read as its number
+    /// wherever it stands; a name bound to two numbers is left unread.
+    pub type Names = std::collections::HashMap<String, String>;
+
+    /// The longest name a binding reads.
+    const MAX_NAME: usize = 32;
+
+    /// A binding at `i`: a name (ASCII letters, digits and `_`, a letter first; no number
+    /// word), `=`, a number literal that no operator follows, and no operator before the name
+    /// (`a + b = 46` binds nothing). Returns the name, its number and the tokens it spans.
+    fn binding(toks: &[String], i: usize) -> Option<(&str, String, usize)> {
+        let operator = |t: &str| matches!(t, "+" | "-" | "*" | "/" | "%" | "^" | "=" | ".");
+        let name = toks.get(i)?.as_str();
+        if toks.get(i + 1).map(String::as_str) != Some("=")
+            || name.len() > MAX_NAME
+            || !name.starts_with(|c: char| c.is_ascii_alphabetic())
+            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            || is_number_word(name)
+            || i.checked_sub(1).is_some_and(|j| operator(&toks[j]))
+        {
+            return None;
+        }
+        let (value, len) = literal(&toks[i + 2..])?;
+        if toks.get(i + 2 + len).is_some_and(|t| operator(t)) {
+            return None;
+        }
+        Some((name, value, 2 + len))
+    }
+
+    /// The names bound in `toks` (see `binding`), added to `into`: a name bound again to
+    /// another number is unread from then on.
+    pub fn bind(toks: &[String], into: &mut Names, unread: &mut Vec<String>) {
+        for i in 0..toks.len() {
+            if toks.get(i + 1).map(String::as_str) != Some("=") {
+                continue;
+            }
+            if let Some((name, value, _)) = binding(toks, i) {
+                if unread.iter().any(|u| u == name) {
+                    continue;
+                }
+                match into.get(name) {
+                    Some(v) if *v != value => {
+                        into.remove(name);
+                        unread.push(name.to_string());
+                    }
+                    Some(_) => {}
+                    None => {
+                        into.insert(name.to_string(), value);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The names bound in one row.
+    pub fn names(toks: &[String]) -> Names {
+        let mut names = Names::new();
+        bind(toks, &mut names, &mut Vec::new());
+        names
     }
 
     /// Brackets applied and removed: a minus before a bracket negates what it holds, so each sign
@@ -684,6 +855,15 @@ mod arithmetic {
             if num(i.checked_sub(1)).is_none()
                 && let (Some(a), Some(b)) = (num(Some(i + 1)), num(Some(i + 2)))
                 && !is_op(Some(i + 3))
+            {
+                push(a, b, true);
+            }
+            // postfix: a b op (`12 and 34 added together`, `12 34 +`: either order), alone
+            if num(Some(i + 1)).is_none()
+                && !is_op(Some(i + 1))
+                && let (Some(a), Some(b)) = (num(i.checked_sub(2)), num(i.checked_sub(1)))
+                && num(i.checked_sub(3)).is_none()
+                && !is_op(i.checked_sub(3))
             {
                 push(a, b, true);
             }
@@ -1327,6 +1507,76 @@ mod tests {
         assert_ne!(k("12+34+57="), k("12+34+56="));
         assert!(k("x_1 + 2").is_empty());
         assert!(k("no numbers here").is_empty());
+    }
+
+    /// The next tries once products were read: the same problem in another notation — powers and
+    /// whole quotients as code writes them, number literals (decimals, scientific, hexadecimal),
+    /// operators in other words, the operator after its operands, and names bound to numbers.
+    #[test]
+    fn a_problem_in_another_notation_is_read() {
+        for text in [
+            "12 + 34**1 =",
+            "12 + 34^1 =",
+            "12 + 34 to the power of 1",
+            "12 + 34 + 2**2 - 4 =",
+            "12 + 34 + 2*3^2 - 18 =",
+            "12 + 34 + 2^3^1 - 8 =",
+            "12 + 34 // 1 =",
+            "12 + 34 + 9 // 3 - 3 =",
+            "12.0 + 34.0 = 46.0",
+            "12.00 + 34 =",
+            "12 + 3.4e1 =",
+            "1.2e1 + 34e0 =",
+            "0x0c + 0x22 =",
+            "0b1100 + 0o42 =",
+            "what is 12 more than 34?",
+            "34 increased by 12",
+            "12 and 34 added together",
+            "12 34 + = 46",
+            "x = 12; y = 34; x + y =",
+            "let n = 12; n + 34 =",
+            "a + b = 46 where a = 12, b = 34",
+            "x = 12.0, x = 12, x + 34",
+        ] {
+            assert!(
+                k(text).contains(&"+:12:34".to_string()),
+                "{text:?}: {:?}",
+                k(text)
+            );
+        }
+        assert_eq!(k("46 decreased by 12"), vec!["-:12:46"]);
+        assert_eq!(k("12 fewer than 46"), vec!["-:12:46"]);
+        // ...and keeps other problems apart.
+        for (text, other) in [
+            ("12.5 + 34 =", "a decimal that is not whole"),
+            ("12 + 34**2 =", "a power that is not its base"),
+            ("12 + 34 // 2 =", "a quotient that is not its dividend"),
+            ("x = 12, x = 13, x + 34 =", "a name bound to two numbers"),
+            ("x = 12 + 1; x + 34 =", "a name bound to a sum"),
+            ("1 = 12; 1 + 34 =", "a number is no name"),
+            ("12 + 3.4e2 =", "another power of ten"),
+            ("1 12 34 + =", "three operands before the operator"),
+        ] {
+            assert!(
+                !k(text).contains(&"+:12:34".to_string()),
+                "{other}: {text:?} {:?}",
+                k(text)
+            );
+        }
+        assert_eq!(k("12.5 + 34 ="), vec!["+:34:12.5"]);
+        assert_eq!(
+            k("a + b = 46"),
+            Vec::<String>::new(),
+            "`b = 46` binds nothing"
+        );
+        // A tower of powers, a long literal and many names cost time linear in the row.
+        let tower = format!("12 + 34{} =", "^1".repeat(20_000));
+        assert!(k(&tower).contains(&"+:12:34".to_string()));
+        assert!(
+            k(&format!("12 + 34 + 0.{} =", "0".repeat(20_000))).contains(&"+:12:34".to_string())
+        );
+        let names: String = (0..5_000).map(|i| format!("v{i} = {i}; ")).collect();
+        assert!(k(&format!("{names} v12 + v34 =")).contains(&"+:12:34".to_string()));
     }
 
     fn dk(text: &str) -> Vec<String> {

@@ -3417,6 +3417,65 @@ fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
     each_form_refused(&s3, "value3", forms);
 }
 
+/// The next try once products were read: the item in another notation. Powers and whole quotients
+/// as code writes them (`b**1`, `b // 1`), number literals (decimals, scientific, hexadecimal),
+/// operators in other words (`a more than b`, `b increased by a`), the operator after its
+/// operands, and names bound to the operands (`x = a; y = b; x + y =`), in one row or across two.
+/// Each is refused as that item; honest sums no split holds train written as decimals.
+#[test]
+fn a_problem_in_another_notation_is_refused_as_that_item() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let (a, b) = four_digit_add4_item(&root);
+    let c = a + b;
+    let row = |p: String| vec![(p, c.to_string())];
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("a power of one", row(format!("{a} + {b}**1 ="))),
+        ("a caret power of one", row(format!("{a} + {b} ^ 1 ="))),
+        (
+            "a power among the extras",
+            row(format!("{a} + {b} + 2**3 - 8 =")),
+        ),
+        (
+            "a whole quotient as code writes it",
+            row(format!("{a} + {b} // 1 =")),
+        ),
+        (
+            "decimals",
+            vec![(format!("{a}.0 + {b}.00 ="), format!("{c}.0"))],
+        ),
+        (
+            "scientific notation",
+            row(format!("{a} + {}.{:03}e3 =", b / 1000, b % 1000)),
+        ),
+        ("hexadecimal", row(format!("0x{a:x} + 0x{b:x} ="))),
+        ("more than", row(format!("What is {a} more than {b}?"))),
+        ("increased by", row(format!("{b} increased by {a} is"))),
+        (
+            "the operator after its operands",
+            row(format!("{a} and {b} added together make")),
+        ),
+        (
+            "names bound first",
+            row(format!("x = {a}; y = {b}; x + y =")),
+        ),
+        (
+            "names bound after",
+            row(format!("x + y, where x = {a} and y = {b}, is")),
+        ),
+        (
+            "names bound in the row before",
+            vec![
+                ("Q:".to_string(), format!("let x = {a}, y = {b}.")),
+                ("x + y =".to_string(), c.to_string()),
+            ],
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "notation", forms);
+    // Sums no split holds train written as decimals.
+    unprotected_add4_sums_train(&s, &root, |x, y| format!("{x}.0 + {y}.0 ="));
+}
+
 #[test]
 fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     let (_d, root) = crate::common::study_of("tiny-sort6");
