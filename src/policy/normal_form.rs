@@ -157,13 +157,21 @@ mod arithmetic {
 
     fn op_word(w: &str) -> Option<char> {
         Some(match w {
-            "plus" | "add" | "added" | "adding" | "sum" | "total" | "positive" | "more"
-            | "increase" | "increased" => '+',
+            "plus" | "add" | "added" | "adding" | "sum" | "total" | "positive" => '+',
             "minus" | "subtract" | "subtracted" | "subtracting" | "difference" | "less"
-            | "fewer" | "negative" | "decrease" | "decreased" | "reduced" => '-',
+            | "negative" => '-',
             "times" | "multiply" | "multiplied" | "multiplying" | "product" | "x" => '*',
             "divide" | "divided" | "dividing" | "quotient" => '/',
             "power" => '^',
+            _ => return None,
+        })
+    }
+
+    /// Operators of two words, whose first word alone is filler.
+    fn two_word_op(w: &str, next: Option<&str>) -> Option<char> {
+        Some(match (w, next?) {
+            ("more", "than") | ("increased", "by") => '+',
+            ("fewer", "than") | ("decreased" | "reduced", "by") => '-',
             _ => return None,
         })
     }
@@ -434,13 +442,14 @@ mod arithmetic {
         while i < toks.len() {
             let t = toks[i].as_str();
             let next = toks.get(i + 1).map(String::as_str);
-            if let Some((_, _, len)) = binding(toks, i) {
-                // a definition, not a problem: it only separates
-                out.push(Sym::Eq);
-                i += len;
+            if !bound.is_empty() && next == Some("=") && binding(toks, i).is_some() {
+                // the name where it is bound is filler: `x = 12` reads as `= 12`
+                i += 1;
                 continue;
             }
-            if let Some(n) = bound.get(t) {
+            if let Some(n) = bound.get(t)
+                && operand_at(toks, i, bound)
+            {
                 out.push(Sym::Num(n.clone()));
             } else if let Some((n, len)) = literal(&toks[i..]) {
                 out.push(Sym::Num(n));
@@ -449,6 +458,11 @@ mod arithmetic {
             } else if let Some((n, next)) = words_number(toks, i) {
                 out.push(Sym::Num(n));
                 i = next;
+                continue;
+            } else if let Some(op) = two_word_op(t, next) {
+                // `more than`, `increased by`: the first word alone is filler (`69 more apples`)
+                out.push(Sym::Op(op));
+                i += 2;
                 continue;
             } else if let Some(op) = op_word(t) {
                 out.push(Sym::Op(op));
@@ -534,32 +548,63 @@ mod arithmetic {
     }
 
     /// Names bound to numbers in a row (`x = 12; y = 34; x + y =`), each read as its number
-    /// wherever it stands; a name bound to two numbers is left unread.
+    /// where it stands as an operand (`operand_at`); a name bound to two numbers is left unread.
     pub type Names = std::collections::HashMap<String, String>;
 
     /// The longest name a binding reads.
     const MAX_NAME: usize = 32;
 
+    /// Whether a token may stand between a problem's operands: an operator, in symbols or
+    /// words (`more than`'s last word included).
+    fn operator_token(t: &str) -> bool {
+        matches!(t, "+" | "-" | "*" | "/" | "%" | "^" | "than" | "by") || op_word(t).is_some()
+    }
+
     /// A binding at `i`: a name (ASCII letters, digits and `_`, a letter first; no number
-    /// word), `=`, a number literal that no operator follows, and no operator before the name
-    /// (`a + b = 46` binds nothing). Returns the name, its number and the tokens it spans.
-    fn binding(toks: &[String], i: usize) -> Option<(&str, String, usize)> {
-        let operator = |t: &str| matches!(t, "+" | "-" | "*" | "/" | "%" | "^" | "=" | ".");
+    /// word), `=`, a number literal, with no operator before the name (`a + b = 46` binds
+    /// nothing) and neither an operator nor another number after the literal (`x = 12 + 1`
+    /// binds nothing). Returns the name and its number.
+    fn binding(toks: &[String], i: usize) -> Option<(&str, String)> {
         let name = toks.get(i)?.as_str();
         if toks.get(i + 1).map(String::as_str) != Some("=")
             || name.len() > MAX_NAME
             || !name.starts_with(|c: char| c.is_ascii_alphabetic())
             || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
             || is_number_word(name)
-            || i.checked_sub(1).is_some_and(|j| operator(&toks[j]))
+            || i.checked_sub(1)
+                .is_some_and(|j| operator_token(&toks[j]) || matches!(toks[j].as_str(), "=" | "."))
         {
             return None;
         }
         let (value, len) = literal(&toks[i + 2..])?;
-        if toks.get(i + 2 + len).is_some_and(|t| operator(t)) {
+        let after = i + 2 + len;
+        // (`x` after it is a name, not `times`: `x = 12, x + 34`)
+        if toks.get(after).is_some_and(|t| {
+            (operator_token(t) && t != "x")
+                || matches!(t.as_str(), "." | "=")
+                || literal(&toks[after..]).is_some()
+                || words_number(toks, after).is_some()
+        }) {
             return None;
         }
-        Some((name, value, 2 + len))
+        Some((name, value))
+    }
+
+    /// Whether the bound name at `i` stands where an operand does: beside an operator or
+    /// another bound name, past brackets (`x + y`, `sum(x, y)`). Elsewhere it is a word
+    /// (`63 apples, then plus 69 more apples = 132` binds `apples`, the first is filler).
+    fn operand_at(toks: &[String], i: usize, bound: &Names) -> bool {
+        let beside = |t: &String| operator_token(t) || bound.contains_key(t.as_str());
+        let bracket = |t: &&String| matches!(t.as_str(), "(" | ")");
+        toks[..i]
+            .iter()
+            .rev()
+            .find(|t| !bracket(t))
+            .is_some_and(beside)
+            || toks[i + 1..]
+                .iter()
+                .find(|t| !bracket(t))
+                .is_some_and(beside)
     }
 
     /// The names bound in `toks` (see `binding`), added to `into`: a name bound again to
@@ -569,7 +614,7 @@ mod arithmetic {
             if toks.get(i + 1).map(String::as_str) != Some("=") {
                 continue;
             }
-            if let Some((name, value, _)) = binding(toks, i) {
+            if let Some((name, value)) = binding(toks, i) {
                 if unread.iter().any(|u| u == name) {
                     continue;
                 }
@@ -1530,6 +1575,7 @@ mod tests {
             "0x0c + 0x22 =",
             "0b1100 + 0o42 =",
             "what is 12 more than 34?",
+            "12 plus 34 more",
             "34 increased by 12",
             "12 and 34 added together",
             "12 34 + = 46",
@@ -1537,6 +1583,12 @@ mod tests {
             "let n = 12; n + 34 =",
             "a + b = 46 where a = 12, b = 34",
             "x = 12.0, x = 12, x + 34",
+            "sum(x, y) where x = 12, y = 34",
+            // a name that is a word stays one where no operator is beside it, and a binding
+            // hides none of its numbers
+            "12 apples, then plus 34 more apples = 46",
+            "c = 12 plus 34",
+            "c = 12 34 +",
         ] {
             assert!(
                 k(text).contains(&"+:12:34".to_string()),
