@@ -153,15 +153,15 @@ fn main() {
     baseline::scan(&long, &test_items, 8);
     let baseline_long_us = t.elapsed().as_secs_f64() * 1e6 / long.len() as f64;
 
-    // Rows of `per_row` chains `a + b{extras} = a+b` (two four-digit addends and extras summing to
-    // zero), scanned: µs per kB.
-    let mut chains_kb_us = |per_row: usize, extras: &str| {
+    // Rows of `per_row` problems of two four-digit operands, each written by `write`, scanned:
+    // µs per kB.
+    let mut problems_kb_us = |per_row: usize, write: &dyn Fn(u64, u64) -> String| {
         let rows: Vec<Row> = (0..n / 10)
             .map(|_| Row {
                 prompt: (0..per_row)
                     .map(|_| {
                         let (a, b) = (next(), next());
-                        format!("{a} + {b}{extras} = {}; ", a + b)
+                        write(a, b)
                     })
                     .collect(),
                 answer: String::new(),
@@ -172,17 +172,30 @@ fn main() {
         s.scan_for_contamination(&rows).expect("scan");
         t.elapsed().as_secs_f64() * 1e6 / kb
     };
+    // Chains `a + b{extras} = a+b`, extras summing to zero.
+    let chain =
+        |extras: &'static str| move |a: u64, b: u64| format!("{a} + {b}{extras} = {}; ", a + b);
     // A looping agent's costliest arithmetic: 16-term chains that keep their value, the longest
     // chains searched for three addends; ~1 kB a row.
-    let chain_kb_us = chains_kb_us(
+    let chain_kb_us = problems_kb_us(
         12,
-        " + 11 + 12 + 13 + 14 + 15 + 16 + 17 - 18 - 19 - 20 - 21 - 20",
+        &chain(" + 11 + 12 + 13 + 14 + 15 + 16 + 17 - 18 - 19 - 20 - 21 - 20"),
     );
     // The same with products among the extras, each read as its value (`Sym::Product`).
-    let product_kb_us = chains_kb_us(
+    let product_kb_us = problems_kb_us(
         10,
-        " + 2 * 3 + 3 * 7 + 12 / 4 + 5 * 5 * 2 - 6 * 1 - 7 * 3 - 9 / 3 - 10 * 5",
+        &chain(" + 2 * 3 + 3 * 7 + 12 / 4 + 5 * 5 * 2 - 6 * 1 - 7 * 3 - 9 / 3 - 10 * 5"),
     );
+    // Problems in other notations: names bound to decimals and scientific literals, a power
+    // among the extras (`arithmetic::literal`, `binding`).
+    let notation_kb_us = problems_kb_us(22, &|a, b| {
+        format!(
+            "x = {a}.0; y = {}.{:03}e3; x + y + 2**3 - 8 = {}; ",
+            b / 1000,
+            b % 1000,
+            a + b
+        )
+    });
 
     println!(
         "{}",
@@ -201,6 +214,7 @@ fn main() {
             "scan_us_per_kb": (kb_us * 100.0).round() / 100.0,
             "scan_us_per_kb of 16-term chains (~1 kB rows)": (chain_kb_us * 100.0).round() / 100.0,
             "scan_us_per_kb of chains of products (~1 kB rows)": (product_kb_us * 100.0).round() / 100.0,
+            "scan_us_per_kb of problems in other notations (~1 kB rows)": (notation_kb_us * 100.0).round() / 100.0,
         }))
         .expect("json")
     );

@@ -296,25 +296,40 @@ mod arithmetic {
     /// `1*12 + 34`, `12 + 34*2/2` are `12 + 34`); any other is `Sym::Product`, so a chain's
     /// extras may be products that cancel or sum to zero (`12+34+2*3-6` is `12+34`). A bracket
     /// holding one number, or a product the product around it may hold, loses its brackets
-    /// first (`(34)*1`, `(2*34)/2`). A product standing alone (`6*7`, `6*1`), a quotient that is
-    /// not whole, and a factor of a sum in brackets (`2*(3+1)`: no run of numbers) are left as
+    /// first (`(34)*1`, `(2*34)/2`); a bracketed sum or difference of numbers that is a factor is
+    /// its value (`2*(4-1)` is `2*3`: exact wherever it stands), and a factor of one on a bracket
+    /// is dropped (`(12+34)*7/7`, `(2-1)*(12+34)`). A product standing alone (`6*7`, `6*1`), a
+    /// quotient that is not whole, and a bracket whose value is negative (`2*(1-4)`) are left as
     /// written.
     fn products(written: Vec<Sym>) -> Vec<Sym> {
         // `(n)` is `n`, nested too, and so is a bracketed product that a product may hold
-        // (`(2*34)/2`, `34*(7/7)`: not after `/` or `%`); a factor of one on a bracket is gone
-        // (`(12+34)*1`)
-        let one = Sym::Num("1".into());
-        let mut s: Vec<Sym> = Vec::with_capacity(written.len());
-        for sym in written {
+        // (`(2*34)/2`, `34*(7/7)`: not after `/` or `%`); a bracketed sum that is a factor is its
+        // value (`2*(4-1)` is `2*3`); a factor of one on a bracket is gone (`(12+34)*1`,
+        // `(12+34)*7/7`, `(2-1)*(12+34)`)
+        let mut w = written;
+        let mut s: Vec<Sym> = Vec::with_capacity(w.len());
+        let mut k = 0;
+        while k < w.len() {
+            let sym = std::mem::replace(&mut w[k], Sym::Eq);
+            k += 1;
             match (&sym, &s[..]) {
                 (Sym::Close, [.., Sym::Num(_)]) if let Some(open) = bracketed_product(&s) => {
                     s.remove(open);
                 }
-                (Sym::Num(n), [.., Sym::Close, Sym::Op('*' | '/')]) if n == "1" => {
-                    s.pop();
+                (Sym::Close, [.., Sym::Num(_)])
+                    if let Some((open, v)) = bracketed_sum(&s, &w[k..]) =>
+                {
+                    s.truncate(open);
+                    s.push(Sym::Num(v.to_string()));
                 }
-                (Sym::Open, [.., x, Sym::Op('*')]) if *x == one => {
-                    s.truncate(s.len() - 2);
+                (Sym::Close, _) => {
+                    s.push(sym);
+                    k += unit_factor(&w[k..]).unwrap_or(0);
+                }
+                (Sym::Open, _) => {
+                    if let Some(start) = unit_factor_before(&s) {
+                        s.truncate(start);
+                    }
                     s.push(sym);
                 }
                 _ => s.push(sym),
@@ -382,6 +397,129 @@ mod arithmetic {
             || !matches!(open.checked_sub(1).map(|i| &s[i]), Some(Sym::Op('/' | '%')));
         (run.len() % 2 == 1 && joined && numbers && held && product_value(run).is_some())
             .then_some(open)
+    }
+
+    fn is_factor_op(x: Option<&Sym>) -> bool {
+        matches!(x, Some(Sym::Op('*' | '/' | '%' | '^')))
+    }
+
+    /// The value of a sum or difference of numbers, a sign before the first allowed (`4-1`,
+    /// `-3+5`), with at least one sign between terms; `None` for anything else.
+    fn chain_value(run: &[Sym]) -> Option<i128> {
+        let operand = |x: &Sym| match x {
+            Sym::Num(n) if n.len() <= MAX_FACTOR_DIGITS => n.parse::<i128>().ok(),
+            _ => None,
+        };
+        let (mut sign, body) = match run.first()? {
+            Sym::Op('-') => (-1, &run[1..]),
+            Sym::Op('+') => (1, &run[1..]),
+            _ => (1, run),
+        };
+        if body.len() < 3 || body.len() % 2 == 0 {
+            return None;
+        }
+        let mut v: i128 = 0;
+        for (j, x) in body.iter().enumerate() {
+            if j % 2 == 0 {
+                v = v.checked_add(sign * operand(x)?)?;
+            } else {
+                sign = match x {
+                    Sym::Op('+') => 1,
+                    Sym::Op('-') => -1,
+                    _ => return None,
+                };
+            }
+        }
+        Some(v)
+    }
+
+    /// Where the bracket opens whose contents end `s` and are a sum or difference of numbers
+    /// (`chain_value`) standing as a factor (`*`, `/`, `%` or `^` before the bracket, or first in
+    /// `rest`, what follows it, unless that is a factor of one: `(12+34)*1` stays a sum), and its
+    /// value, when it is no negative number.
+    fn bracketed_sum(s: &[Sym], rest: &[Sym]) -> Option<(usize, i128)> {
+        let from = s.len().saturating_sub(MAX_BRACKETED_RUN + 1);
+        let open = from + s[from..].iter().rposition(|x| *x == Sym::Open)?;
+        let before = open.checked_sub(1).map(|i| &s[i]);
+        // a factor of what comes before it, or first of a product that is not `(…)*1`
+        if !is_factor_op(before) && (!is_factor_op(rest.first()) || unit_factor(rest).is_some()) {
+            return None;
+        }
+        let v = chain_value(&s[open + 1..])?;
+        (v >= 0).then_some((open, v))
+    }
+
+    /// A number, or a bracketed sum or difference of numbers, at the start of `s`: its value
+    /// and how many symbols it spans.
+    fn factor_at(s: &[Sym]) -> Option<(i128, usize)> {
+        match s.first()? {
+            Sym::Num(n) if n.len() <= MAX_FACTOR_DIGITS => Some((n.parse().ok()?, 1)),
+            Sym::Open => {
+                let close = s
+                    .iter()
+                    .take(MAX_BRACKETED_RUN + 2)
+                    .position(|x| *x == Sym::Close)?;
+                Some((chain_value(&s[1..close])?, close + 1))
+            }
+            _ => None,
+        }
+    }
+
+    /// How many symbols at the start of `rest` (what follows a closing bracket) multiply it by
+    /// one: `* 1`, `* 7 / 7`, `/ (3-2)`, up to `MAX_BRACKETED_RUN` of them, none of them a power's
+    /// base.
+    fn unit_factor(rest: &[Sym]) -> Option<usize> {
+        let (mut num, mut den, mut j, mut unit) = (1i128, 1i128, 0, None);
+        while j < MAX_BRACKETED_RUN
+            && let Some(Sym::Op(op @ ('*' | '/'))) = rest.get(j)
+            && let Some((v, len)) = factor_at(&rest[j + 1..])
+        {
+            if matches!(rest.get(j + 1 + len), Some(Sym::Op('^'))) {
+                break;
+            }
+            if *op == '*' {
+                num = num.checked_mul(v)?;
+            } else {
+                den = den.checked_mul(v)?;
+            }
+            j += 1 + len;
+            if num == den && num != 0 {
+                unit = Some(j);
+            }
+        }
+        unit
+    }
+
+    /// Where a run of numbers that multiplies the bracket about to open by one starts, at the
+    /// end of `s`: `1 *`, `7 / 7 *` (a `*` last; nothing multiplying the run before it).
+    fn unit_factor_before(s: &[Sym]) -> Option<usize> {
+        let [.., Sym::Num(_), Sym::Op('*')] = s else {
+            return None;
+        };
+        let mut start = s.len() - 2;
+        while start >= 2
+            && s.len() - start < MAX_BRACKETED_RUN
+            && matches!(s[start - 1], Sym::Op('*' | '/'))
+            && matches!(s[start - 2], Sym::Num(_))
+        {
+            start -= 2;
+        }
+        if start > 0
+            && matches!(s[start - 1], Sym::Op(_))
+            && !matches!(s[start - 1], Sym::Op('+' | '-'))
+        {
+            return None;
+        }
+        let run = &s[start..s.len() - 1];
+        let (mut num, mut den) = (factor_at(run)?.0, 1i128);
+        for pair in run[1..].chunks(2) {
+            let (v, _) = factor_at(&pair[1..])?;
+            match pair[0] {
+                Sym::Op('*') => num = num.checked_mul(v)?,
+                _ => den = den.checked_mul(v)?,
+            }
+        }
+        (num == den && num != 0).then_some(start)
     }
 
     /// The value of `n (*, /, % or ^) n …`: powers first, right to left (`2*3^2` is 18,
@@ -1629,6 +1767,52 @@ mod tests {
         );
         let names: String = (0..5_000).map(|i| format!("v{i} = {i}; ")).collect();
         assert!(k(&format!("{names} v12 + v34 =")).contains(&"+:12:34".to_string()));
+    }
+
+    /// The next try once products were read: the extras' factor a bracketed sum (`2*(4-1)`), and
+    /// a factor of one on the item's bracket written as a quotient or a sum (`(12+34)*7/7`,
+    /// `(2-1)*(12+34)`).
+    #[test]
+    fn a_bracketed_sum_that_is_a_factor_is_read_as_its_value() {
+        for text in [
+            "12+34+2*(4-1)-6 =",
+            "12 + 34 + 5*(1-1) =",
+            "12 + 34 + (2+1)*(5-3) - 6 =",
+            "12 + 34 - 18/(4+5) + 2 =",
+            "12 + 34 + (1+1)^2 - 4 =",
+            "(12+34)*7/7 =",
+            "7/7*(12+34) =",
+            "(12+34)*(2-1) =",
+            "(12 + 34) / (3 - 2) =",
+            "(2-1)*(12+34) =",
+            "(12+34)*1 =",
+            "1*(12+34) =",
+        ] {
+            assert!(
+                k(text).contains(&"+:12:34".to_string()),
+                "{text:?}: {:?}",
+                k(text)
+            );
+        }
+        for text in [
+            "(12 + 34)*2 =",
+            "2*(12+34) =",
+            "(12+34)*7/5 =",
+            "(12+34)*2/2^1 =",
+            "2*3*(12+34)/6 - 1 =",
+            "12 + 34 + 2*(1-4) + 6 =",
+        ] {
+            assert!(
+                !k(text).contains(&"+:12:34".to_string()),
+                "{text:?}: {:?}",
+                k(text)
+            );
+        }
+        // Long runs of brackets and factors cost time linear in the row.
+        let many = format!("12 + 34{} =", "*(2-1)".repeat(20_000));
+        assert!(k(&many).contains(&"+:12:34".to_string()));
+        let deep = format!("{}12 + 34{} =", "(".repeat(20_000), ")*7/7".repeat(20_000));
+        assert!(!k(&deep).is_empty());
     }
 
     fn dk(text: &str) -> Vec<String> {

@@ -3419,9 +3419,10 @@ fn a_problem_in_a_chain_that_keeps_its_value_is_refused_as_that_item() {
 
 /// The next try once products were read: the item in another notation. Powers and whole quotients
 /// as code writes them (`b**1`, `b // 1`), number literals (decimals, scientific, hexadecimal),
+/// bracketed sums as factors (`2*(4-1)`, `(2-1)*(a+b)`),
 /// operators in other words (`a more than b`, `b increased by a`), the operator after its
 /// operands, and names bound to the operands (`x = a; y = b; x + y =`), in one row or across two.
-/// Each is refused as that item; honest sums no split holds train written as decimals.
+/// Each is refused as that item; honest sums no split holds train written so.
 #[test]
 fn a_problem_in_another_notation_is_refused_as_that_item() {
     let (_d, root) = crate::common::study_of("tiny-add4");
@@ -3448,6 +3449,19 @@ fn a_problem_in_another_notation_is_refused_as_that_item() {
             row(format!("{a} + {}.{:03}e3 =", b / 1000, b % 1000)),
         ),
         ("hexadecimal", row(format!("0x{a:x} + 0x{b:x} ="))),
+        // The next try once a bracket holding a product was read: a bracketed sum as a factor.
+        (
+            "a bracketed sum as a factor among the extras",
+            row(format!("{a} + {b} + 2 * (4 - 1) - 6 =")),
+        ),
+        (
+            "a factor of one as a quotient on the bracket",
+            row(format!("({a} + {b}) * 7 / 7 =")),
+        ),
+        (
+            "a factor of one as a bracketed difference",
+            row(format!("(2 - 1) * ({a} + {b}) =")),
+        ),
         ("more than", row(format!("What is {a} more than {b}?"))),
         ("increased by", row(format!("{b} increased by {a} is"))),
         (
@@ -3472,8 +3486,10 @@ fn a_problem_in_another_notation_is_refused_as_that_item() {
     ];
     let s = open(&root);
     each_form_refused(&s, "notation", forms);
-    // Sums no split holds train written as decimals.
-    unprotected_add4_sums_train(&s, &root, |x, y| format!("{x}.0 + {y}.0 ="));
+    // Sums no split holds train written as decimals, with a bracketed sum among the extras.
+    unprotected_add4_sums_train(&s, &root, |x, y| {
+        format!("{x}.0 + {y}.0 + 2 * (4 - 1) - 6 =")
+    });
 }
 
 #[test]
