@@ -635,7 +635,8 @@ mod arithmetic {
     /// A number literal at the start of `toks` and how many tokens it spans: digits
     /// (`034` is `34`), a decimal (`12.0` is `12`, `12.50` is `12.5`), scientific notation
     /// (`3.4e1` and `34e0` are `34`), and code's hexadecimal, octal and binary (`0x22`, `0o42`,
-    /// `0b100010`). A decimal that is not whole stays one number (`12.5`, never `12` and `5`).
+    /// `0b100010`). A literal that is not whole is no number: `12.5` is `12` and `5`, as when the
+    /// point only separated, so a leading `0.` hides nothing (`0.12 + 34`).
     fn literal(toks: &[String]) -> Option<(String, usize)> {
         let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
         // `ddd` or `ddde…`: mantissa digits and exponent
@@ -677,12 +678,13 @@ mod arithmetic {
             all.push('0');
         }
         let (int, fraction) = all.split_at(point);
-        let fraction = fraction.trim_end_matches('0');
-        Some(if fraction.is_empty() {
-            (number(int), len)
+        if fraction.bytes().all(|b| b == b'0') {
+            Some((number(int), len))
         } else {
-            (format!("{}.{fraction}", number(int)), len)
-        })
+            // not whole: the digits either side of the point stay numbers of their own, as
+            // when `.` only separated (`0.12 + 34` must not hide `12 + 34`)
+            digits(t).then(|| (number(t), 1))
+        }
     }
 
     /// Names bound to numbers in a row (`x = 12; y = 34; x + y =`), each read as its number
@@ -1753,7 +1755,11 @@ mod tests {
                 k(text)
             );
         }
-        assert_eq!(k("12.5 + 34 ="), vec!["+:34:12.5"]);
+        assert_eq!(k("12.5 + 34 ="), vec!["+:5:34"]);
+        assert!(
+            k("0.12 + 34 + 0 =").contains(&"+:12:34".to_string()),
+            "`0.` hides nothing"
+        );
         assert_eq!(
             k("a + b = 46"),
             Vec::<String>::new(),
