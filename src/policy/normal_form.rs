@@ -526,46 +526,42 @@ mod arithmetic {
     /// `2^3^2` is `2^9`), then the rest left to right, when every quotient is whole and nothing
     /// overflows.
     fn product_value(run: &[Sym]) -> Option<String> {
-        let operand = |x: &Sym| match x {
-            Sym::Num(n) if n.len() <= MAX_FACTOR_DIGITS => n.parse::<i128>().ok(),
+        let operand = |j: usize| match run.get(j) {
+            Some(Sym::Num(n)) if n.len() <= MAX_FACTOR_DIGITS => n.parse::<i128>().ok(),
             _ => None,
         };
-        let nums: Vec<i128> = run.iter().step_by(2).map(operand).collect::<Option<_>>()?;
-        let ops: Vec<char> = run
-            .iter()
-            .skip(1)
-            .step_by(2)
-            .map(|x| match x {
-                Sym::Op(c) => Some(*c),
-                _ => None,
-            })
-            .collect::<Option<_>>()?;
-        if nums.len() != ops.len() + 1 {
+        let op_at = |j: usize| match run.get(j) {
+            Some(Sym::Op(c)) => Some(*c),
+            _ => None,
+        };
+        if run.len().is_multiple_of(2) {
             return None;
         }
-        // Each factor a tower of powers read right to left, then the factors left to right.
+        // Numbers at even places, operators between. Each factor is a tower of powers from `k`
+        // to `top`, read right to left; the factors left to right.
         let mut v: Option<i128> = None;
         let mut k = 0;
-        while k < nums.len() {
+        while k < run.len() {
             let mut top = k;
-            while ops.get(top) == Some(&'^') {
-                top += 1;
+            while op_at(top + 1) == Some('^') {
+                top += 2;
             }
-            let mut f = nums[top];
-            for j in (k..top).rev() {
-                f = nums[j].checked_pow(u32::try_from(f).ok()?)?;
+            let mut f = operand(top)?;
+            let mut j = top;
+            while j > k {
+                j -= 2;
+                f = operand(j)?.checked_pow(u32::try_from(f).ok()?)?;
             }
-            v = Some(match (v, k.checked_sub(1).map(|j| ops[j])) {
+            v = Some(match (v, k.checked_sub(1).and_then(op_at)) {
                 (None, _) => f,
                 (Some(v), Some('*')) => v.checked_mul(f)?,
                 (Some(v), Some('/')) if f != 0 && v % f == 0 => v / f,
                 (Some(v), Some('%')) if f != 0 => v % f,
                 _ => return None,
             });
-            k = top + 1;
+            k = top + 2;
         }
-        let v = v?;
-        Some(v.to_string())
+        Some(v?.to_string())
     }
 
     /// Tokens → symbols as written: brackets and every sign kept.
@@ -585,7 +581,8 @@ mod arithmetic {
                 i += 1;
                 continue;
             }
-            if let Some(n) = bound.get(t)
+            if !bound.is_empty()
+                && let Some(n) = bound.get(t)
                 && operand_at(toks, i, bound)
             {
                 out.push(Sym::Num(n.clone()));
@@ -650,6 +647,9 @@ mod arithmetic {
             }
         };
         let t = toks.first()?.as_str();
+        if digits(t) && toks.get(1).is_none_or(|p| p != ".") {
+            return Some((number(t), 1));
+        }
         if let Some(rest) = t.strip_prefix('0')
             && let Some((radix, body)) = match rest.as_bytes().first() {
                 Some(b'x') => Some((16, &rest[1..])),
