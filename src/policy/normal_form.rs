@@ -731,20 +731,23 @@ mod arithmetic {
     }
 
     /// Whether the bound name at `i` stands where an operand does: beside an operator or
-    /// another bound name, past brackets (`x + y`, `sum(x, y)`). Elsewhere it is a word
-    /// (`63 apples, then plus 69 more apples = 132` binds `apples`, the first is filler).
+    /// another bound name, past brackets (`x + y`, `sum(x, y)`), or with no number beside it
+    /// (`sum of x and y`). Beside a number and no operator it is a word naming what is counted
+    /// (`63 apples, then plus 69 more apples = 132` binds `apples`; the first is filler).
     fn operand_at(toks: &[String], i: usize, bound: &Names) -> bool {
-        let beside = |t: &String| operator_token(t) || bound.contains_key(t.as_str());
-        let bracket = |t: &&String| matches!(t.as_str(), "(" | ")");
-        toks[..i]
+        let bracket = |t: &String| matches!(t.as_str(), "(" | ")");
+        let prev = toks[..i].iter().rposition(|t| !bracket(t));
+        let next = toks[i + 1..]
             .iter()
-            .rev()
-            .find(|t| !bracket(t))
-            .is_some_and(beside)
-            || toks[i + 1..]
-                .iter()
-                .find(|t| !bracket(t))
-                .is_some_and(beside)
+            .position(|t| !bracket(t))
+            .map(|j| i + 1 + j);
+        let beside = |j: Option<usize>| {
+            j.is_some_and(|j| operator_token(&toks[j]) || bound.contains_key(toks[j].as_str()))
+        };
+        let number = |j: Option<usize>| {
+            j.is_some_and(|j| literal(&toks[j..]).is_some() || words_number(toks, j).is_some())
+        };
+        beside(prev) || beside(next) || !(number(prev) || number(next))
     }
 
     /// The names bound in `toks` (see `binding`), added to `into`: a name bound again to
@@ -1724,6 +1727,7 @@ mod tests {
             "a + b = 46 where a = 12, b = 34",
             "x = 12.0, x = 12, x + 34",
             "sum(x, y) where x = 12, y = 34",
+            "the sum of x and y, where x = 12 and y = 34",
             // a name that is a word stays one where no operator is beside it, and a binding
             // hides none of its numbers
             "12 apples, then plus 34 more apples = 46",

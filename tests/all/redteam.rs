@@ -3473,6 +3473,10 @@ fn a_problem_in_another_notation_is_refused_as_that_item() {
             row(format!("x = {a}; y = {b}; x + y =")),
         ),
         (
+            "names in words",
+            row(format!("The sum of x and y, where x = {a} and y = {b}, is")),
+        ),
+        (
             "names bound after",
             row(format!("x + y, where x = {a} and y = {b}, is")),
         ),
