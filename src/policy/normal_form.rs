@@ -46,7 +46,7 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             // and signs among them, end the first (`12+34+`, `46 - (0 -`); read as one stream,
             // signs either side of the seam are one sign and a bracket spans it.
             // Names bound in either row are read in both (`x = 12` ends one, `x + 34 =` is next).
-            let (mut names, mut unread) = (arithmetic::Names::new(), Vec::new());
+            let (mut names, mut unread) = (arithmetic::Names::new(), Default::default());
             arithmetic::bind(prev, &mut names, &mut unread);
             arithmetic::bind(toks, &mut names, &mut unread);
             let p = arithmetic::written_symbols_bound(prev, &names);
@@ -752,19 +752,19 @@ mod arithmetic {
 
     /// The names bound in `toks` (see `binding`), added to `into`: a name bound again to
     /// another number is unread from then on.
-    pub fn bind(toks: &[String], into: &mut Names, unread: &mut Vec<String>) {
+    pub fn bind(toks: &[String], into: &mut Names, unread: &mut std::collections::HashSet<String>) {
         for i in 0..toks.len() {
             if toks.get(i + 1).map(String::as_str) != Some("=") {
                 continue;
             }
             if let Some((name, value)) = binding(toks, i) {
-                if unread.iter().any(|u| u == name) {
+                if unread.contains(name) {
                     continue;
                 }
                 match into.get(name) {
                     Some(v) if *v != value => {
                         into.remove(name);
-                        unread.push(name.to_string());
+                        unread.insert(name.to_string());
                     }
                     Some(_) => {}
                     None => {
@@ -778,7 +778,7 @@ mod arithmetic {
     /// The names bound in one row.
     pub fn names(toks: &[String]) -> Names {
         let mut names = Names::new();
-        bind(toks, &mut names, &mut Vec::new());
+        bind(toks, &mut names, &mut Default::default());
         names
     }
 
@@ -1775,6 +1775,10 @@ mod tests {
         assert!(
             k(&format!("12 + 34 + 0.{} =", "0".repeat(20_000))).contains(&"+:12:34".to_string())
         );
+        let twice: String = (0..20_000)
+            .map(|i| format!("v{i} = 1; v{i} = 2; "))
+            .collect();
+        assert!(k(&format!("{twice} 12 + 34 =")).contains(&"+:12:34".to_string()));
         let names: String = (0..5_000).map(|i| format!("v{i} = {i}; ")).collect();
         assert!(k(&format!("{names} v12 + v34 =")).contains(&"+:12:34".to_string()));
     }
