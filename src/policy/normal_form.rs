@@ -403,13 +403,17 @@ mod arithmetic {
         matches!(x, Some(Sym::Op('*' | '/' | '%' | '^')))
     }
 
+    /// A number small enough to compute with (`MAX_FACTOR_DIGITS`), as an integer.
+    fn computable(x: &Sym) -> Option<i128> {
+        match x {
+            Sym::Num(n) if n.len() <= MAX_FACTOR_DIGITS => n.parse().ok(),
+            _ => None,
+        }
+    }
+
     /// The value of a sum or difference of numbers, a sign before the first allowed (`4-1`,
     /// `-3+5`), with at least one sign between terms; `None` for anything else.
     fn chain_value(run: &[Sym]) -> Option<i128> {
-        let operand = |x: &Sym| match x {
-            Sym::Num(n) if n.len() <= MAX_FACTOR_DIGITS => n.parse::<i128>().ok(),
-            _ => None,
-        };
         let (mut sign, body) = match run.first()? {
             Sym::Op('-') => (-1, &run[1..]),
             Sym::Op('+') => (1, &run[1..]),
@@ -421,7 +425,7 @@ mod arithmetic {
         let mut v: i128 = 0;
         for (j, x) in body.iter().enumerate() {
             if j % 2 == 0 {
-                v = v.checked_add(sign * operand(x)?)?;
+                v = v.checked_add(sign * computable(x)?)?;
             } else {
                 sign = match x {
                     Sym::Op('+') => 1,
@@ -452,8 +456,11 @@ mod arithmetic {
     /// A number, or a bracketed sum or difference of numbers, at the start of `s`: its value
     /// and how many symbols it spans.
     fn factor_at(s: &[Sym]) -> Option<(i128, usize)> {
-        match s.first()? {
-            Sym::Num(n) if n.len() <= MAX_FACTOR_DIGITS => Some((n.parse().ok()?, 1)),
+        let first = s.first()?;
+        if let Some(v) = computable(first) {
+            return Some((v, 1));
+        }
+        match first {
             Sym::Open => {
                 let close = s
                     .iter()
@@ -526,10 +533,7 @@ mod arithmetic {
     /// `2^3^2` is `2^9`), then the rest left to right, when every quotient is whole and nothing
     /// overflows.
     fn product_value(run: &[Sym]) -> Option<String> {
-        let operand = |j: usize| match run.get(j) {
-            Some(Sym::Num(n)) if n.len() <= MAX_FACTOR_DIGITS => n.parse::<i128>().ok(),
-            _ => None,
-        };
+        let operand = |j: usize| run.get(j).and_then(computable);
         let op_at = |j: usize| match run.get(j) {
             Some(Sym::Op(c)) => Some(*c),
             _ => None,
