@@ -3472,6 +3472,11 @@ fn a_problem_in_another_notation_is_refused_as_that_item() {
             "names bound first",
             row(format!("x = {a}; y = {b}; x + y =")),
         ),
+        // The next try once each notation was read: several at once.
+        (
+            "names bound to literals, in a bracket with a factor of one",
+            row(format!("x = 0x{a:x}; y = {b}.0; (x + y) * 7 / 7 =")),
+        ),
         (
             "names in words",
             row(format!("The sum of x and y, where x = {a} and y = {b}, is")),
