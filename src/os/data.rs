@@ -218,7 +218,8 @@ impl Study {
 
     /// The generator's rows for a request: `n` rows drawn from a seed salted with the study's
     /// secret, skipping every row the gate would refuse on its own (a protected item in any form
-    /// the gate knows), every row posing a protected item's problem (`Generator::problem_key`),
+    /// the gate knows) or beside the row kept before it (the gate reads across adjacent rows:
+    /// tiny-diff2's reversed `…=r02-` then `98-0=…` reads as the problem `2-98`), every row posing a protected item's problem (`Generator::problem_key`),
     /// and every **decoy**: a keyed one in `DECOY_EVERY` of the other problems,
     /// chosen by the study's secret on the problem's key (`Generator::problem_key`) and the same
     /// in every dataset of the study. A problem generated data lacks is then as likely a decoy as
@@ -259,7 +260,13 @@ impl Study {
         let mut rows = Vec::with_capacity(n);
         for row in g.stream(seed).take(attempts) {
             let key = g.problem_key(&row);
-            if !held.contains(&key) && !is_decoy(&secret, &key) && !scanner.row_reproduces(&row) {
+            if !held.contains(&key)
+                && !is_decoy(&secret, &key)
+                && !scanner.row_reproduces(&row)
+                && !rows
+                    .last()
+                    .is_some_and(|prev| scanner.follows_reproduces(prev, &row))
+            {
                 rows.push(row);
                 if rows.len() == n {
                     return Ok(rows);

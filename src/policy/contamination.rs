@@ -590,6 +590,20 @@ impl<'a> Scanner<'a> {
         !self.judge(&found, 1).is_empty()
     }
 
+    /// Whether `row`, read as the row after `prev` (each of which reproduces nothing on its
+    /// own), reproduces a protected item across the pair: the windows and keys a scan reads over
+    /// two adjacent rows. The generator leaves such draws out too, so that what it draws passes
+    /// the scan its dataset gets, not only row by row.
+    pub fn follows_reproduces(&self, prev: &Row, row: &Row) -> bool {
+        let (mut found, mut tails) = (Found::default(), Tails::default());
+        self.visit(prev, (0, 0), &mut tails, &mut found);
+        self.visit(row, (0, 1), &mut tails, &mut found);
+        if found.norm.is_empty() && found.skel.is_empty() && found.keys.is_empty() {
+            return false;
+        }
+        !self.judge(&found, 1).is_empty()
+    }
+
     /// The protected items (as set and item positions) that one row on its own reproduces.
     pub fn items_reproduced_by(&self, row: &Row) -> Vec<(usize, usize)> {
         let mut found = Found::default();

@@ -50,9 +50,11 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             arithmetic::bind(prev, &mut names, &mut unread);
             arithmetic::bind(toks, &mut names, &mut unread);
             let p = arithmetic::written_symbols_bound(prev, &names);
-            let mut s: Vec<_> = p[p.len().saturating_sub(8)..].to_vec();
+            let tail = &p[p.len().saturating_sub(8)..];
+            let mut s = tail.to_vec();
             s.extend(arithmetic::written_symbols_bound(toks, &names));
-            arithmetic::keys(&arithmetic::read(s))
+            let read = |s: &[arithmetic::Sym]| arithmetic::keys(&arithmetic::read(s.to_vec()));
+            without_cut(read(&s), tail.len() < p.len(), || read(tail), || read(&p))
         }
         NormalForm::Digits => {
             let (prev, toks) = (without_form_only(prev), without_form_only(toks));
@@ -69,9 +71,39 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             let from = prev.len().saturating_sub(4 * digits::MAX_DIGITS);
             let mut tail = prev[from..].to_vec();
             tail.extend_from_slice(&toks);
-            digits::keys_of(&joined, &tail)
+            without_cut(
+                digits::keys_of(&joined, &tail),
+                from > 0,
+                || digits::keys_of(&prev[start..], &prev[from..]),
+                || digits::keys(&prev),
+            )
         }
     }
+}
+
+/// The keys of a pair of rows less the artifacts of cutting the first row's tail. The tail is
+/// cut at a fixed length (`cut`: it is shorter than the row), so it may start inside a chain and
+/// pose a problem the row does not: a scratchpad's `…,0+9+3+1=3|132` ends `9+3+1=3|132`, a sum
+/// of three standing alone only because its first addend was cut off, and every next row was
+/// read as reproducing it. A key the tail gives on its own (`tail_keys`) that the whole row does
+/// not (`row_keys`) is such an artifact; a key only the pair gives, across the seam, is kept.
+/// The two readings run only when the pair gave a key and the tail was cut.
+fn without_cut(
+    mut keys: Vec<String>,
+    cut: bool,
+    tail_keys: impl FnOnce() -> Vec<String>,
+    row_keys: impl FnOnce() -> Vec<String>,
+) -> Vec<String> {
+    if !cut || keys.is_empty() {
+        return keys;
+    }
+    let tail = tail_keys();
+    if tail.is_empty() {
+        return keys;
+    }
+    let row = row_keys();
+    keys.retain(|k| !tail.contains(k) || row.contains(k));
+    keys
 }
 
 /// Arithmetic problems: `a op b` in any surface form, and sums of three or more addends
@@ -1640,6 +1672,31 @@ mod tests {
     #[test]
     fn a_sum_of_three_split_across_rows_is_found() {
         found_across("12+34+56=", &[2, 3, 5, 6, 8], "+:12:34:56");
+    }
+
+    /// The tail read across a seam is cut at a fixed length; a problem the cut poses that the
+    /// whole row does not (a scratchpad column whose first addend was cut off) is no reading of
+    /// the pair, or every row after it would be read as reproducing that problem.
+    #[test]
+    fn a_problem_made_by_cutting_the_tail_is_not_read_across_rows() {
+        use crate::policy::canon::{canonical, form_tokens};
+        let t = |s: &str| form_tokens(&canonical(s));
+        let prev = t("3+92+37=3+2+7+0=2,0+9+3+1=3|132");
+        for next in ["40+79+72=", "4+11+22=", "x"] {
+            let keys = keys_across(NormalForm::Arithmetic, &prev, &t(next));
+            assert!(!keys.contains(&"+:1:3:9".to_string()), "{next}: {keys:?}");
+        }
+        // What the seam joins is still read: the row ends `…=3|1 + 3 +`, the next `9 =`.
+        let keys = keys_across(NormalForm::Arithmetic, &t("0+9+3+1=3|1 + 3 +"), &t("9 ="));
+        assert!(keys.contains(&"+:1:3:9".to_string()), "{keys:?}");
+        // Digits: a string whose counts were cut is no other string.
+        let prev = t("5501234=0=1,1=1,2=1,3=1,4=1,5=2|0123455");
+        let cut = keys_across(NormalForm::Digits, &prev, &t("x"));
+        let whole = super::keys(NormalForm::Digits, &prev);
+        assert!(
+            cut.iter().all(|k| whole.contains(k)),
+            "{cut:?} vs {whole:?}"
+        );
     }
 
     /// Signs and brackets split across two rows are read as one stream: `12 -` then `-34 = 46`

@@ -1255,3 +1255,30 @@ fn the_second_task_family_is_two_digit_addition_on_the_same_model() {
         base
     );
 }
+
+/// What the generator draws passes the gate its dataset gets: for every arithmetic family in
+/// every answer format, a generated dataset is registered, not refused. The gate reads across
+/// adjacent rows, so the generator must leave out a draw that reproduces a protected item beside
+/// the row before it, not only on its own (tiny-diff2's reversed `…=r02-` then `98-0=…` reads as
+/// the protected `2-98`, and such datasets were refused).
+#[test]
+fn every_familys_generated_data_in_every_format_passes_the_gate() {
+    for &(family, op, digits) in init::ARITH_FAMILIES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("study");
+        init::init(&root, Some(family)).expect("init");
+        let s = open(&root);
+        let n = branch(&s, &["n0"], "generated data");
+        for format in ["plain", "reversed", "scratchpad"] {
+            let r = s.call(
+                &owner(),
+                "register_dataset",
+                json!({"node": n, "name": format!("g-{format}"), "source": {"kind": "arith",
+                    "op": op, "digits": digits, "format": format, "n": 2000, "seed": 1}}),
+            );
+            if let Err(e) = r {
+                panic!("{family} {format}: {}", e.message);
+            }
+        }
+    }
+}
