@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Run a plan of trial work one item at a time, resuming where a stopped run left off:
+#   tools/trials/queue.sh PLAN RESULTS_DIR SCRATCH_DIR
+# Each PLAN line (blank lines and `#` comments skipped) is one of
+#   campaign TAG FAMILY SEED
+#       tools/paired.sh with the binary SCRATCH_DIR/bin/rsim-TAG; appends
+#       `TAG FAMILY SEED TEST WALL_SECONDS` to RESULTS_DIR/TAG.tsv (TEST is FAILED where the
+#       campaign failed; its log is kept beside its study).
+#   table TAG FAMILY EXPERIMENTS STEPS SEEDS
+#       `rsim bench-strategies --oracle --json` with that binary; writes
+#       RESULTS_DIR/TAG-FAMILY-EXPERIMENTS-STEPS.json and appends
+#       `TAG table FAMILY EXPERIMENTS STEPS SEEDS WALL_SECONDS` (or `... FAILED`) to TAG.tsv.
+#   wait FILE COUNT
+#       waits until RESULTS_DIR/FILE holds COUNT lines (another queue's work comes first).
+# An item is done when its line is in its results file; a line is appended only once the item
+# has finished, so a queue stopped part-way (a session's end) skips what it finished and starts
+# the campaign it was in again; a table goes on from its studies (bench-strategies --dir resumes
+# the campaigns it finds there). Studies and logs go to SCRATCH_DIR/studies. Results files are
+# written, never read, by this script beyond matching an item's first fields: a trial is read
+# once, when all of it has run (TRIAL-*.md).
+set -euo pipefail
+if [ $# -ne 3 ]; then
+  echo "usage: $0 PLAN RESULTS_DIR SCRATCH_DIR" >&2
+  exit 2
+fi
+plan=$1 results=$2 scratch=$3
+paired=$(cd "$(dirname "$0")/.." && pwd)/paired.sh
+[ -x "$paired" ] || { echo "$0: $paired is missing" >&2; exit 2; }
+mkdir -p "$results" "$scratch/studies"
+# Whether RESULTS_DIR/FILE has a line starting with the given fields.
+has() { [ -f "$results/$1" ] && grep -q -- "^$2 " "$results/$1"; }
+# Every binary the plan names must be there before anything runs.
+for tag in $(awk '$1 == "campaign" || $1 == "table" {print $2}' "$plan" | sort -u); do
+  [ -x "$scratch/bin/rsim-$tag" ] || { echo "$0: $scratch/bin/rsim-$tag is missing" >&2; exit 2; }
+done
+n=0
+while read -r kind a b c d e <&3; do
+  n=$((n + 1))
+  case $kind in
+    '' | '#'*) continue ;;
+    campaign)
+      tag=$a family=$b seed=$c
+      has "$tag.tsv" "$tag $family $seed" && continue
+      dir=$scratch/studies/$tag-$family-$seed
+      rm -rf "$dir" "$dir.log" "$dir.json"
+      start=$(date +%s)
+      if line=$("$paired" "$scratch/bin/rsim-$tag" "$family" "$seed" "$dir" 2>>"$scratch/studies/$tag.err" </dev/null); then
+        echo "$tag $line" >>"$results/$tag.tsv"
+      else
+        echo "$tag $family $seed FAILED $(($(date +%s) - start))" >>"$results/$tag.tsv"
+      fi
+      ;;
+    table)
+      tag=$a family=$b experiments=$c steps=$d seeds=$e
+      key="$tag table $family $experiments $steps $seeds"
+      has "$tag.tsv" "$key" && continue
+      dir=$scratch/studies/$tag-table-$family-$experiments-$steps
+      out=$results/$tag-$family-$experiments-$steps.json
+      start=$(date +%s)
+      if "$scratch/bin/rsim-$tag" --json bench-strategies --example "$family" --seeds "$seeds" \
+        --experiments "$experiments" --steps "$steps" --oracle --dir "$dir" \
+        >"$out.part" 2>>"$dir.log" </dev/null; then
+        mv "$out.part" "$out"
+        echo "$key $(($(date +%s) - start))" >>"$results/$tag.tsv"
+      else
+        echo "$key FAILED $(($(date +%s) - start))" >>"$results/$tag.tsv"
+      fi
+      ;;
+    wait)
+      until [ -f "$results/$a" ] && [ "$(wc -l <"$results/$a")" -ge "$b" ]; do sleep 60; done
+      ;;
+    *)
+      echo "$plan:$n: unknown item '$kind' (campaign, table or wait)" >&2
+      exit 2
+      ;;
+  esac
+done 3<"$plan"
+echo "DONE $(date -u +%FT%TZ)" >>"$results/$(basename "$plan" .plan).done"
