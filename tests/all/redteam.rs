@@ -3654,3 +3654,56 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     assert!(clean.len() > 50, "{}", clean.len());
     honest_rows_train(&s, clean, "sort", 6);
 }
+
+/// The next try once the seam's cut tail stopped posing problems of its own (a key the cut tail
+/// gives that the whole row does not is dropped): an item split across two rows after a first
+/// row long enough to be cut, where the cut tail alone poses the first half and more. What the
+/// pair poses across the seam is still read, wherever the first row's tail is cut. The honest
+/// half: the generator's tiny-diff2 reversed rows (a negative answer ends `…-`, so two rows read
+/// as a problem across their seam) and tiny-sum2 scratchpad rows (whose tails, cut, posed sums of
+/// three) register, and every such row's problem is another one.
+#[test]
+fn a_problem_split_across_rows_after_a_long_row_is_refused_as_that_item() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let (a, b) = four_digit_add4_item(&root);
+    let c = a + b;
+    let long = "3+92+37=3+2+7+0=2,0+9+3+1=3|132";
+    let pair =
+        |first: String, second: String| vec![(long.to_string(), first), (second, c.to_string())];
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        (
+            "the first operand ends a long row",
+            pair(format!("{long}; {a} +"), format!("{b} =")),
+        ),
+        (
+            "a sign on each side of the seam",
+            pair(format!("{long}, {a} -"), format!("-{b} =")),
+        ),
+        (
+            "a column cut off before the operand",
+            pair(format!("0+9+3+1=3|{a} +"), format!("{b} =")),
+        ),
+        (
+            "a bracket open across the seam",
+            pair(format!("{long}; {a} - (0 -"), format!("{b}) =")),
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "seam", forms);
+    for (family, op, format) in [
+        ("tiny-diff2", "diff", "reversed"),
+        ("tiny-sum2", "sum", "scratchpad"),
+    ] {
+        let (_d, root) = crate::common::study_of(family);
+        let s = open(&root);
+        let who = Caller::new("honest", Role::Worker);
+        let n = branch_as(&s, &who, "generated");
+        s.call(
+            &who,
+            "register_dataset",
+            json!({"node": n, "name": "generated", "source": {"kind": "arith",
+                "op": op, "digits": 2, "format": format, "n": 5000, "seed": 1}}),
+        )
+        .unwrap_or_else(|e| panic!("{family} {format}: {}", e.message));
+    }
+}
