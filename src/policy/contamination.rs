@@ -494,10 +494,9 @@ impl<'a> Scanner<'a> {
         if !self.ix.keys.is_empty() {
             let prev = &tail.toks[tail.toks.len().saturating_sub(12)..];
             for &f in &self.ix.forms {
-                for k in normal_form::keys_across(f, prev, &toks) {
-                    if self.ix.keys.contains(&k) {
-                        found.keys.entry(k).or_insert(at);
-                    }
+                let wanted = |k: &str| self.ix.keys.contains(k);
+                for k in normal_form::keys_across_wanted(f, prev, &toks, wanted) {
+                    found.keys.entry(k).or_insert(at);
                 }
             }
         }

@@ -40,6 +40,17 @@ pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
 /// The symbols of a row under a form, for joining a row's tail with the next row (pairs of
 /// adjacent rows): keys of `tail(prev) ++ symbols(row)`.
 pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {
+    keys_across_wanted(form, prev, toks, |_| true)
+}
+
+/// `keys_across`, only the keys `wanted` keeps (the scanner's: protected ones), so the check for
+/// artifacts of the cut (`without_cut`) runs only where a wanted key was read.
+pub fn keys_across_wanted(
+    form: NormalForm,
+    prev: &[String],
+    toks: &[String],
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<String> {
     match form {
         NormalForm::Arithmetic => {
             // A problem split across two rows: up to seven of its symbols as written, brackets
@@ -50,11 +61,18 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             arithmetic::bind(prev, &mut names, &mut unread);
             arithmetic::bind(toks, &mut names, &mut unread);
             let p = arithmetic::written_symbols_bound(prev, &names);
-            let tail = &p[p.len().saturating_sub(8)..];
-            let mut s = tail.to_vec();
+            let cut_at = p.len().saturating_sub(8);
+            let mut s = p[cut_at..].to_vec();
             s.extend(arithmetic::written_symbols_bound(toks, &names));
-            let read = |s: &[arithmetic::Sym]| arithmetic::keys(&arithmetic::read(s.to_vec()));
-            without_cut(read(&s), tail.len() < p.len(), || read(tail), || read(&p))
+            let read = |s: Vec<arithmetic::Sym>| arithmetic::keys(&arithmetic::read(s));
+            let mut keys = read(s);
+            keys.retain(|k| wanted(k));
+            without_cut(
+                keys,
+                cut_at > 0,
+                || read(p[cut_at..].to_vec()),
+                || read(p.clone()),
+            )
         }
         NormalForm::Digits => {
             let (prev, toks) = (without_form_only(prev), without_form_only(toks));
@@ -71,8 +89,10 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
             let from = prev.len().saturating_sub(4 * digits::MAX_DIGITS);
             let mut tail = prev[from..].to_vec();
             tail.extend_from_slice(&toks);
+            let mut keys = digits::keys_of(&joined, &tail);
+            keys.retain(|k| wanted(k));
             without_cut(
-                digits::keys_of(&joined, &tail),
+                keys,
                 from > 0,
                 || digits::keys_of(&prev[start..], &prev[from..]),
                 || digits::keys(&prev),
@@ -82,11 +102,12 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
 }
 
 /// The keys of a pair of rows less the artifacts of cutting the first row's tail. The tail is
-/// cut at a fixed length (`cut`: it is shorter than the row), so it may start inside a chain and
-/// pose a problem the row does not: a scratchpad's `…,0+9+3+1=3|132` ends `9+3+1=3|132`, a sum
-/// of three standing alone only because its first addend was cut off, and every next row was
-/// read as reproducing it. A key the tail gives on its own (`tail_keys`) that the whole row does
-/// not (`row_keys`) is such an artifact; a key only the pair gives, across the seam, is kept.
+/// cut at a fixed length (`cut`: it is shorter than the first row's tokens the pair reads, which
+/// the scanner gives as the row's last twelve), so it may start inside a chain and pose a
+/// problem the row does not: a scratchpad's `…,0+9+3+1=3|132` ends `9+3+1=3|132`, a sum of
+/// three standing alone only because its first addend was cut off, and every next row was read
+/// as reproducing it. A key the tail gives on its own (`tail_keys`) that the first row's tokens
+/// do not (`row_keys`) is such an artifact; a key only the pair gives, across the seam, is kept.
 /// The two readings run only when the pair gave a key and the tail was cut.
 fn without_cut(
     mut keys: Vec<String>,
