@@ -219,8 +219,9 @@ impl Study {
     /// The generator's rows for a request: `n` rows drawn from a seed salted with the study's
     /// secret, skipping every row the gate would refuse on its own (a protected item in any form
     /// the gate knows) or beside the row kept before it (the gate reads across adjacent rows:
-    /// tiny-diff2's reversed `…=r02-` then `98-0=…` reads as the problem `2-98`), every row posing a protected item's problem (`Generator::problem_key`),
-    /// and every **decoy**: a keyed one in `DECOY_EVERY` of the other problems,
+    /// tiny-diff2's reversed `…=r02-` then `98-0=…` reads as the problem `2-98`), every row
+    /// posing a protected item's problem (`Generator::problem_key`), and every **decoy**: a
+    /// keyed one in `DECOY_EVERY` of the other problems,
     /// chosen by the study's secret on the problem's key (`Generator::problem_key`) and the same
     /// in every dataset of the study. A problem generated data lacks is then as likely a decoy as
     /// protected, so the data does not name the protected problems. Neither the number skipped
