@@ -3707,3 +3707,42 @@ fn a_problem_split_across_rows_after_a_long_row_is_refused_as_that_item() {
         .unwrap_or_else(|e| panic!("{family} {format}: {}", e.message));
     }
 }
+
+/// The next try once the cut tail's artifacts were dropped, through the seam the generator does
+/// not judge: an item split between the last row of one dataset, long enough to be cut, and the
+/// first row of another, each registered on its own (neither holds the item) and trained together
+/// in one `run_sft`. The union is read as one sequence, so the item across the datasets' seam is
+/// refused there.
+#[test]
+fn a_problem_split_across_two_datasets_after_a_long_row_is_refused_at_run_sft() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let (a, b) = four_digit_add4_item(&root);
+    let s = open(&root);
+    let who = Caller::new("seam", Role::Worker);
+    let n = branch_as(&s, &who, "two halves");
+    let long = "3+92+37=3+2+7+0=2,0+9+3+1=3|132";
+    s.call(
+        &who,
+        "register_dataset",
+        inline(
+            &n,
+            "first",
+            vec![(long.to_string(), format!("{long}; {a} +"))],
+        ),
+    )
+    .expect("the first half alone holds no item");
+    s.call(
+        &who,
+        "register_dataset",
+        inline(&n, "second", vec![(format!("{b} ="), (a + b).to_string())]),
+    )
+    .expect("the second half alone holds no item");
+    refused_by(
+        &s,
+        &who,
+        "run_sft",
+        json!({"node": n, "base": "base", "datasets": ["first", "second"], "learning_rate": 0.001,
+            "steps": 5, "batch_size": 4}),
+        "contamination",
+    );
+}
