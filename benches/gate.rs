@@ -186,6 +186,9 @@ fn main() {
         10,
         &chain(" + 2 * 3 + 3 * 7 + 12 / 4 + 5 * 5 * 2 - 6 * 1 - 7 * 3 - 9 / 3 - 10 * 5"),
     );
+    // The seam's costliest row: one ~1 kB chain with no `=`, which is the row's last chain and
+    // so read again, whole, with the next row (`normal_form::keys_across_wanted`).
+    let open_chain_kb_us = problems_kb_us(70, &|a, b| format!("{a} + {b} - "));
     // Problems in other notations: names bound to decimals and scientific literals, a power
     // among the extras (`arithmetic::literal`, `binding`).
     let notation_kb_us = problems_kb_us(22, &|a, b| {
@@ -215,6 +218,7 @@ fn main() {
             "scan_us_per_kb of 16-term chains (~1 kB rows)": (chain_kb_us * 100.0).round() / 100.0,
             "scan_us_per_kb of chains of products (~1 kB rows)": (product_kb_us * 100.0).round() / 100.0,
             "scan_us_per_kb of problems in other notations (~1 kB rows)": (notation_kb_us * 100.0).round() / 100.0,
+            "scan_us_per_kb of one chain without `=` (~1 kB rows, each read again across its seam)": (open_chain_kb_us * 100.0).round() / 100.0,
         }))
         .expect("json")
     );

@@ -492,10 +492,11 @@ impl<'a> Scanner<'a> {
             &self.ix.skel_lens,
         );
         if !self.ix.keys.is_empty() {
-            let prev = &tail.toks[tail.toks.len().saturating_sub(12)..];
+            // The whole previous row: each form reads what of it can join the next row (its
+            // last chain, names bound anywhere in it), whatever its length.
             for &f in &self.ix.forms {
                 let wanted = |k: &str| self.ix.keys.contains(k);
-                for k in normal_form::keys_across_wanted(f, prev, &toks, wanted) {
+                for k in normal_form::keys_across_wanted(f, &tail.toks, &toks, wanted) {
                     found.keys.entry(k).or_insert(at);
                 }
             }

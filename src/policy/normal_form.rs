@@ -53,26 +53,22 @@ pub fn keys_across_wanted(
 ) -> Vec<String> {
     match form {
         NormalForm::Arithmetic => {
-            // A problem split across two rows: up to seven of its symbols as written, brackets
-            // and signs among them, end the first (`12+34+`, `46 - (0 -`); read as one stream,
-            // signs either side of the seam are one sign and a bracket spans it.
-            // Names bound in either row are read in both (`x = 12` ends one, `x + 34 =` is next).
+            // A problem split across two rows: the first row's last chain — its symbols after
+            // its last `=`, however many, brackets and signs among them — is joined to the next
+            // row's and read as one stream, as if the rows were one (signs either side of the
+            // seam are one sign, a bracket spans it, `7+5+12+34` then `-7-5=46` keeps its
+            // value). Starting at an `=` starts no chain midway (`=` ends every operand and
+            // every bracket), so the tail poses nothing the row does not. Names bound anywhere
+            // in either row are read in both (`x = 12` opens one, `x + 34 =` is next).
             let (mut names, mut unread) = (arithmetic::Names::new(), Default::default());
             arithmetic::bind(prev, &mut names, &mut unread);
             arithmetic::bind(toks, &mut names, &mut unread);
-            let p = arithmetic::written_symbols_bound(prev, &names);
-            let cut_at = p.len().saturating_sub(8);
-            let mut s = p[cut_at..].to_vec();
+            let from = prev.iter().rposition(|t| t == "=").map_or(0, |i| i + 1);
+            let mut s = arithmetic::written_symbols_bound(&prev[from..], &names);
             s.extend(arithmetic::written_symbols_bound(toks, &names));
-            let read = |s: Vec<arithmetic::Sym>| arithmetic::keys(&arithmetic::read(s));
-            let mut keys = read(s);
+            let mut keys = arithmetic::keys(&arithmetic::read(s));
             keys.retain(|k| wanted(k));
-            without_cut(
-                keys,
-                cut_at > 0,
-                || read(p[cut_at..].to_vec()),
-                || read(p.clone()),
-            )
+            keys
         }
         NormalForm::Digits => {
             let (prev, toks) = (without_form_only(prev), without_form_only(toks));
@@ -101,14 +97,14 @@ pub fn keys_across_wanted(
     }
 }
 
-/// The keys of a pair of rows less the artifacts of cutting the first row's tail. The tail is
-/// cut at a fixed length (`cut`: it is shorter than the first row's tokens the pair reads, which
-/// the scanner gives as the row's last twelve), so it may start inside a chain and pose a
-/// problem the row does not: a scratchpad's `…,0+9+3+1=3|132` ends `9+3+1=3|132`, a sum of
-/// three standing alone only because its first addend was cut off, and every next row was read
-/// as reproducing it. A key the tail gives on its own (`tail_keys`) that the first row's tokens
-/// do not (`row_keys`) is such an artifact; a key only the pair gives, across the seam, is kept.
-/// The two readings run only when the pair gave a key and the tail was cut.
+/// The keys of a pair of rows less the artifacts of cutting the first row's tail. A tail cut at
+/// a fixed length (`cut`: the digits form's counts, its last `4 * MAX_DIGITS` tokens) may start
+/// inside what the row writes and pose what the row does not — as a scratchpad's
+/// `…,0+9+3+1=3|132` cut to `9+3+1=3|132` was a sum of three standing alone only because its
+/// first addend was cut off, and every next row was read as reproducing it. A key the tail gives
+/// on its own (`tail_keys`) that the whole row does not (`row_keys`) is such an artifact; a key
+/// only the pair gives, across the seam, is kept. The two readings run only when the pair gave a
+/// key and the tail was cut.
 fn without_cut(
     mut keys: Vec<String>,
     cut: bool,
@@ -1693,6 +1689,23 @@ mod tests {
     #[test]
     fn a_sum_of_three_split_across_rows_is_found() {
         found_across("12+34+56=", &[2, 3, 5, 6, 8], "+:12:34:56");
+    }
+
+    /// A row's last chain is read across the seam whole, however long: terms that cancel, or
+    /// zeros, before the operands (`7+5+6+12+34` then `-7-5-6=46`) keep the chain's value, and
+    /// the pair is `12+34` as it would be in one row.
+    #[test]
+    fn a_chain_longer_than_any_cut_is_read_across_rows() {
+        found_across(
+            "7 + 5 + 6 + 12 + 34 - 7 - 5 - 6 = 46",
+            &[4, 8, 12, 17, 19, 22, 26],
+            "+:12:34",
+        );
+        found_across(
+            "9 + 0 + 0 + 0 + 0 + 0 + 12 + 34 - 9 =",
+            &[27, 29, 32],
+            "+:12:34",
+        );
     }
 
     /// The tail read across a seam is cut at a fixed length; a problem the cut poses that the

@@ -3708,6 +3708,73 @@ fn a_problem_split_across_rows_after_a_long_row_is_refused_as_that_item() {
     }
 }
 
+/// The next try on the seam, past any fixed tail: an item split across two rows inside a chain
+/// longer than the tail the gate read (eight symbols of the first row's last twelve tokens) —
+/// terms that cancel or zeros before the operands, a name bound at the start of a long row, a
+/// sorting string's digits spread among filler words. Each pair is the item as one row would be;
+/// the first row's last chain (after its last `=`) is read across the seam whole, with the names
+/// bound anywhere in it, and each is refused.
+#[test]
+fn a_problem_split_across_rows_inside_a_long_chain_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let (a, b) = four_digit_add4_item(&root);
+    let c = a + b;
+    let long = "3+92+37=3+2+7+0=2,0+9+3+1=3|132";
+    let pair = |first: String, second: &str| {
+        vec![
+            (long.to_string(), first),
+            (second.to_string(), c.to_string()),
+        ]
+    };
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        (
+            "terms that cancel, before the operands",
+            pair(format!("{long}; 7 + 5 + 6 + {a} + {b}"), "- 7 - 5 - 6 ="),
+        ),
+        (
+            "zeros and a term that cancels, before the operands",
+            pair(
+                format!("{long}; 9 + 0 + 0 + 0 + 0 + 0 + {a} + {b}"),
+                "- 9 =",
+            ),
+        ),
+        (
+            "a name bound at the start of a long row",
+            pair(
+                format!("; let x = {a} here; {long}; then x +"),
+                &format!("{b} ="),
+            ),
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "chain", forms);
+
+    let (_d, root) = crate::common::study_of("tiny-sort6");
+    let item = protected_split(&root, "sort6", "test")
+        .into_iter()
+        .find(|r| {
+            let d = &r.prompt[..6];
+            d.chars().collect::<std::collections::HashSet<_>>().len() == 6
+        })
+        .expect("a test string of six different digits");
+    let (head, rest) = item.prompt[..6].split_at(3);
+    let among_filler = |s: &str| {
+        s.chars()
+            .map(|d| format!("{d} apples apples apples apples"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let forms = vec![(
+        "a string's digits among filler words",
+        vec![
+            ("sort these:".to_string(), among_filler(head)),
+            (format!("{} =", among_filler(rest)), "done".to_string()),
+        ],
+    )];
+    let s = open(&root);
+    each_form_refused(&s, "filler", forms);
+}
+
 /// The next try once the cut tail's artifacts were dropped, through the seam the generator does
 /// not judge: an item split between the last row of one dataset, long enough to be cut, and the
 /// first row of another, each registered on its own (neither holds the item) and trained together
