@@ -43,8 +43,7 @@ pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<St
     keys_across_wanted(form, prev, toks, |_| true)
 }
 
-/// `keys_across`, only the keys `wanted` keeps (the scanner's: protected ones), so the check for
-/// artifacts of the cut (`without_cut`) runs only where a wanted key was read.
+/// `keys_across`, only the keys `wanted` keeps (the scanner's: protected ones).
 pub fn keys_across_wanted(
     form: NormalForm,
     prev: &[String],
@@ -80,47 +79,17 @@ pub fn keys_across_wanted(
                 .map_or(0, |i| i + 1);
             let mut joined = prev[start..].to_vec();
             joined.extend_from_slice(&toks);
-            // Counts split across two rows: up to `MAX_DIGITS` pairs, with filler, end the first
-            // (a pair holds an `=`, so the strings' tail cuts them).
-            let from = prev.len().saturating_sub(4 * digits::MAX_DIGITS);
-            let mut tail = prev[from..].to_vec();
-            tail.extend_from_slice(&toks);
-            let mut keys = digits::keys_of(&joined, &tail);
+            // Counts split across two rows: the first row's pairs, whatever filler and pairs
+            // counting none stand between them, continue into the next. Its pairs are read
+            // whole, from its first token (pairs are read left to right, so a suffix could pair
+            // its tokens otherwise, and pose what the row does not).
+            let mut counted = prev.to_vec();
+            counted.extend_from_slice(&toks);
+            let mut keys = digits::keys_of(&joined, &counted);
             keys.retain(|k| wanted(k));
-            without_cut(
-                keys,
-                from > 0,
-                || digits::keys_of(&prev[start..], &prev[from..]),
-                || digits::keys(&prev),
-            )
+            keys
         }
     }
-}
-
-/// The keys of a pair of rows less the artifacts of cutting the first row's tail. A tail cut at
-/// a fixed length (`cut`: the digits form's counts, its last `4 * MAX_DIGITS` tokens) may start
-/// inside what the row writes and pose what the row does not — as a scratchpad's
-/// `…,0+9+3+1=3|132` cut to `9+3+1=3|132` was a sum of three standing alone only because its
-/// first addend was cut off, and every next row was read as reproducing it. A key the tail gives
-/// on its own (`tail_keys`) that the whole row does not (`row_keys`) is such an artifact; a key
-/// only the pair gives, across the seam, is kept. The two readings run only when the pair gave a
-/// key and the tail was cut.
-fn without_cut(
-    mut keys: Vec<String>,
-    cut: bool,
-    tail_keys: impl FnOnce() -> Vec<String>,
-    row_keys: impl FnOnce() -> Vec<String>,
-) -> Vec<String> {
-    if !cut || keys.is_empty() {
-        return keys;
-    }
-    let tail = tail_keys();
-    if tail.is_empty() {
-        return keys;
-    }
-    let row = row_keys();
-    keys.retain(|k| !tail.contains(k) || row.contains(k));
-    keys
 }
 
 /// Arithmetic problems: `a op b` in any surface form, and sums of three or more addends
@@ -1708,9 +1677,10 @@ mod tests {
         );
     }
 
-    /// The tail read across a seam is cut at a fixed length; a problem the cut poses that the
-    /// whole row does not (a scratchpad column whose first addend was cut off) is no reading of
-    /// the pair, or every row after it would be read as reproducing that problem.
+    /// A tail cut midway across a seam (as it was, at eight symbols) posed what the whole row
+    /// does not — a scratchpad column whose first addend was cut off — and every row after it
+    /// was read as reproducing that problem. The seam reads the row's last chain from its last
+    /// `=`, and its counts whole, so nothing starts midway.
     #[test]
     fn a_problem_made_by_cutting_the_tail_is_not_read_across_rows() {
         use crate::policy::canon::{canonical, form_tokens};

@@ -3711,9 +3711,10 @@ fn a_problem_split_across_rows_after_a_long_row_is_refused_as_that_item() {
 /// The next try on the seam, past any fixed tail: an item split across two rows inside a chain
 /// longer than the tail the gate read (eight symbols of the first row's last twelve tokens) —
 /// terms that cancel or zeros before the operands, a name bound at the start of a long row, a
-/// sorting string's digits spread among filler words. Each pair is the item as one row would be;
+/// sorting string's digits, or its digits' counts, spread among filler. Each pair is the item as one row would be;
 /// the first row's last chain (after its last `=`) is read across the seam whole, with the names
-/// bound anywhere in it, and each is refused.
+/// bound anywhere in it, and so are the sorting form's digit counts, read from the whole row
+/// where they were read from its last 48 tokens; each is refused.
 #[test]
 fn a_problem_split_across_rows_inside_a_long_chain_is_refused() {
     let (_d, root) = crate::common::study_of("tiny-add4");
@@ -3764,13 +3765,32 @@ fn a_problem_split_across_rows_inside_a_long_chain_is_refused() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let forms = vec![(
-        "a string's digits among filler words",
-        vec![
-            ("sort these:".to_string(), among_filler(head)),
-            (format!("{} =", among_filler(rest)), "done".to_string()),
-        ],
-    )];
+    // The string as its digits' counts (`0=1 … 9=1`), a run of pairs with filler and pairs
+    // counting none between them, its first three pairs ending one row.
+    let counted = |digits: &str| {
+        digits
+            .chars()
+            .map(|d| format!("{d}=1 {}", ["4=0 apples"; 8].join(" ")))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let (first, last) = item.answer.split_at(3);
+    let forms = vec![
+        (
+            "a string's digits among filler words",
+            vec![
+                ("sort these:".to_string(), among_filler(head)),
+                (format!("{} =", among_filler(rest)), "done".to_string()),
+            ],
+        ),
+        (
+            "its digits' counts among filler and empty counts",
+            vec![
+                ("counts:".to_string(), counted(first)),
+                (counted(last), "done".to_string()),
+            ],
+        ),
+    ];
     let s = open(&root);
     each_form_refused(&s, "filler", forms);
 }
