@@ -259,14 +259,10 @@ impl Study {
         // saying which draws were skipped.
         let attempts = n.saturating_mul(4).saturating_add(10_000);
         let mut rows = Vec::with_capacity(n);
+        let mut drawn = crate::policy::contamination::Drawn::default();
         for row in g.stream(seed).take(attempts) {
             let key = g.problem_key(&row);
-            if !held.contains(&key)
-                && !is_decoy(&secret, &key)
-                && !scanner.row_reproduces(&row)
-                && !rows
-                    .last()
-                    .is_some_and(|prev| scanner.follows_reproduces(prev, &row))
+            if !held.contains(&key) && !is_decoy(&secret, &key) && scanner.accepts(&mut drawn, &row)
             {
                 rows.push(row);
                 if rows.len() == n {

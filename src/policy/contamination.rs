@@ -14,8 +14,8 @@
 //! - `normal-form`: the task's own equivalence (`normal_form`), e.g. for arithmetic the operator
 //!   and its operands as a multiset, numbers in any script or in words, filler words skipped.
 //!
-//! Windows run over each row and over every pair of adjacent rows (the tail of one row followed
-//! by the next), so an item split across two rows is found, and one scan can run over several
+//! Windows run over each row and reach back through the rows before it (the stream's last tokens
+//! followed by the next row), so an item split across rows is found, and one scan can run over several
 //! datasets in the order a run_sft reads them (`scan_parts`). Items shorter than n tokens are
 //! matched whole, at their own length. Items are indexed, rows streamed: memory is the eval sets',
 //! not the dataset's.
@@ -394,13 +394,31 @@ struct Found {
 /// The previous row's tokens in each reading.
 type Tails = [Tail; canon::READINGS];
 
-/// The previous row's tokens, for windows across a pair of adjacent rows.
+/// What a reading carries from the rows before, for windows and keys across rows: the stream's
+/// last tokens (as many as the longest window reaches back), and the normal forms' `Carry`.
 #[derive(Default, Clone)]
 struct Tail {
-    /// Its form tokens (`canon::form_tokens`), for the normal forms' keys across the pair.
-    toks: Vec<String>,
+    carry: normal_form::Carry,
     ids: Vec<u64>,
     skel: Vec<u64>,
+}
+
+/// The rows a generator has kept so far, as a scan carries them (`Scanner::accepts`).
+#[derive(Default)]
+pub struct Drawn {
+    tails: Tails,
+    rows: usize,
+}
+
+/// The stream's last `keep` tokens after `cur`: `cur`'s, and before them the stream's before it
+/// (`prev`), so a window reaches through rows shorter than it.
+fn carried(prev: &[u64], cur: Vec<u64>, keep: usize) -> Vec<u64> {
+    if cur.len() >= keep {
+        return cur[cur.len() - keep..].to_vec();
+    }
+    let mut out = prev[prev.len().saturating_sub(keep - cur.len())..].to_vec();
+    out.extend(cur);
+    out
 }
 
 impl<'a> Scanner<'a> {
@@ -492,16 +510,39 @@ impl<'a> Scanner<'a> {
             &self.ix.skel_lens,
         );
         if !self.ix.keys.is_empty() {
-            // The whole previous row: each form reads what of it can join the next row (its
-            // last chain, names bound anywhere in it), whatever its length.
+            // The rows before, read with this one as one stream (`normal_form::Carry`).
+            let toks: std::sync::Arc<[String]> = toks.into();
             for &f in &self.ix.forms {
                 let wanted = |k: &str| self.ix.keys.contains(k);
-                for k in normal_form::keys_across_wanted(f, &tail.toks, &toks, wanted) {
+                for k in tail.carry.keys(f, &toks, wanted) {
                     found.keys.entry(k).or_insert(at);
                 }
             }
+            tail.carry.push(toks);
+            if tail.carry.is_full() {
+                self.read_to_end(tail, at, found);
+                tail.carry.let_go();
+            }
         }
-        *tail = Tail { toks, ids, skel };
+        let keep = longest.saturating_sub(1);
+        tail.ids = carried(&tail.ids, ids, keep);
+        tail.skel = carried(&tail.skel, skel, keep);
+    }
+
+    /// What the stream's end leaves unread in each reading: its open segments (`Carry`).
+    fn finish(&self, tails: &Tails, at: At, found: &mut Found) {
+        for tail in tails {
+            self.read_to_end(tail, at, found);
+        }
+    }
+
+    fn read_to_end(&self, tail: &Tail, at: At, found: &mut Found) {
+        for &f in &self.ix.forms {
+            let wanted = |k: &str| self.ix.keys.contains(k);
+            for k in tail.carry.keys_at_end(f, wanted) {
+                found.keys.entry(k).or_insert(at);
+            }
+        }
     }
 
     /// The hits of what was found: one per contaminated item, at most `limit`.
@@ -567,14 +608,19 @@ impl<'a> Scanner<'a> {
     }
 
     /// Scan datasets as one sequence, in order (the union a run_sft trains on): each row, each
-    /// pair of adjacent rows, and the share of every item's grams over all of them.
+    /// window reaching back through the rows, and the share of every item's grams over all of them.
     pub fn scan_parts(&self, parts: &[&[Row]], limit: usize) -> Vec<Hit> {
         let mut found = Found::default();
         let mut tails = Tails::default();
+        let mut last = None;
         for (p, rows) in parts.iter().enumerate() {
             for (i, r) in rows.iter().enumerate() {
                 self.visit(r, (p, i), &mut tails, &mut found);
+                last = Some((p, i));
             }
+        }
+        if let Some(at) = last {
+            self.finish(&tails, at, &mut found);
         }
         self.judge(&found, limit)
     }
@@ -590,18 +636,21 @@ impl<'a> Scanner<'a> {
         !self.judge(&found, 1).is_empty()
     }
 
-    /// Whether `row`, read as the row after `prev` (each of which reproduces nothing on its
-    /// own), reproduces a protected item across the pair: the windows and keys a scan reads over
-    /// two adjacent rows. The generator leaves such draws out too, so that what it draws passes
-    /// the scan its dataset gets, not only row by row.
-    pub fn follows_reproduces(&self, prev: &Row, row: &Row) -> bool {
-        let (mut found, mut tails) = (Found::default(), Tails::default());
-        self.visit(prev, (0, 0), &mut tails, &mut found);
-        self.visit(row, (0, 1), &mut tails, &mut found);
-        if found.norm.is_empty() && found.skel.is_empty() && found.keys.is_empty() {
-            return false;
+    /// Whether `row`, read after the rows `drawn` holds (each of which passed), reproduces no
+    /// protected item — on its own, or across rows, as a scan of the dataset reads it — and if
+    /// so, `drawn` takes it. The generator draws through this, so what it draws passes the scan
+    /// its dataset gets, not only row by row.
+    pub fn accepts(&self, drawn: &mut Drawn, row: &Row) -> bool {
+        let mut found = Found::default();
+        let mut tails = drawn.tails.clone();
+        self.visit(row, (0, drawn.rows), &mut tails, &mut found);
+        let clean = found.norm.is_empty() && found.skel.is_empty() && found.keys.is_empty()
+            || self.judge(&found, 1).is_empty();
+        if clean {
+            drawn.tails = tails;
+            drawn.rows += 1;
         }
-        !self.judge(&found, 1).is_empty()
+        clean
     }
 
     /// The protected items (as set and item positions) that one row on its own reproduces.
@@ -857,6 +906,57 @@ mod tests {
             hits(&[row("7+1=", "8; 12+"), row("34=", "46")], &short).len(),
             1
         );
+        // And across three rows, the middle one shorter than the item: a window reaches back
+        // through the stream, not only into the row before.
+        let three = [row("7+1=", "8; 12"), row("+", ""), row("34=", "46")];
+        assert_eq!(hits(&three, &short).len(), 1);
+        // So does a normal form's reading (`normal_form::Carry`): the chain runs through a row
+        // with no `=` into the row that ends it, and the stream's end reads one left open.
+        let form = EvalSet::new(
+            "t",
+            "test",
+            &[row("12+34=", "46")],
+            CFG,
+            Some(NormalForm::Arithmetic),
+        );
+        let through = [
+            row("7+1=", "8; 12 +"),
+            row("0 + 0", " +"),
+            row("34 =", "46"),
+        ];
+        assert_eq!(hits(&through, &form).len(), 1, "through a middle row");
+        let open = [
+            row("7+1=", "8; 34 +"),
+            row("0 + 0", " +"),
+            row("12 apples", ""),
+        ];
+        assert_eq!(hits(&open, &form).len(), 1, "left open at the end");
+        let apart = [
+            row("7+1=", "8; 34 +"),
+            row("0 + 0", " +"),
+            row("12 +", " 5"),
+        ];
+        assert!(hits(&apart, &form).is_empty(), "a longer chain is no item");
+    }
+
+    /// A flood of rows with no `=`: the open segment is read once when it fills (`MAX_OPEN`),
+    /// not at every row, and a list of that many pieces is let go without recursing through it.
+    #[test]
+    fn a_long_stream_with_no_equals_is_read_in_pieces() {
+        use crate::policy::normal_form::MAX_OPEN;
+        let form = EvalSet::new(
+            "t",
+            "test",
+            &[row("12+34=", "46")],
+            CFG,
+            Some(NormalForm::Arithmetic),
+        );
+        let mut rows: Vec<Row> = (0..MAX_OPEN + 10).map(|_| row("0 +", "")).collect();
+        rows.push(row("12 +", ""));
+        rows.push(row("34 apples", ""));
+        assert_eq!(hits(&rows, &form).len(), 1, "read at the stream's end");
+        let filler: Vec<Row> = (0..MAX_OPEN / 2 + 10).map(|_| row("0 +", " 0 +")).collect();
+        assert!(hits(&filler, &form).is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! A task in `rsim.toml` may name a normal form (`[tasks.NAME] normal_form = "arithmetic"`). The
 //! gate then computes `keys(form, tokens)` of each protected item's prompt and of every row (and
-//! every pair of adjacent rows, and the union a run_sft trains on); a row that has all the keys
+//! the rows read as one stream, `Carry`, and the union a run_sft trains on); a row that has all the keys
 //! of an item reproduces it, whatever its surface form. Keys are plain strings, so a form can be
 //! anything that maps two texts the task counts as one item to a shared key.
 //!
@@ -37,58 +37,214 @@ pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
     keys(form, &form_tokens(&canonical(text)))
 }
 
-/// The symbols of a row under a form, for joining a row's tail with the next row (pairs of
-/// adjacent rows): keys of `tail(prev) ++ symbols(row)`.
+/// The keys of two adjacent rows read as one stream (a `Carry` over `prev`, then `toks`), the
+/// stream's end included.
 pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {
-    keys_across_wanted(form, prev, toks, |_| true)
+    let mut carry = Carry::default();
+    carry.push(prev.to_vec().into());
+    let toks: Arc<[String]> = toks.to_vec().into();
+    let mut keys = carry.keys(form, &toks, |_| true);
+    carry.push(toks);
+    keys.extend(carry.keys_at_end(form, |_| true));
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
-/// `keys_across`, only the keys `wanted` keeps (the scanner's: protected ones).
-pub fn keys_across_wanted(
-    form: NormalForm,
-    prev: &[String],
-    toks: &[String],
-    wanted: impl Fn(&str) -> bool,
-) -> Vec<String> {
-    match form {
-        NormalForm::Arithmetic => {
-            // A problem split across two rows: the first row's last chain — its symbols after
-            // its last `=`, however many, brackets and signs among them — is joined to the next
-            // row's and read as one stream, as if the rows were one (signs either side of the
-            // seam are one sign, a bracket spans it, `7+5+12+34` then `-7-5=46` keeps its
-            // value). Starting at an `=` starts no chain midway (`=` ends every operand and
-            // every bracket), so the tail poses nothing the row does not. Names bound anywhere
-            // in either row are read in both (`x = 12` opens one, `x + 34 =` is next).
-            let (mut names, mut unread) = (arithmetic::Names::new(), Default::default());
-            arithmetic::bind(prev, &mut names, &mut unread);
-            arithmetic::bind(toks, &mut names, &mut unread);
-            let from = prev.iter().rposition(|t| t == "=").map_or(0, |i| i + 1);
-            let mut s = arithmetic::written_symbols_bound(&prev[from..], &names);
-            s.extend(arithmetic::written_symbols_bound(toks, &names));
-            let mut keys = arithmetic::keys(&arithmetic::read(s));
-            keys.retain(|k| wanted(k));
-            keys
+use std::sync::Arc;
+
+/// The most tokens the stream's open segment holds (`Carry`) before it is read and let go: a
+/// chain running through rows with no `=` for longer is read in pieces of this size.
+pub const MAX_OPEN: usize = 1 << 16;
+
+/// What a scan carries from row to row for the normal forms, so that rows are read as one stream
+/// (as a trainer that packs rows would see them): the stream's open segment — its tokens since
+/// its last `=`, through every row since — the row that holds that `=` (names bound in it), and
+/// the previous row (the digits form's `digit=count` pairs, which hold `=`s). An item split
+/// across any number of rows is read when the row that closes its segment arrives (one with an
+/// `=`: `=` ends every operand, bracket and string) or when the stream ends, so each segment is
+/// read once, whatever its length, and a scan stays linear in its rows. Starting at an `=`
+/// starts no chain midway, so a segment poses nothing its rows do not.
+#[derive(Clone, Default)]
+pub struct Carry {
+    open: Segment,
+    /// How many rows the open segment runs through.
+    open_rows: usize,
+    eq_row: Arc<[String]>,
+    prev: Arc<[String]>,
+}
+
+/// A persistent list of row pieces (each row's tokens from an offset), so that a `Carry` clones
+/// and grows in constant time.
+#[derive(Clone, Default)]
+struct Segment {
+    last: Option<Arc<Piece>>,
+    len: usize,
+}
+
+struct Piece {
+    toks: Arc<[String]>,
+    from: usize,
+    before: Option<Arc<Piece>>,
+}
+
+impl Segment {
+    fn of(toks: Arc<[String]>, from: usize) -> Segment {
+        let len = toks.len() - from;
+        Segment {
+            last: Some(Arc::new(Piece {
+                toks,
+                from,
+                before: None,
+            })),
+            len,
         }
-        NormalForm::Digits => {
-            let (prev, toks) = (without_form_only(prev), without_form_only(toks));
-            // A string of digits split across two rows: the first row's digits after its last
-            // `=` continue into the next.
-            let start = prev
-                .iter()
-                .rposition(|t| digits::breaks(t))
-                .map_or(0, |i| i + 1);
-            let mut joined = prev[start..].to_vec();
-            joined.extend_from_slice(&toks);
-            // Counts split across two rows: the first row's pairs, whatever filler and pairs
-            // counting none stand between them, continue into the next. Its pairs are read
-            // whole, from its first token (pairs are read left to right, so a suffix could pair
-            // its tokens otherwise, and pose what the row does not).
-            let mut counted = prev.to_vec();
-            counted.extend_from_slice(&toks);
-            let mut keys = digits::keys_of(&joined, &counted);
-            keys.retain(|k| wanted(k));
-            keys
+    }
+
+    fn then(&self, toks: Arc<[String]>) -> Segment {
+        let len = self.len + toks.len();
+        Segment {
+            last: Some(Arc::new(Piece {
+                toks,
+                from: 0,
+                before: self.last.clone(),
+            })),
+            len,
         }
+    }
+
+    fn tokens(&self) -> Vec<String> {
+        let mut pieces = Vec::new();
+        let mut at = self.last.as_deref();
+        while let Some(p) = at {
+            pieces.push(&p.toks[p.from..]);
+            at = p.before.as_deref();
+        }
+        let mut out = Vec::with_capacity(self.len);
+        for p in pieces.into_iter().rev() {
+            out.extend_from_slice(p);
+        }
+        out
+    }
+}
+
+impl Drop for Piece {
+    /// Let go of a long list without recursing through it.
+    fn drop(&mut self) {
+        let mut next = self.before.take();
+        while let Some(p) = next {
+            match Arc::try_unwrap(p) {
+                Ok(mut p) => next = p.before.take(),
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+impl Carry {
+    /// The keys of the row `toks` (its form tokens) — read on its own, as a trainer that does
+    /// not pack rows sees it, and read after what the carry holds, as one that packs them does
+    /// — only those `wanted` keeps. After the carry: the open segment joined to the row when the
+    /// row closes it (holds an `=`), and the digits form's counts over the previous row and this.
+    pub fn keys(
+        &self,
+        form: NormalForm,
+        toks: &[String],
+        wanted: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let closes = toks.iter().any(|t| t == "=");
+        let mut keys = match form {
+            NormalForm::Arithmetic => {
+                let mut keys = keys(form, toks);
+                if closes {
+                    keys.extend(self.arithmetic(toks));
+                }
+                keys
+            }
+            NormalForm::Digits => {
+                let (prev, toks) = (without_form_only(&self.prev), without_form_only(toks));
+                // Counts split across two rows: the first row's pairs, whatever filler and pairs
+                // counting none stand between them, continue into the next. Read from the
+                // row's first token (pairs are read left to right, so a suffix could pair its
+                // tokens otherwise and pose what the row does not).
+                let mut counted = prev.to_vec();
+                counted.extend_from_slice(&toks);
+                let mut keys = digits::keys_of(&toks, &counted);
+                // A string of digits split across rows: the digits after the stream's last `=`
+                // continue into the row that ends them.
+                if closes && self.open.len > 0 {
+                    let mut joined = without_form_only(&self.open.tokens()).into_owned();
+                    joined.extend_from_slice(&toks);
+                    keys.extend(digits::keys_of(&joined, &[]));
+                }
+                keys
+            }
+        };
+        keys.retain(|k| wanted(k));
+        keys
+    }
+
+    /// A problem split across rows: the open segment — all the stream writes after its last
+    /// `=`, however much, brackets and signs among it — joined to the row that closes it and
+    /// read as one stream, as if the rows were one (signs either side of a seam are one sign, a
+    /// bracket spans it, `7+5+12+34` then `-7-5=46` keeps its value). Names bound in the row
+    /// holding that `=`, in the segment, or in this row are read in all of them (`x = 12` opens
+    /// one, `x + 34 =` is next). Nothing when the segment is empty and no name is bound: the
+    /// row alone says it all.
+    fn arithmetic(&self, toks: &[String]) -> Vec<String> {
+        let seg = self.open.tokens();
+        let (mut names, mut unread) = (arithmetic::Names::new(), Default::default());
+        arithmetic::bind(&self.eq_row, &mut names, &mut unread);
+        arithmetic::bind(&seg, &mut names, &mut unread);
+        arithmetic::bind(toks, &mut names, &mut unread);
+        if seg.is_empty() && names.is_empty() {
+            return Vec::new();
+        }
+        let mut s = arithmetic::written_symbols_bound(&seg, &names);
+        s.extend(arithmetic::written_symbols_bound(toks, &names));
+        arithmetic::keys(&arithmetic::read(s))
+    }
+
+    /// The row `toks` read: what the carry holds next.
+    pub fn push(&mut self, toks: Arc<[String]>) {
+        match toks.iter().rposition(|t| t == "=") {
+            Some(last) => {
+                self.open = Segment::of(toks.clone(), last + 1);
+                self.open_rows = 1;
+                self.eq_row = toks.clone();
+            }
+            None => {
+                self.open = self.open.then(toks.clone());
+                self.open_rows += 1;
+            }
+        }
+        self.prev = toks;
+    }
+
+    /// Whether the open segment has grown past `MAX_OPEN` tokens, to be read now
+    /// (`keys_at_end`) and let go (`let_go`).
+    pub fn is_full(&self) -> bool {
+        self.open.len > MAX_OPEN
+    }
+
+    /// The keys of the open segment standing alone, where it runs through more than one row:
+    /// what the stream's end (or a full segment) leaves unread.
+    pub fn keys_at_end(&self, form: NormalForm, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+        if self.open_rows < 2 {
+            return Vec::new();
+        }
+        let mut keys = match form {
+            NormalForm::Arithmetic => self.arithmetic(&[]),
+            NormalForm::Digits => digits::keys_of(&without_form_only(&self.open.tokens()), &[]),
+        };
+        keys.retain(|k| wanted(k));
+        keys
+    }
+
+    /// Starts the open segment afresh (after `keys_at_end` read a full one).
+    pub fn let_go(&mut self) {
+        self.open = Segment::default();
+        self.open_rows = 0;
     }
 }
 

@@ -3708,9 +3708,10 @@ fn a_problem_split_across_rows_after_a_long_row_is_refused_as_that_item() {
     }
 }
 
-/// The next try on the seam, past any fixed tail: an item split across two rows inside a chain
-/// longer than the tail the gate read (eight symbols of the first row's last twelve tokens) —
-/// terms that cancel or zeros before the operands, a name bound at the start of a long row, a
+/// The next try on the seam, past any fixed tail: an item split across rows inside a chain
+/// longer than the tail the gate read (eight symbols of the first row's last twelve tokens), or
+/// through a middle row (the gate read pairs) — terms that cancel or zeros before the operands,
+/// a chain through a row with no `=` or left open at the dataset's end, a name bound at the start of a long row, a
 /// sorting string's digits, or its digits' counts, spread among filler. Each pair is the item as one row would be;
 /// the first row's last chain (after its last `=`) is read across the seam whole, with the names
 /// bound anywhere in it, and so are the sorting form's digit counts, read from the whole row
@@ -3740,11 +3741,33 @@ fn a_problem_split_across_rows_inside_a_long_chain_is_refused() {
             ),
         ),
         (
+            "through a middle row with no `=`",
+            vec![
+                (long.to_string(), format!("{long}; {a} +")),
+                ("0 + 0".to_string(), " + 0 +".to_string()),
+                (format!("{b} ="), c.to_string()),
+            ],
+        ),
+        (
+            "left open at the end of the dataset",
+            vec![
+                (long.to_string(), format!("{long}; {a} +")),
+                ("0 + 0".to_string(), " + 0 +".to_string()),
+                (format!("{b} apples"), String::new()),
+            ],
+        ),
+        (
             "a name bound at the start of a long row",
             pair(
                 format!("; let x = {a} here; {long}; then x +"),
                 &format!("{b} ="),
             ),
+        ),
+        // The row's own problem behind an operator that ends the row before: read with it, the
+        // chain is another problem, but a trainer that does not pack rows sees the row alone.
+        (
+            "an operator ending the row before",
+            pair(format!("{long}; 5 +"), &format!("{b} + {a} =")),
         ),
     ];
     let s = open(&root);
