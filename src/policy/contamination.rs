@@ -912,13 +912,7 @@ mod tests {
         assert_eq!(hits(&three, &short).len(), 1);
         // So does a normal form's reading (`normal_form::Carry`): the chain runs through a row
         // with no `=` into the row that ends it, and the stream's end reads one left open.
-        let form = EvalSet::new(
-            "t",
-            "test",
-            &[row("12+34=", "46")],
-            CFG,
-            Some(NormalForm::Arithmetic),
-        );
+        let form = arith_12_34();
         let through = [
             row("7+1=", "8; 12 +"),
             row("0 + 0", " +"),
@@ -939,18 +933,23 @@ mod tests {
         assert!(hits(&apart, &form).is_empty(), "a longer chain is no item");
     }
 
-    /// A flood of rows with no `=`: the open segment is read once when it fills (`MAX_OPEN`),
-    /// not at every row, and a list of that many pieces is let go without recursing through it.
-    #[test]
-    fn a_long_stream_with_no_equals_is_read_in_pieces() {
-        use crate::policy::normal_form::MAX_OPEN;
-        let form = EvalSet::new(
+    /// The item `12+34=46` under the arithmetic normal form.
+    fn arith_12_34() -> EvalSet {
+        EvalSet::new(
             "t",
             "test",
             &[row("12+34=", "46")],
             CFG,
             Some(NormalForm::Arithmetic),
-        );
+        )
+    }
+
+    /// A flood of rows with no `=`: the open segment is read once when it fills (`MAX_OPEN`),
+    /// not at every row, and a list of that many pieces is let go without recursing through it.
+    #[test]
+    fn a_long_stream_with_no_equals_is_read_in_pieces() {
+        use crate::policy::normal_form::MAX_OPEN;
+        let form = arith_12_34();
         let mut rows: Vec<Row> = (0..MAX_OPEN + 10).map(|_| row("0 +", "")).collect();
         rows.push(row("12 +", ""));
         rows.push(row("34 apples", ""));

@@ -189,8 +189,9 @@ impl Carry {
     /// read as one stream, as if the rows were one (signs either side of a seam are one sign, a
     /// bracket spans it, `7+5+12+34` then `-7-5=46` keeps its value). Names bound in the row
     /// holding that `=`, in the segment, or in this row are read in all of them (`x = 12` opens
-    /// one, `x + 34 =` is next). Nothing when the segment is empty and no name is bound: the
-    /// row alone says it all.
+    /// one, `x + 34 =` is next). Of the row, only what its first `=` ends can join the
+    /// segment (the rest is the row's own, read alone); nothing when the segment is empty and no
+    /// name is bound: the row alone says it all.
     fn arithmetic(&self, toks: &[String]) -> Vec<String> {
         let seg = self.open.tokens();
         let (mut names, mut unread) = (arithmetic::Names::new(), Default::default());
@@ -200,8 +201,12 @@ impl Carry {
         if seg.is_empty() && names.is_empty() {
             return Vec::new();
         }
+        let joins = toks
+            .iter()
+            .position(|t| t == "=")
+            .map_or(toks.len(), |i| i + 1);
         let mut s = arithmetic::written_symbols_bound(&seg, &names);
-        s.extend(arithmetic::written_symbols_bound(toks, &names));
+        s.extend(arithmetic::written_symbols_bound(&toks[..joins], &names));
         arithmetic::keys(&arithmetic::read(s))
     }
 
