@@ -186,8 +186,8 @@ fn main() {
         10,
         &chain(" + 2 * 3 + 3 * 7 + 12 / 4 + 5 * 5 * 2 - 6 * 1 - 7 * 3 - 9 / 3 - 10 * 5"),
     );
-    // The seam's costliest row: one ~1 kB chain with no `=`, which is the row's last chain and
-    // so read again, whole, with the next row (`normal_form::keys_across_wanted`).
+    // The stream's costliest rows: each one ~1 kB chain with no `=`, read alone and then again
+    // in the stream's open segment (`normal_form::Carry`).
     let open_chain_kb_us = problems_kb_us(70, &|a, b| format!("{a} + {b} - "));
     // Problems in other notations: names bound to decimals and scientific literals, a power
     // among the extras (`arithmetic::literal`, `binding`).
