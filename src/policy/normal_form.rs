@@ -64,7 +64,7 @@ pub const MAX_OPEN: usize = 1 << 16;
 /// across any number of rows is read when the row that closes its segment arrives (one with an
 /// `=`: `=` ends every operand, bracket and string) or when the stream ends, so each segment is
 /// read once, whatever its length, and a scan stays linear in its rows. Starting at an `=`
-/// starts no chain midway, so a segment poses nothing its rows do not.
+/// starts no chain midway, so a segment poses nothing the stream does not.
 #[derive(Clone, Default)]
 pub struct Carry {
     open: Segment,
