@@ -38,8 +38,9 @@ pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
 }
 
 /// The keys of two adjacent rows read as one stream (a `Carry` over `prev`, then `toks`), the
-/// stream's end included.
-pub fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {
+/// stream's end included: the scanner's reading of a pair, for tests.
+#[cfg(test)]
+fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {
     let mut carry = Carry::default();
     carry.push(prev.to_vec().into());
     let toks: Arc<[String]> = toks.to_vec().into();

@@ -3067,6 +3067,18 @@ fn protected_pairs(root: &Path, task: &str, op: char) -> std::collections::HashS
         .collect()
 }
 
+/// A tiny-sort6 item (of `split`) whose string has six different digits.
+fn six_digit_sort6_item(split: &[Row]) -> Row {
+    split
+        .iter()
+        .find(|r| {
+            let d = &r.prompt[..6];
+            d.chars().collect::<std::collections::HashSet<_>>().len() == 6
+        })
+        .expect("a test string of six different digits")
+        .clone()
+}
+
 /// A test item of tiny-add4 whose operands both have four digits and differ.
 fn four_digit_add4_item(root: &Path) -> (u64, u64) {
     protected_split(root, "add4", "test")
@@ -3517,14 +3529,7 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
         .map(|r| multiset(&r.prompt))
         .collect();
     // A test string of six different digits, so every form below is unambiguous.
-    let t = test
-        .iter()
-        .find(|r| {
-            let d = &r.prompt[..6];
-            d.chars().collect::<std::collections::HashSet<_>>().len() == 6
-        })
-        .expect("a test string of six different digits")
-        .clone();
+    let t = six_digit_sort6_item(&test);
     let digits = t.prompt[..6].to_string();
     let sorted = t.answer.clone();
     let other_order: String = digits.chars().rev().collect();
@@ -3774,13 +3779,7 @@ fn a_problem_split_across_rows_inside_a_long_chain_is_refused() {
     each_form_refused(&s, "chain", forms);
 
     let (_d, root) = crate::common::study_of("tiny-sort6");
-    let item = protected_split(&root, "sort6", "test")
-        .into_iter()
-        .find(|r| {
-            let d = &r.prompt[..6];
-            d.chars().collect::<std::collections::HashSet<_>>().len() == 6
-        })
-        .expect("a test string of six different digits");
+    let item = six_digit_sort6_item(&protected_split(&root, "sort6", "test"));
     let (head, rest) = item.prompt[..6].split_at(3);
     let among_filler = |s: &str| {
         s.chars()
