@@ -3817,6 +3817,54 @@ fn a_problem_split_across_rows_inside_a_long_chain_is_refused() {
     each_form_refused(&s, "filler", forms);
 }
 
+/// The next try once rows were read as one stream, through the public actions: each piece its own
+/// dataset, registered alone (none holds the item, and none ends in `=`), the chain running
+/// through a middle dataset of one row, and a fourth dataset of honest rows closing the union. A
+/// `run_sft` that trains on them together reads them as one stream, so the item is refused there;
+/// the same datasets without the middle piece's `+` are no item and train.
+#[test]
+fn a_problem_threaded_through_a_middle_dataset_is_refused_at_run_sft() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let (a, b) = four_digit_add4_item(&root);
+    let s = open(&root);
+    let who = Caller::new("thread", Role::Worker);
+    let n = branch_as(&s, &who, "three pieces");
+    let register = |name: &str, prompt: String, answer: String| {
+        s.call(
+            &who,
+            "register_dataset",
+            inline(&n, name, vec![(prompt, answer)]),
+        )
+        .unwrap_or_else(|e| panic!("{name} alone holds no item: {}", e.message));
+    };
+    register("head", "notes:".into(), format!("{a} +"));
+    register("middle", "0 + 0".into(), " + 0 +".into());
+    register("tail", format!("{b} apples"), String::new());
+    register("closing", "1+2=".into(), "3".into());
+    register("apart", "0 + 0".into(), " + 0 7".into());
+    let sft = |datasets: &[&str]| {
+        json!({"node": n, "base": "base", "datasets": datasets, "learning_rate": 0.001,
+            "steps": 5, "batch_size": 4})
+    };
+    refused_by(
+        &s,
+        &who,
+        "run_sft",
+        sft(&["head", "middle", "tail", "closing"]),
+        "contamination",
+    );
+    // Left open at the union's end, with no closing row.
+    refused_by(
+        &s,
+        &who,
+        "run_sft",
+        sft(&["head", "middle", "tail"]),
+        "contamination",
+    );
+    s.call(&who, "run_sft", sft(&["head", "apart", "tail", "closing"]))
+        .unwrap_or_else(|e| panic!("a chain broken by a number is no item: {}", e.message));
+}
+
 /// The next try once the cut tail's artifacts were dropped, through the seam the generator does
 /// not judge: an item split between the last row of one dataset, long enough to be cut, and the
 /// first row of another, each registered on its own (neither holds the item) and trained together
