@@ -18,6 +18,10 @@
 # the campaigns it finds there). Studies and logs go to SCRATCH_DIR/studies. Results files are
 # written, never read, by this script beyond matching an item's first fields: a trial is read
 # once, when all of it has run (TRIAL-*.md).
+# Several queues may run one plan at once (two cores, two queues): each item is held under an
+# flock on SCRATCH_DIR/studies/ITEM.lock while it runs, a queue skips an item another queue holds,
+# and a queue writes PLAN.done only once every item of the plan has its line (it waits on the
+# items others hold). The kernel lets a lock go when its queue dies, so nothing stale is left.
 set -euo pipefail
 if [ $# -ne 3 ]; then
   echo "usage: $0 PLAN RESULTS_DIR SCRATCH_DIR" >&2
@@ -29,10 +33,21 @@ paired=$(cd "$(dirname "$0")/.." && pwd)/paired.sh
 mkdir -p "$results" "$scratch/studies"
 # Whether RESULTS_DIR/FILE has a line starting with the given fields.
 has() { [ -f "$results/$1" ] && grep -q -- "^$2 " "$results/$1"; }
+# Takes the item's lock on fd 9 (without waiting unless $1 is `wait`); fails where another queue
+# holds it. The lock goes with fd 9, closed by `unlock` or by this queue's death.
+lock() {
+  exec 9>"$scratch/studies/$2.lock"
+  if [ "$1" = wait ]; then flock 9; else flock -n 9 || { exec 9>&-; return 1; }; fi
+}
+unlock() { exec 9>&-; }
 # Every binary the plan names must be there before anything runs.
 for tag in $(awk '$1 == "campaign" || $1 == "table" {print $2}' "$plan" | sort -u); do
   [ -x "$scratch/bin/rsim-$tag" ] || { echo "$0: $scratch/bin/rsim-$tag is missing" >&2; exit 2; }
 done
+# One pass over the plan: runs what is neither done nor held by another queue; with mode=wait,
+# waits for each held item instead (another queue finishing it, or this one running it where
+# that queue died).
+pass() {
 n=0
 while read -r kind a b c d e <&3; do
   n=$((n + 1))
@@ -41,6 +56,9 @@ while read -r kind a b c d e <&3; do
     campaign)
       tag=$a family=$b seed=$c
       has "$tag.tsv" "$tag $family $seed" && continue
+      lock "${mode:-}" "$tag-$family-$seed" || continue
+      # Another queue may have finished it between the check and the lock.
+      has "$tag.tsv" "$tag $family $seed" && { unlock; continue; }
       dir=$scratch/studies/$tag-$family-$seed
       rm -rf "$dir" "$dir.log" "$dir.json"
       start=$(date +%s)
@@ -49,11 +67,14 @@ while read -r kind a b c d e <&3; do
       else
         echo "$tag $family $seed FAILED $(($(date +%s) - start))" >>"$results/$tag.tsv"
       fi
+      unlock
       ;;
     table)
       tag=$a family=$b experiments=$c steps=$d seeds=$e
       key="$tag table $family $experiments $steps $seeds"
       has "$tag.tsv" "$key" && continue
+      lock "${mode:-}" "$tag-table-$family-$experiments-$steps" || continue
+      has "$tag.tsv" "$key" && { unlock; continue; }
       dir=$scratch/studies/$tag-table-$family-$experiments-$steps
       out=$results/$tag-$family-$experiments-$steps.json
       start=$(date +%s)
@@ -65,6 +86,7 @@ while read -r kind a b c d e <&3; do
       else
         echo "$key FAILED $(($(date +%s) - start))" >>"$results/$tag.tsv"
       fi
+      unlock
       ;;
     wait)
       until [ -f "$results/$a" ] && [ "$(wc -l <"$results/$a")" -ge "$b" ]; do sleep 60; done
@@ -75,4 +97,7 @@ while read -r kind a b c d e <&3; do
       ;;
   esac
 done 3<"$plan"
+}
+mode='' pass
+mode=wait pass
 echo "DONE $(date -u +%FT%TZ)" >>"$results/$(basename "$plan" .plan).done"
