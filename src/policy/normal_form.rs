@@ -61,7 +61,7 @@ pub const MAX_OPEN: usize = 1 << 16;
 /// What a scan carries from row to row for the normal forms, so that rows are read as one stream
 /// (as a trainer that packs rows would see them): the stream's open segment — its tokens since
 /// its last `=`, through every row since — the row that holds that `=` (names bound in it), and
-/// the previous row (the digits form's `digit=count` pairs, which hold `=`s). An item split
+/// the digits form's open chain and counts (`digits::Stream`: they hold `=`s). An item split
 /// across any number of rows is read when the row that closes its segment arrives (one with an
 /// `=`: `=` ends every operand, bracket and string) or when the stream ends, so each segment is
 /// read once, whatever its length, and a scan stays linear in its rows. Starting at an `=`
@@ -72,7 +72,8 @@ pub struct Carry {
     /// How many rows the open segment runs through.
     open_rows: usize,
     eq_row: Arc<[String]>,
-    prev: Arc<[String]>,
+    /// The digits form's chains and counts left open at the stream's end.
+    digits: digits::Stream,
 }
 
 /// A persistent list of row pieces (each row's tokens from an offset), so that a `Carry` clones
@@ -146,7 +147,7 @@ impl Carry {
     /// The keys of the row `toks` (its form tokens) — read on its own, as a trainer that does
     /// not pack rows sees it, and read after what the carry holds, as one that packs them does
     /// — only those `wanted` keeps. After the carry: the open segment joined to the row when the
-    /// row closes it (holds an `=`), and the digits form's counts over the previous row and this.
+    /// row closes it (holds an `=`), and the digits form's open chain and counts continued.
     pub fn keys(
         &self,
         form: NormalForm,
@@ -163,14 +164,11 @@ impl Carry {
                 keys
             }
             NormalForm::Digits => {
-                let (prev, toks) = (without_form_only(&self.prev), without_form_only(toks));
-                // Counts split across two rows: the first row's pairs, whatever filler and pairs
-                // counting none stand between them, continue into the next. Read from the
-                // row's first token (pairs are read left to right, so a suffix could pair its
-                // tokens otherwise and pose what the row does not).
-                let mut counted = prev.to_vec();
-                counted.extend_from_slice(&toks);
-                let mut keys = digits::keys_of(&toks, &counted);
+                let toks = without_form_only(toks);
+                let mut keys = digits::keys(&toks);
+                // Chains (`5=3=0`) and counts (`0=1,1=1`) split across any number of rows: the
+                // stream's open chain and run of pairs continue into this row.
+                keys.extend(self.digits.clone().read(&toks));
                 // A string of digits split across rows: the digits after the stream's last `=`
                 // continue into the row that ends them.
                 if closes && self.open.len > 0 {
@@ -224,7 +222,8 @@ impl Carry {
                 self.open_rows += 1;
             }
         }
-        self.prev = toks;
+        // Read for what it leaves open (its keys were taken by `keys`).
+        self.digits.read(&without_form_only(&toks));
     }
 
     /// Whether the open segment has grown past `MAX_OPEN` tokens, to be read now
@@ -1533,6 +1532,166 @@ mod digits {
         named(found)
     }
 
+    /// A stream's digits readings that span rows (`Carry`): the chain (`5=3=0`) and the run of
+    /// `digit=count` pairs left open at its end, so that either, split across any number of rows,
+    /// is read as in one row. Rows are read token by token, as `chains` and `pair_runs` read one:
+    /// a chain or run is read when it ends and, as it stands, at each row's end; what then stays
+    /// open keeps only what a key can still reach (its last `MAX_DIGITS` digits; a run whose
+    /// digits ascend, read one way only, all of its count-first reading, at most 100 pairs), so
+    /// the state is bounded and a stream is read in time linear in its rows.
+    #[derive(Clone)]
+    pub struct Stream {
+        /// The open chain's last digits (single digits, packed), how many it has in all, and
+        /// whether an `=` follows its last.
+        chain: Vec<u64>,
+        chain_len: usize,
+        after_sign: bool,
+        /// Tokens no pair has taken yet (at most two): the next tokens may make a pair of them.
+        pending: Vec<String>,
+        /// The open run of pairs, read digit first and count first (`counted`'s pieces), whether
+        /// its digits ascend, and its last digit.
+        fwd: Vec<Option<(u64, usize)>>,
+        flip: Vec<Option<(u64, usize)>>,
+        ascending: bool,
+        last: Option<u64>,
+    }
+
+    impl Default for Stream {
+        fn default() -> Stream {
+            Stream {
+                chain: Vec::new(),
+                chain_len: 0,
+                after_sign: false,
+                pending: Vec::new(),
+                fwd: Vec::new(),
+                flip: Vec::new(),
+                ascending: true,
+                last: None,
+            }
+        }
+    }
+
+    impl Stream {
+        /// Reads the row `toks` after what the stream holds: the keys of its chains and runs of
+        /// pairs, those the stream's open ones run into included.
+        pub fn read(&mut self, toks: &[String]) -> Vec<String> {
+            let mut found = HashSet::new();
+            for t in toks {
+                self.chain_token(t, &mut found);
+                self.pending.push(t.clone());
+                if self.pending.len() == 3 {
+                    self.pair_step(&mut found);
+                }
+            }
+            // What stays open is read as it stands, then cut to what a key can still reach.
+            self.end_chain(&mut found, false);
+            self.end_run(&mut found, false);
+            named(found)
+        }
+
+        /// `chains`, one token at a time.
+        fn chain_token(&mut self, t: &str, found: &mut HashSet<u64>) {
+            if breaks(t) {
+                self.after_sign = self.chain_len > 0;
+                return;
+            }
+            let Some((d, n)) = digits_of(t) else { return };
+            if n == 1 && (self.after_sign || self.chain_len == 0) {
+                self.chain.push(d);
+                self.chain_len += 1;
+            } else {
+                self.end_chain(found, true);
+                if n == 1 {
+                    self.chain.push(d);
+                    self.chain_len = 1;
+                }
+            }
+            self.after_sign = false;
+        }
+
+        /// Reads the open chain (three digits or more) and either ends it or (`ends` false)
+        /// keeps its last `MAX_DIGITS` digits.
+        fn end_chain(&mut self, found: &mut HashSet<u64>, ends: bool) {
+            if self.chain_len >= 3 {
+                let pieces: Vec<_> = self.chain.iter().map(|&d| Some((d, 1))).collect();
+                runs(&pieces, found);
+            }
+            if ends {
+                self.chain.clear();
+                self.chain_len = 0;
+            } else {
+                let cut = self.chain.len().saturating_sub(MAX_DIGITS);
+                self.chain.drain(..cut);
+            }
+        }
+
+        /// `pair_runs`, one step: a pair at the three pending tokens, or the first of them read
+        /// alone (a digit or an `=` ends the run; filler does not).
+        fn pair_step(&mut self, found: &mut HashSet<u64>) {
+            if let [a, eq, b] = &self.pending[..]
+                && breaks(eq)
+                && let (Some(x), Some(y)) = (small(a), small(b))
+            {
+                self.fwd.extend(counted(&[(x, y)], false));
+                self.flip.extend(counted(&[(x, y)], true));
+                self.ascending &= self.last.is_none_or(|l| l < x);
+                self.last = Some(x);
+                self.pending.clear();
+                return;
+            }
+            let t = self.pending.remove(0);
+            if (breaks(&t) || digits_of(&t).is_some()) && self.last.is_some() {
+                self.end_run(found, true);
+            }
+        }
+
+        /// Reads the open run of pairs (count first too, unless its digits ascend) and either
+        /// ends it or (`ends` false) keeps what a key can still reach.
+        fn end_run(&mut self, found: &mut HashSet<u64>, ends: bool) {
+            runs(&self.fwd, found);
+            if !self.ascending {
+                runs(&self.flip, found);
+            }
+            if ends {
+                *self = Stream {
+                    chain: std::mem::take(&mut self.chain),
+                    chain_len: self.chain_len,
+                    after_sign: self.after_sign,
+                    pending: std::mem::take(&mut self.pending),
+                    ..Stream::default()
+                };
+            } else {
+                keep_reachable(&mut self.fwd);
+                // A run whose digits ascend is read count first only if a later pair breaks
+                // the ascent; it holds at most 100 pairs (digits are below 100).
+                if !self.ascending {
+                    keep_reachable(&mut self.flip);
+                }
+            }
+        }
+    }
+
+    /// The pieces a key that runs on past them can still take: those after the last that ends
+    /// every key (`None`), at most `MAX_DIGITS` digits' worth.
+    fn keep_reachable(pieces: &mut Vec<Option<(u64, usize)>>) {
+        let after_end = pieces
+            .iter()
+            .rposition(Option::is_none)
+            .map_or(0, |i| i + 1);
+        let (mut digits, mut from) = (0, pieces.len());
+        while from > after_end {
+            let Some(Some((_, n))) = pieces.get(from - 1) else {
+                break;
+            };
+            if digits + n > MAX_DIGITS {
+                break;
+            }
+            digits += n;
+            from -= 1;
+        }
+        pieces.drain(..from);
+    }
+
     /// Multisets as keys: `d:` and the digits in ascending order.
     fn named(found: HashSet<u64>) -> Vec<String> {
         let mut out: Vec<String> = found
@@ -2165,6 +2324,67 @@ mod tests {
             .map(|i| format!("{}={}, ", i % 10, i % 7 + 1))
             .collect();
         assert!(dk(&spread).len() <= 2 * 20_000 * digits::MAX_DIGITS);
+    }
+
+    /// The digits keys of rows read as one stream (`Carry`), its end included.
+    fn dk_rows(rows: &[&str]) -> Vec<String> {
+        let mut carry = Carry::default();
+        let mut keys = Vec::new();
+        for row in rows {
+            let toks: Arc<[String]> = form_tokens(&canonical(row)).into();
+            keys.extend(carry.keys(NormalForm::Digits, &toks, |_| true));
+            carry.push(toks);
+        }
+        keys.extend(carry.keys_at_end(NormalForm::Digits, |_| true));
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    /// A string written as a chain (`5=3=0`) or as its digits' counts runs through any number of
+    /// rows, split at a sign, inside a pair, with filler rows and pairs counting none between:
+    /// read as in one row. A digit of its own between the pieces ends it there as in one row.
+    #[test]
+    fn digits_chains_and_counts_run_through_any_number_of_rows() {
+        let key = "d:012359".to_string();
+        let zeros = vec!["4=0, 6=0, 7=0"; 40];
+        let mut padded = vec!["0=1", "1=1"];
+        padded.extend(zeros.iter().copied());
+        padded.extend(["plain words", "2=1,3=1", "5=1", "9=1"]);
+        // Count first, with pairs counting none that way (`0=9`: nine 0s digit first) between.
+        let mut flipped = vec!["1=0", "1=1"];
+        flipped.extend(vec!["0=7, 0=8"; 40]);
+        flipped.extend(["1=2", "1=3", "1=5", "1=9"]);
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["5=3=0", "=9=1=2"],
+            vec!["5=3", "=0=9", "=1=", "2"],
+            vec!["5 =", "3", "= 0 = 9 = 1 = 2 then more"],
+            vec!["0=1,1=1", "2=1", "3=1,5=1", "9=1"],
+            vec!["0=1,1=1,2", "=1,3=1,5=1,9=1"],
+            vec!["0=1,1=1,2 =", "1,3=1,5=1,9=1"],
+            padded,
+            flipped,
+        ];
+        for rows in &cases {
+            let keys = dk_rows(rows);
+            assert!(keys.contains(&key), "{rows:?}: {keys:?}");
+        }
+        for rows in [
+            vec!["5=3=0", "7", "=9=1=2"],
+            vec!["0=1,1=1,2=1", "7", "3=1,5=1,9=1"],
+            vec!["0=1,1=1,2=1", "=", "3=1,5=1,9=1"],
+        ] {
+            let keys = dk_rows(&rows);
+            assert!(!keys.contains(&key), "{rows:?}: {keys:?}");
+        }
+        // A scratchpad's ascending counts, spread over rows, are still read one way only.
+        let pad = dk_rows(&["0=1,", "1=2,", "5=3"]);
+        assert!(pad.contains(&"d:011555".to_string()), "{pad:?}");
+        assert!(!pad.contains(&"d:233333".to_string()), "{pad:?}");
+        // A flood of rows holding one chain: what stays open is cut, so its keys are its
+        // windows' (ten places to start, `MAX_DIGITS` lengths), however many rows it runs through.
+        let chain = vec!["=1=2=3=4=5=6=7=8=9=0"; 5_000];
+        assert!(dk_rows(&chain).len() <= 10 * digits::MAX_DIGITS);
     }
 
     /// A flood of digits gives keys linear in the row: at most `MAX_DIGITS` per token.
