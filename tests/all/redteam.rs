@@ -3903,3 +3903,82 @@ fn a_problem_split_across_two_datasets_after_a_long_row_is_refused_at_run_sft() 
         "contamination",
     );
 }
+
+/// The next try once rows were read as one stream: a sorting string written in the forms whose
+/// pieces hold `=`s themselves, so no open segment joins them — a chain of single digits
+/// (`5=3=0=9=1=2`) split at its signs row after row, and its digits' counts (`0=1 … 9=1`) one pair
+/// a row, digit first or count first, or a pair split across the seam. Registered in one dataset,
+/// each is refused; registered a piece a dataset (none holds the item alone), the `run_sft` that
+/// trains on them together is. A digit of its own between the pieces ends the chain, as it would
+/// in one row, and trains.
+#[test]
+fn a_sorting_string_as_a_chain_or_counts_across_many_rows_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-sort6");
+    let item = six_digit_sort6_item(&protected_split(&root, "sort6", "test"));
+    let d: Vec<char> = item.prompt[..6].chars().collect();
+    // A row's training text is its prompt immediately followed by its answer.
+    let row = |p: String, a: &str| (p, format!(" {a}"));
+    let forms = vec![
+        (
+            "a chain split at its signs, row after row",
+            vec![
+                row(format!("chain: {} = {}", d[0], d[1]), ""),
+                row(format!("= {} =", d[2]), &d[3].to_string()),
+                row(format!("= {} =", d[4]), &d[5].to_string()),
+            ],
+        ),
+        (
+            "its digits' counts, one pair a row, empty counts between",
+            d.iter()
+                .map(|c| row(format!("{c}=1"), "4=0 apples 7=0,"))
+                .collect(),
+        ),
+        (
+            "its digits' counts, count first, one pair a row",
+            d.iter().map(|c| row(format!("1={c}"), "")).collect(),
+        ),
+        (
+            "a pair split across the seam",
+            vec![
+                row(format!("counts: {}=1 {}=1 {}", d[0], d[1], d[2]), "="),
+                row(format!("1 {}=1 {}=1", d[3], d[4]), &format!("{}=1", d[5])),
+            ],
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "pieces", forms);
+
+    // A piece a dataset: the union a run_sft trains on is one stream.
+    let who = Caller::new("pieces-apart", Role::Worker);
+    let n = branch_as(&s, &who, "a chain in three datasets");
+    for (name, prompt, answer) in [
+        (
+            "first",
+            format!("chain: {} = {}", d[0], d[1]),
+            String::new(),
+        ),
+        ("second", format!("= {} =", d[2]), format!(" {} =", d[3])),
+        ("third", format!("{} =", d[4]), format!(" {}", d[5])),
+        ("digit", "7".to_string(), String::new()),
+    ] {
+        s.call(
+            &who,
+            "register_dataset",
+            inline(&n, name, vec![(prompt, answer)]),
+        )
+        .unwrap_or_else(|e| panic!("{name} alone holds no item: {}", e.message));
+    }
+    let sft = |datasets: &[&str]| {
+        json!({"node": n, "base": "base", "datasets": datasets, "learning_rate": 0.001,
+            "steps": 5, "batch_size": 4})
+    };
+    refused_by(
+        &s,
+        &who,
+        "run_sft",
+        sft(&["first", "second", "third"]),
+        "contamination",
+    );
+    s.call(&who, "run_sft", sft(&["first", "second", "digit", "third"]))
+        .unwrap_or_else(|e| panic!("a chain broken by a digit is no item: {}", e.message));
+}
