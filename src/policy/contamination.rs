@@ -518,7 +518,7 @@ impl<'a> Scanner<'a> {
                     found.keys.entry(k).or_insert(at);
                 }
             }
-            tail.carry.push(toks);
+            tail.carry.push(toks, &self.ix.forms);
             if tail.carry.is_full() {
                 self.read_to_end(tail, at, found);
                 tail.carry.let_go();

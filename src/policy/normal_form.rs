@@ -42,10 +42,10 @@ pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
 #[cfg(test)]
 fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String> {
     let mut carry = Carry::default();
-    carry.push(prev.to_vec().into());
+    carry.push(prev.to_vec().into(), &[form]);
     let toks: Arc<[String]> = toks.to_vec().into();
     let mut keys = carry.keys(form, &toks, |_| true);
-    carry.push(toks);
+    carry.push(toks, &[form]);
     keys.extend(carry.keys_at_end(form, |_| true));
     keys.sort();
     keys.dedup();
@@ -209,8 +209,8 @@ impl Carry {
         arithmetic::keys(&arithmetic::read(s))
     }
 
-    /// The row `toks` read: what the carry holds next.
-    pub fn push(&mut self, toks: Arc<[String]>) {
+    /// The row `toks` read: what the carry holds next, for the `forms` the scan reads.
+    pub fn push(&mut self, toks: Arc<[String]>, forms: &[NormalForm]) {
         match toks.iter().rposition(|t| t == "=") {
             Some(last) => {
                 self.open = Segment::of(toks.clone(), last + 1);
@@ -223,7 +223,9 @@ impl Carry {
             }
         }
         // Read for what it leaves open (its keys were taken by `keys`).
-        self.digits.read(&without_form_only(&toks));
+        if forms.contains(&NormalForm::Digits) {
+            self.digits.read(&without_form_only(&toks));
+        }
     }
 
     /// Whether the open segment has grown past `MAX_OPEN` tokens, to be read now
@@ -2333,7 +2335,7 @@ mod tests {
         for row in rows {
             let toks: Arc<[String]> = form_tokens(&canonical(row)).into();
             keys.extend(carry.keys(NormalForm::Digits, &toks, |_| true));
-            carry.push(toks);
+            carry.push(toks, &[NormalForm::Digits]);
         }
         keys.extend(carry.keys_at_end(NormalForm::Digits, |_| true));
         keys.sort();
