@@ -3126,6 +3126,19 @@ fn each_form_refused(
         .collect()
 }
 
+/// Registers each piece `(name, prompt, answer)` on `n` as a dataset of one row: none holds an
+/// item alone.
+fn register_pieces(s: &Study, who: &Caller, n: &str, pieces: Vec<(&str, String, String)>) {
+    for (name, prompt, answer) in pieces {
+        s.call(
+            who,
+            "register_dataset",
+            inline(n, name, vec![(prompt, answer)]),
+        )
+        .unwrap_or_else(|e| panic!("{name} alone holds no item: {}", e.message));
+    }
+}
+
 /// Honest data trains: `clean` rows no split holds, and the generator's scratchpad rows of
 /// `op` and `digits`, which skip every protected item.
 fn honest_rows_train(s: &Study, clean: Vec<(String, String)>, op: &str, digits: u32) {
@@ -3829,28 +3842,23 @@ fn a_problem_threaded_through_a_middle_dataset_is_refused_at_run_sft() {
     let s = open(&root);
     let who = Caller::new("thread", Role::Worker);
     let n = branch_as(&s, &who, "three pieces");
-    let register = |name: &str, prompt: String, answer: String| {
-        s.call(
-            &who,
-            "register_dataset",
-            inline(&n, name, vec![(prompt, answer)]),
-        )
-        .unwrap_or_else(|e| panic!("{name} alone holds no item: {}", e.message));
-    };
-    register("head", "notes:".into(), format!("{a} +"));
-    register("middle", "0 + 0".into(), " + 0 +".into());
-    register("tail", format!("{b} apples"), String::new());
-    register("closing", "1+2=".into(), "3".into());
-    register("apart", "0 + 0".into(), " + 0 7".into());
-    let sft = |datasets: &[&str]| {
-        json!({"node": n, "base": "base", "datasets": datasets, "learning_rate": 0.001,
-            "steps": 5, "batch_size": 4})
-    };
+    register_pieces(
+        &s,
+        &who,
+        &n,
+        vec![
+            ("head", "notes:".into(), format!("{a} +")),
+            ("middle", "0 + 0".into(), " + 0 +".into()),
+            ("tail", format!("{b} apples"), String::new()),
+            ("closing", "1+2=".into(), "3".into()),
+            ("apart", "0 + 0".into(), " + 0 7".into()),
+        ],
+    );
     refused_by(
         &s,
         &who,
         "run_sft",
-        sft(&["head", "middle", "tail", "closing"]),
+        sft(&n, &["head", "middle", "tail", "closing"]),
         "contamination",
     );
     // Left open at the union's end, with no closing row.
@@ -3858,11 +3866,15 @@ fn a_problem_threaded_through_a_middle_dataset_is_refused_at_run_sft() {
         &s,
         &who,
         "run_sft",
-        sft(&["head", "middle", "tail"]),
+        sft(&n, &["head", "middle", "tail"]),
         "contamination",
     );
-    s.call(&who, "run_sft", sft(&["head", "apart", "tail", "closing"]))
-        .unwrap_or_else(|e| panic!("a chain broken by a number is no item: {}", e.message));
+    s.call(
+        &who,
+        "run_sft",
+        sft(&n, &["head", "apart", "tail", "closing"]),
+    )
+    .unwrap_or_else(|e| panic!("a chain broken by a number is no item: {}", e.message));
 }
 
 /// The next try once the cut tail's artifacts were dropped, through the seam the generator does
@@ -3898,8 +3910,7 @@ fn a_problem_split_across_two_datasets_after_a_long_row_is_refused_at_run_sft() 
         &s,
         &who,
         "run_sft",
-        json!({"node": n, "base": "base", "datasets": ["first", "second"], "learning_rate": 0.001,
-            "steps": 5, "batch_size": 4}),
+        sft(&n, &["first", "second"]),
         "contamination",
     );
 }
@@ -3951,34 +3962,32 @@ fn a_sorting_string_as_a_chain_or_counts_across_many_rows_is_refused() {
     // A piece a dataset: the union a run_sft trains on is one stream.
     let who = Caller::new("pieces-apart", Role::Worker);
     let n = branch_as(&s, &who, "a chain in three datasets");
-    for (name, prompt, answer) in [
-        (
-            "first",
-            format!("chain: {} = {}", d[0], d[1]),
-            String::new(),
-        ),
-        ("second", format!("= {} =", d[2]), format!(" {} =", d[3])),
-        ("third", format!("{} =", d[4]), format!(" {}", d[5])),
-        ("digit", "7".to_string(), String::new()),
-    ] {
-        s.call(
-            &who,
-            "register_dataset",
-            inline(&n, name, vec![(prompt, answer)]),
-        )
-        .unwrap_or_else(|e| panic!("{name} alone holds no item: {}", e.message));
-    }
-    let sft = |datasets: &[&str]| {
-        json!({"node": n, "base": "base", "datasets": datasets, "learning_rate": 0.001,
-            "steps": 5, "batch_size": 4})
-    };
+    register_pieces(
+        &s,
+        &who,
+        &n,
+        vec![
+            (
+                "first",
+                format!("chain: {} = {}", d[0], d[1]),
+                String::new(),
+            ),
+            ("second", format!("= {} =", d[2]), format!(" {} =", d[3])),
+            ("third", format!("{} =", d[4]), format!(" {}", d[5])),
+            ("digit", "7".to_string(), String::new()),
+        ],
+    );
     refused_by(
         &s,
         &who,
         "run_sft",
-        sft(&["first", "second", "third"]),
+        sft(&n, &["first", "second", "third"]),
         "contamination",
     );
-    s.call(&who, "run_sft", sft(&["first", "second", "digit", "third"]))
-        .unwrap_or_else(|e| panic!("a chain broken by a digit is no item: {}", e.message));
+    s.call(
+        &who,
+        "run_sft",
+        sft(&n, &["first", "second", "digit", "third"]),
+    )
+    .unwrap_or_else(|e| panic!("a chain broken by a digit is no item: {}", e.message));
 }
