@@ -74,6 +74,9 @@ pub struct Carry {
     eq_row: Arc<[String]>,
     /// The digits form's chains and counts left open at the stream's end.
     digits: digits::Stream,
+    /// The digits stream after the row `keys` read last, for `push` to take when that row is
+    /// pushed next (a scan reads a row's keys, then pushes it), so the row is read once.
+    digits_after: std::cell::RefCell<Option<(Arc<[String]>, digits::Stream)>>,
 }
 
 /// A persistent list of row pieces (each row's tokens from an offset), so that a `Carry` clones
@@ -151,9 +154,10 @@ impl Carry {
     pub fn keys(
         &self,
         form: NormalForm,
-        toks: &[String],
+        row: &Arc<[String]>,
         wanted: impl Fn(&str) -> bool,
     ) -> Vec<String> {
+        let toks: &[String] = row;
         let closes = toks.iter().any(|t| t == "=");
         let mut keys = match form {
             NormalForm::Arithmetic => {
@@ -168,7 +172,9 @@ impl Carry {
                 let mut keys = digits::keys(&toks);
                 // Chains (`5=3=0`) and counts (`0=1,1=1`) split across any number of rows: the
                 // stream's open chain and run of pairs continue into this row.
-                keys.extend(self.digits.clone().read(&toks));
+                let mut after = self.digits.clone();
+                keys.extend(after.read(&toks));
+                *self.digits_after.borrow_mut() = Some((row.clone(), after));
                 // A string of digits split across rows: the digits after the stream's last `=`
                 // continue into the row that ends them.
                 if closes && self.open.len > 0 {
@@ -222,9 +228,16 @@ impl Carry {
                 self.open_rows += 1;
             }
         }
-        // Read for what it leaves open (its keys were taken by `keys`).
+        // Read for what it leaves open (its keys were taken by `keys`, which read it already
+        // where it was this row).
+        let after = self.digits_after.get_mut().take();
         if forms.contains(&NormalForm::Digits) {
-            self.digits.read(&without_form_only(&toks));
+            match after {
+                Some((row, after)) if Arc::ptr_eq(&row, &toks) => self.digits = after,
+                _ => {
+                    self.digits.read(&without_form_only(&toks));
+                }
+            }
         }
     }
 
@@ -1548,7 +1561,8 @@ mod digits {
         chain: Vec<u64>,
         chain_len: usize,
         after_sign: bool,
-        /// Tokens no pair has taken yet (at most two): the next tokens may make a pair of them.
+        /// The stream's last tokens no pair has taken yet (at most two): the next row's first
+        /// may make a pair of them.
         pending: Vec<String>,
         /// The open run of pairs, read digit first and count first (`counted`'s pieces), whether
         /// its digits ascend, and its last digit.
@@ -1580,11 +1594,15 @@ mod digits {
             let mut found = HashSet::new();
             for t in toks {
                 self.chain_token(t, &mut found);
-                self.pending.push(t.clone());
-                if self.pending.len() == 3 {
-                    self.pair_step(&mut found);
-                }
             }
+            // Pairs, read on from the tokens the stream left pending.
+            let pending = std::mem::take(&mut self.pending);
+            let all: Vec<&str> = pending.iter().chain(toks).map(String::as_str).collect();
+            let mut i = 0;
+            while i + 2 < all.len() {
+                i += self.pair_step(&all[i..i + 3], &mut found);
+            }
+            self.pending = all[i..].iter().map(|t| t.to_string()).collect();
             // What stays open is read as it stands, then cut to what a key can still reach.
             self.end_chain(&mut found, false);
             self.end_run(&mut found, false);
@@ -1627,10 +1645,10 @@ mod digits {
             }
         }
 
-        /// `pair_runs`, one step: a pair at the three pending tokens, or the first of them read
-        /// alone (a digit or an `=` ends the run; filler does not).
-        fn pair_step(&mut self, found: &mut HashSet<u64>) {
-            if let [a, eq, b] = &self.pending[..]
+        /// `pair_runs`, one step at `at` (the next three tokens): a pair, or the first token read
+        /// alone (a digit or an `=` ends the run; filler does not). How many tokens it took.
+        fn pair_step(&mut self, at: &[&str], found: &mut HashSet<u64>) -> usize {
+            if let [a, eq, b] = at
                 && breaks(eq)
                 && let (Some(x), Some(y)) = (small(a), small(b))
             {
@@ -1638,13 +1656,12 @@ mod digits {
                 self.flip.extend(counted(&[(x, y)], true));
                 self.ascending &= self.last.is_none_or(|l| l < x);
                 self.last = Some(x);
-                self.pending.clear();
-                return;
+                return 3;
             }
-            let t = self.pending.remove(0);
-            if (breaks(&t) || digits_of(&t).is_some()) && self.last.is_some() {
+            if (breaks(at[0]) || digits_of(at[0]).is_some()) && self.last.is_some() {
                 self.end_run(found, true);
             }
+            1
         }
 
         /// Reads the open run of pairs (count first too, unless its digits ascend) and either
