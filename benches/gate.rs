@@ -5,7 +5,8 @@
 //! protecting dev evidence adds),
 //! the scan alone (`Study::scan_for_contamination`: canonical text, every pass, pairs of rows),
 //! a whole `register_dataset` of inline rows (JSON Schema, scan, store, commit), and the
-//! generator (every draw checked against the protected items), per row; and the scan of long
+//! generator (every draw checked against the protected items), per row, there and on tiny-sort6
+//! (the digits form's scratchpad); and the scan of long
 //! rows (code-like, ~1 kB) per row and per kB. `RSIM_GATE_ROWS` sets the rows (default 100000).
 
 use std::time::Instant;
@@ -200,6 +201,27 @@ fn main() {
         )
     });
 
+    // The digits form (tiny-sort6: strings of six digits to sort), where every draw is read as
+    // one stream with the rows kept so far: chains and `digit=count` runs carried row to row
+    // (`normal_form::Carry`, `digits::Stream`).
+    let sort_root = d.join("sort6");
+    rsi_master::faces::init::init(&sort_root, Some("tiny-sort6")).expect("init sort6");
+    let sort = rsi_master::Study::open(&sort_root).expect("open sort6");
+    let sort_node = sort
+        .call(&who, "branch", json!({"parents": ["n0"], "title": "gate"}))
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let t = Instant::now();
+    sort.call(
+        &who,
+        "register_dataset",
+        json!({"node": sort_node, "name": "gen", "source": {"kind": "arith", "op": "sort", "digits": 6, "format": "scratchpad", "n": n, "seed": 1}}),
+    )
+    .expect("generate sort6");
+    let sort_generate_us = per_row(t, n);
+
     println!(
         "{}",
         serde_json::to_string_pretty(&json!({
@@ -212,6 +234,7 @@ fn main() {
             "dev_protection_added_us_per_row": ((with_dev - without_dev) * 100.0).round() / 100.0,
             "register_dataset_us_per_row (inline, whole action)": (register_us * 100.0).round() / 100.0,
             "generator_us_per_row (3-digit, every draw checked)": (generate_us * 100.0).round() / 100.0,
+            "generator_us_per_row (tiny-sort6 scratchpad, digits form)": (sort_generate_us * 100.0).round() / 100.0,
             "scan_us_per_long_row (~1 kB code-like)": (long_us * 100.0).round() / 100.0,
             "baseline_scan_us_per_long_row": (baseline_long_us * 100.0).round() / 100.0,
             "scan_us_per_kb": (kb_us * 100.0).round() / 100.0,
