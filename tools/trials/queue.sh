@@ -6,10 +6,13 @@
 #       tools/paired.sh with the binary SCRATCH_DIR/bin/rsim-TAG; appends
 #       `TAG FAMILY SEED TEST WALL_SECONDS` to RESULTS_DIR/TAG.tsv (TEST is FAILED where the
 #       campaign failed; its log is kept beside its study).
-#   table TAG FAMILY EXPERIMENTS STEPS SEEDS
+#   table TAG FAMILY EXPERIMENTS STEPS SEEDS [STRATEGY [DATA_FROM]]
 #       `rsim bench-strategies --oracle --json` with that binary; writes
 #       RESULTS_DIR/TAG-FAMILY-EXPERIMENTS-STEPS.json and appends
 #       `TAG table FAMILY EXPERIMENTS STEPS SEEDS WALL_SECONDS` (or `... FAILED`) to TAG.tsv.
+#       With STRATEGY, that strategy alone (`--strategy`, no oracle); with DATA_FROM (a table's
+#       directory under SCRATCH_DIR/studies), its per-seed generator secrets are copied first, so
+#       the campaigns train and are scored on that table's data, seed for seed.
 #   wait FILE COUNT
 #       waits until RESULTS_DIR/FILE holds COUNT lines (another queue's work comes first).
 # An item is done when its line is in its results file; a line is appended only once the item
@@ -49,7 +52,7 @@ done
 # that queue died).
 pass() {
 n=0
-while read -r kind a b c d e <&3; do
+while read -r kind a b c d e f g <&3; do
   n=$((n + 1))
   case $kind in
     '' | '#'*) continue ;;
@@ -77,9 +80,15 @@ while read -r kind a b c d e <&3; do
       has "$tag.tsv" "$key" && { unlock; continue; }
       dir=$scratch/studies/$tag-table-$family-$experiments-$steps
       out=$results/$tag-$family-$experiments-$steps.json
+      which=(--oracle)
+      [ -n "$f" ] && which=(--strategy "$f")
+      if [ -n "$g" ] && ! compgen -G "$dir/secret-*" >/dev/null; then
+        mkdir -p "$dir"
+        cp "$scratch/studies/$g"/secret-* "$dir/"
+      fi
       start=$(date +%s)
       if "$scratch/bin/rsim-$tag" --json bench-strategies --example "$family" --seeds "$seeds" \
-        --experiments "$experiments" --steps "$steps" --oracle --dir "$dir" \
+        --experiments "$experiments" --steps "$steps" "${which[@]}" --dir "$dir" \
         >"$out.part" 2>>"$dir.log" </dev/null; then
         mv "$out.part" "$out"
         echo "$key $(($(date +%s) - start))" >>"$results/$tag.tsv"
