@@ -386,7 +386,8 @@ impl ReviewerAgent for BuiltinReviewer {
         }
         // And the other nodes of each target's rung: promotion to the next rung is among them.
         let rung_of = |n: &NodeState| n.recipe.as_ref().map_or(0, |r| r.rung);
-        // With the line each came from: whether a line's dev gain grew since its previous rung.
+        // With the line each came from: whether a line's dev gain grew since its previous rung,
+        // and the line's first run: a line on the floor is judged on its loss since then.
         for id in &t.targets {
             if let Some(n) = st.nodes.get(id)
                 && rung_of(n) > 0
@@ -394,7 +395,11 @@ impl ReviewerAgent for BuiltinReviewer {
                 for p in st.campaign_nodes().filter(|p| rung_of(p) == rung_of(n)) {
                     related.insert(p.id.clone());
                     related.extend(p.parents.first().cloned());
+                    related.extend(line_first_run(&st, p).map(|f| f.id.clone()));
                 }
+            }
+            if let Some(f) = st.nodes.get(id).and_then(|n| line_first_run(&st, n)) {
+                related.insert(f.id.clone());
             }
         }
         let compared: Vec<String> = related.into_iter().take(64).collect();
@@ -448,6 +453,15 @@ impl ReviewerAgent for BuiltinReviewer {
             RungBefore {
                 gain: tr.gain_per_1k.map(|g| g.mean),
                 loss_end: Some(tr.loss_end.mean).filter(|l| l.is_finite() && *l > 0.0),
+                first_run: line_first_run(&st, n)
+                    .and_then(|f| trend_of(&f.id))
+                    .and_then(|f| {
+                        Some(FirstRun {
+                            loss_end: Some(f.loss_end.mean)
+                                .filter(|l| l.is_finite() && *l > 0.0)?,
+                            trained_steps: f.trained_steps,
+                        })
+                    }),
             }
         };
 
@@ -956,6 +970,34 @@ struct Judged {
 struct RungBefore {
     gain: Option<f64>,
     loss_end: Option<f64>,
+    /// Where the line's first run (the node of the line trained from the base model) ended.
+    first_run: Option<FirstRun>,
+}
+
+/// The training loss a line's first run ended at, and the steps behind its checkpoint.
+#[derive(Debug, Clone, Copy)]
+struct FirstRun {
+    loss_end: f64,
+    trained_steps: u64,
+}
+
+/// The first run of the line a continued node is on: back along the checkpoints each continued
+/// run started from, the node trained from the base model. None for a node trained from the
+/// base model itself, and where the record's line breaks off or loops.
+fn line_first_run<'a>(st: &'a CampaignState, n: &NodeState) -> Option<&'a NodeState> {
+    let continued = |x: &NodeState| x.recipe.as_ref().is_some_and(|r| r.init == Init::Parent);
+    if !continued(n) {
+        return None;
+    }
+    let mut seen = BTreeSet::from([n.id.as_str()]);
+    let mut at = st.nodes.get(n.parents.first()?)?;
+    while continued(at) {
+        if !seen.insert(at.id.as_str()) {
+            return None;
+        }
+        at = st.nodes.get(at.parents.first()?)?;
+    }
+    Some(at)
 }
 
 /// Dev score after `steps` more steps at `gain` per 1,000, extrapolated linearly. It ranks who
@@ -1007,6 +1049,15 @@ fn judge(
         (tr.loss_end.mean.is_finite() && steps > 0)
             .then(|| (tr.loss_end.mean - before) / before * 1000.0 / steps as f64)
     });
+    // On the floor, a continued line is judged on its loss since its first run: a scratchpad line
+    // may sit on a plateau for a rung or two (a few % per 1,000 steps since the rung before) and
+    // still have fallen 10-37% per 1,000 steps since it started.
+    let since_first = trend.filter(|_| m < DEV_FLOOR).and_then(|tr| {
+        let first = before.first_run?;
+        let steps = tr.trained_steps.checked_sub(first.trained_steps)?;
+        (tr.loss_end.mean.is_finite() && steps > 0)
+            .then(|| (tr.loss_end.mean - first.loss_end) / first.loss_end * 1000.0 / steps as f64)
+    });
     let mut loss_slope = trend.map_or(0.0, |t| t.loss_slope_per_1k.mean);
     let learning = match trend {
         Some(tr) => {
@@ -1017,7 +1068,7 @@ fn judge(
                 tr.loss_slope_per_1k.mean,
                 ci_text(tr.loss_slope_per_1k.ci95, 2)
             ));
-            let falling = match across {
+            let mut falling = match across {
                 Some(a) => {
                     evidence.push_str(&format!(
                         " within the run, {a:+.2} per 1k steps since the rung before"
@@ -1027,6 +1078,13 @@ fn judge(
                 }
                 None => tr.still_learning,
             };
+            if let Some(f) = since_first {
+                evidence.push_str(&format!(
+                    ", {f:+.2} per 1k steps since the line's first run"
+                ));
+                loss_slope = f;
+                falling = f < crate::os::trend::STILL_LEARNING_SLOPE;
+            }
             if let Some(g) = tr.gain_per_1k {
                 evidence.push_str(&format!(
                     ", dev {:+.3}{} per 1k steps",
@@ -1605,6 +1663,7 @@ mod tests {
             RungBefore {
                 gain: Some(0.03),
                 loss_end: None,
+                first_run: None,
             },
             0.4,
             300,
@@ -1631,6 +1690,7 @@ mod tests {
             RungBefore {
                 gain: Some(1.2),
                 loss_end: None,
+                first_run: None,
             },
             0.4,
             300,
@@ -1665,6 +1725,7 @@ mod tests {
                 RungBefore {
                     gain: Some(0.0),
                     loss_end: Some(before),
+                    first_run: None,
                 },
                 0.4,
                 600,
@@ -1719,6 +1780,114 @@ mod tests {
             "{}",
             j.reason
         );
+    }
+
+    #[test]
+    fn a_continued_line_on_the_floor_is_judged_on_its_loss_since_its_first_run() {
+        let n = node(2);
+        let ended = |loss_end: f64, trained_steps: u64| Trend {
+            loss_end: Estimate {
+                mean: loss_end,
+                ci95: None,
+            },
+            trained_steps,
+            ..trend(-0.3, Some(0.0), true)
+        };
+        let before = |loss_end: f64, first: f64| RungBefore {
+            gain: Some(0.0),
+            loss_end: Some(loss_end),
+            first_run: Some(FirstRun {
+                loss_end: first,
+                trained_steps: 600,
+            }),
+        };
+        // A scratchpad line on a plateau since the rung before (0.262 to 0.255 in 600 steps,
+        // -4%) whose loss fell from 0.335 at its first run's end (-12% per 1,000 steps over the
+        // 1,800 steps since): still learning on the floor.
+        let j = judge(
+            &n,
+            Some((0.004, 1, None)),
+            Some(ended(0.255, 2400)),
+            before(0.262, 0.335),
+            0.4,
+            600,
+            MIN_TOP_RUNG,
+        );
+        assert!(j.continue_it, "{}", j.reason);
+        assert!(
+            j.reason
+                .contains("-0.13 per 1k steps since the line's first run"),
+            "{}",
+            j.reason
+        );
+        assert!((j.loss_slope + 0.1327).abs() < 1e-3, "{}", j.loss_slope);
+        // A line that has barely moved since it started stops, however it ended the rung.
+        let j = judge(
+            &n,
+            Some((0.004, 1, None)),
+            Some(ended(0.320, 2400)),
+            before(0.400, 0.335),
+            0.4,
+            600,
+            MIN_TOP_RUNG,
+        );
+        assert!(!j.continue_it, "{}", j.reason);
+        // Off the floor the rung before still decides, and the first run is not cited.
+        let j = judge(
+            &n,
+            Some((0.2, 1, None)),
+            Some(ended(0.255, 2400)),
+            before(0.262, 0.335),
+            0.4,
+            600,
+            MIN_TOP_RUNG,
+        );
+        assert!(!j.reason.contains("first run"), "{}", j.reason);
+    }
+
+    #[test]
+    fn a_lines_first_run_is_found_at_any_rung_and_a_looping_record_has_none() {
+        let mut st = CampaignState {
+            root: "root".into(),
+            nodes: std::collections::BTreeMap::new(),
+            reviews: Vec::new(),
+            test_evals: Vec::new(),
+            experiments_used: 0,
+            family: None,
+        };
+        // A line n0 (from the base model) -> n1 -> ... -> n5, each continued from the one before.
+        for rung in 0..6u32 {
+            let id = format!("n{rung}");
+            let parent = if rung == 0 {
+                "root".to_string()
+            } else {
+                format!("n{}", rung - 1)
+            };
+            st.nodes.insert(
+                id.clone(),
+                NodeState {
+                    id,
+                    parents: vec![parent],
+                    ..node(rung)
+                },
+            );
+        }
+        assert!(line_first_run(&st, &st.nodes["n0"]).is_none());
+        for rung in 1..6 {
+            let f = line_first_run(&st, &st.nodes[&format!("n{rung}")]);
+            assert_eq!(f.map(|f| f.id.as_str()), Some("n0"), "rung {rung}");
+        }
+        // A crafted record whose line loops (n2 continued from n4) has no first run, and the
+        // search ends.
+        if let Some(n) = st.nodes.get_mut("n2") {
+            n.parents = vec!["n4".into()];
+        }
+        assert!(line_first_run(&st, &st.nodes["n4"]).is_none());
+        // A line whose parent is missing from the record has none either.
+        if let Some(n) = st.nodes.get_mut("n2") {
+            n.parents = vec!["gone".into()];
+        }
+        assert!(line_first_run(&st, &st.nodes["n3"]).is_none());
     }
 
     #[test]
