@@ -5,8 +5,8 @@
         --families tiny-add4,tiny-sub4,... --above tiny-sub4,tiny-sum3 [--tolerance 0.02]
 
 Both files hold lines `FAMILY SEED TEST [WALL]` as tools/paired.sh prints them (a leading tag such
-as `J ` is skipped; `#` lines are comments). The rule, as TRIAL-*.md writes it: on the main job the
-trial reaches >= 0.85 on at least as many seeds as the reference and its mean is no more than the
+as `J ` is skipped; `#` lines and tables' lines, `TAG table …`, are skipped). The rule, as
+TRIAL-*.md writes it: on the main job the trial reaches >= 0.85 on at least as many seeds as the reference and its mean is no more than the
 tolerance below the reference's; on each family likewise for the mean; and on at least one of the
 --above families its mean is above the reference's. A family's seeds are compared only where both
 ran. Prints, per family, each side's mean with its 95% interval (Student t), seeds at >= 0.85, and
@@ -30,6 +30,8 @@ def read(path):
                 continue
             if not parts[0].startswith("tiny-") and len(parts) > 1:
                 parts = parts[1:]
+            if parts[0] == "table":
+                continue  # a table's line (queue.sh): its figures are in its JSON
             if len(parts) < 3:
                 sys.exit(f"{path}:{n}: expected FAMILY SEED TEST, got {line.strip()!r}")
             family, seed, test = parts[:3]

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Read a reviewer trial's orchestration-only table against the reference table it was paired with.
 
-    tools/trial-table.py REFERENCE.json TRIAL.json [--tolerance 0.02]
+    tools/trial-table.py REFERENCE.json TRIAL.json [--baseline TABLE.json] [--tolerance 0.02]
 
 Both are `rsim bench-strategies --json` outputs of one family at one budget, the trial's run with
 `--strategy orchestra` on the reference's data (its per-seed generator secrets, `queue.sh`'s
 DATA_FROM), so seed N of each trained and was scored on the same rows. Prints the trial's and the
 reference's orchestration per seed, their means with 95% intervals (Student t), the paired
-difference trial - reference, and each one's paired difference to the reference table's greedy
-(the same greedy campaigns: the baseline did not change); then whether the trial's mean is no more
+difference trial - reference, and each one's paired difference to greedy — the reference table's,
+or --baseline's where the reference too ran orchestration alone on that table's data (the same
+greedy campaigns: the baseline did not change); then whether the trial's mean is no more
 than the tolerance below the reference's (`ok` or `FAILS`), and whether its difference to greedy
 is larger (`larger` or `not larger`).
 """
@@ -45,13 +46,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("reference")
     ap.add_argument("trial")
+    ap.add_argument("--baseline", help="the table whose greedy to use (default: the reference)")
     ap.add_argument("--tolerance", type=float, default=0.02)
     a = ap.parse_args()
     fam, ref = per_seed(a.reference, "orchestra")
     fam_t, trial = per_seed(a.trial, "orchestra")
-    _, greedy = per_seed(a.reference, "greedy")
-    if fam != fam_t:
-        sys.exit(f"the tables are of different families: {fam} and {fam_t}")
+    fam_b, greedy = per_seed(a.baseline or a.reference, "greedy")
+    if len({fam, fam_t, fam_b}) > 1:
+        sys.exit(f"the tables are of different families: {fam}, {fam_t} and {fam_b}")
     seeds = sorted(set(ref) & set(trial) & set(greedy))
     if not seeds:
         sys.exit("no seed ran in both tables")
