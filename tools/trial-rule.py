@@ -6,12 +6,13 @@
 
 Both files hold lines `FAMILY SEED TEST [WALL]` as tools/paired.sh prints them (a leading tag such
 as `J ` is skipped; `#` lines and tables' lines, `TAG table …`, are skipped). The rule, as
-TRIAL-*.md writes it: on the main job the trial reaches >= 0.85 on at least as many seeds as the reference and its mean is no more than the
-tolerance below the reference's; on each family likewise for the mean; and on at least one of the
---above families its mean is above the reference's. A family's seeds are compared only where both
-ran. Prints, per family, each side's mean with its 95% interval (Student t), seeds at >= 0.85, and
-the paired difference with its interval and how many seeds came out ahead or behind; then the
-verdict: adopted, not adopted (the first failing stage named), or incomplete (seeds missing).
+TRIAL-*.md writes it: on the main job the trial reaches >= 0.85 on at least as many seeds as the
+reference and its mean is no more than the tolerance below the reference's; on each family likewise
+for the mean; and on at least one of the --above families its mean is above the reference's. A
+family's seeds are compared only where both ran. Prints, per family, each side's mean with its 95%
+interval (Student t), seeds at >= 0.85, and the paired difference with its interval and how many
+seeds came out ahead or behind; then the verdict: adopted, not adopted (the first failing stage
+named), or incomplete (seeds missing).
 """
 import argparse
 import statistics
