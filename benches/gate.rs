@@ -24,15 +24,8 @@ fn main() {
         .unwrap_or(100_000);
     let d = std::env::temp_dir().join(format!("rsim-gate-{}", std::process::id()));
     let root = d.join("study");
-    rsi_master::faces::init::init(&root, Some("tiny-arith")).expect("init");
-    let s = rsi_master::Study::open(&root).expect("open");
     let who = Caller::new("bench", Role::Worker);
-    let node = s
-        .call(&who, "branch", json!({"parents": ["n0"], "title": "gate"}))
-        .expect("branch")["node"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let (s, node) = study_with_node(&root, "tiny-arith", &who);
     // Four-digit problems (both operands ≥ 1000): clean against three-digit test items.
     let mut x = 7u64;
     let mut next = || {
@@ -204,15 +197,7 @@ fn main() {
     // The digits form (tiny-sort6: strings of six digits to sort), where every draw is read as
     // one stream with the rows kept so far: chains and `digit=count` runs carried row to row
     // (`normal_form::Carry`, `digits::Stream`).
-    let sort_root = d.join("sort6");
-    rsi_master::faces::init::init(&sort_root, Some("tiny-sort6")).expect("init sort6");
-    let sort = rsi_master::Study::open(&sort_root).expect("open sort6");
-    let sort_node = sort
-        .call(&who, "branch", json!({"parents": ["n0"], "title": "gate"}))
-        .expect("branch")["node"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let (sort, sort_node) = study_with_node(&d.join("sort6"), "tiny-sort6", &who);
     let t = Instant::now();
     sort.call(
         &who,
@@ -246,6 +231,23 @@ fn main() {
         .expect("json")
     );
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A study of `example` at `root` and a node branched from its root to register datasets on.
+fn study_with_node(
+    root: &std::path::Path,
+    example: &str,
+    who: &Caller,
+) -> (rsi_master::Study, String) {
+    rsi_master::faces::init::init(root, Some(example)).expect("init");
+    let s = rsi_master::Study::open(root).expect("open");
+    let node = s
+        .call(who, "branch", json!({"parents": ["n0"], "title": "gate"}))
+        .expect("branch")["node"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    (s, node)
 }
 
 /// The scan as it was before issue 13 (prompt and answer joined by a space, lowercase tokens,
