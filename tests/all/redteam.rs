@@ -3991,3 +3991,58 @@ fn a_sorting_string_as_a_chain_or_counts_across_many_rows_is_refused() {
     )
     .unwrap_or_else(|e| panic!("a chain broken by a digit is no item: {}", e.message));
 }
+
+/// The next try at the digits stream: padding between the pieces that no reading keys — rows of
+/// filler words only, and rows of pairs that count nothing either way (`0=0`) — so a reader that
+/// kept a fixed number of rows or tokens would lose the first pieces. The stream keeps what stays
+/// open however much padding follows, so each is refused; padding with a digit of its own in it
+/// ends the chain and trains (as `0=0` ends a chain: single digits side by side).
+#[test]
+fn a_sorting_string_padded_between_its_pieces_by_rows_that_key_nothing_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-sort6");
+    let item = six_digit_sort6_item(&protected_split(&root, "sort6", "test"));
+    let d: Vec<char> = item.prompt[..6].chars().collect();
+    let filler = || {
+        (
+            "just some words here".to_string(),
+            " and more words".to_string(),
+        )
+    };
+    let empty_pairs = || ("0=0, 0=0,".to_string(), " 0=0".to_string());
+    let padded = |pieces: Vec<(String, String)>, pad: &dyn Fn() -> (String, String)| {
+        let mut rows = Vec::new();
+        for p in pieces {
+            rows.push(p);
+            rows.extend((0..300).map(|_| pad()));
+        }
+        rows
+    };
+    let chain = vec![
+        (format!("chain: {} = {}", d[0], d[1]), String::new()),
+        (format!("= {} =", d[2]), format!(" {}", d[3])),
+        (format!("= {} =", d[4]), format!(" {}", d[5])),
+    ];
+    let counts: Vec<(String, String)> = d
+        .iter()
+        .map(|c| (format!("{c}=1"), String::new()))
+        .collect();
+    let forms = vec![
+        (
+            "a chain padded by filler rows",
+            padded(chain.clone(), &filler),
+        ),
+        (
+            "counts padded by filler rows",
+            padded(counts.clone(), &filler),
+        ),
+        ("counts padded by empty pairs", padded(counts, &empty_pairs)),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "padded", forms);
+    // A digit of its own in the padding ends the chain, as in one row.
+    let who = Caller::new("padded-broken", Role::Worker);
+    let n = branch_as(&s, &who, "broken");
+    let broken = padded(chain, &|| ("words 7 words".to_string(), String::new()));
+    s.call(&who, "register_dataset", inline(&n, "broken", broken))
+        .unwrap_or_else(|e| panic!("a chain broken by a digit is no item: {}", e.message));
+}
