@@ -49,7 +49,7 @@ pub fn form_tokens(canonical_text: &str) -> Vec<String> {
 
 /// Whether a form token is one only the normal forms read (see `form_tokens`).
 pub fn is_form_only(t: &str) -> bool {
-    matches!(t, "(" | ")" | "^" | ".")
+    matches!(t, "(" | ")" | "^" | "." | ":")
 }
 
 fn tokens_with(canonical_text: &str, form: bool) -> Vec<String> {
@@ -67,7 +67,7 @@ fn tokens_with(canonical_text: &str, form: bool) -> Vec<String> {
                 out.push(std::mem::take(&mut cur));
             }
             if matches!(c, '+' | '-' | '*' | '/' | '=' | '<' | '>' | '%')
-                || (form && (matches!(c, '(' | ')' | '^') || point))
+                || (form && (matches!(c, '(' | ')' | '^' | ':') || point))
             {
                 out.push(c.to_string());
             }
@@ -159,6 +159,8 @@ fn look_alike(c: char) -> char {
         | '\u{00B7}' | '\u{2219}' | '\u{2062}' => '*',
         // division
         '\u{00F7}' | '\u{2215}' | '\u{2044}' | '\u{2797}' | '\u{29F8}' => '/',
+        // colon (ratio, modifier letter and triangular colons, Armenian full stop)
+        '\u{2236}' | '\u{A789}' | '\u{02D0}' | '\u{0589}' | '\u{05C3}' => ':',
         // equals
         '\u{2550}' | '\u{A78A}' | '\u{2261}' | '\u{2263}' | '\u{2248}' | '\u{30A0}' => '=',
         // Cyrillic look-alikes of Latin letters

@@ -14,17 +14,22 @@ use crate::config::NormalForm;
 /// The keys of a canonical token stream (`canon::form_tokens` of a `canon::canonical` text).
 pub fn keys(form: NormalForm, toks: &[String]) -> Vec<String> {
     match form {
-        NormalForm::Arithmetic => arithmetic::keys(&arithmetic::symbols(toks)),
-        NormalForm::Digits => digits::keys(&without_form_only(toks)),
+        NormalForm::Arithmetic => arithmetic::keys(&arithmetic::symbols(&read_by(form, toks))),
+        NormalForm::Digits => digits::keys(&read_by(form, toks)),
     }
 }
 
-/// Form tokens without the marks only some forms read (`canon::is_form_only`), for a form that
-/// does not read them (`0=(1)` is `0=1`).
-fn without_form_only(toks: &[String]) -> std::borrow::Cow<'_, [String]> {
+/// Form tokens as `form` reads them (`canon::is_form_only` are the marks only some forms read):
+/// the digits form reads no brackets, `^` or decimal point (`0=(1)` is `0=1`) and reads `:` (a
+/// digit's count, `0:1`); arithmetic reads those marks and no `:`, which is punctuation to it.
+fn read_by(form: NormalForm, toks: &[String]) -> std::borrow::Cow<'_, [String]> {
     use crate::policy::canon::is_form_only;
-    if toks.iter().any(|t| is_form_only(t)) {
-        toks.iter().filter(|t| !is_form_only(t)).cloned().collect()
+    let unread = |t: &str| match form {
+        NormalForm::Arithmetic => t == ":",
+        NormalForm::Digits => is_form_only(t) && t != ":",
+    };
+    if toks.iter().any(|t| unread(t)) {
+        toks.iter().filter(|t| !unread(t)).cloned().collect()
     } else {
         std::borrow::Cow::Borrowed(toks)
     }
@@ -168,7 +173,7 @@ impl Carry {
                 keys
             }
             NormalForm::Digits => {
-                let toks = without_form_only(toks);
+                let toks = read_by(NormalForm::Digits, toks);
                 let mut keys = digits::keys(&toks);
                 // Chains (`5=3=0`) and counts (`0=1,1=1`) split across any number of rows: the
                 // stream's open chain and run of pairs continue into this row.
@@ -178,7 +183,7 @@ impl Carry {
                 // A string of digits split across rows: the digits after the stream's last `=`
                 // continue into the row that ends them.
                 if closes && self.open.len > 0 {
-                    let mut joined = without_form_only(&self.open.tokens()).into_owned();
+                    let mut joined = read_by(NormalForm::Digits, &self.open.tokens()).into_owned();
                     joined.extend_from_slice(&toks);
                     keys.extend(digits::keys_of(&joined, &[]));
                 }
@@ -198,9 +203,11 @@ impl Carry {
     /// segment (the rest is the row's own, read alone); nothing when the segment is empty and no
     /// name is bound: the row alone says it all.
     fn arithmetic(&self, toks: &[String]) -> Vec<String> {
-        let seg = self.open.tokens();
+        const FORM: NormalForm = NormalForm::Arithmetic;
+        let seg = read_by(FORM, &self.open.tokens()).into_owned();
+        let toks = &*read_by(FORM, toks);
         let (mut names, mut unread) = (arithmetic::Names::new(), Default::default());
-        arithmetic::bind(&self.eq_row, &mut names, &mut unread);
+        arithmetic::bind(&read_by(FORM, &self.eq_row), &mut names, &mut unread);
         arithmetic::bind(&seg, &mut names, &mut unread);
         arithmetic::bind(toks, &mut names, &mut unread);
         if seg.is_empty() && names.is_empty() {
@@ -235,7 +242,7 @@ impl Carry {
             match after {
                 Some((row, after)) if Arc::ptr_eq(&row, &toks) => self.digits = after,
                 _ => {
-                    self.digits.read(&without_form_only(&toks));
+                    self.digits.read(&read_by(NormalForm::Digits, &toks));
                 }
             }
         }
@@ -255,7 +262,9 @@ impl Carry {
         }
         let mut keys = match form {
             NormalForm::Arithmetic => self.arithmetic(&[]),
-            NormalForm::Digits => digits::keys_of(&without_form_only(&self.open.tokens()), &[]),
+            NormalForm::Digits => {
+                digits::keys_of(&read_by(NormalForm::Digits, &self.open.tokens()), &[])
+            }
         };
         keys.retain(|k| wanted(k));
         keys
@@ -1444,43 +1453,63 @@ mod digits {
 
     /// A string written as its digits' counts, the sorting scratchpad's form without the string:
     /// `digit = count` pairs (`0=1,1=1,2=1,3=1,5=1,9=1` is `012359`, in any order, `5=2` is
-    /// `55`), with filler between them, are the multiset they count, keyed like a string's digits
-    /// (`runs`): every run of consecutive pairs of 2 to `MAX_DIGITS` digits in all. A pair counting
-    /// none (`4=0`) adds nothing and does not end a run; anything else that is not filler (a digit,
-    /// `=`, a count above `MAX_DIGITS`) does. A run is also read count first (`1=0,1=1,1=2,…`),
+    /// `55`; any sign a count is written with, `0:1`, `0*1`, `0->1` (`Signs`), or an `x` glued
+    /// between, `0x1`), with filler between them, are the multiset they count, keyed like a
+    /// string's digits (`runs`): every run of consecutive pairs of 2 to `MAX_DIGITS` digits in
+    /// all. A pair counting none (`4=0`) adds nothing and does not end a run; anything else that
+    /// is not filler (a digit, `=`, a count above `MAX_DIGITS`) does; other signs alone are
+    /// filler. A run is also read count first (`1=0,1=1,1=2,…`),
     /// unless its digits ascend as a scratchpad's do: an honest scratchpad is never read backwards,
     /// so its other reading cannot refuse it.
     fn counts(toks: &[String], found: &mut HashSet<u64>) {
-        for run in pair_runs(toks) {
-            runs(&counted(&run, false), found);
-            if !run.windows(2).all(|w| w[0].0 < w[1].0) {
-                runs(&counted(&run, true), found);
+        let mut stream = Stream::default();
+        for t in toks {
+            stream.pair_token(t, found);
+        }
+        stream.pair_left_alone(found);
+        stream.end_run(found, true);
+    }
+
+    /// Whether a token may stand between a digit and its count (`Signs`).
+    fn count_sign(t: &str) -> bool {
+        matches!(t, "=" | ":" | "*" | "x" | "-" | ">")
+    }
+
+    /// The signs read so far between a small number and the next (`count_sign`), and whether
+    /// they make a count of it: `=`, the scratchpad's own sign, or one a count is written with,
+    /// `:` (`0:1`, and `0:=1`), `*` (`0*1`, `0×1`), `x` apart (`0 x 1`), or an arrow (`0->1`,
+    /// `0=>1`). A dash or `>` alone does not: `5-3-0` and `9>5>3` are strings.
+    #[derive(Clone, Copy, Default)]
+    struct Signs {
+        pairs: bool,
+        dash: bool,
+    }
+
+    impl Signs {
+        fn then(self, t: &str) -> Signs {
+            Signs {
+                pairs: self.pairs || matches!(t, "=" | ":" | "*" | "x") || (self.dash && t == ">"),
+                dash: t == "-",
             }
         }
     }
 
-    /// Runs of `x=y` pairs of small numbers (`small`), filler between them, as `(x, y)`.
-    fn pair_runs(toks: &[String]) -> Vec<Vec<(u64, u64)>> {
-        let (mut out, mut cur) = (Vec::new(), Vec::new());
-        let mut i = 0;
-        while i < toks.len() {
-            if let (Some(a), Some(eq), Some(b)) = (toks.get(i), toks.get(i + 1), toks.get(i + 2))
-                && breaks(eq)
-                && let (Some(x), Some(y)) = (small(a), small(b))
-            {
-                cur.push((x, y));
-                i += 3;
-                continue;
-            }
-            if (breaks(&toks[i]) || digits_of(&toks[i]).is_some()) && !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-            }
-            i += 1;
-        }
-        if !cur.is_empty() {
-            out.push(cur);
-        }
-        out
+    /// A token that is a pair on its own, a digit and its count glued by `x` (`0x1`, `3x2`).
+    fn glued_pair(t: &str) -> Option<(u64, u64)> {
+        let (a, b) = t.split_once('x')?;
+        let digits = |s: &str| (1..=2).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+        (digits(a) && digits(b)).then(|| Some((a.parse().ok()?, b.parse().ok()?)))?
+    }
+
+    /// Where a pair being read stands: after a small number (`0`), or after it and a run of
+    /// signs (`0 =`, `0 - >`). Where it cannot end, its number is a digit read alone, which ends
+    /// the run of pairs (an `=` among its signs would too).
+    #[derive(Clone, Copy, Default)]
+    enum Partial {
+        #[default]
+        Nothing,
+        Number(u64),
+        Signs(u64, Signs),
     }
 
     /// A run of pairs as `runs` pieces, digit first or (`flip`) count first: `c` of digit `d` in
@@ -1561,9 +1590,9 @@ mod digits {
         chain: Vec<u64>,
         chain_len: usize,
         after_sign: bool,
-        /// The stream's last tokens no pair has taken yet (at most two): the next row's first
-        /// may make a pair of them.
-        pending: Vec<String>,
+        /// The pair the stream's last tokens began (a number, and signs after it): the next
+        /// row's first tokens may end it.
+        partial: Partial,
         /// The open run of pairs, read digit first and count first (`counted`'s pieces), whether
         /// its digits ascend, and its last digit.
         fwd: Vec<Option<(u64, usize)>>,
@@ -1578,7 +1607,7 @@ mod digits {
                 chain: Vec::new(),
                 chain_len: 0,
                 after_sign: false,
-                pending: Vec::new(),
+                partial: Partial::Nothing,
                 fwd: Vec::new(),
                 flip: Vec::new(),
                 ascending: true,
@@ -1595,14 +1624,10 @@ mod digits {
             for t in toks {
                 self.chain_token(t, &mut found);
             }
-            // Pairs, read on from the tokens the stream left pending.
-            let pending = std::mem::take(&mut self.pending);
-            let all: Vec<&str> = pending.iter().chain(toks).map(String::as_str).collect();
-            let mut i = 0;
-            while i + 2 < all.len() {
-                i += self.pair_step(&all[i..i + 3], &mut found);
+            // Pairs, read on from the one the stream left partly read.
+            for t in toks {
+                self.pair_token(t, &mut found);
             }
-            self.pending = all[i..].iter().map(|t| t.to_string()).collect();
             // What stays open is read as it stands, then cut to what a key can still reach.
             self.end_chain(&mut found, false);
             self.end_run(&mut found, false);
@@ -1645,23 +1670,52 @@ mod digits {
             }
         }
 
-        /// `pair_runs`, one step at `at` (the next three tokens): a pair, or the first token read
-        /// alone (a digit or an `=` ends the run; filler does not). How many tokens it took.
-        fn pair_step(&mut self, at: &[&str], found: &mut HashSet<u64>) -> usize {
-            if let [a, eq, b] = at
-                && breaks(eq)
-                && let (Some(x), Some(y)) = (small(a), small(b))
-            {
-                self.fwd.extend(counted(&[(x, y)], false));
-                self.flip.extend(counted(&[(x, y)], true));
-                self.ascending &= self.last.is_none_or(|l| l < x);
-                self.last = Some(x);
-                return 3;
+        /// Reads the next token as part of a pair (`counts`): it ends the pair begun, goes on
+        /// with it (a count sign), or begins one; where a pair cannot end, its number and signs
+        /// are read alone (`pair_left_alone`).
+        fn pair_token(&mut self, t: &str, found: &mut HashSet<u64>) {
+            match self.partial {
+                Partial::Signs(x, signs)
+                    if signs.pairs
+                        && let Some(y) = small(t) =>
+                {
+                    self.partial = Partial::Nothing;
+                    return self.pair(x, y);
+                }
+                Partial::Number(x) if count_sign(t) => {
+                    self.partial = Partial::Signs(x, Signs::default().then(t));
+                    return;
+                }
+                Partial::Signs(x, signs) if count_sign(t) => {
+                    self.partial = Partial::Signs(x, signs.then(t));
+                    return;
+                }
+                Partial::Nothing => {}
+                _ => self.pair_left_alone(found),
             }
-            if (breaks(at[0]) || digits_of(at[0]).is_some()) && self.last.is_some() {
+            if let Some((x, y)) = glued_pair(t) {
+                self.pair(x, y);
+            } else if let Some(x) = small(t) {
+                self.partial = Partial::Number(x);
+            } else if breaks(t) || digits_of(t).is_some() {
                 self.end_run(found, true);
             }
-            1
+        }
+
+        /// The pair begun cannot end: its number (a digit) ends the run.
+        fn pair_left_alone(&mut self, found: &mut HashSet<u64>) {
+            if !matches!(self.partial, Partial::Nothing) {
+                self.partial = Partial::Nothing;
+                self.end_run(found, true);
+            }
+        }
+
+        /// A pair read: it joins the open run.
+        fn pair(&mut self, x: u64, y: u64) {
+            self.fwd.extend(counted(&[(x, y)], false));
+            self.flip.extend(counted(&[(x, y)], true));
+            self.ascending &= self.last.is_none_or(|l| l < x);
+            self.last = Some(x);
         }
 
         /// Reads the open run of pairs (count first too, unless its digits ascend) and either
@@ -1672,13 +1726,10 @@ mod digits {
                 runs(&self.flip, found);
             }
             if ends {
-                *self = Stream {
-                    chain: std::mem::take(&mut self.chain),
-                    chain_len: self.chain_len,
-                    after_sign: self.after_sign,
-                    pending: std::mem::take(&mut self.pending),
-                    ..Stream::default()
-                };
+                self.fwd.clear();
+                self.flip.clear();
+                self.ascending = true;
+                self.last = None;
             } else {
                 keep_reachable(&mut self.fwd);
                 // A run whose digits ascend is read count first only if a later pair breaks
@@ -2404,6 +2455,61 @@ mod tests {
         // windows' (ten places to start, `MAX_DIGITS` lengths), however many rows it runs through.
         let chain = vec!["=1=2=3=4=5=6=7=8=9=0"; 5_000];
         assert!(dk_rows(&chain).len() <= 10 * digits::MAX_DIGITS);
+    }
+
+    #[test]
+    fn digits_counts_with_any_count_sign_are_read() {
+        let key = "d:012359".to_string();
+        // Any sign the tokens keep, `:` (and its look-alike), a run of signs, `x` apart or
+        // glued: in one row, count first, and across rows split at the sign.
+        for text in [
+            "0:1 1:1 2:1 3:1 5:1 9:1",
+            "0\u{2236}1, 1\u{2236}1, 2\u{2236}1, 3\u{2236}1, 5\u{2236}1, 9\u{2236}1",
+            "0*1,1*1,2*1,3*1,5*1,9*1",
+            "0->1, 1->1, 2->1, 3->1, 5->1, 9->1",
+            "0 := 1; 1 := 1; 2 := 1; 3 := 1; 5 := 1; 9 := 1",
+            "0 x 1, 1 x 1, 2 x 1, 3 x 1, 5 x 1, 9 x 1",
+            "0x1 1x1 2x1 3x1 5x1 9x1",
+            "1:0 1:1 1:2 1:3 1:5 1:9",
+            "0:1, 4:0, 1:1, 2=1, 3->1, 5x1, 9*1",
+            "0=>1 1:=1 2 x 1 3:1 5:1 9:1",
+        ] {
+            assert!(dk(text).contains(&key), "{text:?}: {:?}", dk(text));
+        }
+        for rows in [
+            vec!["0:1 1:1 2:", "1 3:1 5:1 9:1"],
+            vec!["0 -", ">", "1 1->1 2->1 3->1 5->1 9->1"],
+            vec!["0x1", "1x1", "2x1", "3x1", "5x1", "9x1"],
+        ] {
+            let keys = dk_rows(&rows);
+            assert!(keys.contains(&key), "{rows:?}: {keys:?}");
+        }
+        // Cut by a digit or an `=` of its own, or a pair that is no count (`13`): another.
+        for text in [
+            "0:1 1:1 2:1 7 3:1 5:1 9:1",
+            "0:1 1:1 2:1 = 3:1 5:1 9:1",
+            "0:1 1:1 2:1 3:1 5:13 9:1",
+        ] {
+            assert!(!dk(text).contains(&key), "{text:?}: {:?}", dk(text));
+        }
+        // A string written with signs between its digits is still the string; `:` is no sign
+        // to arithmetic (`12:34` is `12 34`, no problem).
+        assert!(dk("0-1-2-3-5-9").contains(&key));
+        // A dash or `>` alone is no count's sign: `5-3-0-9-1-2` and `9>5>3>2>1>0` are strings,
+        // never five 9s or three 5s.
+        let dashed = dk("5-3-0-9-1-2");
+        assert!(
+            dashed.contains(&key) && !dashed.contains(&"d:555".to_string()),
+            "{dashed:?}"
+        );
+        let descending = dk("9>5>3>2>1>0");
+        assert!(descending.contains(&key), "{descending:?}");
+        assert!(
+            !descending.contains(&"d:99999".to_string()),
+            "{descending:?}"
+        );
+        assert!(k("12:34").is_empty(), "{:?}", k("12:34"));
+        assert_eq!(k("12 : + 34 ="), k("12 + 34 ="));
     }
 
     /// A flood of digits gives keys linear in the row: at most `MAX_DIGITS` per token.

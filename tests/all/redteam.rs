@@ -3126,6 +3126,13 @@ fn each_form_refused(
         .collect()
 }
 
+/// A string's digits in ascending order: its multiset, as the digits form keys it.
+fn sorted_digits(s: &str) -> String {
+    let mut d: Vec<char> = s.chars().collect();
+    d.sort_unstable();
+    d.into_iter().collect()
+}
+
 /// Registers each piece `(name, prompt, answer)` on `n` as a dataset of one row: none holds an
 /// item alone.
 fn register_pieces(s: &Study, who: &Caller, n: &str, pieces: Vec<(&str, String, String)>) {
@@ -4045,4 +4052,91 @@ fn a_sorting_string_padded_between_its_pieces_by_rows_that_key_nothing_is_refuse
     let broken = padded(chain, &|| ("words 7 words".to_string(), String::new()));
     s.call(&who, "register_dataset", inline(&n, "broken", broken))
         .unwrap_or_else(|e| panic!("a chain broken by a digit is no item: {}", e.message));
+}
+
+/// The next try at the digits form's counts: the same `digit count` pairs with another sign than
+/// the scratchpad's `=` — `0:1` (and its look-alike `∶`), `0*1` (`×` folds to it), `0->1`, `0 x 1`
+/// and `0x1` glued — in one row, a pair a row, and count first. `:` was punctuation the tokens
+/// dropped, so such counts read as a string of digits and counts (`011121…`) and trained; a sorting
+/// task has no arithmetic, so a sign between two small numbers can only pair them, and each form
+/// is refused. The pairs cut apart by `=`s of their own train.
+#[test]
+fn a_sorting_string_as_counts_with_any_sign_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-sort6");
+    // An item whose counts, read as a string of digits (`1 1 0 1 2 1 …`, as `:` was dropped),
+    // hold no protected string by chance: only their reading as counts can refuse them.
+    let protected: std::collections::HashSet<String> = ["dev", "test", "sealed", "dev_twin"]
+        .iter()
+        .flat_map(|split| protected_split(&root, "sort6", split))
+        .map(|r| sorted_digits(&r.prompt[..6]))
+        .collect();
+    let d: Vec<char> = protected_split(&root, "sort6", "test")
+        .iter()
+        .map(|r| r.prompt[..6].chars().collect::<Vec<char>>())
+        .find(|d| {
+            let distinct = d.iter().collect::<std::collections::HashSet<_>>().len() == 6;
+            let read: String = d.iter().flat_map(|c| ['1', *c]).chain(['1']).collect();
+            distinct
+                && (0..=read.len() - 6)
+                    .all(|i| !protected.contains(&sorted_digits(&read[i..i + 6])))
+        })
+        .expect("a test item whose counts hold no protected string");
+    let joined = |sign: &str| -> String {
+        let mut counts: Vec<(char, usize)> = Vec::new();
+        for &c in &d {
+            match counts.iter_mut().find(|(x, _)| *x == c) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((c, 1)),
+            }
+        }
+        counts
+            .iter()
+            .map(|(c, n)| format!("{c}{sign}{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let one_row = |sign: &str| vec![(format!("tally: {}", joined(sign)), String::new())];
+    let a_pair_a_row = |sign: &str| -> Vec<(String, String)> {
+        joined(sign)
+            .split(", ")
+            .map(|p| (p.to_string(), " and".to_string()))
+            .collect()
+    };
+    let count_first: Vec<(String, String)> = joined(":")
+        .split(", ")
+        .map(|p| {
+            let (c, n) = p.split_once(':').unwrap_or((p, ""));
+            (format!("{n} : {c}"), String::new())
+        })
+        .collect();
+    let forms = vec![
+        ("counts after a colon", one_row(":")),
+        ("counts after a ratio sign", one_row("\u{2236}")),
+        ("counts times", one_row("\u{00D7}")),
+        ("counts after an arrow", one_row(" -> ")),
+        ("counts after an x", one_row(" x ")),
+        ("counts glued by an x", one_row("x")),
+        ("a colon count a row", a_pair_a_row(":")),
+        ("an arrow count a row", a_pair_a_row("->")),
+        ("colon counts, count first, a row each", count_first),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "signs", forms);
+    // Counts cut by `=`s of their own, two pairs a piece, as the scratchpad's pairs would be:
+    // strings shorter than the item, which train.
+    let who = Caller::new("signs-cut", Role::Worker);
+    let n = branch_as(&s, &who, "cut");
+    let pairs: Vec<String> = joined(":").split(", ").map(str::to_string).collect();
+    assert!(
+        pairs.len() >= 3,
+        "a sorting item of two digits or fewer: {pairs:?}"
+    );
+    let pieces: Vec<String> = pairs.chunks(2).map(|p| p.join(", ")).collect();
+    let cut = format!("tally: {}", pieces.join(" = "));
+    s.call(
+        &who,
+        "register_dataset",
+        inline(&n, "cut", vec![(cut, String::new())]),
+    )
+    .unwrap_or_else(|e| panic!("counts cut apart are no item: {}", e.message));
 }
