@@ -36,15 +36,25 @@ pub fn row_text(row: &Row) -> String {
 /// Tokens of a canonical text: word and number runs, and the operators that carry meaning in
 /// arithmetic and code (`+ - * / = < > %`); other punctuation and whitespace only separate.
 pub fn tokens(canonical_text: &str) -> Vec<String> {
-    tokens_with(canonical_text, false)
+    tokens_with(canonical_text, Marks::None)
+}
+
+/// Which marks `tokens_with` keeps beyond the operators: none (the n-grams' tokens), or the
+/// forms' (`form_tokens`).
+#[derive(Clone, Copy)]
+enum Marks {
+    None,
+    Form { counts: bool },
 }
 
 /// The tokens a task's normal form reads: `tokens`, and the marks only a form reads (`is_form_only`):
 /// brackets, which decide what a sign applies to (`46 - (0 - 12)` is `46 + 12`), `^` (a power),
-/// and a decimal point between two digits (`12.0` is `12`). The n-gram scans never see them, so
-/// a bracket or a `.0` inserted into a copy cannot break one of its n-grams.
-pub fn form_tokens(canonical_text: &str) -> Vec<String> {
-    tokens_with(canonical_text, true)
+/// a decimal point between two digits (`12.0` is `12`), and with `counts` `:` (a digit's count,
+/// `0:1`, which only the digits form reads: a study without it never pays for the token). The
+/// n-gram scans never see them, so a bracket or a `.0` inserted into a copy cannot break one of
+/// its n-grams.
+pub fn form_tokens(canonical_text: &str, counts: bool) -> Vec<String> {
+    tokens_with(canonical_text, Marks::Form { counts })
 }
 
 /// Whether a form token is one only the normal forms read (see `form_tokens`).
@@ -52,7 +62,11 @@ pub fn is_form_only(t: &str) -> bool {
     matches!(t, "(" | ")" | "^" | "." | ":")
 }
 
-fn tokens_with(canonical_text: &str, form: bool) -> Vec<String> {
+fn tokens_with(canonical_text: &str, marks: Marks) -> Vec<String> {
+    let (form, counts) = match marks {
+        Marks::None => (false, false),
+        Marks::Form { counts } => (true, counts),
+    };
     let mut out = Vec::new();
     let mut cur = String::new();
     for (i, c) in canonical_text.char_indices() {
@@ -67,7 +81,8 @@ fn tokens_with(canonical_text: &str, form: bool) -> Vec<String> {
                 out.push(std::mem::take(&mut cur));
             }
             if matches!(c, '+' | '-' | '*' | '/' | '=' | '<' | '>' | '%')
-                || (form && (matches!(c, '(' | ')' | '^' | ':') || point))
+                || (form && (matches!(c, '(' | ')' | '^') || point))
+                || (counts && c == ':')
             {
                 out.push(c.to_string());
             }

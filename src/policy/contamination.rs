@@ -280,9 +280,12 @@ impl EvalSet {
                 }
                 let keys = form
                     .map(|f| {
-                        let k = normal_form::keys(f, &form_tokens(&canonical(&r.prompt)));
+                        let k = normal_form::keys(
+                            f,
+                            &form_tokens(&canonical(&r.prompt), f.reads_counts()),
+                        );
                         if k.is_empty() {
-                            normal_form::keys(f, &form_tokens(&text))
+                            normal_form::keys(f, &form_tokens(&text, f.reads_counts()))
                         } else {
                             k
                         }
@@ -455,7 +458,7 @@ impl<'a> Scanner<'a> {
         let (ids, toks) = if self.ix.keys.is_empty() {
             (token_ids(&tokens(text)), Vec::new())
         } else {
-            let toks = form_tokens(text);
+            let toks = form_tokens(text, self.ix.forms.iter().any(|f| f.reads_counts()));
             let ids = toks
                 .iter()
                 .filter(|t| !canon::is_form_only(t))

@@ -19,17 +19,24 @@ pub fn keys(form: NormalForm, toks: &[String]) -> Vec<String> {
     }
 }
 
-/// Form tokens as `form` reads them (`canon::is_form_only` are the marks only some forms read):
-/// the digits form reads no brackets, `^` or decimal point (`0=(1)` is `0=1`) and reads `:` (a
-/// digit's count, `0:1`); arithmetic reads those marks and no `:`, which is punctuation to it.
-fn read_by(form: NormalForm, toks: &[String]) -> std::borrow::Cow<'_, [String]> {
+/// Whether `form` passes over a form token (`canon::is_form_only` are the marks only some forms
+/// read): the digits form reads no brackets, `^` or decimal point (`0=(1)` is `0=1`) and reads
+/// `:` (a digit's count, `0:1`); arithmetic reads those marks and no `:`, punctuation to it.
+fn unread_by(form: NormalForm, t: &str) -> bool {
     use crate::policy::canon::is_form_only;
-    let unread = |t: &str| match form {
+    match form {
         NormalForm::Arithmetic => t == ":",
         NormalForm::Digits => is_form_only(t) && t != ":",
-    };
-    if toks.iter().any(|t| unread(t)) {
-        toks.iter().filter(|t| !unread(t)).cloned().collect()
+    }
+}
+
+/// Form tokens as `form` reads them (`unread_by`).
+fn read_by(form: NormalForm, toks: &[String]) -> std::borrow::Cow<'_, [String]> {
+    if toks.iter().any(|t| unread_by(form, t)) {
+        toks.iter()
+            .filter(|t| !unread_by(form, t))
+            .cloned()
+            .collect()
     } else {
         std::borrow::Cow::Borrowed(toks)
     }
@@ -39,7 +46,15 @@ fn read_by(form: NormalForm, toks: &[String]) -> std::borrow::Cow<'_, [String]> 
 /// `12+34=` and `34 + 12 =` have the same keys.
 pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
     use crate::policy::canon::{canonical, form_tokens};
-    keys(form, &form_tokens(&canonical(text)))
+    keys(form, &form_tokens(&canonical(text), form.reads_counts()))
+}
+
+impl NormalForm {
+    /// Whether the form reads `:` (`canon::form_tokens`' `counts`): the digits form, where it
+    /// joins a digit to its count (`0:1`).
+    pub fn reads_counts(self) -> bool {
+        self == NormalForm::Digits
+    }
 }
 
 /// The keys of two adjacent rows read as one stream (a `Carry` over `prev`, then `toks`), the
@@ -183,7 +198,8 @@ impl Carry {
                 // A string of digits split across rows: the digits after the stream's last `=`
                 // continue into the row that ends them.
                 if closes && self.open.len > 0 {
-                    let mut joined = read_by(NormalForm::Digits, &self.open.tokens()).into_owned();
+                    let mut joined = self.open.tokens();
+                    joined.retain(|t| !unread_by(form, t));
                     joined.extend_from_slice(&toks);
                     keys.extend(digits::keys_of(&joined, &[]));
                 }
@@ -204,7 +220,8 @@ impl Carry {
     /// name is bound: the row alone says it all.
     fn arithmetic(&self, toks: &[String]) -> Vec<String> {
         const FORM: NormalForm = NormalForm::Arithmetic;
-        let seg = read_by(FORM, &self.open.tokens()).into_owned();
+        let mut seg = self.open.tokens();
+        seg.retain(|t| !unread_by(FORM, t));
         let toks = &*read_by(FORM, toks);
         let (mut names, mut unread) = (arithmetic::Names::new(), Default::default());
         arithmetic::bind(&read_by(FORM, &self.eq_row), &mut names, &mut unread);
@@ -1788,7 +1805,10 @@ mod tests {
     use crate::policy::canon::{canonical, form_tokens};
 
     fn k(text: &str) -> Vec<String> {
-        keys(NormalForm::Arithmetic, &form_tokens(&canonical(text)))
+        keys(
+            NormalForm::Arithmetic,
+            &form_tokens(&canonical(text), false),
+        )
     }
 
     #[test]
@@ -2037,8 +2057,8 @@ mod tests {
             let (a, b) = text.split_at(cut);
             let keys = keys_across(
                 NormalForm::Arithmetic,
-                &form_tokens(&canonical(a)),
-                &form_tokens(&canonical(b)),
+                &form_tokens(&canonical(a), false),
+                &form_tokens(&canonical(b), false),
             );
             assert!(keys.contains(&want.to_string()), "{a:?} | {b:?}: {keys:?}");
         }
@@ -2075,7 +2095,7 @@ mod tests {
     #[test]
     fn a_problem_made_by_cutting_the_tail_is_not_read_across_rows() {
         use crate::policy::canon::{canonical, form_tokens};
-        let t = |s: &str| form_tokens(&canonical(s));
+        let t = |s: &str| form_tokens(&canonical(s), false);
         let prev = t("3+92+37=3+2+7+0=2,0+9+3+1=3|132");
         for next in ["40+79+72=", "4+11+22=", "x"] {
             let keys = keys_across(NormalForm::Arithmetic, &prev, &t(next));
@@ -2286,15 +2306,15 @@ mod tests {
     }
 
     fn dk(text: &str) -> Vec<String> {
-        keys(NormalForm::Digits, &form_tokens(&canonical(text)))
+        keys(NormalForm::Digits, &form_tokens(&canonical(text), true))
     }
 
     /// The digits keys of two adjacent rows together.
     fn dk_across(a: &str, b: &str) -> Vec<String> {
         keys_across(
             NormalForm::Digits,
-            &form_tokens(&canonical(a)),
-            &form_tokens(&canonical(b)),
+            &form_tokens(&canonical(a), true),
+            &form_tokens(&canonical(b), true),
         )
     }
 
@@ -2401,7 +2421,7 @@ mod tests {
         let mut carry = Carry::default();
         let mut keys = Vec::new();
         for row in rows {
-            let toks: Arc<[String]> = form_tokens(&canonical(row)).into();
+            let toks: Arc<[String]> = form_tokens(&canonical(row), true).into();
             keys.extend(carry.keys(NormalForm::Digits, &toks, |_| true));
             carry.push(toks, &[NormalForm::Digits]);
         }
