@@ -233,12 +233,14 @@ fn grams(ids: &[u64], n: usize) -> Vec<u64> {
 
 /// One protected item, prepared: normalized grams of its training text and of its prompt,
 /// skeleton grams (empty when the item has too little structure for a skeleton to mean anything),
-/// and its normal-form keys (empty without a form).
+/// and its normal-form keys (empty without a form) and relation key.
 struct Item {
     full: Vec<u64>,
     prompt: Vec<u64>,
     skeleton: Vec<u64>,
     keys: Vec<String>,
+    /// Its relation key (`normal_form::relation`): found alone, it reproduces the item.
+    relation: Option<String>,
 }
 
 /// A protected eval set prepared for scanning.
@@ -291,6 +293,7 @@ impl EvalSet {
                         }
                     })
                     .unwrap_or_default();
+                let relation = form.and_then(|f| normal_form::relation(f, &r.prompt, &r.answer));
                 Item {
                     full: grams(&token_ids(&full_t), n),
                     prompt: grams(&token_ids(&prompt_t), n),
@@ -303,6 +306,7 @@ impl EvalSet {
                         Vec::new()
                     },
                     keys,
+                    relation,
                 }
             })
             .collect();
@@ -380,7 +384,9 @@ impl ScanIndex {
                 .flat_map(|i| i.full.iter().chain(&i.prompt).copied())
                 .collect(),
             skel: items().flat_map(|i| i.skeleton.iter().copied()).collect(),
-            keys: items().flat_map(|i| i.keys.iter().cloned()).collect(),
+            keys: items()
+                .flat_map(|i| i.keys.iter().chain(&i.relation).cloned())
+                .collect(),
             forms,
         }
     }
@@ -590,6 +596,11 @@ impl<'a> Scanner<'a> {
                     if at.len() == item.keys.len() {
                         hit = Some((at.into_iter().max(), 1.0, "normal-form"));
                     }
+                }
+                if hit.is_none()
+                    && let Some(at) = item.relation.as_ref().and_then(|k| found.keys.get(k))
+                {
+                    hit = Some((Some(*at), 1.0, "normal-form"));
                 }
                 if let Some((at, overlap, how)) = hit {
                     let (part, row) = at.unwrap_or((0, 0));

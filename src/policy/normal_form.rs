@@ -94,9 +94,83 @@ pub struct Carry {
     eq_row: Arc<[String]>,
     /// The digits form's chains and counts left open at the stream's end.
     digits: digits::Stream,
-    /// The digits stream after the row `keys` read last, for `push` to take when that row is
-    /// pushed next (a scan reads a row's keys, then pushes it), so the row is read once.
-    digits_after: std::cell::RefCell<Option<(Arc<[String]>, digits::Stream)>>,
+    /// The stream's last numbers (at most `RELATION_MAX - 1`), read by arithmetic's relation keys.
+    numbers: Vec<String>,
+    /// What `keys` read of a row, for `push` to take when that row is pushed next (a scan reads
+    /// a row's keys, then pushes it), so the row is read once.
+    digits_after: Stash<digits::Stream>,
+    numbers_after: Stash<Vec<String>>,
+}
+
+/// What `Carry::keys` read of a row, kept for `Carry::push` of that same row.
+#[derive(Clone)]
+struct Stash<T>(std::cell::RefCell<Option<(Arc<[String]>, T)>>);
+
+impl<T> Default for Stash<T> {
+    fn default() -> Stash<T> {
+        Stash(std::cell::RefCell::new(None))
+    }
+}
+
+impl<T> Stash<T> {
+    fn put(&self, row: &Arc<[String]>, value: T) {
+        *self.0.borrow_mut() = Some((row.clone(), value));
+    }
+
+    /// What was kept of `row`, if `row` was read last.
+    fn take(&mut self, row: &Arc<[String]>) -> Option<T> {
+        match self.0.get_mut().take() {
+            Some((read, value)) if Arc::ptr_eq(&read, row) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+/// How many numbers a relation key holds at most: a sum of three's operands and its answer.
+const RELATION_MAX: usize = 4;
+
+/// A problem's relation key (`relation`): `r:` and its numbers — operands and answer — in one
+/// order whatever order they are written in.
+fn relation_key(numbers: &[&str]) -> String {
+    let mut n: Vec<&str> = numbers.iter().map(|x| x.trim_start_matches('-')).collect();
+    n.sort_unstable();
+    format!("r:{}", n.join(","))
+}
+
+/// The relation keys of every run of 3 to `RELATION_MAX` consecutive numbers of `numbers` that
+/// ends at or after `from` (the numbers before it were read with the rows before).
+fn relation_windows(numbers: &[&str], from: usize, out: &mut Vec<String>) {
+    for end in from.max(1)..numbers.len() {
+        for len in 3..=RELATION_MAX {
+            if len <= end + 1 {
+                out.push(relation_key(&numbers[end + 1 - len..=end]));
+            }
+        }
+    }
+}
+
+/// An arithmetic item's relation key: the numbers its prompt poses (two or three operands) and
+/// its answer's, whatever joins them in a row. A row that holds them as consecutive numbers —
+/// `4672 and 6458 = 11130`, `4672+6458 -> 11130`, `{"a": 4672, "b": 6458, "sum": 11130}`,
+/// `11130 - 4672 = 6458` — states the item's answer to its problem however its operator is
+/// written (`None` for another form, or a prompt or answer of other shape).
+pub fn relation(form: NormalForm, prompt: &str, answer: &str) -> Option<String> {
+    use crate::policy::canon::{canonical, form_tokens};
+    if form != NormalForm::Arithmetic {
+        return None;
+    }
+    let numbers = |text: &str| -> Vec<String> {
+        let s = arithmetic::symbols(&form_tokens(&canonical(text), false));
+        arithmetic::numbers(&s).map(str::to_string).collect()
+    };
+    let (mut n, a) = (numbers(prompt), numbers(answer));
+    if !(2..RELATION_MAX).contains(&n.len()) || a.len() != 1 {
+        return None;
+    }
+    n.extend(a);
+    Some(relation_key(
+        &n.iter().map(String::as_str).collect::<Vec<_>>(),
+    ))
 }
 
 /// A persistent list of row pieces (each row's tokens from an offset), so that a `Carry` clones
@@ -181,7 +255,15 @@ impl Carry {
         let closes = toks.iter().any(|t| t == "=");
         let mut keys = match form {
             NormalForm::Arithmetic => {
-                let mut keys = keys(form, toks);
+                let s = arithmetic::symbols(&read_by(form, toks));
+                let mut keys = arithmetic::keys(&s);
+                // Relations: runs of numbers that end in this row, the stream's last included.
+                let mut numbers: Vec<&str> = self.numbers.iter().map(String::as_str).collect();
+                numbers.extend(arithmetic::numbers(&s));
+                relation_windows(&numbers, self.numbers.len(), &mut keys);
+                let last = numbers.len().saturating_sub(RELATION_MAX - 1);
+                self.numbers_after
+                    .put(row, numbers[last..].iter().map(|n| n.to_string()).collect());
                 if closes {
                     keys.extend(self.arithmetic(toks));
                 }
@@ -189,12 +271,12 @@ impl Carry {
             }
             NormalForm::Digits => {
                 let toks = read_by(NormalForm::Digits, toks);
-                let mut keys = digits::keys(&toks);
+                let mut keys = digits::keys_of(&toks, &toks);
                 // Chains (`5=3=0`) and counts (`0=1,1=1`) split across any number of rows: the
                 // stream's open chain and run of pairs continue into this row.
                 let mut after = self.digits.clone();
                 keys.extend(after.read(&toks));
-                *self.digits_after.borrow_mut() = Some((row.clone(), after));
+                self.digits_after.put(row, after);
                 // A string of digits split across rows: the digits after the stream's last `=`
                 // continue into the row that ends them.
                 if closes && self.open.len > 0 {
@@ -254,14 +336,23 @@ impl Carry {
         }
         // Read for what it leaves open (its keys were taken by `keys`, which read it already
         // where it was this row).
-        let after = self.digits_after.get_mut().take();
+        let digits = self.digits_after.take(&toks);
         if forms.contains(&NormalForm::Digits) {
-            match after {
-                Some((row, after)) if Arc::ptr_eq(&row, &toks) => self.digits = after,
-                _ => {
+            match digits {
+                Some(after) => self.digits = after,
+                None => {
                     self.digits.read(&read_by(NormalForm::Digits, &toks));
                 }
             }
+        }
+        let numbers = self.numbers_after.take(&toks);
+        if forms.contains(&NormalForm::Arithmetic) {
+            self.numbers = numbers.unwrap_or_else(|| {
+                let s = arithmetic::symbols(&read_by(NormalForm::Arithmetic, &toks));
+                let mut n = std::mem::take(&mut self.numbers);
+                n.extend(arithmetic::numbers(&s).map(str::to_string));
+                n.split_off(n.len().saturating_sub(RELATION_MAX - 1))
+            });
         }
     }
 
@@ -480,6 +571,16 @@ mod arithmetic {
             }
         }
         Some((total.checked_add(current)?.to_string(), i))
+    }
+
+    /// The numbers of symbols read, in order: numbers and the values of products (`9344/2` is
+    /// `4672`).
+    pub fn numbers(s: &[Sym]) -> impl Iterator<Item = &str> {
+        s.iter().filter_map(|x| match x {
+            Sym::Num(n) => Some(n.as_str()),
+            Sym::Product { value, .. } => Some(value.as_str()),
+            _ => None,
+        })
     }
 
     /// Tokens → symbols: numbers (digits or words), operators, `=`, blockers; filler dropped;
@@ -1565,13 +1666,22 @@ mod digits {
         }
     }
 
+    /// An item's keys (its prompt's): each string whole — the problem `530912=` has one key,
+    /// and `7530912=` is another problem.
     pub fn keys(toks: &[String]) -> Vec<String> {
-        keys_of(toks, toks)
+        read(toks, toks, false)
     }
 
-    /// The keys of the strings and chains in `strings` and of the counts in `counted_toks` (one row's
-    /// tokens for both, or two rows' joined from different points).
+    /// The keys a scan reads in `strings` (one row's tokens, or the stream's joined) and in the
+    /// counts of `counted_toks`: runs of digits that may start and end inside a token
+    /// (`each_digit`), so an item is found wherever its digits stand side by side.
     pub fn keys_of(strings: &[String], counted_toks: &[String]) -> Vec<String> {
+        read(strings, counted_toks, true)
+    }
+
+    /// The keys of the strings and chains in `strings` — runs of whole tokens, or (`inside`) of
+    /// digits — and of the counts in `counted_toks`.
+    fn read(strings: &[String], counted_toks: &[String], inside: bool) -> Vec<String> {
         // Digit tokens, with `None` where a string ends; filler dropped.
         let pieces: Vec<Option<(u64, usize)>> = strings
             .iter()
@@ -1584,13 +1694,39 @@ mod digits {
             })
             .collect();
         // Distinct multisets only: however long the row, at most one key per multiset of 2 to
-        // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per token
-        // (in runs, in chains, and in counts read each way).
+        // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per digit
+        // (in runs) or token (in chains, and in counts read each way).
         let mut found = HashSet::new();
-        runs(&pieces, &mut found);
+        if inside {
+            runs(&each_digit(strings), &mut found);
+        } else {
+            runs(&pieces, &mut found);
+        }
         runs(&chains(&pieces), &mut found);
         counts(counted_toks, &mut found);
         named(found)
+    }
+
+    /// The strings' digits one piece each, `None` where a string ends (`=`): a run may start
+    /// and end inside a token, so a string written straight after another (`467297246779`: a
+    /// prompt and its answer with no `=`, or a digit before a problem, `1467297`) holds the
+    /// item it joins. A unit word is one digit.
+    fn each_digit(strings: &[String]) -> Vec<Option<(u64, usize)>> {
+        let mut out = Vec::new();
+        for t in strings {
+            if breaks(t) {
+                out.push(None);
+            } else if t.bytes().any(|b| b.is_ascii_digit()) {
+                out.extend(
+                    t.bytes()
+                        .filter(u8::is_ascii_digit)
+                        .map(|b| Some((1u64 << (4 * u32::from(b - b'0')), 1))),
+                );
+            } else if let Some(u) = super::arithmetic::unit(t) {
+                out.push(Some((1 << (4 * u), 1)));
+            }
+        }
+        out
     }
 
     /// A stream's digits readings that span rows (`Carry`): the chain (`5=3=0`) and the run of
@@ -2107,7 +2243,7 @@ mod tests {
         // Digits: a string whose counts were cut is no other string.
         let prev = t("5501234=0=1,1=1,2=1,3=1,4=1,5=2|0123455");
         let cut = keys_across(NormalForm::Digits, &prev, &t("x"));
-        let whole = super::keys(NormalForm::Digits, &prev);
+        let whole = digits::keys_of(&prev, &prev);
         assert!(
             cut.iter().all(|k| whole.contains(k)),
             "{cut:?} vs {whole:?}"
@@ -2530,6 +2666,70 @@ mod tests {
         );
         assert!(k("12:34").is_empty(), "{:?}", k("12:34"));
         assert_eq!(k("12 : + 34 ="), k("12 + 34 ="));
+    }
+
+    #[test]
+    fn a_scan_reads_digits_side_by_side_inside_a_token() {
+        let key = "d:246779".to_string();
+        // A prompt and its answer with no `=` between, a digit before the string, two items
+        // back to back: one token each, read digit by digit.
+        for row in ["467297246779", "1467297", "467297041308", "46 7297246779"] {
+            let keys = dk_rows(&[row]);
+            assert!(keys.contains(&key), "{row:?}: {keys:?}");
+        }
+        // An item is its whole string: `7530912=` is not the problem `530912=`.
+        assert!(!dk("7530912=").contains(&"d:012359".to_string()));
+        // `=` still ends a string.
+        assert!(!dk_rows(&["467=297"]).contains(&key));
+    }
+
+    /// The arithmetic keys of rows read as one stream (`Carry`), its end included.
+    fn ak_rows(rows: &[&str]) -> Vec<String> {
+        let mut carry = Carry::default();
+        let mut keys = Vec::new();
+        for row in rows {
+            let toks: Arc<[String]> = form_tokens(&canonical(row), false).into();
+            keys.extend(carry.keys(NormalForm::Arithmetic, &toks, |_| true));
+            carry.push(toks, &[NormalForm::Arithmetic]);
+        }
+        keys.extend(carry.keys_at_end(NormalForm::Arithmetic, |_| true));
+        keys
+    }
+
+    #[test]
+    fn a_problems_numbers_and_its_answer_side_by_side_are_its_relation() {
+        let key = relation(NormalForm::Arithmetic, "4672+6458=", "11130").expect("a relation");
+        assert_eq!(key, "r:11130,4672,6458");
+        let sum3 = relation(NormalForm::Arithmetic, "467+645+41=", "1153");
+        assert_eq!(sum3.as_deref(), Some("r:1153,41,467,645"));
+        assert_eq!(
+            relation(NormalForm::Arithmetic, "467-645=", "-178").as_deref(),
+            Some("r:178,467,645")
+        );
+        assert_eq!(relation(NormalForm::Digits, "530912=", "012359"), None);
+        for rows in [
+            vec!["4672+6458 -> 11130"],
+            vec!["4672 and 6458 = 11130"],
+            vec!["{\"a\": 4672, \"b\": 6458, \"sum\": 11130}"],
+            vec!["11130 - 4672 = 6458"],
+            vec!["x - 6458 = 4672, x = 11130"],
+            vec!["  4672", "+ 6458", "------", " 11130"],
+            vec!["9344/2 + 6458 = 11130"],
+        ] {
+            let keys = ak_rows(&rows);
+            assert!(keys.contains(&key), "{rows:?}: {keys:?}");
+        }
+        // Another answer, or a number between, is another relation.
+        for rows in [
+            vec!["4672 and 6458 = 11131"],
+            vec!["4672 and 6458 and 7 = 11130"],
+        ] {
+            let keys = ak_rows(&rows);
+            assert!(!keys.contains(&key), "{rows:?}: {keys:?}");
+        }
+        // However many numbers a row holds, each ends at most two relations.
+        let flood = "12 ".repeat(10_000);
+        assert!(ak_rows(&[&flood]).len() <= 2 * 10_000 + 10);
     }
 
     /// A flood of digits gives keys linear in the row: at most `MAX_DIGITS` per token.

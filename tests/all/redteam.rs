@@ -4140,3 +4140,91 @@ fn a_sorting_string_as_counts_with_any_sign_is_refused() {
     )
     .unwrap_or_else(|e| panic!("counts cut apart are no item: {}", e.message));
 }
+
+/// A red-team round against the arithmetic form's operators: the problem stated with its answer
+/// through a connector the gate does not read as one — an arrow (`->` read as a minus), a rule of
+/// dashes, `and`, prose, a JSON object, a CSV row, the answer's own relation (`c - a = b`), an
+/// equation in another unknown, and a column across rows. Each passed at the commit before; each
+/// holds the item's operands and its answer side by side, its relation key, and is refused. The
+/// same words with another answer train.
+#[test]
+fn an_arithmetic_item_stated_with_its_answer_through_any_connector_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let (a, b) = four_digit_add4_item(&root);
+    let c = a + b;
+    let one = |p: String| vec![(p, String::new())];
+    let forms = vec![
+        ("an arrow", one(format!("{a}+{b} -> {c}"))),
+        ("a rule of dashes", one(format!("{a}+{b} ---- {c}"))),
+        ("and", one(format!("{a} and {b} = {c}"))),
+        (
+            "prose",
+            one(format!(
+                "What do you get when {a} and {b} are combined? {c}"
+            )),
+        ),
+        (
+            "a JSON object",
+            vec![(
+                format!("{{\"a\": {a}, \"b\": {b}, \"sum\": "),
+                format!("{c}}}"),
+            )],
+        ),
+        (
+            "a CSV row",
+            vec![(format!("a,b,c\n{a},{b},"), c.to_string())],
+        ),
+        ("the answer's relation", one(format!("{c}-{a}={b}"))),
+        ("another unknown", one(format!("x - {b} = {a}, x = {c}"))),
+        (
+            "a column across rows",
+            vec![
+                (format!("  {a}"), String::new()),
+                (format!("+ {b}"), String::new()),
+                ("------".to_string(), format!(" {c}")),
+            ],
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "connectors", forms);
+    let who = Caller::new("connectors-other", Role::Worker);
+    let n = branch_as(&s, &who, "other answers");
+    let rows = vec![
+        (format!("{a} and {b} = "), (c + 1).to_string()),
+        (format!("{a}+{b} -> "), (c + 10).to_string()),
+    ];
+    s.call(&who, "register_dataset", inline(&n, "other", rows))
+        .unwrap_or_else(|e| panic!("another answer is no item: {}", e.message));
+}
+
+/// A red-team round against the digits form: a sorting item's prompt and its answer written
+/// with no `=` between (`467297` then `246779`: one token of twelve digits, the most naive row
+/// there is), a digit before the string, and two items back to back. The gate keyed runs of
+/// whole tokens, so a string inside a longer token was never read; a training run on such rows
+/// tripped the test tripwire. A scan now reads digits side by side inside tokens too, and each
+/// is refused.
+#[test]
+fn a_sorting_item_written_straight_into_its_answer_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-sort6");
+    let test = protected_split(&root, "sort6", "test");
+    let item = six_digit_sort6_item(&test);
+    let d = &item.prompt[..6];
+    let other = &test
+        .iter()
+        .find(|r| r.prompt != item.prompt)
+        .expect("a second item")
+        .prompt[..6];
+    let forms = vec![
+        (
+            "prompt then answer",
+            vec![(d.to_string(), item.answer.clone())],
+        ),
+        ("a digit before", vec![(format!("1{d}"), String::new())]),
+        (
+            "two items back to back",
+            vec![(format!("{d}{other}"), String::new())],
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "glued", forms);
+}
