@@ -1673,14 +1673,14 @@ mod digits {
     }
 
     /// The keys a scan reads in `strings` (one row's tokens, or the stream's joined) and in the
-    /// counts of `counted_toks`: runs of digits that may start and end inside a token
-    /// (`each_digit`), so an item is found wherever its digits stand side by side.
+    /// counts of `counted_toks`: runs of whole tokens, and runs inside a token
+    /// (`inside_tokens`), so an item is found inside a longer string of digits too.
     pub fn keys_of(strings: &[String], counted_toks: &[String]) -> Vec<String> {
         read(strings, counted_toks, true)
     }
 
-    /// The keys of the strings and chains in `strings` — runs of whole tokens, or (`inside`) of
-    /// digits — and of the counts in `counted_toks`.
+    /// The keys of the strings and chains in `strings` — runs of whole tokens, and (`inside`)
+    /// runs inside tokens — and of the counts in `counted_toks`.
     fn read(strings: &[String], counted_toks: &[String], inside: bool) -> Vec<String> {
         // Digit tokens, with `None` where a string ends; filler dropped.
         let pieces: Vec<Option<(u64, usize)>> = strings
@@ -1697,33 +1697,28 @@ mod digits {
         // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per digit
         // (in runs) or token (in chains, and in counts read each way).
         let mut found = HashSet::new();
+        runs(&pieces, &mut found);
         if inside {
-            runs(&each_digit(strings), &mut found);
-        } else {
-            runs(&pieces, &mut found);
+            runs(&inside_tokens(strings), &mut found);
         }
         runs(&chains(&pieces), &mut found);
         counts(counted_toks, &mut found);
         named(found)
     }
 
-    /// The strings' digits one piece each, `None` where a string ends (`=`): a run may start
-    /// and end inside a token, so a string written straight after another (`467297246779`: a
-    /// prompt and its answer with no `=`, or a digit before a problem, `1467297`) holds the
-    /// item it joins. A unit word is one digit.
-    fn each_digit(strings: &[String]) -> Vec<Option<(u64, usize)>> {
+    /// Each token's digits one piece each, `None` after each token: runs inside a token, so a
+    /// string written straight into another (`467297246779`: a prompt and its answer with no
+    /// `=`, a digit before a problem, `1467297`, two items back to back) holds the item it joins.
+    /// Across tokens runs stay whole tokens: a string that starts inside one token and ends
+    /// inside the next is not read, or every two rows of honest strings side by side in a
+    /// stream (`012359` then `467297=`) would hold strings of their digits that no row poses.
+    fn inside_tokens(strings: &[String]) -> Vec<Option<(u64, usize)>> {
         let mut out = Vec::new();
         for t in strings {
-            if breaks(t) {
+            let digits = t.bytes().filter(u8::is_ascii_digit);
+            if digits.clone().count() > 2 {
+                out.extend(digits.map(|b| Some((1u64 << (4 * u32::from(b - b'0')), 1))));
                 out.push(None);
-            } else if t.bytes().any(|b| b.is_ascii_digit()) {
-                out.extend(
-                    t.bytes()
-                        .filter(u8::is_ascii_digit)
-                        .map(|b| Some((1u64 << (4 * u32::from(b - b'0')), 1))),
-                );
-            } else if let Some(u) = super::arithmetic::unit(t) {
-                out.push(Some((1 << (4 * u), 1)));
             }
         }
         out
@@ -2673,14 +2668,17 @@ mod tests {
         let key = "d:246779".to_string();
         // A prompt and its answer with no `=` between, a digit before the string, two items
         // back to back: one token each, read digit by digit.
-        for row in ["467297246779", "1467297", "467297041308", "46 7297246779"] {
+        for row in ["467297246779", "1467297", "467297041308", "x467297246779y"] {
             let keys = dk_rows(&[row]);
             assert!(keys.contains(&key), "{row:?}: {keys:?}");
         }
         // An item is its whole string: `7530912=` is not the problem `530912=`.
         assert!(!dk("7530912=").contains(&"d:012359".to_string()));
-        // `=` still ends a string.
+        // `=` still ends a string; a run inside tokens stays inside one (two rows of honest
+        // strings side by side hold no string of their digits that straddles them).
         assert!(!dk_rows(&["467=297"]).contains(&key));
+        assert!(!dk_rows(&["46 7297"]).contains(&"d:2679".to_string()));
+        assert!(!dk_rows(&["530912=012359", "467297=246779"]).contains(&"d:123459".to_string()));
     }
 
     /// The arithmetic keys of rows read as one stream (`Carry`), its end included.
