@@ -94,12 +94,9 @@ pub struct Carry {
     eq_row: Arc<[String]>,
     /// The digits form's chains and counts left open at the stream's end.
     digits: digits::Stream,
-    /// The stream's last numbers (at most `RELATION_MAX - 1`), read by arithmetic's relation keys.
-    numbers: Vec<String>,
     /// What `keys` read of a row, for `push` to take when that row is pushed next (a scan reads
     /// a row's keys, then pushes it), so the row is read once.
     digits_after: Stash<digits::Stream>,
-    numbers_after: Stash<Vec<String>>,
 }
 
 /// What `Carry::keys` read of a row, kept for `Carry::push` of that same row.
@@ -129,31 +126,34 @@ impl<T> Stash<T> {
 /// How many numbers a relation key holds at most: a sum of three's operands and its answer.
 const RELATION_MAX: usize = 4;
 
-/// A problem's relation key (`relation`): `r:` and its numbers — operands and answer — in one
-/// order whatever order they are written in.
-fn relation_key(numbers: &[&str]) -> String {
-    let mut n: Vec<&str> = numbers.iter().map(|x| x.trim_start_matches('-')).collect();
+/// A problem's relation key (`relation`): `r:`, its operands' numbers in one order whatever
+/// order they are written in, `>` and its answer's.
+fn relation_key(operands: &[&str], answer: &str) -> String {
+    let mut n: Vec<&str> = operands.iter().map(|x| x.trim_start_matches('-')).collect();
     n.sort_unstable();
-    format!("r:{}", n.join(","))
+    format!("r:{}>{}", n.join(","), answer.trim_start_matches('-'))
 }
 
-/// The relation keys of every run of 3 to `RELATION_MAX` consecutive numbers of `numbers` that
-/// ends at or after `from` (the numbers before it were read with the rows before).
-fn relation_windows(numbers: &[&str], from: usize, out: &mut Vec<String>) {
-    for end in from.max(1)..numbers.len() {
-        for len in 3..=RELATION_MAX {
-            if len <= end + 1 {
-                out.push(relation_key(&numbers[end + 1 - len..=end]));
-            }
+/// The relation keys of a row's numbers: every run of 3 to `RELATION_MAX` consecutive numbers,
+/// its last read as the answer of the others. A row's own: numbers in other rows are another
+/// problem's (two rows side by side of a two-digit family would otherwise pose about one in a
+/// hundred such facts by chance).
+fn relation_windows(numbers: &[&str], out: &mut Vec<String>) {
+    for end in 2..numbers.len() {
+        for len in 3..=RELATION_MAX.min(end + 1) {
+            out.push(relation_key(&numbers[end + 1 - len..end], numbers[end]));
         }
     }
 }
 
-/// An arithmetic item's relation key: the numbers its prompt poses (two or three operands) and
-/// its answer's, whatever joins them in a row. A row that holds them as consecutive numbers —
-/// `4672 and 6458 = 11130`, `4672+6458 -> 11130`, `{"a": 4672, "b": 6458, "sum": 11130}`,
-/// `11130 - 4672 = 6458` — states the item's answer to its problem however its operator is
-/// written (`None` for another form, or a prompt or answer of other shape).
+/// An arithmetic item's relation key: the numbers its prompt poses (two or three operands, in
+/// any order) and then its answer's, whatever joins them in a row. A row that holds them as
+/// consecutive numbers, the answer last — `4672 and 6458 = 11130`, `4672+6458 -> 11130`,
+/// `{"a": 4672, "b": 6458, "sum": 11130}`, `x - 6458 = 4672, x = 11130` — states the item's
+/// answer to its problem however its operator is written (`None` for another form, or a prompt
+/// or answer of other shape). The answer's own relation (`11130 - 4672 = 6458`) is another
+/// key: read as the item, every honest row of a subtraction family whose inverse is protected
+/// (`53-26=27` for `53-27=`) would be refused.
 pub fn relation(form: NormalForm, prompt: &str, answer: &str) -> Option<String> {
     use crate::policy::canon::{canonical, form_tokens};
     if form != NormalForm::Arithmetic {
@@ -163,13 +163,13 @@ pub fn relation(form: NormalForm, prompt: &str, answer: &str) -> Option<String> 
         let s = arithmetic::symbols(&form_tokens(&canonical(text), false));
         arithmetic::numbers(&s).map(str::to_string).collect()
     };
-    let (mut n, a) = (numbers(prompt), numbers(answer));
+    let (n, a) = (numbers(prompt), numbers(answer));
     if !(2..RELATION_MAX).contains(&n.len()) || a.len() != 1 {
         return None;
     }
-    n.extend(a);
     Some(relation_key(
         &n.iter().map(String::as_str).collect::<Vec<_>>(),
+        &a[0],
     ))
 }
 
@@ -257,13 +257,8 @@ impl Carry {
             NormalForm::Arithmetic => {
                 let s = arithmetic::symbols(&read_by(form, toks));
                 let mut keys = arithmetic::keys(&s);
-                // Relations: runs of numbers that end in this row, the stream's last included.
-                let mut numbers: Vec<&str> = self.numbers.iter().map(String::as_str).collect();
-                numbers.extend(arithmetic::numbers(&s));
-                relation_windows(&numbers, self.numbers.len(), &mut keys);
-                let last = numbers.len().saturating_sub(RELATION_MAX - 1);
-                self.numbers_after
-                    .put(row, numbers[last..].iter().map(|n| n.to_string()).collect());
+                let numbers: Vec<&str> = arithmetic::numbers(&s).collect();
+                relation_windows(&numbers, &mut keys);
                 if closes {
                     keys.extend(self.arithmetic(toks));
                 }
@@ -344,15 +339,6 @@ impl Carry {
                     self.digits.read(&read_by(NormalForm::Digits, &toks));
                 }
             }
-        }
-        let numbers = self.numbers_after.take(&toks);
-        if forms.contains(&NormalForm::Arithmetic) {
-            self.numbers = numbers.unwrap_or_else(|| {
-                let s = arithmetic::symbols(&read_by(NormalForm::Arithmetic, &toks));
-                let mut n = std::mem::take(&mut self.numbers);
-                n.extend(arithmetic::numbers(&s).map(str::to_string));
-                n.split_off(n.len().saturating_sub(RELATION_MAX - 1))
-            });
         }
     }
 
@@ -2692,35 +2678,38 @@ mod tests {
     #[test]
     fn a_problems_numbers_and_its_answer_side_by_side_are_its_relation() {
         let key = relation(NormalForm::Arithmetic, "4672+6458=", "11130").expect("a relation");
-        assert_eq!(key, "r:11130,4672,6458");
+        assert_eq!(key, "r:4672,6458>11130");
         let sum3 = relation(NormalForm::Arithmetic, "467+645+41=", "1153");
-        assert_eq!(sum3.as_deref(), Some("r:1153,41,467,645"));
-        assert_eq!(
-            relation(NormalForm::Arithmetic, "467-645=", "-178").as_deref(),
-            Some("r:178,467,645")
-        );
+        assert_eq!(sum3.as_deref(), Some("r:41,467,645>1153"));
+        let diff = relation(NormalForm::Arithmetic, "467-645=", "-178");
+        assert_eq!(diff.as_deref(), Some("r:467,645>178"));
         assert_eq!(relation(NormalForm::Digits, "530912=", "012359"), None);
-        for rows in [
-            vec!["4672+6458 -> 11130"],
-            vec!["4672 and 6458 = 11130"],
-            vec!["{\"a\": 4672, \"b\": 6458, \"sum\": 11130}"],
-            vec!["11130 - 4672 = 6458"],
-            vec!["x - 6458 = 4672, x = 11130"],
-            vec!["  4672", "+ 6458", "------", " 11130"],
-            vec!["9344/2 + 6458 = 11130"],
+        for row in [
+            "4672+6458 -> 11130",
+            "4672 and 6458 = 11130",
+            "6458 & 4672 = 11130",
+            "{\"a\": 4672, \"b\": 6458, \"sum\": 11130}",
+            "x - 6458 = 4672, x = 11130",
+            "  4672\n+ 6458\n------\n 11130",
+            "9344/2 + 6458 = 11130",
         ] {
-            let keys = ak_rows(&rows);
-            assert!(keys.contains(&key), "{rows:?}: {keys:?}");
+            let keys = ak_rows(&[row]);
+            assert!(keys.contains(&key), "{row:?}: {keys:?}");
         }
-        // Another answer, or a number between, is another relation.
+        // Another answer, a number between, the answer first, or numbers in other rows: other
+        // relations. An honest row of a subtraction family is never its inverse's item.
         for rows in [
             vec!["4672 and 6458 = 11131"],
             vec!["4672 and 6458 and 7 = 11130"],
+            vec!["11130 - 4672 = 6458"],
+            vec!["4672 + 6458 =", "11130"],
         ] {
             let keys = ak_rows(&rows);
             assert!(!keys.contains(&key), "{rows:?}: {keys:?}");
         }
-        // However many numbers a row holds, each ends at most two relations.
+        let sub = relation(NormalForm::Arithmetic, "53-27=", "26").expect("a relation");
+        assert!(!ak_rows(&["53-26=27"]).contains(&sub));
+        // However many numbers a row holds, each ends at most two runs.
         let flood: String = (0..10_000).map(|i| format!("{i} ")).collect();
         let keys = ak_rows(&[&flood]).len();
         assert!((10_000..=2 * 10_000).contains(&keys), "{keys}");
