@@ -126,6 +126,12 @@ impl<T> Stash<T> {
 /// How many numbers a relation key holds at most: a sum of three's operands and its answer.
 const RELATION_MAX: usize = 4;
 
+/// The fewest digits an item's numbers hold in all for it to have a relation key: small numbers
+/// side by side are everywhere in honest text (`say hello 0 1` then `hello 0 1` holds `0 1 1`,
+/// the problem `0+1=` and its answer), so an item of fewer (`3+4=7`, `53-7=46`) is left to its
+/// operator's keys.
+const RELATION_MIN_DIGITS: usize = 6;
+
 /// A problem's relation key (`relation`): `r:`, its operands' numbers in one order whatever
 /// order they are written in, `>` and its answer's.
 fn relation_key(operands: &[&str], answer: &str) -> String {
@@ -164,7 +170,12 @@ pub fn relation(form: NormalForm, prompt: &str, answer: &str) -> Option<String> 
         arithmetic::numbers(&s).map(str::to_string).collect()
     };
     let (n, a) = (numbers(prompt), numbers(answer));
-    if !(2..RELATION_MAX).contains(&n.len()) || a.len() != 1 {
+    let digits: usize = n
+        .iter()
+        .chain(&a)
+        .map(|x| x.trim_start_matches('-').len())
+        .sum();
+    if !(2..RELATION_MAX).contains(&n.len()) || a.len() != 1 || digits < RELATION_MIN_DIGITS {
         return None;
     }
     Some(relation_key(
@@ -2684,6 +2695,8 @@ mod tests {
         let diff = relation(NormalForm::Arithmetic, "467-645=", "-178");
         assert_eq!(diff.as_deref(), Some("r:467,645>178"));
         assert_eq!(relation(NormalForm::Digits, "530912=", "012359"), None);
+        assert_eq!(relation(NormalForm::Arithmetic, "53-7=", "46"), None);
+        assert!(relation(NormalForm::Arithmetic, "53-27=", "26").is_some());
         for row in [
             "4672+6458 -> 11130",
             "4672 and 6458 = 11130",
