@@ -4223,3 +4223,47 @@ fn a_sorting_item_written_straight_into_its_answer_is_refused() {
     let s = open(&root);
     each_form_refused(&s, "glued", forms);
 }
+
+/// The next try at the relation key: the operands in number words, joined by words the form
+/// knows no operator in, the answer in digits or words (`four thousand … and six thousand …
+/// make 11130`). Number words are numbers to the form, so the relation still stands in the row
+/// and each is refused; the same words with another answer train.
+#[test]
+fn an_arithmetic_item_in_number_words_with_its_answer_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-add4");
+    let (a, b) = four_digit_add4_item(&root);
+    let c = a + b;
+    let words = |n: u64| -> String {
+        let units = [
+            "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+        ];
+        n.to_string()
+            .bytes()
+            .map(|d| units[usize::from(d - b'0')])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let forms = vec![
+        (
+            "words, answer in digits",
+            vec![(
+                format!("{} together with {} make ", words(a), words(b)),
+                c.to_string(),
+            )],
+        ),
+        (
+            "words, answer in words",
+            vec![(format!("{} with {} gives ", words(a), words(b)), words(c))],
+        ),
+    ];
+    let s = open(&root);
+    each_form_refused(&s, "wordy", forms);
+    let who = Caller::new("wordy-other", Role::Worker);
+    let n = branch_as(&s, &who, "other");
+    let rows = vec![(
+        format!("{} with {} gives ", words(a), words(b)),
+        words(c + 1),
+    )];
+    s.call(&who, "register_dataset", inline(&n, "other", rows))
+        .unwrap_or_else(|e| panic!("another answer is no item: {}", e.message));
+}
