@@ -96,31 +96,7 @@ pub struct Carry {
     digits: digits::Stream,
     /// What `keys` read of a row, for `push` to take when that row is pushed next (a scan reads
     /// a row's keys, then pushes it), so the row is read once.
-    digits_after: Stash<digits::Stream>,
-}
-
-/// What `Carry::keys` read of a row, kept for `Carry::push` of that same row.
-#[derive(Clone)]
-struct Stash<T>(std::cell::RefCell<Option<(Arc<[String]>, T)>>);
-
-impl<T> Default for Stash<T> {
-    fn default() -> Stash<T> {
-        Stash(std::cell::RefCell::new(None))
-    }
-}
-
-impl<T> Stash<T> {
-    fn put(&self, row: &Arc<[String]>, value: T) {
-        *self.0.borrow_mut() = Some((row.clone(), value));
-    }
-
-    /// What was kept of `row`, if `row` was read last.
-    fn take(&mut self, row: &Arc<[String]>) -> Option<T> {
-        match self.0.get_mut().take() {
-            Some((read, value)) if Arc::ptr_eq(&read, row) => Some(value),
-            _ => None,
-        }
-    }
+    digits_after: std::cell::RefCell<Option<(Arc<[String]>, digits::Stream)>>,
 }
 
 /// How many numbers a relation key holds at most: a sum of three's operands and its answer.
@@ -282,7 +258,7 @@ impl Carry {
                 // stream's open chain and run of pairs continue into this row.
                 let mut after = self.digits.clone();
                 keys.extend(after.read(&toks));
-                self.digits_after.put(row, after);
+                *self.digits_after.borrow_mut() = Some((row.clone(), after));
                 // A string of digits split across rows: the digits after the stream's last `=`
                 // continue into the row that ends them.
                 if closes && self.open.len > 0 {
@@ -342,11 +318,11 @@ impl Carry {
         }
         // Read for what it leaves open (its keys were taken by `keys`, which read it already
         // where it was this row).
-        let digits = self.digits_after.take(&toks);
+        let after = self.digits_after.get_mut().take();
         if forms.contains(&NormalForm::Digits) {
-            match digits {
-                Some(after) => self.digits = after,
-                None => {
+            match after {
+                Some((row, after)) if Arc::ptr_eq(&row, &toks) => self.digits = after,
+                _ => {
                     self.digits.read(&read_by(NormalForm::Digits, &toks));
                 }
             }
