@@ -248,6 +248,10 @@ pub enum NormalForm {
     /// Strings of digits as multisets: a digit-sorting problem is its digits in any order, and
     /// its answer is one of those orders.
     Digits,
+    /// Compositions of the tiny-code family's string operations, letters blanked: an item is the
+    /// chain of operations its specification names, read from any specification's words or
+    /// from any program that computes it (`policy::string_ops`).
+    StringOps,
 }
 
 impl NormalForm {

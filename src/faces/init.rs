@@ -347,17 +347,21 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         ArithOp::Sort => format!("the digits of {size} strings in ascending order"),
         ArithOp::Diff => format!("{size} subtraction in either order, with signed results"),
     };
-    let (form, form_note) = match crate::config::NormalForm::of(op) {
-        crate::config::NormalForm::Digits => (
+    // `NormalForm::of` an arithmetic family: digits for sorting, arithmetic for every other.
+    let (form, form_note) = if crate::config::NormalForm::of(op)
+        == crate::config::NormalForm::Digits
+    {
+        (
             "digits",
             "# The gate also matches a test string in any order of its digits (its answer is one), in\n\
              # any script's digits, spaced or in words (policy::normal_form).",
-        ),
-        crate::config::NormalForm::Arithmetic => (
+        )
+    } else {
+        (
             "arithmetic",
             "# The gate also matches a test problem in any order of a sum's operands, in any script's\n\
              # digits or in words (policy::normal_form).",
-        ),
+        )
     };
     let fill = |t: &str| {
         let mut upper = described.clone();

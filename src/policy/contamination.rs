@@ -33,6 +33,7 @@ use crate::config::NormalForm;
 use crate::model::data::Row;
 use crate::policy::canon::{self, canonical, form_tokens, tokens};
 use crate::policy::normal_form;
+use crate::policy::string_ops;
 
 /// Scan settings (from `rsim.toml` `[policy]`).
 #[derive(Debug, Clone, Copy)]
@@ -281,17 +282,7 @@ impl EvalSet {
                     }
                 }
                 let keys = form
-                    .map(|f| {
-                        let k = normal_form::keys(
-                            f,
-                            &form_tokens(&canonical(&r.prompt), f.reads_counts()),
-                        );
-                        if k.is_empty() {
-                            normal_form::keys(f, &form_tokens(&text, f.reads_counts()))
-                        } else {
-                            k
-                        }
-                    })
+                    .map(|f| normal_form::item_keys(f, &r.prompt, &text))
                     .unwrap_or_default();
                 let relation = form.and_then(|f| normal_form::relation(f, &r.prompt, &r.answer));
                 Item {
@@ -408,6 +399,8 @@ type Tails = [Tail; canon::READINGS];
 #[derive(Default, Clone)]
 struct Tail {
     carry: normal_form::Carry,
+    /// The `string_ops` form's reading of the stream's programs (their variables).
+    programs: string_ops::Programs,
     ids: Vec<u64>,
     skel: Vec<u64>,
 }
@@ -531,6 +524,16 @@ impl<'a> Scanner<'a> {
             if tail.carry.is_full() {
                 self.read_to_end(tail, at, found);
                 tail.carry.let_go();
+            }
+            if self.ix.forms.contains(&NormalForm::StringOps) {
+                // Read from the text: its brackets, colons and quotes are the operations.
+                let mut keys = string_ops::spec_keys(text);
+                keys.extend(tail.programs.read(text));
+                for k in keys {
+                    if self.ix.keys.contains(&k) {
+                        found.keys.entry(k).or_insert(at);
+                    }
+                }
             }
         }
         let keep = longest.saturating_sub(1);

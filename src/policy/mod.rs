@@ -5,6 +5,7 @@
 pub mod canon;
 pub mod contamination;
 pub mod normal_form;
+pub mod string_ops;
 
 use crate::api::types::{
     BranchRequest, CancelJobRequest, ConcludeRequest, DatasetSource, EvaluateRequest,

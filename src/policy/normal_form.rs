@@ -16,6 +16,26 @@ pub fn keys(form: NormalForm, toks: &[String]) -> Vec<String> {
     match form {
         NormalForm::Arithmetic => arithmetic::keys(&arithmetic::symbols(&read_by(form, toks))),
         NormalForm::Digits => digits::keys(&read_by(form, toks)),
+        // Read from the text, not tokens (brackets, colons and quotes are its operations):
+        // `string_ops`, which the scan runs on each row's text.
+        NormalForm::StringOps => Vec::new(),
+    }
+}
+
+/// A protected item's keys under a form: its prompt's (the problem it poses), else its whole
+/// text's; for `string_ops`, the chain its specification names.
+pub fn item_keys(form: NormalForm, prompt: &str, text: &str) -> Vec<String> {
+    use crate::policy::canon::{canonical, form_tokens};
+    if form == NormalForm::StringOps {
+        return crate::policy::string_ops::item_key(&canonical(prompt))
+            .into_iter()
+            .collect();
+    }
+    let k = keys(form, &form_tokens(&canonical(prompt), form.reads_counts()));
+    if k.is_empty() {
+        keys(form, &form_tokens(text, form.reads_counts()))
+    } else {
+        k
     }
 }
 
@@ -27,6 +47,7 @@ fn unread_by(form: NormalForm, t: &str) -> bool {
     match form {
         NormalForm::Arithmetic => t == ":",
         NormalForm::Digits => is_form_only(t) && t != ":",
+        NormalForm::StringOps => false,
     }
 }
 
@@ -269,6 +290,8 @@ impl Carry {
                 }
                 keys
             }
+            // Read from each row's text by the scan (`string_ops::Programs` carries it).
+            NormalForm::StringOps => Vec::new(),
         };
         keys.retain(|k| wanted(k));
         keys
@@ -346,6 +369,7 @@ impl Carry {
             NormalForm::Digits => {
                 digits::keys_of(&read_by(NormalForm::Digits, &self.open.tokens()), &[])
             }
+            NormalForm::StringOps => Vec::new(),
         };
         keys.retain(|k| wanted(k));
         keys

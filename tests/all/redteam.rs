@@ -4267,3 +4267,170 @@ fn an_arithmetic_item_in_number_words_with_its_answer_is_refused() {
     s.call(&who, "register_dataset", inline(&n, "other", rows))
         .unwrap_or_else(|e| panic!("another answer is no item: {}", e.message));
 }
+
+/// A tiny-code specification's operations: `str drop 5;rev;del i>` is
+/// `[("drop", "5"), ("rev", ""), ("del", "i")]`.
+fn code_ops(prompt: &str) -> Vec<(String, String)> {
+    prompt
+        .trim_start_matches("str ")
+        .trim_end_matches('>')
+        .split(';')
+        .map(|op| match op.split_once(' ') {
+            Some((o, a)) => (o.to_string(), a.to_string()),
+            None => (op.to_string(), String::new()),
+        })
+        .collect()
+}
+
+/// One operation as a Python expression on `x`, written the attacker's own way (not the
+/// generator's): `''.join(reversed(x))`, `x[0:3]`, `str.upper(x)`, `x*2`.
+fn code_expr(op: &(String, String), x: &str) -> String {
+    let (o, a) = (op.0.as_str(), op.1.as_str());
+    match o {
+        "rev" => format!("''.join(reversed({x}))"),
+        "up" => format!("str.upper({x})"),
+        "dup" => format!("({x}*2)"),
+        "sort" => format!("''.join(sorted({x}))"),
+        "take" => format!("{x}[0:{a}]"),
+        "drop" => format!("{x}[{a}:]"),
+        "del" => format!("{x}.replace('{a}','')"),
+        "add" => format!("({x}+'{a}')"),
+        _ => format!("('{a}'+{x})"),
+    }
+}
+
+/// The tiny-code gate read an item only as its own text, its exact specification, or its
+/// skeleton, so a red-team helper got all 500 test items past it by changing one character
+/// outside the operations (`xstr …>` holding the item verbatim, `xtr …>`, `…:`), by dropping
+/// `str`, by words between the operations, or by another program style with renamed operations.
+/// An item is its composition (`string_ops`): a row naming it in any words, or holding any
+/// program that computes it, is refused — for every item tried; the same forms of a composition
+/// no split holds train.
+#[test]
+fn a_code_item_in_any_words_or_any_programs_style_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-code");
+    let test = protected_split(&root, "strings", "test");
+    let items: Vec<&Row> = test.iter().step_by(12).take(40).collect();
+    type Form = fn(&str, &[(String, String)], &str) -> Vec<(String, String)>;
+    let nested = |ops: &[(String, String)]| -> String {
+        let e = ops
+            .iter()
+            .fold("input()".to_string(), |e, op| code_expr(op, &e));
+        format!("print({e})")
+    };
+    let forms: Vec<(&str, Form)> = vec![
+        ("the item verbatim after a letter", |p, _, a| {
+            vec![(format!("x{p}"), a.to_string())]
+        }),
+        ("one letter of str changed, `:` for `>`", |p, _, a| {
+            vec![(format!("xtr {}:", &p[4..p.len() - 1]), a.to_string())]
+        }),
+        ("no str, `then` between, another program", |_, ops, _| {
+            let spec: Vec<String> = ops
+                .iter()
+                .map(|(o, a)| {
+                    if a.is_empty() {
+                        o.clone()
+                    } else {
+                        format!("{o} {a}")
+                    }
+                })
+                .collect();
+            let e = ops
+                .iter()
+                .fold("input()".to_string(), |e, op| code_expr(op, &e));
+            vec![(format!("{} >", spec.join(" then ")), format!("print({e})"))]
+        }),
+        ("renamed operations, a program of its own", |_, ops, _| {
+            let spec: Vec<String> = ops.iter().map(|(o, a)| format!("do{o}{a}")).collect();
+            let mut p = String::from("t=input()");
+            for op in ops {
+                p.push_str(&format!("\nt={}", code_expr(op, "t")));
+            }
+            vec![(format!("str {}>", spec.join(",")), format!("{p}\nprint(t)"))]
+        }),
+        ("split over two rows at a statement", |p, ops, _| {
+            let mut first = String::from("v=input();");
+            first.push_str(&format!("v={};", code_expr(&ops[0], "v")));
+            let mut rest = String::new();
+            for op in &ops[1..] {
+                rest.push_str(&format!("v={};", code_expr(op, "v")));
+            }
+            vec![
+                (format!("xtr {}", &p[4..]), first),
+                (";".to_string(), format!("{rest}print(v)")),
+            ]
+        }),
+    ];
+    let s = open(&root);
+    for (i, (what, form)) in forms.iter().enumerate() {
+        let rows: Vec<(String, String)> = items
+            .iter()
+            .flat_map(|r| form(&r.prompt, &code_ops(&r.prompt), &r.answer))
+            .collect();
+        let who = Caller::new(format!("coder{i}"), Role::Worker);
+        let n = branch_as(&s, &who, what);
+        let e = refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(&n, &format!("form{i}"), rows),
+            "contamination",
+        );
+        assert!(
+            e.message
+                .contains(&format!("({} item(s) matched)", items.len())),
+            "{what}: not every item was read: {}",
+            e.message
+        );
+    }
+    // A program padded with reversals that cancel, and no specification at all: its chain is
+    // longer than any item, and read with the reversals cancelled it is the item. (One item a
+    // dataset: a long chain's windows also pose many other items, which would fill the hits.)
+    for (i, r) in items.iter().take(5).enumerate() {
+        let mut e = "input()".to_string();
+        for op in code_ops(&r.prompt) {
+            e = code_expr(&op, &format!("{e}[::-1][::-1]"));
+        }
+        let who = Caller::new(format!("padder{i}"), Role::Worker);
+        let n = branch_as(&s, &who, "padded");
+        let rows = vec![("go>".to_string(), format!("print({e})"))];
+        refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(&n, "padded", rows),
+            "contamination",
+        );
+    }
+    // A composition no split holds, in the same forms, trains: the gate reads compositions,
+    // not a style of writing.
+    let held: std::collections::HashSet<String> = ["dev", "test", "sealed", "dev_twin"]
+        .iter()
+        .flat_map(|sp| protected_split(&root, "strings", sp))
+        .map(|r| rsi_master::train::code_tasks::composition_key(&r.prompt))
+        .collect();
+    let free = [
+        "str up;sort>",
+        "str dup;rev>",
+        "str sort;up>",
+        "str rev;dup>",
+    ]
+    .into_iter()
+    .chain([
+        "str take 1;sort;rev>",
+        "str sort;rev;up>",
+        "str up;dup;rev>",
+    ])
+    .find(|p| !held.contains(&rsi_master::train::code_tasks::composition_key(p)))
+    .expect("a composition no split holds");
+    let ops = code_ops(free);
+    let who = Caller::new("coder-free", Role::Worker);
+    let n = branch_as(&s, &who, "free");
+    let rows: Vec<(String, String)> = forms
+        .iter()
+        .flat_map(|(_, form)| form(free, &ops, &nested(&ops)))
+        .collect();
+    s.call(&who, "register_dataset", inline(&n, "free", rows))
+        .unwrap_or_else(|e| panic!("a free composition is no item: {}", e.message));
+}

@@ -1,0 +1,678 @@
+//! The `string_ops` normal form: what makes two of the tiny-code family's items one. An item is
+//! a composition of string operations (`str drop 5;rev;del i>` asks for a program that drops five
+//! characters, reverses, deletes every `i`), and the splits hold compositions out of each other
+//! with letters blanked (`del a;add b` is `del c;add d`). So an item is its composition, and a row
+//! that poses it — in any words around its operations, or as a program that computes it in any
+//! style — reproduces it, whatever its specification looks like:
+//!
+//! - **Specifications** (`spec_keys`): a row's words are read as operations (`rev`, `up`, `dup`,
+//!   `sort`, `take N`, `drop N`, `del C`, `add C`, `pre C`, an argument glued on or not), and
+//!   each maximal run of them — punctuation, list numbers and a few connectors between them, any
+//!   word glued before the first — is a chain: `xstr drop 5;rev;del i:`, `drop 5 then rev then
+//!   del i`, `1. drop5 2. rev 3. deli`.
+//! - **Programs** (`Programs`): the statements of a row are run symbolically over the one input
+//!   string: what `print` shows is a chain of operations applied to `input()`, however it was
+//!   written (`s=s[::-1]`, `print(input()[::-1])`, `b=a[::-1]`, `''.join(reversed(s))`,
+//!   `s[-1::-1]`, `s*2`, `s+=s`, `str.upper(s)`, `s[5:][:3]`, variables renamed, statements
+//!   split over rows). The variables are carried from row to row, as a trainer that packs rows
+//!   reads them; a fresh `x=input()` starts over.
+//!
+//! A chain of two to `MAX_OPS` operations is keyed whole (`ops:drop 5;rev;del #`). No honest row
+//! holds a longer one, so a longer chain — an item padded with operations, or with operations
+//! that undo each other (`rev;rev`) — is keyed after cancelling reversals in pairs, and by every
+//! window of two to `MAX_OPS` of its operations. Shorter chains are never cut into windows: an
+//! honest three-operation row holds two-operation compositions the splits may hold.
+//!
+//! What it does not read: a specification in words it does not know (`skip 5;reverse`) with a
+//! program it cannot run (a function, a loop, a comprehension); operations spelled out letter by
+//! letter; a statement cut inside across rows.
+
+use std::collections::HashMap;
+
+/// The family's longest composition: no honest row holds a longer chain.
+pub const MAX_OPS: usize = 3;
+
+/// Operations a chain holds at most (a longer one is no program of this family: unknown).
+const MAX_CHAIN: usize = 64;
+
+/// Variables a program's reading keeps at most (more: the oldest are forgotten).
+const MAX_VARS: usize = 64;
+
+/// How deep brackets nest before an expression is read as unknown.
+const MAX_DEPTH: usize = 32;
+
+/// Longest string literal read (a longer one is no letter to add).
+const MAX_LITERAL: usize = 16;
+
+/// One operation, letters blanked (the splits hold compositions apart in any letters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Rev,
+    Up,
+    Dup,
+    Sort,
+    Take(u32),
+    Drop(u32),
+    Del,
+    Add,
+    Pre,
+}
+
+impl Op {
+    fn name(self) -> String {
+        match self {
+            Op::Rev => "rev".into(),
+            Op::Up => "up".into(),
+            Op::Dup => "dup".into(),
+            Op::Sort => "sort".into(),
+            Op::Take(n) => format!("take {n}"),
+            Op::Drop(n) => format!("drop {n}"),
+            Op::Del => "del #".into(),
+            Op::Add => "add #".into(),
+            Op::Pre => "pre #".into(),
+        }
+    }
+}
+
+fn key(ops: &[Op]) -> String {
+    let names: Vec<String> = ops.iter().map(|o| o.name()).collect();
+    format!("ops:{}", names.join(";"))
+}
+
+/// A chain with reversals that undo each other cancelled (`rev;rev` is nothing). Nothing else is
+/// merged: an item may itself hold `take 4;take 2`, and its key keeps both.
+fn reduced(ops: &[Op]) -> Vec<Op> {
+    let mut out: Vec<Op> = Vec::with_capacity(ops.len());
+    for &o in ops {
+        if o == Op::Rev && out.last() == Some(&Op::Rev) {
+            out.pop();
+        } else {
+            out.push(o);
+        }
+    }
+    out
+}
+
+/// The keys of one chain (see the module's notes).
+fn chain_keys(ops: &[Op], out: &mut Vec<String>) {
+    if ops.len() <= MAX_OPS {
+        if ops.len() >= 2 {
+            out.push(key(ops));
+        }
+        return;
+    }
+    let r = reduced(ops);
+    if (2..=MAX_OPS).contains(&r.len()) {
+        out.push(key(&r));
+    }
+    for chain in [ops, &r[..]] {
+        for len in 2..=MAX_OPS {
+            for w in chain.windows(len) {
+                out.push(key(w));
+            }
+        }
+    }
+}
+
+/// An operation's name alone (`rev`), or with its argument glued on (`drop5`, `deli`).
+fn word_op(w: &str, next: Option<&str>) -> Option<(Op, bool)> {
+    let number = |s: &str| {
+        (!s.is_empty() && s.len() <= 3 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u32>().ok())
+            .flatten()
+    };
+    let letter = |s: &str| s.len() == 1 && s.bytes().all(|b| b.is_ascii_lowercase());
+    match w {
+        "rev" => return Some((Op::Rev, false)),
+        "up" => return Some((Op::Up, false)),
+        "dup" => return Some((Op::Dup, false)),
+        "sort" => return Some((Op::Sort, false)),
+        _ => {}
+    }
+    let counted: [(&str, fn(u32) -> Op); 2] = [("take", Op::Take), ("drop", Op::Drop)];
+    for (name, op) in counted {
+        if let Some(rest) = w.strip_prefix(name) {
+            if rest.is_empty() {
+                return next.and_then(number).map(|n| (op(n), true));
+            }
+            return number(rest).map(|n| (op(n), false));
+        }
+    }
+    for (name, op) in [("del", Op::Del), ("add", Op::Add), ("pre", Op::Pre)] {
+        if let Some(rest) = w.strip_prefix(name) {
+            if rest.is_empty() {
+                return next.filter(|n| letter(n)).map(|_| (op, true));
+            }
+            return letter(rest).then_some((op, false));
+        }
+    }
+    None
+}
+
+/// Words a specification may put between its operations.
+fn connector(w: &str) -> bool {
+    matches!(w, "then" | "and" | "next" | "finally" | "after" | "that")
+        || (w.len() <= 3 && w.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The keys of the operation chains a canonical text's words name (see the module's notes).
+pub fn spec_keys(text: &str) -> Vec<String> {
+    let words: Vec<&str> = text
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    let mut chain: Vec<Op> = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let next = words.get(i + 1).copied();
+        let read = word_op(words[i], next).or_else(|| {
+            // A chain's first operation may have any word glued before it (`xstrdrop`).
+            if !chain.is_empty() || words[i].len() > 24 {
+                return None;
+            }
+            let w = words[i];
+            (1..w.len()).find_map(|k| w.is_char_boundary(k).then(|| word_op(&w[k..], next))?)
+        });
+        match read {
+            Some((op, took_next)) => {
+                if chain.len() < MAX_CHAIN {
+                    chain.push(op);
+                }
+                i += 1 + usize::from(took_next);
+            }
+            None if !chain.is_empty() && connector(words[i]) => i += 1,
+            None => {
+                chain_keys(&chain, &mut out);
+                chain.clear();
+                i += 1;
+            }
+        }
+    }
+    chain_keys(&chain, &mut out);
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// One token of a program.
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Name(String),
+    Num(u32),
+    Str(String),
+    Punct(char),
+    /// Anything else: ends what is being read.
+    Other,
+}
+
+fn lex(text: &str) -> Vec<Tok> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_lowercase() || c == b'_' {
+            let s = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            out.push(Tok::Name(text[s..i].to_string()));
+        } else if c.is_ascii_digit() {
+            let s = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            out.push(text[s..i].parse().map_or(Tok::Other, Tok::Num));
+        } else if c == b'\'' || c == b'"' {
+            let end = b[i + 1..]
+                .iter()
+                .take(MAX_LITERAL + 1)
+                .position(|&x| x == c);
+            match end {
+                Some(len) => {
+                    out.push(Tok::Str(text[i + 1..i + 1 + len].to_string()));
+                    i += len + 2;
+                }
+                None => {
+                    out.push(Tok::Other);
+                    i += 1;
+                }
+            }
+        } else if c == b' ' {
+            i += 1;
+        } else {
+            out.push(if b"=;()[]:+*.,-".contains(&c) {
+                Tok::Punct(c as char)
+            } else {
+                Tok::Other
+            });
+            i += 1;
+        }
+    }
+    out
+}
+
+/// What an expression is, as far as this reading goes.
+#[derive(Debug, Clone, PartialEq)]
+enum Val {
+    /// The input string with these operations applied.
+    Ops(Vec<Op>),
+    Text(String),
+    Num(i64),
+    /// `sorted(x)` and `reversed(x)` of the input: lists `''.join` makes strings again.
+    Sorted(Vec<Op>),
+    Reversed(Vec<Op>),
+    /// The name `str` (`str.upper(s)`).
+    StrType,
+    Unknown,
+}
+
+fn then(ops: &[Op], more: &[Op]) -> Val {
+    if ops.len() + more.len() > MAX_CHAIN {
+        return Val::Unknown;
+    }
+    Val::Ops(ops.iter().chain(more).copied().collect())
+}
+
+/// A program's variables as the rows so far left them: what a scan carries from row to row.
+#[derive(Debug, Clone, Default)]
+pub struct Programs {
+    vars: HashMap<String, Val>,
+}
+
+impl Programs {
+    /// Read a row's statements (after the rows before), returning the keys of what it prints.
+    pub fn read(&mut self, text: &str) -> Vec<String> {
+        let toks = lex(text);
+        let mut p = Parser {
+            toks: &toks,
+            at: 0,
+            vars: &mut self.vars,
+            out: Vec::new(),
+        };
+        p.statements();
+        let mut out = p.out;
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+struct Parser<'a> {
+    toks: &'a [Tok],
+    at: usize,
+    vars: &'a mut HashMap<String, Val>,
+    out: Vec<String>,
+}
+
+impl Parser<'_> {
+    fn peek(&self, k: usize) -> Option<&Tok> {
+        self.toks.get(self.at + k)
+    }
+
+    fn punct(&self, k: usize, c: char) -> bool {
+        self.peek(k) == Some(&Tok::Punct(c))
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        let yes = self.punct(0, c);
+        if yes {
+            self.at += 1;
+        }
+        yes
+    }
+
+    fn set(&mut self, name: String, v: Val) {
+        if self.vars.len() >= MAX_VARS && !self.vars.contains_key(&name) {
+            self.vars.clear();
+        }
+        self.vars.insert(name, v);
+    }
+
+    /// Every statement of the tokens; what is not one is stepped over, a token at a time, so a
+    /// reading is linear in the row (an expression never backtracks).
+    fn statements(&mut self) {
+        while self.at < self.toks.len() {
+            let start = self.at;
+            self.statement();
+            if self.at == start {
+                self.at += 1;
+            }
+        }
+    }
+
+    fn statement(&mut self) {
+        let Some(Tok::Name(name)) = self.peek(0).cloned() else {
+            return;
+        };
+        if name == "print" && self.punct(1, '(') {
+            self.at += 2;
+            let v = self.expr(0);
+            if self.eat(')')
+                && let Val::Ops(ops) = v
+            {
+                chain_keys(&ops, &mut self.out);
+            }
+            return;
+        }
+        // `x=…`, `x+=…`, `x*=…` (not `x==…`)
+        let op = match (self.peek(1), self.peek(2)) {
+            (Some(Tok::Punct('=')), Some(t)) if *t != Tok::Punct('=') => None,
+            (Some(Tok::Punct(c @ ('+' | '*'))), Some(Tok::Punct('='))) => Some(*c),
+            _ => return,
+        };
+        self.at += if op.is_some() { 3 } else { 2 };
+        let v = self.expr(0);
+        let v = match op {
+            None => v,
+            Some(c) => {
+                let old = self.vars.get(&name).cloned().unwrap_or(Val::Unknown);
+                binary(c, old, v)
+            }
+        };
+        self.set(name, v);
+    }
+
+    fn expr(&mut self, depth: usize) -> Val {
+        let mut v = self.product(depth);
+        while self.eat('+') {
+            let r = self.product(depth);
+            v = binary('+', v, r);
+        }
+        v
+    }
+
+    fn product(&mut self, depth: usize) -> Val {
+        let mut v = self.postfix(depth);
+        while self.punct(0, '*') && !self.punct(1, '=') {
+            self.at += 1;
+            let r = self.postfix(depth);
+            v = binary('*', v, r);
+        }
+        v
+    }
+
+    fn postfix(&mut self, depth: usize) -> Val {
+        let mut v = self.primary(depth);
+        loop {
+            if self.eat('[') {
+                let s = self.slice();
+                if !self.eat(']') {
+                    return Val::Unknown;
+                }
+                v = match (v, s) {
+                    (Val::Ops(ops), Some(more)) => then(&ops, &more),
+                    _ => Val::Unknown,
+                };
+            } else if self.punct(0, '.')
+                && let Some(Tok::Name(m)) = self.peek(1).cloned()
+            {
+                self.at += 2;
+                let args = if self.eat('(') {
+                    let a = self.args(depth);
+                    if !self.eat(')') {
+                        return Val::Unknown;
+                    }
+                    a
+                } else {
+                    return Val::Unknown;
+                };
+                v = method(v, &m, args);
+            } else {
+                return v;
+            }
+        }
+    }
+
+    fn args(&mut self, depth: usize) -> Vec<Val> {
+        let mut out = Vec::new();
+        if self.punct(0, ')') {
+            return out;
+        }
+        loop {
+            out.push(self.expr(depth + 1));
+            if !self.eat(',') {
+                return out;
+            }
+        }
+    }
+
+    /// A slice bound: a number (`-1` too), nothing, or `None` where it is neither.
+    fn bound(&mut self) -> Option<Option<i64>> {
+        let neg = self.eat('-');
+        match self.peek(0) {
+            Some(Tok::Num(n)) => {
+                let n = i64::from(*n);
+                self.at += 1;
+                Some(Some(if neg { -n } else { n }))
+            }
+            _ if neg => None,
+            _ => Some(None),
+        }
+    }
+
+    /// `[a:b:c]`'s operations (`None`: not one of the family's).
+    fn slice(&mut self) -> Option<Vec<Op>> {
+        let a = self.bound()?;
+        if !self.eat(':') {
+            return None;
+        }
+        let b = self.bound()?;
+        let c = if self.eat(':') { self.bound()? } else { None };
+        let count = |n: i64| u32::try_from(n).ok().filter(|&n| n > 0);
+        match (a, b, c) {
+            (None | Some(-1), None, Some(-1)) => Some(vec![Op::Rev]),
+            (None | Some(0), None, None | Some(1)) => Some(Vec::new()),
+            (None | Some(0), Some(n), None | Some(1)) => Some(vec![Op::Take(count(n)?)]),
+            (Some(n), None, None | Some(1)) => Some(vec![Op::Drop(count(n)?)]),
+            (Some(n), Some(m), None | Some(1)) if m > n && n > 0 => {
+                Some(vec![Op::Drop(count(n)?), Op::Take(count(m - n)?)])
+            }
+            _ => None,
+        }
+    }
+
+    fn primary(&mut self, depth: usize) -> Val {
+        if depth > MAX_DEPTH {
+            return Val::Unknown;
+        }
+        let Some(t) = self.peek(0).cloned() else {
+            return Val::Unknown;
+        };
+        self.at += 1;
+        match t {
+            Tok::Num(n) => Val::Num(i64::from(n)),
+            Tok::Str(s) => Val::Text(s),
+            Tok::Punct('(') => {
+                let v = self.expr(depth + 1);
+                if self.eat(')') { v } else { Val::Unknown }
+            }
+            Tok::Name(name) => {
+                if !self.punct(0, '(') {
+                    return match name.as_str() {
+                        "str" => Val::StrType,
+                        _ => self.vars.get(&name).cloned().unwrap_or(Val::Unknown),
+                    };
+                }
+                self.at += 1;
+                let args = self.args(depth);
+                if !self.eat(')') {
+                    return Val::Unknown;
+                }
+                match (name.as_str(), args.as_slice()) {
+                    ("input", []) => Val::Ops(Vec::new()),
+                    ("sorted", [Val::Ops(o)]) => Val::Sorted(o.clone()),
+                    ("reversed", [Val::Ops(o)]) => Val::Reversed(o.clone()),
+                    ("str", [v @ Val::Ops(_)]) => v.clone(),
+                    _ => Val::Unknown,
+                }
+            }
+            _ => {
+                self.at -= 1;
+                Val::Unknown
+            }
+        }
+    }
+}
+
+/// A method call's value: the family's operations as Python writes them.
+fn method(v: Val, m: &str, args: Vec<Val>) -> Val {
+    match (v, m, args.as_slice()) {
+        (Val::Ops(o), "upper", []) => then(&o, &[Op::Up]),
+        (Val::StrType, "upper", [Val::Ops(o)]) => then(o, &[Op::Up]),
+        (Val::Ops(o), "replace", [Val::Text(c), Val::Text(e)])
+            if c.chars().count() == 1 && e.is_empty() =>
+        {
+            then(&o, &[Op::Del])
+        }
+        (Val::Text(sep), "join", [a]) if sep.is_empty() => match a {
+            Val::Sorted(o) => then(o, &[Op::Sort]),
+            Val::Reversed(o) => then(o, &[Op::Rev]),
+            Val::Ops(o) => Val::Ops(o.clone()),
+            _ => Val::Unknown,
+        },
+        _ => Val::Unknown,
+    }
+}
+
+/// `a+b` and `a*b` where they are the family's operations (`s+s`, `s*2`, `s+'c'`, `'c'+s`).
+fn binary(c: char, a: Val, b: Val) -> Val {
+    match (c, a, b) {
+        ('+', Val::Ops(x), Val::Ops(y)) if x == y => then(&x, &[Op::Dup]),
+        ('+', Val::Ops(x), Val::Text(t)) => then(&x, &vec![Op::Add; t.chars().count()]),
+        ('+', Val::Text(t), Val::Ops(x)) => then(&x, &vec![Op::Pre; t.chars().count()]),
+        ('+', Val::Text(a), Val::Text(b)) => Val::Text(a + &b),
+        ('*', Val::Ops(x), Val::Num(2)) | ('*', Val::Num(2), Val::Ops(x)) => then(&x, &[Op::Dup]),
+        _ => Val::Unknown,
+    }
+}
+
+/// A protected item's key: the chain its specification names (`None` where it names none, or
+/// more than one).
+pub fn item_key(canonical_prompt: &str) -> Option<String> {
+    let keys = spec_keys(canonical_prompt);
+    match keys.as_slice() {
+        [k] => Some(k.clone()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::canon::canonical;
+
+    const ITEM: &str = "ops:drop 5;rev;del #";
+
+    fn read(rows: &[&str]) -> Vec<String> {
+        let mut p = Programs::default();
+        let mut keys = Vec::new();
+        for r in rows {
+            let text = canonical(r);
+            keys.extend(spec_keys(&text));
+            keys.extend(p.read(&text));
+        }
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
+    #[test]
+    fn an_items_composition_is_read_from_any_specification() {
+        assert_eq!(
+            item_key(&canonical("str drop 5;rev;del i>")),
+            Some(ITEM.into())
+        );
+        for spec in [
+            "str drop 5;rev;del q>",
+            "xstr drop 5;rev;del i>",
+            "xtr drop 5;rev;del i:",
+            "drop 5;rev;del i",
+            "strdrop 5;rev;del i>",
+            "string drop 5 then rev then del i",
+            "1. drop 5 2. rev 3. del i >",
+            "STR DROP5; REV; DELI",
+            "str drop 5 | rev | del i =>",
+            // a longer chain than the family's holds it as a window
+            "str drop 5;rev;del i;up>",
+        ] {
+            assert!(read(&[spec]).contains(&ITEM.to_string()), "{spec}");
+        }
+        // Another composition, another order, a longer chain of the family's length: not it.
+        for other in [
+            "str drop 4;rev;del i>",
+            "str rev;drop 5;del i>",
+            "str drop 5;rev>",
+            "str drop 5;rev;up;del i>",
+            "we drop 5 boxes, then rev up",
+        ] {
+            assert!(!read(&[other]).contains(&ITEM.to_string()), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_program_is_read_as_the_composition_it_computes() {
+        for program in [
+            "s=input();s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+            "print(input()[5:][::-1].replace('i',''))",
+            "a=input();b=a[5:];c=b[::-1];d=c.replace('i','');print(d)",
+            "x=input()\nx=x[5:]\nx=''.join(reversed(x))\nx=x.replace('q','')\nprint(x)",
+            "s=input();s=s[5:][-1::-1];s=s.replace('i',\"\");print(s)",
+            // padded with what undoes itself, or run on past the item
+            "s=input();s=s[5:];s=s[::-1];s=s[::-1];s=s[::-1];s=s.replace('i','');print(s)",
+            "print(input()[5:][::-1].replace('i','').upper())",
+            // spec words it does not know, the program it can run
+            "str skip 5;reverse;remove i>print(input()[5:][::-1].replace('i',''))",
+        ] {
+            assert!(read(&[program]).contains(&ITEM.to_string()), "{program}");
+        }
+        // Split over rows at statements: the variables carry.
+        let rows = [
+            "s=input();s=s[5:];",
+            "s=s[::-1]",
+            ";s=s.replace('i','');print(s)",
+        ];
+        assert!(read(&rows).contains(&ITEM.to_string()));
+        // A fresh input starts over; what is never printed is no program's output.
+        let fresh = [
+            "s=input();s=s[5:];",
+            "s=input();s=s[::-1];s=s.replace('i','');print(s)",
+        ];
+        assert!(!read(&fresh).contains(&ITEM.to_string()));
+        assert!(!read(&["s=input();s=s[5:];s=s[::-1];s=s.replace('i','')"]).contains(&ITEM.into()));
+        // Other compositions are other keys.
+        for other in [
+            "print(input()[4:][::-1].replace('i',''))",
+            "print(input()[::-1][5:].replace('i',''))",
+            "print(input()[5:][::-1].replace('ii',''))",
+            "print(input()[5:].replace('i',''))",
+        ] {
+            assert!(!read(&[other]).contains(&ITEM.to_string()), "{other}");
+        }
+    }
+
+    #[test]
+    fn the_familys_operations_in_python_are_read() {
+        let one = |p: &str| Programs::default().read(&canonical(p));
+        assert_eq!(one("s=input();s=s+s;s=s.upper();print(s)"), ["ops:dup;up"]);
+        assert_eq!(
+            one("s=input();s*=2;s=str.upper(s);print(s)"),
+            ["ops:dup;up"]
+        );
+        assert_eq!(one("print(('a'+(input()*2)))"), ["ops:dup;pre #"]);
+        assert_eq!(
+            one("s=input();s+='b';s=''.join(sorted(s));print(s)"),
+            ["ops:add #;sort"]
+        );
+        assert_eq!(one("print(input()[2:5].upper())"), ["ops:drop 2;take 3;up"]);
+        assert_eq!(
+            one("print(input()[0:3][::1][:].upper())"),
+            ["ops:take 3;up"]
+        );
+        // Deeply nested or unbalanced text reads as nothing, and ends.
+        let deep = format!("print({}input(){})", "(".repeat(5000), ")".repeat(5000));
+        assert!(one(&deep).is_empty());
+        assert!(one("print(input()[5:][::-1]").is_empty());
+    }
+}
