@@ -11,7 +11,7 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -61,13 +61,73 @@ impl JobRunner for NotifyingRunner {
 /// Open studies, one per concurrent caller (a `Study` holds a SQLite connection and is not
 /// `Sync`). Studies on different threads and in different processes write safely: the commit
 /// protocol records with git compare-and-swap.
+///
+/// How many are open is bounded, whatever a client sends: at most `MAX_QUICK` callers hold one
+/// for a quick call (a query, a write that starts no job) and `MAX_LONG` for an action that runs a
+/// job to its end; the next caller of a kind waits for one of its kind to finish. A client that
+/// pipes thousands of requests down one connection without reading the answers is served
+/// `MAX_QUICK` at a time: the session's memory, threads' studies and open files stay bounded (an
+/// unbounded pool opened a study for each request in flight: 1.5 GB and 544 open files for
+/// 15,000 requests, and a process out of file descriptors misread its own record). A call made
+/// while the thread already holds a study (a nested one) is never made to wait on itself.
 pub struct Session {
     root: PathBuf,
-    idle: Mutex<Vec<(Study, Option<git2::Oid>)>>,
+    pool: Mutex<Pool>,
+    /// Signalled when a study is given back.
+    freed: Condvar,
     /// The record-change watcher, started by the first `watch`; its thread ends with the session.
     changes: Mutex<Option<Arc<tokio::sync::watch::Sender<u64>>>>,
     /// Why the study is read-only here (a clone without its key), if it is.
     read_only: Option<String>,
+}
+
+/// Callers holding a study for a quick call at once (see `Session`).
+pub const MAX_QUICK: usize = 16;
+
+/// Callers holding a study through a job's run at once (see `Session`).
+pub const MAX_LONG: usize = 64;
+
+/// Idle studies a session keeps for the next caller; more are closed when given back.
+const MAX_IDLE: usize = MAX_QUICK;
+
+/// The session's studies: the idle ones, and how many callers of each kind hold one.
+#[derive(Default)]
+struct Pool {
+    idle: Vec<(Study, Option<git2::Oid>)>,
+    quick: usize,
+    long: usize,
+}
+
+/// What a caller holds a study for.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Quick,
+    Long,
+    /// While the thread already holds one: never waits.
+    Nested,
+}
+
+thread_local! {
+    /// Whether this thread holds one of a session's studies now.
+    static HOLDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A study held by a caller: given back when the call ends, also by a panic (then closed, not
+/// kept), so a failed call never holds one of the bound's places.
+struct Held<'a> {
+    session: &'a Session,
+    kind: Kind,
+    study: Option<(Study, Option<git2::Oid>)>,
+    /// Whether the thread held one before (a nested call).
+    nested: bool,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(self.nested));
+        let s = self.study.take().filter(|_| !std::thread::panicking());
+        self.session.give_back(self.kind, s);
+    }
 }
 
 /// How often the watcher asks the index whether it changed. One `PRAGMA data_version` a poll:
@@ -79,13 +139,14 @@ impl Session {
     pub fn open(root: &Path) -> Result<Session> {
         let mut s = Session {
             root: root.to_path_buf(),
-            idle: Mutex::new(Vec::new()),
+            pool: Mutex::new(Pool::default()),
+            freed: Condvar::new(),
             changes: Mutex::new(None),
             read_only: None,
         };
         let one = s.open_one()?;
         s.read_only = one.0.read_only().map(str::to_string);
-        s.put(one);
+        s.lock().idle.push(one);
         Ok(s)
     }
 
@@ -105,24 +166,82 @@ impl Session {
         Ok((s, tip))
     }
 
-    fn put(&self, s: (Study, Option<git2::Oid>)) {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Run `f` on an idle study (opening one if none is idle). A study opened before the owner
-    /// committed a new `rsim.toml` on main is reopened, so the config in force is always the
-    /// committed one.
-    pub fn with<T>(&self, f: impl FnOnce(&Study) -> Result<T>) -> Result<T> {
-        let taken = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    /// A study for a caller of `kind`: an idle one, else a new one, once fewer than the kind's
+    /// bound hold one (waiting until then).
+    fn take(&self, kind: Kind) -> Result<(Study, Option<git2::Oid>)> {
+        let mut p = self.lock();
+        loop {
+            let (held, cap) = match kind {
+                Kind::Quick => (p.quick, MAX_QUICK),
+                Kind::Long => (p.long, MAX_LONG),
+                Kind::Nested => (0, 1),
+            };
+            if held < cap {
+                break;
+            }
+            p = self.freed.wait(p).unwrap_or_else(|e| e.into_inner());
+        }
+        match kind {
+            Kind::Quick => p.quick += 1,
+            Kind::Long => p.long += 1,
+            Kind::Nested => {}
+        }
+        let taken = p.idle.pop();
+        drop(p);
         let s = match taken {
             // After a few pack merges the handle reopens: libgit2 holds on to every pack it
             // loaded, merged away or not (`record::packs`).
-            Some((s, tip)) if s.main_tip() == tip && s.packs_merged_since_open() < 4 => (s, tip),
-            _ => self.open_one()?,
+            Some((s, tip)) if s.main_tip() == tip && s.packs_merged_since_open() < 4 => {
+                Ok((s, tip))
+            }
+            _ => self.open_one(),
         };
-        let r = f(&s.0);
-        self.put(s);
-        r
+        if s.is_err() {
+            self.give_back(kind, None);
+        }
+        s
+    }
+
+    /// A caller of `kind` is done (with its study, to keep for the next, if any).
+    fn give_back(&self, kind: Kind, s: Option<(Study, Option<git2::Oid>)>) {
+        let mut p = self.lock();
+        match kind {
+            Kind::Quick => p.quick -= 1,
+            Kind::Long => p.long -= 1,
+            Kind::Nested => {}
+        }
+        if let Some(s) = s
+            && p.idle.len() < MAX_IDLE
+        {
+            p.idle.push(s);
+        }
+        drop(p);
+        self.freed.notify_all();
+    }
+
+    /// Run `f` on a study of the session, holding it as `kind` (a nested call as `Nested`).
+    fn hold<T>(&self, kind: Kind, f: impl FnOnce(&Study) -> Result<T>) -> Result<T> {
+        let nested = HOLDING.with(|h| h.get());
+        let kind = if nested { Kind::Nested } else { kind };
+        let held = Held {
+            session: self,
+            kind,
+            study: Some(self.take(kind)?),
+            nested,
+        };
+        HOLDING.with(|h| h.set(true));
+        f(&held.study.as_ref().expect("held until dropped").0)
+    }
+
+    /// Run `f` on an idle study (opening one if none is idle), once fewer than `MAX_QUICK`
+    /// callers hold one. A study opened before the owner committed a new `rsim.toml` on main is
+    /// reopened, so the config in force is always the committed one.
+    pub fn with<T>(&self, f: impl FnOnce(&Study) -> Result<T>) -> Result<T> {
+        self.hold(Kind::Quick, f)
     }
 
     /// Run any action or query from its JSON arguments.
@@ -140,7 +259,7 @@ impl Session {
         args: Value,
         started: impl FnOnce(String) + Send + 'static,
     ) -> Result<Value> {
-        self.with(|s| {
+        self.hold(Kind::Long, |s| {
             JOB_STARTED.with(|h| *h.borrow_mut() = Some(Box::new(started)));
             let r = s.call(caller, action, args);
             JOB_STARTED.with(|h| h.borrow_mut().take());

@@ -895,3 +895,51 @@ fn readers_of_many_actions_leave_an_inline_datasets_rows_in_the_store() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A flood of concurrent callers on one session (a client piping requests without reading the
+/// answers) holds at most `MAX_QUICK` studies at once, every caller is served, and a call made
+/// from inside a held study does not wait on the bound it is part of.
+#[test]
+fn a_session_serves_a_flood_of_callers_a_bounded_number_at_a_time() {
+    use crate::os::session::{MAX_QUICK, Session};
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let (d, _s) = study();
+    let session = std::sync::Arc::new(Session::open(d.path()).expect("session"));
+    let (inside, most, served) = (
+        std::sync::Arc::new(AtomicUsize::new(0)),
+        std::sync::Arc::new(AtomicUsize::new(0)),
+        std::sync::Arc::new(AtomicUsize::new(0)),
+    );
+    let threads: Vec<_> = (0..MAX_QUICK * 4)
+        .map(|_| {
+            let (session, inside, most, served) = (
+                session.clone(),
+                inside.clone(),
+                most.clone(),
+                served.clone(),
+            );
+            std::thread::spawn(move || {
+                session
+                    .with(|st| {
+                        let now = inside.fetch_add(1, SeqCst) + 1;
+                        most.fetch_max(now, SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(30));
+                        // nested: served at once, though every place may be taken
+                        let nested = session.with(|st2| Ok(st2.root().to_path_buf()))?;
+                        assert_eq!(nested, st.root());
+                        inside.fetch_sub(1, SeqCst);
+                        Ok(())
+                    })
+                    .expect("served");
+                served.fetch_add(1, SeqCst);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    assert_eq!(served.load(SeqCst), MAX_QUICK * 4);
+    let most = most.load(SeqCst);
+    assert!(most <= MAX_QUICK, "{most} callers held a study at once");
+    assert!(most > 1, "callers were served one at a time");
+}

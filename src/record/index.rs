@@ -685,6 +685,9 @@ impl Index {
             let sp = tx.savepoint()?;
             match sync_node_tx(&sp, record, id) {
                 Ok(()) => sp.commit()?,
+                // The machine failed to read, which says nothing of the history: nothing is
+                // refused, the rebuild is rolled back whole and fails.
+                Err(e) if machine_failure(&e) => return Err(e),
                 Err(e) => {
                     drop(sp);
                     refused.push(format!("{id}: {}", e.message));
@@ -732,6 +735,7 @@ impl Index {
                     by_node.remove(id);
                     synced += 1;
                 }
+                Err(e) if machine_failure(&e) => return Err(e),
                 Err(e) => {
                     drop(tx);
                     by_node.insert(id.clone(), e.message);
@@ -1486,6 +1490,33 @@ fn node_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<NodeRow> {
     })
 }
 
+/// Whether reading a node failed because the machine could not read — the index's own
+/// database failed, or the process is out of file descriptors, memory or disk — rather than
+/// because the history is not the study's. Such a failure must never mark a node refused: a
+/// process flooded out of file descriptors once left 199 of a study's 200 nodes out of its
+/// index, for every later reader. What is matched is text the failure itself ends with or
+/// starts with (SQLite's errors, libgit2's, the OS's `(os error N)`), never a repository's words
+/// quoted in the middle of a message.
+fn machine_failure(e: &crate::util::error::Error) -> bool {
+    let m = e.message.to_ascii_lowercase();
+    const OS: [&str; 4] = [
+        "(os error 12)",
+        "(os error 23)",
+        "(os error 24)",
+        "(os error 28)",
+    ];
+    m.starts_with("index (sqlite):")
+        || OS.iter().any(|c| m.trim_end().ends_with(c))
+        || (m.starts_with("git: ")
+            && [
+                "too many open files",
+                "out of memory",
+                "no space left on device",
+            ]
+            .iter()
+            .any(|c| m.contains(c)))
+}
+
 /// What `rebuild` did: nodes indexed, and nodes refused with why.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Rebuilt {
@@ -1762,6 +1793,29 @@ fn insert_action(tx: &rusqlite::Connection, commit: git2::Oid, r: &ActionRecord)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_machine_that_cannot_read_is_told_from_a_history_that_is_not_the_studys() {
+        use crate::util::error::Error;
+        for m in [
+            "index (sqlite): unable to open database file",
+            "index (sqlite): disk I/O error",
+            "git: failed to open '/x/.git/objects/pack': Too many open files",
+            "cannot read /x/.rsim/keys/pub: Too many open files (os error 24)",
+            "cannot write /x: No space left on device (os error 28)",
+        ] {
+            assert!(machine_failure(&Error::internal(m)), "{m}");
+        }
+        for m in [
+            "commit 1234 is not signed by the study's key",
+            "node n3: actions skip from 2 to 4",
+            // a repository's words quoted inside a message are not the machine's failure
+            "node n3: actions/0002 (os error 24).json is not an action file name",
+            "node n3: commit message says: disk I/O error",
+        ] {
+            assert!(!machine_failure(&Error::internal(m)), "{m}");
+        }
+    }
 
     type FileState = (String, Option<Vec<u8>>, Option<std::time::SystemTime>);
 

@@ -491,3 +491,77 @@ fn a_deep_chain_does_not_blow_up_dag_and_report_output() {
         );
     }
 }
+
+/// An agent pipes thousands of requests down one `rsim mcp` connection without reading the
+/// answers. Each used to open a study of its own: 15,000 such requests held 544 open files and
+/// 1.5 GB, and a process out of file descriptors misread its own record (nodes left out of the
+/// index, the node budget passed). Now the server's open files stay bounded while it is
+/// flooded, every request gets exactly one answer — served, or refused at once past what one
+/// connection may have waiting — and the record stays whole.
+#[test]
+fn a_flood_of_requests_down_one_connection_keeps_the_servers_open_files_bounded() {
+    use std::io::{BufRead, BufReader, Write};
+    const N: u64 = 4000;
+    let (_d, root) = example_study();
+    run_ok(&root, &["branch", "--from", "n0", "--title", "flooded"]);
+    let mut child = rsim()
+        .current_dir(&root)
+        .args(["mcp", "--agent", "flooder"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("rsim mcp");
+    let pid = child.id();
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let line = |v: Value| format!("{v}\n");
+    stdin
+        .write_all(line(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "flood", "version": "0"}}})).as_bytes())
+        .expect("initialize");
+    let mut first = String::new();
+    out.read_line(&mut first).expect("initialize answer");
+    assert!(first.contains("\"result\""), "{first}");
+    let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    let before = fds();
+    let writer = std::thread::spawn(move || {
+        let mut all = line(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        for id in 1..=N {
+            all.push_str(&line(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "get_node", "arguments": {"node": "n1"}}})));
+        }
+        stdin.write_all(all.as_bytes()).expect("flood");
+        stdin
+    });
+    let mut seen = std::collections::HashSet::new();
+    let (mut served, mut refused, mut most) = (0, 0, 0);
+    let mut l = String::new();
+    while seen.len() < N as usize {
+        l.clear();
+        if out.read_line(&mut l).expect("answer") == 0 {
+            break;
+        }
+        most = most.max(fds());
+        let v: Value = serde_json::from_str(&l).expect("JSON-RPC");
+        let id = v["id"].as_u64().expect("an answer to a request");
+        assert!(seen.insert(id), "request {id} answered twice");
+        if l.contains("too many requests in flight") {
+            refused += 1;
+        } else {
+            assert!(
+                l.contains("n1") && v["result"]["isError"] != json!(true),
+                "{l}"
+            );
+            served += 1;
+        }
+    }
+    drop(writer.join().expect("writer"));
+    assert_eq!(seen.len(), N as usize, "every request is answered once");
+    assert!(served > 0, "the server served none");
+    assert!(
+        most <= before + 48,
+        "open files grew with the flood: {before} before, {most} at most ({served} served, {refused} refused)"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    crate::common::fsck_clean(&root);
+}

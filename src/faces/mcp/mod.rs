@@ -271,7 +271,23 @@ pub struct Server {
     caller: Option<Caller>,
     /// Requests this session's client cancelled with `notifications/cancelled`.
     cancelled: Arc<Mutex<HashSet<RequestId>>>,
+    /// Places for this session's quick calls on the study (`IN_FLIGHT`): a client that pipes
+    /// thousands of requests without reading the answers waits here, on no thread, and other
+    /// clients' calls are not queued behind its requests.
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// This session's quick calls running or waiting for a place (at most `MAX_WAITING`).
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// Quick calls one session may have running or waiting at once; past it a call is answered at
+/// once with an error and nothing is run, so what a client that never reads its answers costs
+/// the server stays bounded (each waiting request holds its arguments).
+const MAX_WAITING: usize = 1024;
+
+/// Quick calls (queries, writes that start no job) one MCP session runs at once; the rest of its
+/// requests wait their turn. The session layer bounds the studies all sessions hold together
+/// (`os::session::MAX_QUICK`).
+const IN_FLIGHT: usize = 8;
 
 impl Server {
     pub fn new(shared: Arc<Shared>, caller: Option<Caller>) -> Server {
@@ -279,7 +295,42 @@ impl Server {
             shared,
             caller,
             cancelled: Arc::new(Mutex::new(HashSet::new())),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT)),
+            waiting: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
+    }
+
+    /// Run `f` on a worker thread once this session has a place for it (`IN_FLIGHT`).
+    async fn quick<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        use std::sync::atomic::Ordering::SeqCst;
+        struct Waiting(Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Waiting {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, SeqCst);
+            }
+        }
+        let was = self.waiting.fetch_add(1, SeqCst);
+        let _counted = Waiting(self.waiting.clone());
+        if was >= MAX_WAITING {
+            return Err(Error::new(
+                crate::util::error::ErrorKind::Conflict,
+                format!(
+                    "too many requests in flight on this connection ({MAX_WAITING} running or waiting): \
+                     read the answers before sending more; nothing was run"
+                ),
+            ));
+        }
+        let _place = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|e| Error::internal(format!("the session is closing: {e}")))?;
+        tokio::task::spawn_blocking(f)
+            .await
+            .unwrap_or_else(|e| Err(Error::internal(format!("worker thread failed: {e}"))))
     }
 
     /// Who is calling. In a read-only clone everyone is an observer: the tools listed are the
@@ -305,9 +356,7 @@ impl Server {
         f: impl FnOnce(&crate::os::Study) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let pool = self.shared.pool.clone();
-        tokio::task::spawn_blocking(move || pool.with(f))
-            .await
-            .map_err(|e| Error::internal(format!("worker thread failed: {e}")))?
+        self.quick(move || pool.with(f)).await
     }
 
     async fn call_action(
@@ -320,9 +369,7 @@ impl Server {
         let name = name.to_string();
         let r = if let ToolKind::Action(_) = kind {
             let pool = self.shared.pool.clone();
-            tokio::task::spawn_blocking(move || pool.call(&caller, &name, args))
-                .await
-                .unwrap_or_else(|e| Err(Error::internal(format!("worker thread failed: {e}"))))
+            self.quick(move || pool.call(&caller, &name, args)).await
         } else {
             self.blocking(move |s| s.call(&caller, &name, args)).await
         };
