@@ -129,8 +129,8 @@ fn word_op(w: &str, next: Option<&str>) -> Option<(Op, bool)> {
         "sort" => return Some((Op::Sort, false)),
         _ => {}
     }
-    let counted: [(&str, fn(u32) -> Op); 2] = [("take", Op::Take), ("drop", Op::Drop)];
-    for (name, op) in counted {
+    type Counted = fn(u32) -> Op;
+    for (name, op) in [("take", Op::Take as Counted), ("drop", Op::Drop)] {
         if let Some(rest) = w.strip_prefix(name) {
             if rest.is_empty() {
                 return next.and_then(number).map(|n| (op(n), true));
