@@ -7,7 +7,9 @@
 //! a whole `register_dataset` of inline rows (JSON Schema, scan, store, commit), and the
 //! generator (every draw checked against the protected items), per row, there and on tiny-sort6
 //! (the digits form's scratchpad); and the scan of long
-//! rows (code-like, ~1 kB) per row and per kB. `RSIM_GATE_ROWS` sets the rows (default 100000).
+//! rows (code-like, ~1 kB) per row and per kB; and on tiny-code (1,400 protected compositions)
+//! the scan of generated programs with and without the `string_ops` normal form. `RSIM_GATE_ROWS`
+//! sets the rows (default 100000).
 
 use std::time::Instant;
 
@@ -207,6 +209,58 @@ fn main() {
     .expect("generate sort6");
     let sort_generate_us = per_row(t, n);
 
+    // The code family (tiny-code: 1,400 protected compositions): generated programs of every
+    // style scanned with the `string_ops` form (specifications' words read as chains, programs
+    // run symbolically) and without it, interleaved, median of 3 each.
+    let code_root = d.join("code");
+    rsi_master::faces::init::init(&code_root, Some("tiny-code")).expect("init tiny-code");
+    let code_cfg = ScanConfig {
+        ngram: 80,
+        threshold: 0.5,
+    };
+    let code_sets = |form: Option<rsi_master::config::NormalForm>| -> Vec<EvalSet> {
+        ["dev", "dev_twin", "test", "sealed"]
+            .iter()
+            .map(|sp| {
+                let items = datasets::parse_jsonl(
+                    &std::fs::read(code_root.join(format!(".rsim/protected/strings/{sp}.jsonl")))
+                        .expect("code split"),
+                    sp,
+                )
+                .expect("code rows");
+                EvalSet::new("strings", sp, &items, code_cfg, form)
+            })
+            .collect()
+    };
+    use rsi_master::model::data::{CodeParams, CodeStyle};
+    let code_rows: Vec<Row> = [CodeStyle::Steps, CodeStyle::Nested, CodeStyle::Named]
+        .into_iter()
+        .flat_map(|style| {
+            let p = CodeParams {
+                style,
+                max_ops: 3,
+                n: n / 3,
+                seed: 1,
+            };
+            rsi_master::train::code_tasks::code_stream(&p, 1).take((n / 3) as usize)
+        })
+        .collect();
+    let (with_form, without_form) = (
+        code_sets(Some(rsi_master::config::NormalForm::StringOps)),
+        code_sets(None),
+    );
+    let code_scan = |sets: &[EvalSet]| {
+        let t = Instant::now();
+        Scanner::new(sets, code_cfg).scan_parts(&[&code_rows], 50);
+        t.elapsed().as_secs_f64() * 1e6 / code_rows.len() as f64
+    };
+    let (mut code_with, mut code_without) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        code_without.push(code_scan(&without_form));
+        code_with.push(code_scan(&with_form));
+    }
+    let (code_with, code_without) = (median(&mut code_with), median(&mut code_without));
+
     println!(
         "{}",
         serde_json::to_string_pretty(&json!({
@@ -220,6 +274,8 @@ fn main() {
             "register_dataset_us_per_row (inline, whole action)": (register_us * 100.0).round() / 100.0,
             "generator_us_per_row (3-digit, every draw checked)": (generate_us * 100.0).round() / 100.0,
             "generator_us_per_row (tiny-sort6 scratchpad, digits form)": (sort_generate_us * 100.0).round() / 100.0,
+            "scan_us_per_row of tiny-code generated programs, string_ops form (median of 3)": (code_with * 100.0).round() / 100.0,
+            "scan_us_per_row of tiny-code generated programs, no normal form (median of 3)": (code_without * 100.0).round() / 100.0,
             "scan_us_per_long_row (~1 kB code-like)": (long_us * 100.0).round() / 100.0,
             "baseline_scan_us_per_long_row": (baseline_long_us * 100.0).round() / 100.0,
             "scan_us_per_kb": (kb_us * 100.0).round() / 100.0,
