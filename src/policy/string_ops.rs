@@ -35,11 +35,18 @@ pub const MAX_OPS: usize = 3;
 /// Operations a chain holds at most (a longer one is no program of this family: unknown).
 const MAX_CHAIN: usize = 64;
 
-/// Variables a program's reading keeps at most (more: the oldest are forgotten).
-const MAX_VARS: usize = 64;
+/// Variables a program's reading keeps at most (more: all are forgotten and reading starts over).
+const MAX_VARS: usize = 256;
+
+/// The longest assignment target whose shorter names are bound too (`hellos=` binds `s`).
+const MAX_GLUED: usize = 24;
 
 /// How deep brackets nest before an expression is read as unknown.
 const MAX_DEPTH: usize = 32;
+
+/// A slice bound at least this far is past the end of every string of the family (words of at
+/// most nine letters through at most three steps: `dup;dup;add` makes 37).
+const PAST_END: i64 = 40;
 
 /// Longest string literal read (a longer one is no letter to add).
 const MAX_LITERAL: usize = 16;
@@ -106,9 +113,31 @@ fn chain_keys(ops: &[Op], out: &mut Vec<String>) {
         out.push(key(&r));
     }
     for chain in [ops, &r[..]] {
+        if chain.len() <= MAX_SUBSEQUENCES {
+            // An item with steps put in (a no-op `del 7` between two of its steps) is one of
+            // the chain's subsequences: a short chain is keyed by all of them.
+            subsequences(chain, out);
+            continue;
+        }
         for len in 2..=MAX_OPS {
             for w in chain.windows(len) {
                 out.push(key(w));
+            }
+        }
+    }
+}
+
+/// The longest over-long chain keyed by every subsequence of two to `MAX_OPS` of its steps (at
+/// most 41 of them); a longer one is keyed by its windows.
+const MAX_SUBSEQUENCES: usize = 6;
+
+fn subsequences(chain: &[Op], out: &mut Vec<String>) {
+    let n = chain.len();
+    for i in 0..n {
+        for j in i + 1..n {
+            out.push(key(&[chain[i], chain[j]]));
+            for k in j + 1..n {
+                out.push(key(&[chain[i], chain[j], chain[k]]));
             }
         }
     }
@@ -121,7 +150,7 @@ fn word_op(w: &str, next: Option<&str>) -> Option<(Op, bool)> {
             .then(|| s.parse::<u32>().ok())
             .flatten()
     };
-    let letter = |s: &str| s.len() == 1 && s.bytes().all(|b| b.is_ascii_lowercase());
+    let one = |s: &str| s.len() == 1;
     match w {
         "rev" => return Some((Op::Rev, false)),
         "up" => return Some((Op::Up, false)),
@@ -138,12 +167,15 @@ fn word_op(w: &str, next: Option<&str>) -> Option<(Op, bool)> {
             return number(rest).map(|n| (op(n), false));
         }
     }
+    // A letter step's argument is blanked, so any one character — a letter, a digit — or none
+    // at all (`del 7`, `del .`) is the step: a step that broke the chain would split an item in
+    // two.
     for (name, op) in [("del", Op::Del), ("add", Op::Add), ("pre", Op::Pre)] {
         if let Some(rest) = w.strip_prefix(name) {
             if rest.is_empty() {
-                return next.filter(|n| letter(n)).map(|_| (op, true));
+                return Some((op, next.is_some_and(one)));
             }
-            return letter(rest).then_some((op, false));
+            return one(rest).then_some((op, false));
         }
     }
     None
@@ -263,6 +295,8 @@ enum Val {
     /// `sorted(x)` and `reversed(x)` of the input: lists `''.join` makes strings again.
     Sorted(Vec<Op>),
     Reversed(Vec<Op>),
+    /// `x.split(c)` of the input: `''.join` makes it `x` without `c`.
+    Split(Vec<Op>),
     /// The name `str` (`str.upper(s)`).
     StrType,
     Unknown,
@@ -346,9 +380,18 @@ impl Parser<'_> {
         let Some(Tok::Name(name)) = self.peek(0).cloned() else {
             return;
         };
-        if name == "print" && self.punct(1, '(') {
+        // `print(…)`, also glued to a word before it (a prompt ending in a letter, joined to the
+        // answer as the trainer joins them: `helloprint(…)`).
+        if name.ends_with("print") && self.punct(1, '(') {
             self.at += 2;
             let v = self.expr(0);
+            // keyword arguments (`end=''`, `sep=''`) change no letter a checker compares
+            while self.eat(',') {
+                if matches!(self.peek(0), Some(Tok::Name(_))) && self.punct(1, '=') {
+                    self.at += 2;
+                }
+                self.expr(1);
+            }
             if self.eat(')')
                 && let Val::Ops(ops) = v
             {
@@ -371,6 +414,16 @@ impl Parser<'_> {
                 binary(c, old, v)
             }
         };
+        // A target glued to a word before it (`hellos=input()`: a prompt ending in a letter
+        // joined to its answer) binds each of its shorter names too: the model that learns the
+        // row writes `s=input()`.
+        if matches!(v, Val::Ops(_)) && name.len() > 1 && name.len() <= MAX_GLUED {
+            for k in 1..name.len() {
+                if name.is_char_boundary(k) {
+                    self.set(name[k..].to_string(), v.clone());
+                }
+            }
+        }
         self.set(name, v);
     }
 
@@ -438,21 +491,29 @@ impl Parser<'_> {
         }
     }
 
-    /// A slice bound: a number (`-1` too), nothing, or `None` where it is neither.
+    /// A slice bound: a number (signed), `len(…)` (past every string's end), nothing, or `None`
+    /// where it is none of these.
     fn bound(&mut self) -> Option<Option<i64>> {
         let neg = self.eat('-');
-        match self.peek(0) {
+        let pos = !neg && self.eat('+');
+        match self.peek(0).cloned() {
             Some(Tok::Num(n)) => {
-                let n = i64::from(*n);
+                let n = i64::from(n);
                 self.at += 1;
                 Some(Some(if neg { -n } else { n }))
             }
-            _ if neg => None,
+            Some(Tok::Name(f)) if f == "len" && !neg && self.punct(1, '(') => {
+                self.at += 2;
+                self.expr(MAX_DEPTH);
+                self.eat(')').then_some(Some(PAST_END))
+            }
+            _ if neg || pos => None,
             _ => Some(None),
         }
     }
 
-    /// `[a:b:c]`'s operations (`None`: not one of the family's).
+    /// `[a:b:c]`'s operations (`None`: not one of the family's). A bound past every string of
+    /// the family (`PAST_END`, `len(s)`) is its end: `s[99::-1]` reverses, `s[5:99]` drops five.
     fn slice(&mut self) -> Option<Vec<Op>> {
         let a = self.bound()?;
         if !self.eat(':') {
@@ -461,13 +522,23 @@ impl Parser<'_> {
         let b = self.bound()?;
         let c = if self.eat(':') { self.bound()? } else { None };
         let count = |n: i64| u32::try_from(n).ok().filter(|&n| n > 0);
-        match (a, b, c) {
-            (None | Some(-1), None, Some(-1)) => Some(vec![Op::Rev]),
-            (None | Some(0), None, None | Some(1)) => Some(Vec::new()),
-            (None | Some(0), Some(n), None | Some(1)) => Some(vec![Op::Take(count(n)?)]),
-            (Some(n), None, None | Some(1)) => Some(vec![Op::Drop(count(n)?)]),
-            (Some(n), Some(m), None | Some(1)) if m > n && n > 0 => {
-                Some(vec![Op::Drop(count(n)?), Op::Take(count(m - n)?)])
+        let end = |x: Option<i64>| x.is_none_or(|n| n >= PAST_END);
+        match c {
+            Some(-1) => {
+                let start = a.is_none_or(|n| n == -1 || n >= PAST_END);
+                let stop = b.is_none_or(|n| n <= -PAST_END);
+                (start && stop).then(|| vec![Op::Rev])
+            }
+            None | Some(1) => {
+                let from = a.unwrap_or(0);
+                let mut ops = Vec::new();
+                if from != 0 {
+                    ops.push(Op::Drop(count(from)?));
+                }
+                if !end(b) {
+                    ops.push(Op::Take(count(b? - from)?));
+                }
+                Some(ops)
             }
             _ => None,
         }
@@ -505,6 +576,7 @@ impl Parser<'_> {
                     ("sorted", [Val::Ops(o)]) => Val::Sorted(o.clone()),
                     ("reversed", [Val::Ops(o)]) => Val::Reversed(o.clone()),
                     ("str", [v @ Val::Ops(_)]) => v.clone(),
+                    ("str", []) => Val::Text(String::new()),
                     _ => Val::Unknown,
                 }
             }
@@ -521,14 +593,22 @@ fn method(v: Val, m: &str, args: Vec<Val>) -> Val {
     match (v, m, args.as_slice()) {
         (Val::Ops(o), "upper", []) => then(&o, &[Op::Up]),
         (Val::StrType, "upper", [Val::Ops(o)]) => then(o, &[Op::Up]),
-        (Val::Ops(o), "replace", [Val::Text(c), Val::Text(e)])
+        // with a count or without (`replace('i','',9)`)
+        (Val::Ops(o), "replace", [Val::Text(c), Val::Text(e), ..])
             if c.chars().count() == 1 && e.is_empty() =>
         {
             then(&o, &[Op::Del])
         }
+        (Val::Ops(o), "replace", [Val::Text(c), Val::Text(e)]) if c.is_empty() && e.is_empty() => {
+            Val::Ops(o)
+        }
+        // no family string has white space to strip
+        (Val::Ops(o), "strip" | "lstrip" | "rstrip", [] | [Val::Text(_)]) => Val::Ops(o),
+        (Val::Ops(o), "split", [Val::Text(c)]) if c.chars().count() == 1 => Val::Split(o),
         (Val::Text(sep), "join", [a]) if sep.is_empty() => match a {
             Val::Sorted(o) => then(o, &[Op::Sort]),
             Val::Reversed(o) => then(o, &[Op::Rev]),
+            Val::Split(o) => then(o, &[Op::Del]),
             Val::Ops(o) => Val::Ops(o.clone()),
             _ => Val::Unknown,
         },
@@ -544,6 +624,7 @@ fn binary(c: char, a: Val, b: Val) -> Val {
         ('+', Val::Text(t), Val::Ops(x)) => then(&x, &vec![Op::Pre; t.chars().count()]),
         ('+', Val::Text(a), Val::Text(b)) => Val::Text(a + &b),
         ('*', Val::Ops(x), Val::Num(2)) | ('*', Val::Num(2), Val::Ops(x)) => then(&x, &[Op::Dup]),
+        ('*', Val::Ops(x), Val::Num(1)) | ('*', Val::Num(1), Val::Ops(x)) => Val::Ops(x),
         _ => Val::Unknown,
     }
 }
@@ -594,6 +675,12 @@ mod tests {
             "1. drop 5 2. rev 3. del i >",
             "STR DROP5; REV; DELI",
             "str drop 5 | rev | del i =>",
+            // a letter step's argument any one character, or none
+            "str drop 5;rev;del 7>",
+            "str drop 5;rev;del .>",
+            "str drop 5;rev;del>",
+            // a no-op step put in between
+            "str drop 5;del 7;rev;del i>",
             // a longer chain than the family's holds it as a window
             "str drop 5;rev;del i;up>",
         ] {
@@ -604,7 +691,6 @@ mod tests {
             "str drop 4;rev;del i>",
             "str rev;drop 5;del i>",
             "str drop 5;rev>",
-            "str drop 5;rev;up;del i>",
             "we drop 5 boxes, then rev up",
         ] {
             assert!(!read(&[other]).contains(&ITEM.to_string()), "{other}");
@@ -624,6 +710,14 @@ mod tests {
             "print(input()[5:][::-1].replace('i','').upper())",
             // spec words it does not know, the program it can run
             "str skip 5;reverse;remove i>print(input()[5:][::-1].replace('i',''))",
+            // keyword arguments to print, a prompt ending in a letter glued on
+            "s=input();s=s[5:];s=s[::-1];s=s.replace('7','');print(s,end='')",
+            "hellos=input();s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+            "hello print(input()[5:][::-1].replace('i',''),sep='')",
+            // other Python for the same steps
+            "s=input().strip();s=s[+5:len(s)];s=s[len(s)::-1];s=s.replace('i','',9);print(s)",
+            "s=input();s=s[5:99][:-99:-1]*1;s=''.join(s.split('i'));print(s.strip(''))",
+            "s=input();s=s[5:];s=s[99::-1];s=s.replace('i',str()).replace('','');print(s)",
         ] {
             assert!(read(&[program]).contains(&ITEM.to_string()), "{program}");
         }

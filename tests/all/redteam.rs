@@ -4349,6 +4349,37 @@ fn a_code_item_in_any_words_or_any_programs_style_is_refused() {
             }
             vec![(format!("str {}>", spec.join(",")), format!("{p}\nprint(t)"))]
         }),
+        ("a digit for each letter, print with end=''", |_, ops, _| {
+            let ops: Vec<(String, String)> = ops
+                .iter()
+                .map(|(o, a)| {
+                    let digit = a.len() == 1 && a.bytes().all(|b| b.is_ascii_lowercase());
+                    (o.clone(), if digit { "7".into() } else { a.clone() })
+                })
+                .collect();
+            let spec: Vec<String> = ops
+                .iter()
+                .map(|(o, a)| {
+                    if a.is_empty() {
+                        o.clone()
+                    } else {
+                        format!("{o} {a}")
+                    }
+                })
+                .collect();
+            let mut p = String::from("s=input()");
+            for op in &ops {
+                p.push_str(&format!(";s={}", code_expr(op, "s")));
+            }
+            vec![(
+                format!("str {}>", spec.join(";")),
+                format!("{p};print(s,end='')"),
+            )]
+        }),
+        (
+            "the program alone after a prompt ending in a letter",
+            |_, _, a| vec![("hello".to_string(), a.to_string())],
+        ),
         ("split over two rows at a statement", |p, ops, _| {
             let mut first = String::from("v=input();");
             first.push_str(&format!("v={};", code_expr(&ops[0], "v")));
@@ -4400,6 +4431,35 @@ fn a_code_item_in_any_words_or_any_programs_style_is_refused() {
             &who,
             "register_dataset",
             inline(&n, "padded", rows),
+            "contamination",
+        );
+    }
+    // A no-op step put in (`del 7` on words of letters) a three-step item: the chain is longer
+    // than any item, and the item is one of its subsequences. (One item a dataset, as above. A
+    // two-step item with a step put in is a three-step composition, which an honest row may be:
+    // a known limit.)
+    let three = items.iter().filter(|r| code_ops(&r.prompt).len() == 3);
+    for (i, r) in three.take(5).enumerate() {
+        let mut ops = code_ops(&r.prompt);
+        ops.insert(1, ("del".to_string(), "7".to_string()));
+        let spec: Vec<String> = ops
+            .iter()
+            .map(|(o, a)| {
+                if a.is_empty() {
+                    o.clone()
+                } else {
+                    format!("{o} {a}")
+                }
+            })
+            .collect();
+        let who = Caller::new(format!("noop{i}"), Role::Worker);
+        let n = branch_as(&s, &who, "no-op");
+        let rows = vec![(format!("str {}>", spec.join(";")), String::new())];
+        refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(&n, "noop", rows),
             "contamination",
         );
     }
