@@ -222,7 +222,7 @@ fn main() {
         ["dev", "dev_twin", "test", "sealed"]
             .iter()
             .map(|sp| {
-                let items = datasets::parse_jsonl(
+                let items = datasets::parse_eval_jsonl(
                     &std::fs::read(code_root.join(format!(".rsim/protected/strings/{sp}.jsonl")))
                         .expect("code split"),
                     sp,

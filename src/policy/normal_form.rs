@@ -142,9 +142,15 @@ fn relation_key(operands: &[&str], answer: &str) -> String {
 /// problem's (two rows side by side of a two-digit family would otherwise pose about one in a
 /// hundred such facts by chance).
 fn relation_windows(numbers: &[&str], out: &mut Vec<String>) {
+    let digits = |n: &str| n.trim_start_matches('-').len();
     for end in 2..numbers.len() {
         for len in 3..=RELATION_MAX.min(end + 1) {
-            out.push(relation_key(&numbers[end + 1 - len..end], numbers[end]));
+            let window = &numbers[end + 1 - len..=end];
+            // An item of fewer digits has no relation key (`relation`): no key to make.
+            if window.iter().map(|n| digits(n)).sum::<usize>() < RELATION_MIN_DIGITS {
+                continue;
+            }
+            out.push(relation_key(&window[..len - 1], numbers[end]));
         }
     }
 }
