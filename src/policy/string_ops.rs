@@ -7,7 +7,7 @@
 //!
 //! - **Specifications** (`spec_keys`): a row's words are read as operations (`rev`, `up`, `dup`,
 //!   `sort`, `take N`, `drop N`, `del C`, `add C`, `pre C`, an argument glued on or not), and
-//!   each maximal run of them — punctuation, list numbers and a few connectors between them, any
+//!   each maximal run of them — punctuation, list numbers and a few sequence words between, any
 //!   word glued before the first — is a chain: `xstr drop 5;rev;del i:`, `drop 5 then rev then
 //!   del i`, `1. drop5 2. rev 3. deli`.
 //! - **Programs** (`Programs`): the statements of a row are run symbolically over the one input
@@ -144,7 +144,7 @@ fn subsequences(chain: &[Op], out: &mut Vec<String>) {
 }
 
 /// An operation's name alone (`rev`), or with its argument glued on (`drop5`, `deli`).
-fn word_op(w: &str, next: Option<&str>) -> Option<(Op, bool)> {
+fn word_op(w: &str, next: Option<&str>, first: bool) -> Option<(Op, bool)> {
     let number = |s: &str| {
         (!s.is_empty() && s.len() <= 3 && s.bytes().all(|b| b.is_ascii_digit()))
             .then(|| s.parse::<u32>().ok())
@@ -170,10 +170,12 @@ fn word_op(w: &str, next: Option<&str>) -> Option<(Op, bool)> {
     // A letter step's argument is blanked, so any one character — a letter, a digit — or none
     // at all (`del 7`, `del .`) is the step: a step that broke the chain would split an item in
     // two.
+    // Without one (`del>`), only after a step: English starts none of its chains (`add up`).
     for (name, op) in [("del", Op::Del), ("add", Op::Add), ("pre", Op::Pre)] {
         if let Some(rest) = w.strip_prefix(name) {
             if rest.is_empty() {
-                return Some((op, next.is_some_and(one)));
+                let took = next.is_some_and(one);
+                return (took || !first).then_some((op, took));
             }
             return one(rest).then_some((op, false));
         }
@@ -181,9 +183,10 @@ fn word_op(w: &str, next: Option<&str>) -> Option<(Op, bool)> {
     None
 }
 
-/// Words a specification may put between its operations.
+/// Words a specification may put between its operations (not `and`: English joins verbs with
+/// it, `take it up and sort it`).
 fn connector(w: &str) -> bool {
-    matches!(w, "then" | "and" | "next" | "finally" | "after" | "that")
+    matches!(w, "then" | "next" | "finally" | "after")
         || (w.len() <= 3 && w.bytes().all(|b| b.is_ascii_digit()))
 }
 
@@ -198,13 +201,17 @@ pub fn spec_keys(text: &str) -> Vec<String> {
     let mut i = 0;
     while i < words.len() {
         let next = words.get(i + 1).copied();
-        let read = word_op(words[i], next).or_else(|| {
+        let first = chain.is_empty();
+        let read = word_op(words[i], next, first).or_else(|| {
             // A chain's first operation may have any word glued before it (`xstrdrop`).
-            if !chain.is_empty() || words[i].len() > 24 {
+            if !first || words[i].len() > 24 {
                 return None;
             }
             let w = words[i];
-            (1..w.len()).find_map(|k| w.is_char_boundary(k).then(|| word_op(&w[k..], next))?)
+            (1..w.len()).find_map(|k| {
+                w.is_char_boundary(k)
+                    .then(|| word_op(&w[k..], next, true))?
+            })
         });
         match read {
             Some((op, took_next)) => {
@@ -694,6 +701,17 @@ mod tests {
             "we drop 5 boxes, then rev up",
         ] {
             assert!(!read(&[other]).contains(&ITEM.to_string()), "{other}");
+        }
+    }
+
+    #[test]
+    fn english_around_the_operations_names_no_chain() {
+        for prose in [
+            "add up the model and sort it out",
+            "we take the model up and sort it, then add them",
+            "predelivery: drop everything",
+        ] {
+            assert!(spec_keys(&canonical(prose)).is_empty(), "{prose}");
         }
     }
 
