@@ -245,8 +245,13 @@ impl Session {
     }
 
     /// Run any action or query from its JSON arguments.
+    /// An action that runs a job (`run_sft`, `evaluate`, `reproduce`) holds its study as a long
+    /// call, so jobs started from any face never take the quick calls' places.
     pub fn call(&self, caller: &Caller, action: &str, args: Value) -> Result<Value> {
-        self.with(|s| s.call(caller, action, args))
+        let job = crate::api::schema::spec(action)
+            .is_some_and(|a| a.kind == crate::api::actions::Kind::Job);
+        let kind = if job { Kind::Long } else { Kind::Quick };
+        self.hold(kind, |s| s.call(caller, action, args))
     }
 
     /// Run an action that may start a job (`run_sft`, `evaluate`) to its end, calling `started`
