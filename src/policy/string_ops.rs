@@ -6,26 +6,31 @@
 //! style — reproduces it, whatever its specification looks like:
 //!
 //! - **Specifications** (`spec_keys`): a row's words are read as operations (`rev`, `up`, `dup`,
-//!   `sort`, `take N`, `drop N`, `del C`, `add C`, `pre C`, an argument glued on or not), and
-//!   each maximal run of them — punctuation, list numbers and a few sequence words between, any
-//!   word glued before the first — is a chain: `xstr drop 5;rev;del i:`, `drop 5 then rev then
-//!   del i`, `1. drop5 2. rev 3. deli`.
+//!   `sort`, `take N`, `drop N`, `del C`, `add C`, `pre C`, an argument glued on or not, a letter
+//!   step's any one character or, after a step, none), and each maximal run of them —
+//!   punctuation, list numbers and a few sequence words between, any word glued before the
+//!   first — is a chain: `xstr drop 5;rev;del 7:`, `drop 5 then rev then del i`, `1. drop5 2. rev
+//!   3. deli`.
 //! - **Programs** (`Programs`): the statements of a row are run symbolically over the one input
 //!   string: what `print` shows is a chain of operations applied to `input()`, however it was
 //!   written (`s=s[::-1]`, `print(input()[::-1])`, `b=a[::-1]`, `''.join(reversed(s))`,
-//!   `s[-1::-1]`, `s*2`, `s+=s`, `str.upper(s)`, `s[5:][:3]`, variables renamed, statements
-//!   split over rows). The variables are carried from row to row, as a trainer that packs rows
-//!   reads them; a fresh `x=input()` starts over.
+//!   `s[-1::-1]`, `s[99::-1]`, `s*2`, `s+=s`, `str.upper(s)`, `s[5:][:3]`, `''.join(s.split(c))`,
+//!   `print(s,end='')`, variables renamed, statements split over rows). The variables are
+//!   carried from row to row, as a trainer that packs rows reads them; a fresh `x=input()`
+//!   starts over, and a target glued to a word before it (`hellos=input()`, a prompt ending in a
+//!   letter) binds its shorter names too.
 //!
 //! A chain of two to `MAX_OPS` operations is keyed whole (`ops:drop 5;rev;del #`). No honest row
 //! holds a longer one, so a longer chain — an item padded with operations, or with operations
-//! that undo each other (`rev;rev`) — is keyed after cancelling reversals in pairs, and by every
-//! window of two to `MAX_OPS` of its operations. Shorter chains are never cut into windows: an
-//! honest three-operation row holds two-operation compositions the splits may hold.
+//! that undo each other (`rev;rev`), or with a no-op step put in — is keyed after cancelling
+//! reversals in pairs, and by every subsequence of two to `MAX_OPS` of its operations (every
+//! window, past `MAX_SUBSEQUENCES`). Shorter chains are never cut: an honest three-operation row
+//! holds two-operation compositions the splits may hold.
 //!
 //! What it does not read: a specification in words it does not know (`skip 5;reverse`) with a
-//! program it cannot run (a function, a loop, a comprehension); operations spelled out letter by
-//! letter; a statement cut inside across rows.
+//! program it cannot run (a function, a loop, a comprehension, `[s][0]`); operations spelled out
+//! letter by letter; a statement cut inside across rows; a two-step item with a step put in (a
+//! three-step composition, which an honest row may be).
 
 use std::collections::HashMap;
 
