@@ -4282,6 +4282,20 @@ fn code_ops(prompt: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A specification's steps written back, joined by `sep` (`drop 5;rev;del i`).
+fn code_spec(ops: &[(String, String)], sep: &str) -> String {
+    ops.iter()
+        .map(|(o, a)| {
+            if a.is_empty() {
+                o.clone()
+            } else {
+                format!("{o} {a}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// One operation as a Python expression on `x`, written the attacker's own way (not the
 /// generator's): `''.join(reversed(x))`, `x[0:3]`, `str.upper(x)`, `x*2`.
 fn code_expr(op: &(String, String), x: &str) -> String {
@@ -4326,20 +4340,13 @@ fn a_code_item_in_any_words_or_any_programs_style_is_refused() {
             vec![(format!("xtr {}:", &p[4..p.len() - 1]), a.to_string())]
         }),
         ("no str, `then` between, another program", |_, ops, _| {
-            let spec: Vec<String> = ops
-                .iter()
-                .map(|(o, a)| {
-                    if a.is_empty() {
-                        o.clone()
-                    } else {
-                        format!("{o} {a}")
-                    }
-                })
-                .collect();
             let e = ops
                 .iter()
                 .fold("input()".to_string(), |e, op| code_expr(op, &e));
-            vec![(format!("{} >", spec.join(" then ")), format!("print({e})"))]
+            vec![(
+                format!("{} >", code_spec(ops, " then ")),
+                format!("print({e})"),
+            )]
         }),
         ("renamed operations, a program of its own", |_, ops, _| {
             let spec: Vec<String> = ops.iter().map(|(o, a)| format!("do{o}{a}")).collect();
@@ -4357,22 +4364,12 @@ fn a_code_item_in_any_words_or_any_programs_style_is_refused() {
                     (o.clone(), if digit { "7".into() } else { a.clone() })
                 })
                 .collect();
-            let spec: Vec<String> = ops
-                .iter()
-                .map(|(o, a)| {
-                    if a.is_empty() {
-                        o.clone()
-                    } else {
-                        format!("{o} {a}")
-                    }
-                })
-                .collect();
             let mut p = String::from("s=input()");
             for op in &ops {
                 p.push_str(&format!(";s={}", code_expr(op, "s")));
             }
             vec![(
-                format!("str {}>", spec.join(";")),
+                format!("str {}>", code_spec(&ops, ";")),
                 format!("{p};print(s,end='')"),
             )]
         }),
@@ -4442,19 +4439,9 @@ fn a_code_item_in_any_words_or_any_programs_style_is_refused() {
     for (i, r) in three.take(5).enumerate() {
         let mut ops = code_ops(&r.prompt);
         ops.insert(1, ("del".to_string(), "7".to_string()));
-        let spec: Vec<String> = ops
-            .iter()
-            .map(|(o, a)| {
-                if a.is_empty() {
-                    o.clone()
-                } else {
-                    format!("{o} {a}")
-                }
-            })
-            .collect();
         let who = Caller::new(format!("noop{i}"), Role::Worker);
         let n = branch_as(&s, &who, "no-op");
-        let rows = vec![(format!("str {}>", spec.join(";")), String::new())];
+        let rows = vec![(format!("str {}>", code_spec(&ops, ";")), String::new())];
         refused_by(
             &s,
             &who,
