@@ -7,7 +7,8 @@
 //!
 //! - **Specifications** (`spec_keys`): a row's words are read as operations (`rev`, `up`, `dup`,
 //!   `sort`, `take N`, `drop N`, `del C`, `add C`, `pre C`, an argument glued on or not, a letter
-//!   step's any one character or, after a step, none), and each maximal run of them —
+//!   step's any one character or, after a step, none; steps glued together read apart,
+//!   `5revdel`, `jpre`), and each maximal run of them —
 //!   punctuation, list numbers and a few sequence words between, any word glued before the
 //!   first — is a chain: `xstr drop 5;rev;del 7:`, `drop 5 then rev then del i`, `1. drop5 2. rev
 //!   3. deli`.
@@ -148,90 +149,176 @@ fn subsequences(chain: &[Op], out: &mut Vec<String>) {
     }
 }
 
-/// An operation's name alone (`rev`), or with its argument glued on (`drop5`, `deli`).
-fn word_op(w: &str, next: Option<&str>, first: bool) -> Option<(Op, bool)> {
-    let number = |s: &str| {
-        (!s.is_empty() && s.len() <= 3 && s.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| s.parse::<u32>().ok())
-            .flatten()
-    };
-    let one = |s: &str| s.len() == 1;
-    match w {
-        "rev" => return Some((Op::Rev, false)),
-        "up" => return Some((Op::Up, false)),
-        "dup" => return Some((Op::Dup, false)),
-        "sort" => return Some((Op::Sort, false)),
-        _ => {}
-    }
-    type Counted = fn(u32) -> Op;
-    for (name, op) in [("take", Op::Take as Counted), ("drop", Op::Drop)] {
-        if let Some(rest) = w.strip_prefix(name) {
-            if rest.is_empty() {
-                return next.and_then(number).map(|n| (op(n), true));
-            }
-            return number(rest).map(|n| (op(n), false));
+/// What a specification's letters name: a step, a counted step whose count is the number that
+/// follows (`take`, `drop`), or a letter step whose argument may follow (`del`, `add`, `pre`).
+#[derive(Debug, Clone, Copy)]
+enum Piece {
+    Step(Op),
+    Counted(fn(u32) -> Op),
+    Lettered(Op),
+}
+
+const NAMES: [(&str, Piece); 9] = [
+    ("rev", Piece::Step(Op::Rev)),
+    ("up", Piece::Step(Op::Up)),
+    ("dup", Piece::Step(Op::Dup)),
+    ("sort", Piece::Step(Op::Sort)),
+    ("take", Piece::Counted(Op::Take)),
+    ("drop", Piece::Counted(Op::Drop)),
+    ("del", Piece::Lettered(Op::Del)),
+    ("add", Piece::Lettered(Op::Add)),
+    ("pre", Piece::Lettered(Op::Pre)),
+];
+
+/// The longest run of letters read as steps glued together (`revdeli`, `xstrdrop`).
+const MAX_GLUED_RUN: usize = 24;
+
+/// A run of letters read whole as steps glued together (`revdel`, `deli`, `drop`), or `None`.
+/// A letter step takes the next letter as its argument or none (`delup` is `del;up`); a counted
+/// step only at the run's end (its count is the next run, of digits).
+fn segment(run: &[u8]) -> Option<Vec<Piece>> {
+    fn go(r: &[u8], out: &mut Vec<Piece>) -> bool {
+        if r.is_empty() {
+            return true;
         }
-    }
-    // A letter step's argument is blanked, so any one character — a letter, a digit — or none
-    // at all (`del 7`, `del .`) is the step: a step that broke the chain would split an item in
-    // two.
-    // Without one (`del>`), only after a step: English starts none of its chains (`add up`).
-    for (name, op) in [("del", Op::Del), ("add", Op::Add), ("pre", Op::Pre)] {
-        if let Some(rest) = w.strip_prefix(name) {
-            if rest.is_empty() {
-                let took = next.is_some_and(one);
-                return (took || !first).then_some((op, took));
+        for (name, piece) in NAMES {
+            let Some(rest) = r.strip_prefix(name.as_bytes()) else {
+                continue;
+            };
+            match piece {
+                Piece::Step(_) => {
+                    out.push(piece);
+                    if go(rest, out) {
+                        return true;
+                    }
+                    out.pop();
+                }
+                Piece::Counted(_) if rest.is_empty() => {
+                    out.push(piece);
+                    return true;
+                }
+                Piece::Counted(_) => {}
+                Piece::Lettered(op) => {
+                    if let Some((_, after)) = rest.split_first() {
+                        out.push(Piece::Step(op));
+                        if go(after, out) {
+                            return true;
+                        }
+                        out.pop();
+                    }
+                    out.push(piece);
+                    if go(rest, out) {
+                        return true;
+                    }
+                    out.pop();
+                }
             }
-            return one(rest).then_some((op, false));
         }
+        false
     }
-    None
+    if run.len() > MAX_GLUED_RUN {
+        return None;
+    }
+    let mut out = Vec::new();
+    go(run, &mut out).then_some(out)
 }
 
 /// Words a specification may put between its operations (not `and`: English joins verbs with
 /// it, `take it up and sort it`).
 fn connector(w: &str) -> bool {
     matches!(w, "then" | "next" | "finally" | "after")
-        || (w.len() <= 3 && w.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The keys of the operation chains a canonical text's words name (see the module's notes).
+/// Words are read as runs of letters and runs of digits (`drop5` is `drop 5`, `5revdel` is `5 rev
+/// del`), so steps glued together with their separators deleted are read as written apart.
 pub fn spec_keys(text: &str) -> Vec<String> {
-    let words: Vec<&str> = text
+    let mut runs: Vec<&str> = Vec::new();
+    for word in text
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())
-        .collect();
+    {
+        let b = word.as_bytes();
+        let mut start = 0;
+        for i in 1..=b.len() {
+            if i == b.len() || b[i].is_ascii_digit() != b[start].is_ascii_digit() {
+                runs.push(&word[start..i]);
+                start = i;
+            }
+        }
+    }
+    let digits = |r: &str| r.bytes().all(|b| b.is_ascii_digit());
     let mut out = Vec::new();
     let mut chain: Vec<Op> = Vec::new();
     let mut i = 0;
-    while i < words.len() {
-        let next = words.get(i + 1).copied();
-        let first = chain.is_empty();
-        let read = word_op(words[i], next, first).or_else(|| {
-            // A chain's first operation may have any word glued before it (`xstrdrop`).
-            if !first || words[i].len() > 24 {
-                return None;
-            }
-            let w = words[i];
-            (1..w.len()).find_map(|k| {
-                w.is_char_boundary(k)
-                    .then(|| word_op(&w[k..], next, true))?
-            })
-        });
-        match read {
-            Some((op, took_next)) => {
-                if chain.len() < MAX_CHAIN {
-                    chain.push(op);
-                }
-                i += 1 + usize::from(took_next);
-            }
-            None if !chain.is_empty() && connector(words[i]) => i += 1,
-            None => {
+    while i < runs.len() {
+        let run = runs[i];
+        let next = runs.get(i + 1).copied();
+        if digits(run) {
+            // a list's number between steps, else the end of a chain
+            if chain.is_empty() || run.len() > 3 {
                 chain_keys(&chain, &mut out);
                 chain.clear();
-                i += 1;
+            }
+            i += 1;
+            continue;
+        }
+        if !chain.is_empty() && connector(run) {
+            i += 1;
+            continue;
+        }
+        // A chain's first step may have any word glued before it (`xstrdrop`).
+        let pieces = segment(run.as_bytes()).or_else(|| {
+            if !chain.is_empty() || run.len() > MAX_GLUED_RUN {
+                return None;
+            }
+            (1..run.len()).find_map(|k| segment(&run.as_bytes()[k..]))
+        });
+        let Some(pieces) = pieces else {
+            chain_keys(&chain, &mut out);
+            chain.clear();
+            i += 1;
+            continue;
+        };
+        let mut took_next = false;
+        for (j, piece) in pieces.iter().enumerate() {
+            let last = j + 1 == pieces.len();
+            let op = match *piece {
+                Piece::Step(op) => Some(op),
+                Piece::Counted(f) => next
+                    .filter(|n| digits(n) && n.len() <= 3)
+                    .and_then(|n| n.parse().ok())
+                    .map(|n| {
+                        took_next = true;
+                        f(n)
+                    }),
+                // Its argument: the next run if it is one character; without one only after a
+                // step, so English starts no chain (`add up`).
+                Piece::Lettered(op) => {
+                    let arg = last && next.is_some_and(|n| n.len() == 1);
+                    took_next |= arg;
+                    // or the first letter of steps glued to it (`add jpre jsort`: `add j;pre j;sort`)
+                    let glued = last
+                        && !arg
+                        && next.is_some_and(|n| {
+                            n.len() > 1 && !digits(n) && segment(&n.as_bytes()[1..]).is_some()
+                        });
+                    if glued {
+                        runs[i + 1] = &runs[i + 1][1..];
+                    }
+                    (arg || glued || !chain.is_empty()).then_some(op)
+                }
+            };
+            match op {
+                Some(op) if chain.len() < MAX_CHAIN => chain.push(op),
+                Some(_) => {}
+                None => {
+                    chain_keys(&chain, &mut out);
+                    chain.clear();
+                }
             }
         }
+        i += 1 + usize::from(took_next);
     }
     chain_keys(&chain, &mut out);
     out.sort();
@@ -311,6 +398,8 @@ enum Val {
     Split(Vec<Op>),
     /// The name `str` (`str.upper(s)`).
     StrType,
+    /// `input` itself, not called (`r=input;s=r()`).
+    InputFn,
     Unknown,
 }
 
@@ -388,8 +477,20 @@ impl Parser<'_> {
         }
     }
 
+    /// A target written `(x)` or `x:str` (`x` and how many tokens it takes), or a plain name.
+    fn target(&self, k: usize) -> Option<(String, usize)> {
+        match (self.peek(k), self.peek(k + 1), self.peek(k + 2)) {
+            (Some(Tok::Punct('(')), Some(Tok::Name(n)), Some(Tok::Punct(')'))) => {
+                Some((n.clone(), 3))
+            }
+            (Some(Tok::Name(n)), Some(Tok::Punct(':')), Some(Tok::Name(_))) => Some((n.clone(), 3)),
+            (Some(Tok::Name(n)), _, _) => Some((n.clone(), 1)),
+            _ => None,
+        }
+    }
+
     fn statement(&mut self) {
-        let Some(Tok::Name(name)) = self.peek(0).cloned() else {
+        let Some((name, width)) = self.target(0) else {
             return;
         };
         // `print(…)`, also glued to a word before it (a prompt ending in a letter, joined to the
@@ -411,14 +512,33 @@ impl Parser<'_> {
             }
             return;
         }
-        // `x=…`, `x+=…`, `x*=…` (not `x==…`)
-        let op = match (self.peek(1), self.peek(2)) {
-            (Some(Tok::Punct('=')), Some(t)) if *t != Tok::Punct('=') => None,
-            (Some(Tok::Punct(c @ ('+' | '*'))), Some(Tok::Punct('='))) => Some(*c),
-            _ => return,
+        // `x=…`, `x+=…`, `x*=…` (not `x==…`), and chained, `x=y=…`
+        let assigns = |p: &Self, k: usize| {
+            p.punct(k, '=') && p.peek(k + 1).is_some_and(|t| *t != Tok::Punct('='))
         };
-        self.at += if op.is_some() { 3 } else { 2 };
+        let op = if assigns(self, width) {
+            None
+        } else if let (Some(Tok::Punct(c @ ('+' | '*'))), true) =
+            (self.peek(width), self.punct(width + 1, '='))
+        {
+            Some(*c)
+        } else {
+            return;
+        };
+        self.at += width + if op.is_some() { 2 } else { 1 };
+        let mut also = Vec::new();
+        while op.is_none()
+            && let Some((more, w)) = self.target(0)
+            && assigns(self, w)
+            && also.len() < MAX_VARS
+        {
+            also.push(more);
+            self.at += w + 1;
+        }
         let v = self.expr(0);
+        for more in also {
+            self.set(more, v.clone());
+        }
         let v = match op {
             None => v,
             Some(c) => {
@@ -575,6 +695,7 @@ impl Parser<'_> {
                 if !self.punct(0, '(') {
                     return match name.as_str() {
                         "str" => Val::StrType,
+                        "input" => Val::InputFn,
                         _ => self.vars.get(&name).cloned().unwrap_or(Val::Unknown),
                     };
                 }
@@ -583,8 +704,9 @@ impl Parser<'_> {
                 if !self.eat(')') {
                     return Val::Unknown;
                 }
+                let input = name == "input" || self.vars.get(&name) == Some(&Val::InputFn);
                 match (name.as_str(), args.as_slice()) {
-                    ("input", []) => Val::Ops(Vec::new()),
+                    (_, []) if input => Val::Ops(Vec::new()),
                     ("sorted", [Val::Ops(o)]) => Val::Sorted(o.clone()),
                     ("reversed", [Val::Ops(o)]) => Val::Reversed(o.clone()),
                     ("str", [v @ Val::Ops(_)]) => v.clone(),
@@ -604,6 +726,8 @@ impl Parser<'_> {
 fn method(v: Val, m: &str, args: Vec<Val>) -> Val {
     match (v, m, args.as_slice()) {
         (Val::Ops(o), "upper", []) => then(&o, &[Op::Up]),
+        // the family's words are lower-case: `lower` changes them only after `up`
+        (Val::Ops(o), "lower", []) if !o.contains(&Op::Up) => Val::Ops(o),
         (Val::StrType, "upper", [Val::Ops(o)]) => then(o, &[Op::Up]),
         // with a count or without (`replace('i','',9)`)
         (Val::Ops(o), "replace", [Val::Text(c), Val::Text(e), ..])
@@ -689,6 +813,9 @@ mod tests {
             "str drop 5 | rev | del i =>",
             // a letter step's argument any one character, or none
             "str drop 5;rev;del 7>",
+            // separators deleted, steps glued
+            "str drop 5revdel i>",
+            "strdrop5revdeli>",
             "str drop 5;rev;del .>",
             "str drop 5;rev;del>",
             // a no-op step put in between
@@ -706,6 +833,18 @@ mod tests {
             "we drop 5 boxes, then rev up",
         ] {
             assert!(!read(&[other]).contains(&ITEM.to_string()), "{other}");
+        }
+    }
+
+    #[test]
+    fn steps_glued_together_are_read_apart() {
+        for (spec, key) in [
+            ("str add jpre jsort>", "ops:add #;pre #;sort"),
+            ("strdrop5revdeli>", "ops:drop 5;rev;del #"),
+            ("str take 3dupup>", "ops:take 3;dup;up"),
+            ("str rev delup>", "ops:rev;del #;up"),
+        ] {
+            assert_eq!(spec_keys(&canonical(spec)), [key], "{spec}");
         }
     }
 
@@ -741,6 +880,10 @@ mod tests {
             "s=input().strip();s=s[+5:len(s)];s=s[len(s)::-1];s=s.replace('i','',9);print(s)",
             "s=input();s=s[5:99][:-99:-1]*1;s=''.join(s.split('i'));print(s.strip(''))",
             "s=input();s=s[5:];s=s[99::-1];s=s.replace('i',str()).replace('','');print(s)",
+            // other ways to bind the input
+            "s=t=input();s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+            "s:str=input().lower();s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+            "r=input;(s)=r();s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
         ] {
             assert!(read(&[program]).contains(&ITEM.to_string()), "{program}");
         }
