@@ -483,7 +483,11 @@ impl Parser<'_> {
             (Some(Tok::Punct('(')), Some(Tok::Name(n)), Some(Tok::Punct(')'))) => {
                 Some((n.clone(), 3))
             }
-            (Some(Tok::Name(n)), Some(Tok::Punct(':')), Some(Tok::Name(_))) => Some((n.clone(), 3)),
+            // annotated with the one type a string has (`i:s=…` after a specification's `del i:`
+            // is no annotation: reading it so left `s` unbound, and the stream's last `s` ran on)
+            (Some(Tok::Name(n)), Some(Tok::Punct(':')), Some(Tok::Name(t))) if t == "str" => {
+                Some((n.clone(), 3))
+            }
             (Some(Tok::Name(n)), _, _) => Some((n.clone(), 1)),
             _ => None,
         }
@@ -894,6 +898,13 @@ mod tests {
             ";s=s.replace('i','');print(s)",
         ];
         assert!(read(&rows).contains(&ITEM.to_string()));
+        // A specification ending `del i:` before the program is no annotation of `i`: each row's
+        // `s=input()` starts over, and two such rows pose their own two items, nothing longer.
+        let rows = [
+            "xtr drop 5;rev;del i:s=input();s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+            "xtr take 5;take 4;rev:s=input();s=s[:5];s=s[:4];s=s[::-1];print(s)",
+        ];
+        assert_eq!(read(&rows), [ITEM, "ops:take 5;take 4;rev"]);
         // A fresh input starts over; what is never printed is no program's output.
         let fresh = [
             "s=input();s=s[5:];",
