@@ -565,3 +565,80 @@ fn a_flood_of_requests_down_one_connection_keeps_the_servers_open_files_bounded(
     let _ = child.wait();
     crate::common::fsck_clean(&root);
 }
+
+/// The next try at the flood: writes instead of queries, `branch` piped down two connections at
+/// once against a node budget of 12. Every request is answered once (created, refused by the
+/// budget, throttled, or refused as in flight), the nodes git holds never pass the budget, and
+/// the record stays whole: the bound on studies held, and the node count read from git as well
+/// as the index, keep a flood of writes from passing a budget.
+#[test]
+fn a_flood_of_branches_down_two_connections_cannot_pass_the_node_budget() {
+    use std::io::{BufRead, BufReader, Write};
+    const N: u64 = 400;
+    let (_d, root) = example_study();
+    configure(&root, &[("max_nodes = 200", "max_nodes = 12")]);
+    let flood = |agent: &str| {
+        let root = root.clone();
+        let agent = agent.to_string();
+        std::thread::spawn(move || {
+            let mut child = rsim()
+                .current_dir(&root)
+                .args(["mcp", "--agent", &agent])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("rsim mcp");
+            let mut stdin = child.stdin.take().expect("stdin");
+            let out = BufReader::new(child.stdout.take().expect("stdout"));
+            let mut all = format!(
+                "{}\n{}\n",
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "flood", "version": "0"}}}),
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            );
+            for id in 1..=N {
+                all.push_str(&format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "branch", "arguments": {"parents": ["n0"], "title": format!("p{id}")}}})));
+            }
+            let writer = std::thread::spawn(move || {
+                stdin.write_all(all.as_bytes()).expect("flood");
+                stdin
+            });
+            let mut seen = std::collections::HashSet::new();
+            for l in out.lines() {
+                let v: Value = serde_json::from_str(&l.expect("line")).expect("JSON-RPC");
+                if let Some(id) = v["id"].as_u64() {
+                    assert!(seen.insert(id), "request {id} answered twice");
+                }
+                if seen.len() as u64 == N + 1 {
+                    break;
+                }
+            }
+            drop(writer.join().expect("writer"));
+            let _ = child.kill();
+            let _ = child.wait();
+            seen.len() as u64
+        })
+    };
+    let (a, b) = (flood("flood-a"), flood("flood-b"));
+    assert_eq!(
+        a.join().expect("a"),
+        N + 1,
+        "every request of a is answered"
+    );
+    assert_eq!(
+        b.join().expect("b"),
+        N + 1,
+        "every request of b is answered"
+    );
+    let branches = crate::common::git_ok(
+        &root,
+        &["for-each-ref", "--format=%(refname)", "refs/heads/rsim/n/"],
+    );
+    let nodes = branches.lines().count();
+    assert!(
+        nodes <= 12,
+        "{nodes} nodes in git past budgets.max_nodes = 12"
+    );
+    assert!(nodes > 1, "the flood created no node at all");
+    crate::common::fsck_clean(&root);
+}
