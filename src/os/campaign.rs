@@ -52,7 +52,7 @@ impl Study {
         let facts = Facts {
             compute_seconds_used: self.index.compute_seconds_used()?,
             evaluations_total: self.index.evaluation_count(None, None)?,
-            node_count: self.index.node_count()?,
+            node_count: self.index.node_count()?.max(self.nodes_in_git()?),
             ..Facts::default()
         };
         let decision = policy::check_campaign(caller, &self.config, &facts);

@@ -252,6 +252,13 @@ impl Study {
         self.rsim_bin = Some(bin);
     }
 
+    /// The node branches git holds, for the node budget beside the index's count: an index a
+    /// failed write left behind git (a process out of file descriptors) must not undercount the
+    /// nodes that exist.
+    pub(crate) fn nodes_in_git(&self) -> Result<u64> {
+        Ok(u64::try_from(self.record.node_tips()?.len()).unwrap_or(u64::MAX))
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -33,9 +33,7 @@ impl Study {
         // The node budget counts the nodes indexed plus the nodes other writers (this process or
         // another) are creating, and holds this one's place until it is created and indexed, all
         // in one write transaction of the index: racing branches cannot together pass the budget.
-        // Nodes in git count too: an index a failed write left behind git (a process out of
-        // file descriptors) must not undercount the nodes that exist.
-        let in_git = u64::try_from(self.record.node_tips()?.len()).unwrap_or(u64::MAX);
+        let in_git = self.nodes_in_git()?;
         let (token, decision) = self.index.with_holds(|index| {
             let facts = Facts {
                 node_status,
