@@ -188,6 +188,20 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
     }
     for oid in walk {
         let oid = oid?;
+        // One study, one genesis: a second first commit anywhere (a node grown from another
+        // history, main's own kept behind a merge) is not this study's, signed or not.
+        if Some(oid) != genesis && repo.find_commit(oid)?.parent_count() == 0 {
+            if rep.first_bad.is_none() {
+                rep.first_bad = Some(oid.to_string());
+            }
+            rep.problems.push(format!(
+                "{}: a second first commit — the study's history starts at its genesis {}, and \
+                 this commit starts another; what grows from it is not this study's",
+                describe(repo, oid),
+                genesis.map(|g| g.to_string()).unwrap_or_default()
+            ));
+            continue;
+        }
         let must = !on_main.contains(&oid)
             || Some(oid) == genesis
             || changes_keys(repo, oid)?

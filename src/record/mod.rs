@@ -110,6 +110,15 @@ pub fn commit_at_most(repo: &git2::Repository, id: Oid) -> Result<git2::Commit<'
     Ok(repo.find_commit(id)?)
 }
 
+/// The first commit of `tip`'s first-parent history (each commit sized before it is read).
+pub fn first_parent_root(repo: &git2::Repository, tip: Oid) -> Result<Oid> {
+    let mut c = commit_at_most(repo, tip)?;
+    while let Ok(p) = c.parent_id(0) {
+        c = commit_at_most(repo, p)?;
+    }
+    Ok(c.id())
+}
+
 /// Check, through `commit_at_most`, every commit reachable from `tips` (by first parents only,
 /// or by all), before a libgit2 walk parses them whole.
 pub fn check_commit_sizes(repo: &git2::Repository, tips: &[Oid], first_parent: bool) -> Result<()> {
@@ -397,6 +406,7 @@ impl Record {
             record.key = signing::StudyKey::load(root)?;
             return Ok(record);
         };
+        record.refuse_replaced_main(root, main)?;
         let history = signing::key_history(&record.repo, main).map_err(|why| {
             Error::invalid(format!(
                 "{}: cannot read the study's keys: {why}",
@@ -491,17 +501,33 @@ impl Record {
 
     /// Whether the first commit of `main` (the study's genesis) is signed.
     fn genesis_signed(&self, main: Oid) -> bool {
-        let mut c = match commit_at_most(&self.repo, main) {
-            Ok(c) => c,
-            Err(_) => return false,
+        first_parent_root(&self.repo, main).is_ok_and(|g| signing::is_signed(&self.repo, g))
+    }
+
+    /// A study's genesis is the commit its root node grows from: n0's first commit, signed with
+    /// the study's key, names it as its parent. `main`'s history must start there — a `main`
+    /// given a new first commit (unsigned, or signed by another key whose `allowed_signers`
+    /// lists the study's key beside its own), with the study's history kept behind a merge's
+    /// second parent, would have its keys read from a genesis that is not the study's, and its
+    /// forged actions proven or nothing proven at all. Such a repository is refused, naming both
+    /// commits. Before n0 exists (a genesis that stopped part-way) there is nothing to hold to.
+    fn refuse_replaced_main(&self, root: &Path, main: Oid) -> Result<()> {
+        let Some(n0) = self.node_tip(crate::model::ROOT_NODE)? else {
+            return Ok(());
         };
-        while let Ok(p) = c.parent_id(0) {
-            c = match commit_at_most(&self.repo, p) {
-                Ok(p) => p,
-                Err(_) => return false,
-            };
+        let genesis = first_parent_root(&self.repo, main)?;
+        let grows_from = first_parent_root(&self.repo, n0)?;
+        if genesis == grows_from {
+            return Ok(());
         }
-        signing::is_signed(&self.repo, c.id())
+        Err(Error::invalid(format!(
+            "{}: main's history starts at commit {genesis}, but the study's root node {} grows \
+             from commit {grows_from}: main was replaced by another history (the study's kept \
+             behind it, or none), so the study's keys cannot be read from it; refusing to open \
+             the repository (fetch main again from the study's owner)",
+            root.display(),
+            crate::model::ROOT_NODE,
+        )))
     }
 
     /// The fingerprint of the study's key in force (`None`: a study made before signing).
@@ -1089,7 +1115,7 @@ impl Record {
             // sequence skips or repeats (grafts, a shallow copy, a rewritten chain) is not the
             // one this study wrote, and a cycle cannot be walked for ever.
             if let Some(prev) = out.last().map(|a: &CommittedAction| a.record.seq)
-                && seq + 1 != prev
+                && seq.checked_add(1) != Some(prev)
             {
                 return Err(Error::internal(format!(
                     "node {id}: commit {} records action {seq} right before action {prev}: \

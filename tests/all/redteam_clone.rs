@@ -507,3 +507,139 @@ fn node_metas_naming_another_node_or_a_crafted_id_are_refused_unprinted() {
         );
     }
 }
+
+/// `main` given a new first commit by anyone who can push, with the study's own `main` kept
+/// behind a merge's second parent so that n0 still grows out of it: with no keys at all (which
+/// read as a study made before signing: nothing proven, the copy writable) or with the study's
+/// `allowed_signers` copied into it (keys read from a genesis that is not the study's). The
+/// reader's rsim refuses to open either, naming both first commits — `rsim clone` fails, a
+/// fresh clone and an existing one updated the documented way (`git pull --ff-only`, which
+/// fast-forwards over the study's `main`) alike — and writes nothing. A node seq at the top of
+/// its range is named, not a panic.
+#[test]
+fn main_given_a_new_first_commit_is_refused_and_nothing_is_written() {
+    let Shared {
+        d,
+        owner: _,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
+    let updated = d.path().join("updated");
+    let out = reader
+        .cmd()
+        .arg("clone")
+        .arg(&study)
+        .arg(&updated)
+        .output()
+        .expect("clone");
+    assert!(out.status.success(), "{}", text(&out));
+    for keys in [false, true] {
+        let work = d.path().join(format!("reroot-{keys}"));
+        clone_to(&study, &work);
+        let old = git(&work, &["rev-parse", "main"]);
+        if !keys {
+            git(&work, &["rm", "-q", "--cached", "allowed_signers"]);
+        }
+        let tree = git(&work, &["write-tree"]);
+        let root = git(&work, &["commit-tree", &tree, "-m", "init: study"]);
+        let merge = git(
+            &work,
+            &["commit-tree", &tree, "-p", &root, "-p", &old, "-m", "merge"],
+        );
+        git(&work, &["update-ref", "refs/heads/main", &merge]);
+        git(&work, &["reset", "-q", "--hard", "main"]);
+
+        let victim = d.path().join(format!("victim-{keys}"));
+        let out = reader
+            .cmd()
+            .arg("clone")
+            .arg(&work)
+            .arg(&victim)
+            .output()
+            .expect("clone");
+        assert!(!out.status.success(), "keys {keys}: {}", text(&out));
+        let refused = |out: &std::process::Output| {
+            let t = text(out);
+            assert!(
+                t.contains("main was replaced") && t.contains(&root),
+                "keys {keys}: {t}"
+            );
+        };
+        refused(&out);
+        let refs = git(&victim, &["for-each-ref"]);
+        for args in [
+            &["dag"][..],
+            &["verify"][..],
+            &["fsck"][..],
+            &[
+                "branch",
+                "--from",
+                "n1",
+                "--title",
+                "x",
+                "--hypothesis",
+                "h",
+            ][..],
+        ] {
+            let out = reader.run(&victim, args);
+            assert!(
+                !out.status.success(),
+                "keys {keys} {args:?}: {}",
+                text(&out)
+            );
+            refused(&out);
+        }
+        assert_eq!(git(&victim, &["for-each-ref"]), refs, "nothing written");
+
+        // An existing clone, updated as `rsim clone` says.
+        git(
+            &updated,
+            &[
+                "fetch",
+                "-q",
+                work.to_str().expect("utf8"),
+                "+refs/heads/rsim/*:refs/heads/rsim/*",
+                "+refs/heads/main:refs/remotes/crafted/main",
+            ],
+        );
+        git(&updated, &["merge", "-q", "--ff-only", "crafted/main"]);
+        let out = reader.run(&updated, &["dag"]);
+        assert!(!out.status.success(), "keys {keys}: {}", text(&out));
+        refused(&out);
+        git(&updated, &["reset", "-q", "--hard", &old]);
+    }
+
+    // A node's action numbered at the top of its range, before one numbered after it.
+    let copy = d.path().join("seq");
+    clone_to(&study, &copy);
+    let tip = git(&copy, &["rev-parse", "rsim/n/n1"]);
+    let tree = git(&copy, &["rev-parse", "rsim/n/n1^{tree}"]);
+    let top = git(
+        &copy,
+        &[
+            "commit-tree",
+            &tree,
+            "-p",
+            &tip,
+            "-m",
+            "x\n\nRsim-Node: n1\nRsim-Seq: 4294967295\nRsim-Action: compare",
+        ],
+    );
+    let next = git(
+        &copy,
+        &[
+            "commit-tree",
+            &tree,
+            "-p",
+            &top,
+            "-m",
+            "x\n\nRsim-Node: n1\nRsim-Seq: 5\nRsim-Action: compare",
+        ],
+    );
+    git(&copy, &["update-ref", "refs/heads/rsim/n/n1", &next]);
+    for args in [&["dag"][..], &["fsck"][..], &["reindex"][..]] {
+        let out = reader.run(&copy, args);
+        assert!(!text(&out).contains("panicked"), "{args:?}: {}", text(&out));
+    }
+}

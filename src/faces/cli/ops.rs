@@ -255,12 +255,18 @@ pub fn clone_study(url: &str, dir: Option<&Path>, json: bool) -> Result<()> {
     } else {
         reports::cloned(url, &dir, &rep);
     }
-    if let Some(c) = rep.first_bad {
-        return Err(Error::internal(format!(
+    // As `rsim verify`: a problem fails the command (the copy stays, for reading with care).
+    match rep.first_bad {
+        Some(c) => Err(Error::internal(format!(
             "the clone holds commit {c}, which is not proven to be this study's (see above)"
-        )));
+        ))),
+        None if !rep.problems.is_empty() => Err(Error::internal(format!(
+            "the clone at {} is not proven whole: {} problem(s) above",
+            dir.display(),
+            rep.problems.len()
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// `rsim audit`: attempts, rejections, and whether a hack got through.
