@@ -350,7 +350,19 @@ pub struct ScanIndex {
     norm: GramSet,
     skel: GramSet,
     keys: HashSet<String>,
+    /// The digits form's keys among `keys`, packed (`normal_form::digits::packed`): a scan
+    /// names only the multisets of these.
+    digit_keys: HashSet<u64>,
     forms: Vec<NormalForm>,
+}
+
+impl normal_form::Wanted for ScanIndex {
+    fn key(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+    fn digits(&self, packed: u64) -> bool {
+        self.digit_keys.contains(&packed)
+    }
 }
 
 impl ScanIndex {
@@ -368,6 +380,9 @@ impl ScanIndex {
         let mut forms: Vec<NormalForm> = sets.iter().filter_map(|s| s.form).collect();
         forms.dedup();
         let items = || sets.iter().flat_map(|s| s.items.iter());
+        let keys: HashSet<String> = items()
+            .flat_map(|i| i.keys.iter().chain(&i.relation).cloned())
+            .collect();
         ScanIndex {
             lens,
             skel_lens,
@@ -375,9 +390,11 @@ impl ScanIndex {
                 .flat_map(|i| i.full.iter().chain(&i.prompt).copied())
                 .collect(),
             skel: items().flat_map(|i| i.skeleton.iter().copied()).collect(),
-            keys: items()
-                .flat_map(|i| i.keys.iter().chain(&i.relation).cloned())
+            digit_keys: keys
+                .iter()
+                .filter_map(|k| normal_form::digits::packed(k))
                 .collect(),
+            keys,
             forms,
         }
     }
@@ -515,8 +532,7 @@ impl<'a> Scanner<'a> {
             // The rows before, read with this one as one stream (`normal_form::Carry`).
             let toks: std::sync::Arc<[String]> = toks.into();
             for &f in &self.ix.forms {
-                let wanted = |k: &str| self.ix.keys.contains(k);
-                for k in tail.carry.keys(f, &toks, wanted) {
+                for k in tail.carry.keys(f, &toks, &*self.ix) {
                     found.keys.entry(k).or_insert(at);
                 }
             }
@@ -550,8 +566,7 @@ impl<'a> Scanner<'a> {
 
     fn read_to_end(&self, tail: &Tail, at: At, found: &mut Found) {
         for &f in &self.ix.forms {
-            let wanted = |k: &str| self.ix.keys.contains(k);
-            for k in tail.carry.keys_at_end(f, wanted) {
+            for k in tail.carry.keys_at_end(f, &*self.ix) {
                 found.keys.entry(k).or_insert(at);
             }
         }

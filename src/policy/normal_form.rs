@@ -70,6 +70,23 @@ pub fn keys_of_text(form: NormalForm, text: &str) -> Vec<String> {
     keys(form, &form_tokens(&canonical(text), form.reads_counts()))
 }
 
+/// What a scan looks for: the keys it keeps (`key`) and, so that the digits form names no
+/// multiset no item has (a row of honest digits holds dozens, each a string to format and look
+/// up), whether a multiset of digits (`digits::packed`) may be the key of one. A closure over
+/// keys is one, wanting every multiset.
+pub trait Wanted {
+    fn key(&self, key: &str) -> bool;
+    fn digits(&self, _packed: u64) -> bool {
+        true
+    }
+}
+
+impl<F: Fn(&str) -> bool> Wanted for F {
+    fn key(&self, key: &str) -> bool {
+        self(key)
+    }
+}
+
 impl NormalForm {
     /// Whether the form reads `:` (`canon::form_tokens`' `counts`): the digits form, where it
     /// joins a digit to its count (`0:1`).
@@ -85,9 +102,9 @@ fn keys_across(form: NormalForm, prev: &[String], toks: &[String]) -> Vec<String
     let mut carry = Carry::default();
     carry.push(prev.to_vec().into(), &[form]);
     let toks: Arc<[String]> = toks.to_vec().into();
-    let mut keys = carry.keys(form, &toks, |_| true);
+    let mut keys = carry.keys(form, &toks, &|_: &str| true);
     carry.push(toks, &[form]);
-    keys.extend(carry.keys_at_end(form, |_| true));
+    keys.extend(carry.keys_at_end(form, &|_: &str| true));
     keys.sort();
     keys.dedup();
     keys
@@ -259,12 +276,7 @@ impl Carry {
     /// not pack rows sees it, and read after what the carry holds, as one that packs them does
     /// — only those `wanted` keeps. After the carry: the open segment joined to the row when the
     /// row closes it (holds an `=`), and the digits form's open chain and counts continued.
-    pub fn keys(
-        &self,
-        form: NormalForm,
-        row: &Arc<[String]>,
-        wanted: impl Fn(&str) -> bool,
-    ) -> Vec<String> {
+    pub fn keys(&self, form: NormalForm, row: &Arc<[String]>, wanted: &impl Wanted) -> Vec<String> {
         let toks: &[String] = row;
         let closes = toks.iter().any(|t| t == "=");
         let mut keys = match form {
@@ -280,11 +292,12 @@ impl Carry {
             }
             NormalForm::Digits => {
                 let toks = read_by(NormalForm::Digits, toks);
-                let mut keys = digits::keys_of(&toks, &toks);
+                let digits_wanted = |packed| wanted.digits(packed);
+                let mut keys = digits::keys_of(&toks, &toks, &digits_wanted);
                 // Chains (`5=3=0`) and counts (`0=1,1=1`) split across any number of rows: the
                 // stream's open chain and run of pairs continue into this row.
                 let mut after = self.digits.clone();
-                keys.extend(after.read(&toks));
+                keys.extend(after.read(&toks, &digits_wanted));
                 *self.digits_after.borrow_mut() = Some((row.clone(), after));
                 // A string of digits split across rows: the digits after the stream's last `=`
                 // continue into the row that ends them.
@@ -292,14 +305,14 @@ impl Carry {
                     let mut joined = self.open.tokens();
                     joined.retain(|t| !unread_by(form, t));
                     joined.extend_from_slice(&toks);
-                    keys.extend(digits::keys_of(&joined, &[]));
+                    keys.extend(digits::keys_of(&joined, &[], &digits_wanted));
                 }
                 keys
             }
             // Read from each row's text by the scan (`string_ops::Programs` carries it).
             NormalForm::StringOps => Vec::new(),
         };
-        keys.retain(|k| wanted(k));
+        keys.retain(|k| wanted.key(k));
         keys
     }
 
@@ -352,7 +365,9 @@ impl Carry {
             match after {
                 Some((row, after)) if Arc::ptr_eq(&row, &toks) => self.digits = after,
                 _ => {
-                    self.digits.read(&read_by(NormalForm::Digits, &toks));
+                    // Only what it leaves open: no key is wanted.
+                    self.digits
+                        .read(&read_by(NormalForm::Digits, &toks), &|_| false);
                 }
             }
         }
@@ -366,18 +381,20 @@ impl Carry {
 
     /// The keys of the open segment standing alone, where it runs through more than one row:
     /// what the stream's end (or a full segment) leaves unread.
-    pub fn keys_at_end(&self, form: NormalForm, wanted: impl Fn(&str) -> bool) -> Vec<String> {
+    pub fn keys_at_end(&self, form: NormalForm, wanted: &impl Wanted) -> Vec<String> {
         if self.open_rows < 2 {
             return Vec::new();
         }
         let mut keys = match form {
             NormalForm::Arithmetic => self.arithmetic(&[]),
-            NormalForm::Digits => {
-                digits::keys_of(&read_by(NormalForm::Digits, &self.open.tokens()), &[])
-            }
+            NormalForm::Digits => digits::keys_of(
+                &read_by(NormalForm::Digits, &self.open.tokens()),
+                &[],
+                &|packed| wanted.digits(packed),
+            ),
             NormalForm::StringOps => Vec::new(),
         };
-        keys.retain(|k| wanted(k));
+        keys.retain(|k| wanted.key(k));
         keys
     }
 
@@ -1499,8 +1516,35 @@ mod arithmetic {
 /// string, except in a chain of three or more single digits (`5=3=0`). Every run of consecutive digit tokens of 2 to
 /// `MAX_DIGITS` digits in all is a key — a row's digits next to a problem's (`7 530912`) do not
 /// hide it, and keys grow linearly with the row (at most `MAX_DIGITS` from each token).
-mod digits {
+pub mod digits {
     use std::collections::HashSet;
+
+    /// The multisets a reading found, those `wanted` may be a key of (`super::Wanted::digits`).
+    struct Found<'a> {
+        set: HashSet<u64>,
+        wanted: &'a dyn Fn(u64) -> bool,
+    }
+
+    impl Found<'_> {
+        fn insert(&mut self, packed: u64) {
+            if (self.wanted)(packed) {
+                self.set.insert(packed);
+            }
+        }
+    }
+
+    /// A key's multiset packed as `digits_of` packs one (`d:0123` is one each of 0–3); `None`
+    /// for a key of another form or of more than `MAX_DIGITS` digits.
+    pub fn packed(key: &str) -> Option<u64> {
+        let digits = key.strip_prefix("d:")?;
+        if digits.is_empty() || digits.len() > MAX_DIGITS {
+            return None;
+        }
+        digits.bytes().try_fold(0u64, |packed, b| {
+            b.is_ascii_digit()
+                .then(|| packed + (1 << (4 * u32::from(b - b'0'))))
+        })
+    }
 
     /// The longest string of digits keyed: an item of more digits is left to the n-gram checks.
     pub const MAX_DIGITS: usize = 12;
@@ -1582,7 +1626,7 @@ mod digits {
     /// filler. A run is also read count first (`1=0,1=1,1=2,…`),
     /// unless its digits ascend as a scratchpad's do: an honest scratchpad is never read backwards,
     /// so its other reading cannot refuse it.
-    fn counts(toks: &[String], found: &mut HashSet<u64>) {
+    fn counts(toks: &[String], found: &mut Found) {
         let mut stream = Stream::default();
         for t in toks {
             stream.pair_token(t, found);
@@ -1652,7 +1696,7 @@ mod digits {
 
     /// Every run of consecutive pieces (`None` ends one) of 2 to `MAX_DIGITS` digits in all, as
     /// its multiset: at most `MAX_DIGITS` from each piece.
-    fn runs(pieces: &[Option<(u64, usize)>], found: &mut HashSet<u64>) {
+    fn runs(pieces: &[Option<(u64, usize)>], found: &mut Found) {
         for i in 0..pieces.len() {
             let (mut packed, mut len) = (0u64, 0usize);
             for p in &pieces[i..] {
@@ -1672,19 +1716,29 @@ mod digits {
     /// An item's keys (its prompt's): each string whole — the problem `530912=` has one key,
     /// and `7530912=` is another problem.
     pub fn keys(toks: &[String]) -> Vec<String> {
-        read(toks, toks, false)
+        read(toks, toks, false, &|_| true)
     }
 
     /// The keys a scan reads in `strings` (one row's tokens, or the stream's joined) and in the
     /// counts of `counted_toks`: runs of whole tokens, and runs inside a token
-    /// (`inside_tokens`), so an item is found inside a longer string of digits too.
-    pub fn keys_of(strings: &[String], counted_toks: &[String]) -> Vec<String> {
-        read(strings, counted_toks, true)
+    /// (`inside_tokens`), so an item is found inside a longer string of digits too — those of
+    /// them `wanted`.
+    pub fn keys_of(
+        strings: &[String],
+        counted_toks: &[String],
+        wanted: &dyn Fn(u64) -> bool,
+    ) -> Vec<String> {
+        read(strings, counted_toks, true, wanted)
     }
 
     /// The keys of the strings and chains in `strings` — runs of whole tokens, and (`inside`)
     /// runs inside tokens — and of the counts in `counted_toks`.
-    fn read(strings: &[String], counted_toks: &[String], inside: bool) -> Vec<String> {
+    fn read(
+        strings: &[String],
+        counted_toks: &[String],
+        inside: bool,
+        wanted: &dyn Fn(u64) -> bool,
+    ) -> Vec<String> {
         // Digit tokens, with `None` where a string ends; filler dropped.
         let pieces: Vec<Option<(u64, usize)>> = strings
             .iter()
@@ -1699,7 +1753,10 @@ mod digits {
         // Distinct multisets only: however long the row, at most one key per multiset of 2 to
         // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per digit
         // (in runs) or token (in chains, and in counts read each way).
-        let mut found = HashSet::new();
+        let mut found = Found {
+            set: HashSet::new(),
+            wanted,
+        };
         runs(&pieces, &mut found);
         if inside {
             runs(&inside_tokens(strings), &mut found);
@@ -1770,8 +1827,11 @@ mod digits {
     impl Stream {
         /// Reads the row `toks` after what the stream holds: the keys of its chains and runs of
         /// pairs, those the stream's open ones run into included.
-        pub fn read(&mut self, toks: &[String]) -> Vec<String> {
-            let mut found = HashSet::new();
+        pub fn read(&mut self, toks: &[String], wanted: &dyn Fn(u64) -> bool) -> Vec<String> {
+            let mut found = Found {
+                set: HashSet::new(),
+                wanted,
+            };
             for t in toks {
                 self.chain_token(t, &mut found);
             }
@@ -1786,7 +1846,7 @@ mod digits {
         }
 
         /// `chains`, one token at a time.
-        fn chain_token(&mut self, t: &str, found: &mut HashSet<u64>) {
+        fn chain_token(&mut self, t: &str, found: &mut Found) {
             if breaks(t) {
                 self.after_sign = self.chain_len > 0;
                 return;
@@ -1807,7 +1867,7 @@ mod digits {
 
         /// Reads the open chain (three digits or more) and either ends it or (`ends` false)
         /// keeps its last `MAX_DIGITS` digits.
-        fn end_chain(&mut self, found: &mut HashSet<u64>, ends: bool) {
+        fn end_chain(&mut self, found: &mut Found, ends: bool) {
             if self.chain_len >= 3 {
                 let pieces: Vec<_> = self.chain.iter().map(|&d| Some((d, 1))).collect();
                 runs(&pieces, found);
@@ -1824,7 +1884,7 @@ mod digits {
         /// Reads the next token as part of a pair (`counts`): it ends the pair begun, goes on
         /// with it (a count sign), or begins one; where a pair cannot end, its number and signs
         /// are read alone (`pair_left_alone`).
-        fn pair_token(&mut self, t: &str, found: &mut HashSet<u64>) {
+        fn pair_token(&mut self, t: &str, found: &mut Found) {
             match self.partial {
                 Partial::Signs(x, signs)
                     if signs.pairs
@@ -1854,7 +1914,7 @@ mod digits {
         }
 
         /// The pair begun cannot end: its number (a digit) ends the run.
-        fn pair_left_alone(&mut self, found: &mut HashSet<u64>) {
+        fn pair_left_alone(&mut self, found: &mut Found) {
             if !matches!(self.partial, Partial::Nothing) {
                 self.partial = Partial::Nothing;
                 self.end_run(found, true);
@@ -1871,7 +1931,7 @@ mod digits {
 
         /// Reads the open run of pairs (count first too, unless its digits ascend) and either
         /// ends it or (`ends` false) keeps what a key can still reach.
-        fn end_run(&mut self, found: &mut HashSet<u64>, ends: bool) {
+        fn end_run(&mut self, found: &mut Found, ends: bool) {
             runs(&self.fwd, found);
             if !self.ascending {
                 runs(&self.flip, found);
@@ -1914,8 +1974,9 @@ mod digits {
     }
 
     /// Multisets as keys: `d:` and the digits in ascending order.
-    fn named(found: HashSet<u64>) -> Vec<String> {
+    fn named(found: Found) -> Vec<String> {
         let mut out: Vec<String> = found
+            .set
             .into_iter()
             .map(|packed| {
                 let mut key = String::from("d:");
@@ -2241,7 +2302,7 @@ mod tests {
         // Digits: a string whose counts were cut is no other string.
         let prev = t("5501234=0=1,1=1,2=1,3=1,4=1,5=2|0123455");
         let cut = keys_across(NormalForm::Digits, &prev, &t("x"));
-        let whole = digits::keys_of(&prev, &prev);
+        let whole = digits::keys_of(&prev, &prev, &|_| true);
         assert!(
             cut.iter().all(|k| whole.contains(k)),
             "{cut:?} vs {whole:?}"
@@ -2556,10 +2617,10 @@ mod tests {
         let mut keys = Vec::new();
         for row in rows {
             let toks: Arc<[String]> = form_tokens(&canonical(row), form.reads_counts()).into();
-            keys.extend(carry.keys(form, &toks, |_| true));
+            keys.extend(carry.keys(form, &toks, &|_: &str| true));
             carry.push(toks, &[form]);
         }
-        keys.extend(carry.keys_at_end(form, |_| true));
+        keys.extend(carry.keys_at_end(form, &|_: &str| true));
         keys.sort();
         keys.dedup();
         keys
@@ -2567,6 +2628,61 @@ mod tests {
 
     fn dk_rows(rows: &[&str]) -> Vec<String> {
         rows_keys(NormalForm::Digits, rows)
+    }
+
+    /// A scan that wants some multisets (`Wanted::digits`) reads what one wanting every key
+    /// reads, of those: the packed filter drops no key the scan looks for, in any reading
+    /// (runs, inside a token, chains, counts either way, a stream's open string and pairs).
+    #[test]
+    fn a_scan_wanting_some_multisets_finds_exactly_those() {
+        struct Want(HashSet<String>, HashSet<u64>);
+        impl Wanted for Want {
+            fn key(&self, key: &str) -> bool {
+                self.0.contains(key)
+            }
+            fn digits(&self, packed: u64) -> bool {
+                self.1.contains(&packed)
+            }
+        }
+        use std::collections::HashSet;
+        let streams: [&[&str]; 6] = [
+            &["467297=2=1,4=1,6=1,7=2,9=1|246779", "530912=012359"],
+            &["x467297246779y", "4 6 7", "297 ="],
+            &["7=2,9=1", "2=1,4=1", "6=1=", "1=9,1=5 1=3"],
+            &["5=3=0", "=9=1=2", "7530912=", "0:1 1:1 2:1 3:1 5:1 9:1"],
+            &["four six seven two nine seven =", "2x1 4x1 6x1 7x2 9x1"],
+            &["46 72 97", "12 34 =", "530912"],
+        ];
+        for rows in streams {
+            let all = dk_rows(rows);
+            assert!(all.len() > 4, "{rows:?}: {all:?}");
+            // Every other key wanted, then each alone.
+            let every_other: Vec<&String> = all.iter().step_by(2).collect();
+            for wanted in std::iter::once(every_other).chain(all.iter().map(|k| vec![k])) {
+                let want = Want(
+                    wanted.iter().map(|k| k.to_string()).collect(),
+                    wanted.iter().filter_map(|k| digits::packed(k)).collect(),
+                );
+                assert_eq!(want.1.len(), want.0.len(), "every digits key packs");
+                let mut carry = Carry::default();
+                let mut got = Vec::new();
+                for row in rows {
+                    let toks: Arc<[String]> = form_tokens(&canonical(row), true).into();
+                    got.extend(carry.keys(NormalForm::Digits, &toks, &want));
+                    carry.push(toks, &[NormalForm::Digits]);
+                }
+                got.extend(carry.keys_at_end(NormalForm::Digits, &want));
+                got.sort();
+                got.dedup();
+                let mut expected: Vec<String> = wanted.into_iter().cloned().collect();
+                expected.sort();
+                assert_eq!(got, expected, "{rows:?}");
+            }
+        }
+        assert_eq!(digits::packed("d:0011"), Some(2 + (2 << 4)));
+        for bad in ["d:", "d:12a", "ops:rev", "d:0123456789012"] {
+            assert_eq!(digits::packed(bad), None, "{bad}");
+        }
     }
 
     /// A string written as a chain (`5=3=0`) or as its digits' counts runs through any number of
