@@ -1029,3 +1029,60 @@ fn the_real_server_offers_no_conformance_fixture_by_any_route() {
         ok(&call(&w, "dag", json!({})).await);
     });
 }
+
+/// An MCP session is its opener's: another identity's request naming it (a DELETE to close it,
+/// a call, a cancel of its requests) is answered as if it did not exist, and the opener's
+/// session goes on serving.
+#[test]
+fn a_session_is_its_openers_and_no_other_identity_can_close_or_use_it() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &[]);
+    rt().block_on(async {
+        let client = reqwest::Client::new();
+        let post = |agent: &str, session: Option<&str>, body: String| {
+            let mut r = client
+                .post(&server.url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("x-rsim-agent", agent)
+                .header("mcp-protocol-version", "2025-06-18")
+                .body(body);
+            if let Some(s) = session {
+                r = r.header("mcp-session-id", s);
+            }
+            r.send()
+        };
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).to_string();
+        let r = post("agent-1", None, init).await.expect("initialize");
+        assert!(r.status().is_success(), "{}", r.status());
+        let session = r
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .expect("a session id")
+            .to_string();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+        let r = post("agent-1", Some(&session), initialized).await.expect("initialized");
+        assert!(r.status().is_success(), "{}", r.status());
+        // Another identity: a DELETE, a call and a cancel naming the session are all refused.
+        let r = client
+            .delete(&server.url)
+            .header("x-rsim-agent", "agent-2")
+            .header("mcp-session-id", &session)
+            .send()
+            .await
+            .expect("delete");
+        assert_eq!(r.status(), 404);
+        let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+        let r = post("agent-2", Some(&session), list.clone()).await.expect("list");
+        assert_eq!(r.status(), 404);
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}).to_string();
+        let r = post("agent-2", Some(&session), cancel).await.expect("cancel");
+        assert_eq!(r.status(), 404);
+        // The opener's session still serves.
+        let r = post("agent-1", Some(&session), list).await.expect("list");
+        assert!(r.status().is_success(), "{}", r.status());
+        let body = r.text().await.expect("body");
+        assert!(body.contains("get_node"), "{body}");
+    });
+}

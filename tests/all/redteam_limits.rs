@@ -642,3 +642,73 @@ fn a_flood_of_branches_down_two_connections_cannot_pass_the_node_budget() {
     assert!(nodes > 1, "the flood created no node at all");
     crate::common::fsck_clean(&root);
 }
+
+/// Cancel notifications naming no request in flight, each with an id of 256 KiB, sent down one
+/// connection without end: the server keeps none of them (it kept every id it was told of, a
+/// gigabyte and a half for 1,500 ids of a MiB), and still answers.
+#[test]
+fn a_flood_of_cancels_naming_nothing_in_flight_keeps_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+    const N: usize = 600;
+    let (_d, root) = example_study();
+    let mut child = rsim()
+        .current_dir(&root)
+        .args(["mcp", "--agent", "canceller"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("rsim mcp");
+    let pid = child.id();
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let line = |v: Value| format!("{v}\n");
+    stdin
+        .write_all(line(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cancels", "version": "0"}}})).as_bytes())
+        .expect("initialize");
+    let mut first = String::new();
+    out.read_line(&mut first).expect("initialize answer");
+    assert!(first.contains("\"result\""), "{first}");
+    let rss_kib = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    stdin
+        .write_all(
+            line(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).as_bytes(),
+        )
+        .expect("initialized");
+    let ask = |stdin: &mut std::process::ChildStdin, id: u64| {
+        stdin
+            .write_all(line(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "get_node", "arguments": {"node": "n0"}}})).as_bytes())
+            .expect("get_node");
+    };
+    ask(&mut stdin, 1);
+    let mut l = String::new();
+    out.read_line(&mut l).expect("answer");
+    let before = rss_kib();
+    for i in 0..N {
+        let id = format!("{i}-{}", "x".repeat(256 << 10));
+        stdin
+            .write_all(line(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}})).as_bytes())
+            .expect("cancel");
+    }
+    ask(&mut stdin, 2);
+    l.clear();
+    out.read_line(&mut l).expect("answer after the flood");
+    assert!(l.contains("\"id\":2") && l.contains("n0"), "{l}");
+    let after = rss_kib();
+    let _ = child.kill();
+    let _ = child.wait();
+    // 600 ids of 256 KiB are 150 MiB: kept, they would all be there.
+    assert!(
+        after < before + 64 * 1024,
+        "the server kept what the cancels named: {before} KiB before, {after} KiB after"
+    );
+}

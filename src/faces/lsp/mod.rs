@@ -37,6 +37,9 @@ use crate::util::error::{Error, Result};
 pub const MAX_DOCUMENT_BYTES: usize = 4 << 20;
 /// Open documents kept at once (beyond it, a newly opened document is not kept: no hovers there).
 pub const MAX_DOCUMENTS: usize = 256;
+/// The longest document URI kept (a longer one is not kept): with the text's and the count's
+/// bounds, what open documents hold stays under about 1 GiB whatever the client names them.
+pub const MAX_URI_BYTES: usize = 8 << 10;
 /// Nodes a workspace-symbol search looks through (beyond it, narrow the query in the DAG view).
 const SYMBOL_SCAN_NODES: usize = 20_000;
 /// Symbols a search answers with.
@@ -349,8 +352,9 @@ impl Backend {
                 severity: Some(DiagnosticSeverity::WARNING),
                 source: Some("rsim".into()),
                 message: format!(
-                    "not checked: the document is larger than {} MiB, or {} documents are open",
+                    "not checked: the document is larger than {} MiB, its URI longer than {} KiB, or {} documents are open",
                     MAX_DOCUMENT_BYTES >> 20,
+                    MAX_URI_BYTES >> 10,
                     MAX_DOCUMENTS
                 ),
                 ..Diagnostic::default()
@@ -361,7 +365,7 @@ impl Backend {
 
     async fn set_document(&self, uri: Uri, text: String, version: i32) {
         let key = uri.as_str().to_string();
-        let fits = text.len() <= MAX_DOCUMENT_BYTES;
+        let fits = text.len() <= MAX_DOCUMENT_BYTES && key.len() <= MAX_URI_BYTES;
         {
             let mut docs = lock(&self.s.docs);
             if fits && (docs.len() < MAX_DOCUMENTS || docs.contains_key(&key)) {

@@ -513,6 +513,23 @@ async fn limit_sessions(
     let starts_session =
         req.method() == axum::http::Method::POST && !req.headers().contains_key(SESSION_HEADER);
     let agent = req.extensions().get::<Caller>().map(|c| c.agent.clone());
+    // A session is its opener's: another identity's request naming it (to close it, fill its
+    // places, or cancel its calls) is answered as if it did not exist.
+    if let (Some(id), Some(agent)) = (
+        req.headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok()),
+        &agent,
+    ) && st.agents.owner_of(id).is_some_and(|owner| &owner != agent)
+    {
+        tracing::debug!(agent, "a request named another identity's MCP session");
+        return (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "application/json")],
+            limits::rpc_error(-32000, "Session not found (it is not this identity's)"),
+        )
+            .into_response();
+    }
     let (true, Some(agent)) = (starts_session, agent) else {
         return next.run(req).await;
     };

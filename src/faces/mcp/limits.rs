@@ -624,6 +624,12 @@ impl AgentSessionsState {
 impl AgentSessions {
     /// Let one more session of `agent` start, or say which limit stops it. Sessions rmcp has
     /// since closed (idle, deleted) no longer count.
+    /// The identity that opened session `id`, where this server saw it opened.
+    pub fn owner_of(&self, id: &str) -> Option<String> {
+        let st = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        st.owner.get(id).map(|(agent, _)| agent.clone())
+    }
+
     pub async fn begin(
         self: &Arc<Self>,
         agent: &str,

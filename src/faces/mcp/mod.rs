@@ -17,7 +17,7 @@ pub mod limits;
 pub mod priming;
 mod stdio;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,6 +66,9 @@ pub struct Shared {
     pool: Arc<Session>,
     registry: Arc<Registry>,
     tasks: TaskManager,
+    /// Who started each task (`call_as_task`): only its starter reads, answers or cancels it
+    /// (a task id that reaches another identity, by a log or a proxy, gives it nothing).
+    task_owners: Mutex<HashMap<String, String>>,
     opts: Options,
     /// Every tool, with the action it stands for (None for the face's own tools).
     tools: Vec<(Tool, ToolKind)>,
@@ -90,6 +93,7 @@ impl Shared {
             pool: Arc::new(pool),
             registry: Arc::new(Registry::default()),
             tasks: TaskManager::new(),
+            task_owners: Mutex::new(HashMap::new()),
             opts,
             tools: all_tools()?,
             wait_validator: schema::validator_for::<WaitJobRequest>()?,
@@ -269,8 +273,10 @@ pub struct Server {
     shared: Arc<Shared>,
     /// The caller of a stdio session; HTTP sessions take theirs from each request (see `http.rs`).
     caller: Option<Caller>,
-    /// Requests this session's client cancelled with `notifications/cancelled`.
-    cancelled: Arc<Mutex<HashSet<RequestId>>>,
+    /// This session's long calls in flight, by request id, and whether its client cancelled
+    /// each with `notifications/cancelled`. A cancel naming no call in flight is dropped: a
+    /// client that sends endless cancels (of ids as long as a request may be) keeps nothing.
+    cancelled: Arc<Mutex<HashMap<RequestId, bool>>>,
     /// Places for this session's quick calls on the study (`IN_FLIGHT`): a client that pipes
     /// thousands of requests without reading the answers waits here, on no thread, and other
     /// clients' calls are not queued behind its requests.
@@ -294,7 +300,7 @@ impl Server {
         Server {
             shared,
             caller,
-            cancelled: Arc::new(Mutex::new(HashSet::new())),
+            cancelled: Arc::new(Mutex::new(HashMap::new())),
             in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT)),
             waiting: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
@@ -400,7 +406,8 @@ impl Server {
             name.to_string(),
             args,
         );
-        let _root = self.shared.root().to_path_buf();
+        // In flight until it is answered, or until `after_cancel` has looked.
+        let in_flight = InFlight::new(&self.cancelled, ctx.id.clone());
         let job = tokio::select! {
             j = &mut started.job => j.ok(),
             _ = started.done.wait_for(|o| o.is_some()) => None,
@@ -408,7 +415,7 @@ impl Server {
         };
         let Some(job) = job else {
             if ctx.ct.is_cancelled() {
-                self.after_cancel(caller_c.clone(), ctx.id.clone(), None, started);
+                self.after_cancel(caller_c.clone(), in_flight, None, started);
                 return CallToolResult::error(vec![ContentBlock::text("cancelled")]);
             }
             // The action ended without starting a job (a policy rejection, a bad node, ...): its
@@ -429,7 +436,7 @@ impl Server {
             Followed::Done(o) => outcome_result(&o),
             Followed::TimedOut => running_result(&self.shared.pool, &job, Some(name)),
             Followed::Cancelled => {
-                self.after_cancel(caller_c, ctx.id.clone(), Some(job), started);
+                self.after_cancel(caller_c, in_flight, Some(job), started);
                 CallToolResult::error(vec![ContentBlock::text("cancelled")])
             }
         }
@@ -440,19 +447,14 @@ impl Server {
     fn after_cancel(
         &self,
         caller: Caller,
-        id: RequestId,
+        in_flight: InFlight,
         job: Option<String>,
         started: jobs::Started,
     ) {
-        let cancelled = self.cancelled.clone();
         let pool = self.shared.pool.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let explicit = cancelled
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
-            if !explicit {
+            if !in_flight.cancelled() {
                 return;
             }
             let job = match job {
@@ -593,6 +595,7 @@ impl Server {
     /// Serve a long tool as an MCP task (protocol 2026-07-28 clients that declared the extension).
     fn call_as_task(&self, caller: Caller, name: &str, args: Value) -> CallToolResponse {
         let shared = self.shared.clone();
+        let agent = caller.agent.clone();
         let name = name.to_string();
         let task = self.shared.tasks.spawn(
             TaskOptions::new().with_poll_interval_ms(1000),
@@ -629,7 +632,78 @@ impl Server {
                 })
             },
         );
+        self.shared.own_task(&task.task_id, &agent);
         CallToolResponse::Task(CreateTaskResult::new(task))
+    }
+
+    /// Task `id`, if the caller of `ext` started it; otherwise the error of a task that does
+    /// not exist.
+    fn owned_task(&self, id: &str, ext: &Extensions) -> std::result::Result<(), McpError> {
+        let caller = self.caller_of(ext)?;
+        let owners = self
+            .shared
+            .task_owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match owners.get(id) {
+            Some(agent) if *agent == caller.agent => Ok(()),
+            _ => Err(McpError::invalid_params(
+                format!("unknown task: {id}"),
+                None,
+            )),
+        }
+    }
+}
+
+impl Shared {
+    /// Record who started task `id`; past `MAX_TASK_OWNERS` entries, those of tasks the task
+    /// manager no longer holds (expired) are let go first.
+    fn own_task(&self, id: &str, agent: &str) {
+        let mut owners = self.task_owners.lock().unwrap_or_else(|e| e.into_inner());
+        if owners.len() >= MAX_TASK_OWNERS {
+            owners.retain(|id, _| self.tasks.get_task(id).is_ok());
+        }
+        owners.insert(id.to_string(), agent.to_string());
+    }
+}
+
+/// Task starters kept before expired tasks' are let go.
+const MAX_TASK_OWNERS: usize = 4096;
+
+/// A long call's place in its session's `cancelled` map, taken out when dropped.
+struct InFlight {
+    map: Arc<Mutex<HashMap<RequestId, bool>>>,
+    id: RequestId,
+}
+
+impl InFlight {
+    fn new(map: &Arc<Mutex<HashMap<RequestId, bool>>>, id: RequestId) -> InFlight {
+        map.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone(), false);
+        InFlight {
+            map: map.clone(),
+            id,
+        }
+    }
+
+    /// Whether the client cancelled the call with `notifications/cancelled`.
+    fn cancelled(&self) -> bool {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&self.id)
+            .copied()
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
     }
 }
 
@@ -765,6 +839,9 @@ impl ServerHandler for Server {
                 return r.map(CallToolResponse::from);
             }
             if let Some(r) = conformance::call_task(&name, &request, &ctx, &self.shared.tasks) {
+                if let Ok(CallToolResponse::Task(t)) = &r {
+                    self.shared.own_task(&t.task.task_id, &caller.agent);
+                }
                 return r;
             }
         }
@@ -817,11 +894,14 @@ impl ServerHandler for Server {
         notification: CancelledNotificationParam,
         _ctx: NotificationContext<RoleServer>,
     ) {
-        if let Some(id) = notification.request_id {
-            self.cancelled
+        if let Some(id) = notification.request_id
+            && let Some(c) = self
+                .cancelled
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(id);
+                .get_mut(&id)
+        {
+            *c = true;
         }
     }
 
@@ -1006,8 +1086,9 @@ impl ServerHandler for Server {
     async fn get_task(
         &self,
         request: GetTaskParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<GetTaskResult, McpError> {
+        self.owned_task(&request.task_id, &ctx.extensions)?;
         Ok(GetTaskResult::new(
             self.shared.tasks.get_task(&request.task_id)?,
         ))
@@ -1016,8 +1097,9 @@ impl ServerHandler for Server {
     async fn update_task(
         &self,
         request: UpdateTaskParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
+        self.owned_task(&request.task_id, &ctx.extensions)?;
         self.shared
             .tasks
             .update_task(&request.task_id, request.input_responses)
@@ -1026,8 +1108,9 @@ impl ServerHandler for Server {
     async fn cancel_task(
         &self,
         request: CancelTaskParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> std::result::Result<(), McpError> {
+        self.owned_task(&request.task_id, &ctx.extensions)?;
         self.shared.tasks.cancel_task(&request.task_id)
     }
 }
