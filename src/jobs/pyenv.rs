@@ -87,27 +87,20 @@ pub fn read_lock(study_root: &Path, rel: &str) -> Result<Lock> {
             real.display()
         )));
     }
-    // A lock is a list of pins: one of megabytes (a cloned repository's, say) is not read.
-    let size = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    if size > MAX_LOCK_BYTES {
-        return Err(Error::invalid(format!(
-            "environment.lock: {rel} is {size} bytes; a lock may hold at most {MAX_LOCK_BYTES}"
-        )));
-    }
-    let bytes = fs::read(&path).map_err(|e| {
+    // A lock is a list of pins, a regular file of the study's: read bounded, never through a
+    // link (one to a pipe, `/proc/self/fd/1`, would be waited on for ever) or from a FIFO, and
+    // one of megabytes (a cloned repository's, say) is not read.
+    let text = crate::util::file::read_regular_text(&path, MAX_LOCK_BYTES).map_err(|e| {
         Error::invalid(format!(
-            "environment.lock: cannot read {}: {e}",
-            path.display()
+            "environment.lock: cannot read {rel} (a regular UTF-8 file of at most {MAX_LOCK_BYTES} bytes): {e}"
         ))
     })?;
-    let text = String::from_utf8(bytes.clone())
-        .map_err(|_| Error::invalid(format!("environment.lock: {rel} is not UTF-8 text")))?;
     let pins =
         parse_lock(&text).map_err(|m| Error::invalid(format!("environment.lock: {rel}: {m}")))?;
     Ok(Lock {
         rel: rel.to_string(),
         path,
-        sha256: crate::util::hash::sha256_hex(&bytes),
+        sha256: crate::util::hash::sha256_hex(text.as_bytes()),
         pins,
     })
 }
@@ -562,6 +555,31 @@ mod tests {
         ] {
             let e = parse_lock(&bad.replace("{H}", H1)).expect_err(bad);
             assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    /// A lock that is a link (to a pipe, a FIFO, a file elsewhere) or a FIFO itself is refused
+    /// at once, never waited on; a regular lock inside the study reads.
+    #[test]
+    fn a_lock_that_is_a_link_or_a_fifo_is_refused_unread() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let pins = format!("six==1.16.0 --hash=sha256:{H1}\n");
+        fs::write(d.path().join("real.lock"), &pins).expect("lock");
+        assert!(read_lock(d.path(), "real.lock").is_ok());
+        let fifo = d.path().join("fifo.lock");
+        let c = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("cstr");
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/proc/self/fd/1", d.path().join("out.lock")).expect("link");
+        std::os::unix::fs::symlink(&fifo, d.path().join("to-fifo.lock")).expect("link");
+        std::os::unix::fs::symlink("real.lock", d.path().join("to-real.lock")).expect("link");
+        for rel in ["fifo.lock", "out.lock", "to-fifo.lock", "to-real.lock"] {
+            let t = std::time::Instant::now();
+            let err = read_lock(d.path(), rel).expect_err(rel).message;
+            assert!(err.contains("environment.lock"), "{rel}: {err}");
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(5),
+                "{rel} waited"
+            );
         }
     }
 

@@ -162,14 +162,23 @@ impl Study {
         // History that is not the study's is never shown as if it were: say so on every open.
         let refused = index.refused_nodes()?;
         if !refused.is_empty() {
+            // A handful named, each cut short: a repository with thousands of crafted branches
+            // gets one short line, not megabytes on every command.
+            const NAMED: usize = 5;
+            let mut named: Vec<String> = refused
+                .iter()
+                .take(NAMED)
+                .map(|(n, why)| {
+                    crate::util::text::sanitize_line_within(&format!("{n}: {why}"), 300)
+                })
+                .collect();
+            if refused.len() > NAMED {
+                named.push(format!("… and {} more", refused.len() - NAMED));
+            }
             tracing::warn!(
-                "{} node branch(es) of this repository are not this study's history and are left out of the views (`rsim verify` names each commit): {}",
+                "{} node branch(es) of this repository are not this study's history and are left out of the views (`rsim fsck` lists them, `rsim verify` names each commit): {}",
                 refused.len(),
-                refused
-                    .iter()
-                    .map(|(n, why)| format!("{n}: {why}"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                named.join("; ")
             );
         }
         let repaired = index.repair(&record)?;

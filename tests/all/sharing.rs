@@ -1037,7 +1037,12 @@ fn a_clones_python_environment_is_never_built_nor_run() {
         format!("six==1.16.0 --hash=sha256:{}\n", "a".repeat(64)),
     )
     .expect("lock");
-    for args in [&["env", "build"][..], &["env", "run", "--", "true"]] {
+    // Checking runs programs too (nix fetches what a flake reference names): refused as well.
+    for args in [
+        &["env", "build"][..],
+        &["env", "run", "--", "true"],
+        &["env", "check"],
+    ] {
         let out = reader.run(&clone, args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} ran in a clone");
@@ -1048,14 +1053,6 @@ fn a_clones_python_environment_is_never_built_nor_run() {
         "a clone's config made {}",
         planted.display()
     );
-    let out = reader.run(&clone, &["env", "check"]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("is not built"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!planted.exists());
 }
 
 /// A colleague's repository whose record carries megabytes of text in an action's summary, agent,

@@ -58,9 +58,14 @@ pub fn env(dir: &Path, cmd: &EnvCommand, json: bool) -> Result<()> {
         .canonicalize()
         .map_err(|e| Error::invalid(format!("{}: {e}", dir.display())))?;
     let config = crate::config::StudyConfig::load(&root)?;
-    if !matches!(cmd, EnvCommand::Check) {
-        crate::os::genesis::refuse_in_clone(&root, "`rsim env build` / `rsim env run`")?;
-    }
+    // Checking runs programs too (`nix flake metadata` fetches and copies into the store what
+    // the clone's flake reference names, a folder outside the study or a remote flake), so it
+    // is refused in a read-only clone like building and running; a clone's jobs record the
+    // environment each ran in.
+    crate::os::genesis::refuse_in_clone(
+        &root,
+        "`rsim env check` / `rsim env build` / `rsim env run`",
+    )?;
     let label = match (cmd, config.environment.python()) {
         (EnvCommand::Run { command }, Some(cfg)) => {
             let pin = crate::jobs::pyenv::pin(&root, &cfg)?;
