@@ -1563,12 +1563,30 @@ fn sync_node_tx(tx: &rusqlite::Connection, record: &Record, id: &str) -> Result<
     }
     let after = indexed.as_ref().map_or(0, |(_, n)| *n);
     let mut new_actions = record.actions_since(id, tip, after)?;
-    let contiguous = new_actions
-        .first()
-        .is_none_or(|a| a.record.seq == after + 1)
+    // The new actions continue what the index holds only when they grow from its tip: a branch
+    // rewritten below it (the same number of actions or more, signed anew by the key holder) is
+    // numbered on from the same count, and would leave the old actions standing in the index.
+    let grows_from_indexed = match (&indexed, new_actions.first()) {
+        (None, _) => true,
+        (Some((t, _)), Some(a)) => crate::record::commit_at_most(record.repo(), a.commit)?
+            .parent_id(0)
+            .is_ok_and(|p| p.to_string() == *t),
+        // The tip moved and nothing is new past the indexed count: moved back, or rewritten.
+        (Some(_), None) => false,
+    };
+    let contiguous = grows_from_indexed
+        && new_actions
+            .first()
+            .is_none_or(|a| a.record.seq == after + 1)
         && after + new_actions.len() as u32 == snap.action_count;
     if !contiguous {
         // The branch was rewritten behind our back: re-read the node from scratch.
+        if snap.action_count >= after && after > 0 {
+            tracing::warn!(
+                "node {id}: its branch was rewritten below the {after} action(s) this index held; \
+                 re-read from git (`git log rsim/n/{id}` shows the history now)"
+            );
+        }
         delete_node(tx, id)?;
         new_actions = record.actions_since(id, tip, 0)?;
     }

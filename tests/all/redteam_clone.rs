@@ -6,6 +6,8 @@
 //! refuses, and lets no control character reach the terminal.
 
 use std::path::Path;
+
+use serde_json::json;
 use std::time::{Duration, Instant};
 
 use crate::sharing::{Person, git, owners_study};
@@ -642,4 +644,64 @@ fn main_given_a_new_first_commit_is_refused_and_nothing_is_written() {
         let out = reader.run(&copy, args);
         assert!(!text(&out).contains("panicked"), "{args:?}: {}", text(&out));
     }
+}
+
+/// The owner rewrites a node's branch below what a reader's index holds — moved back one action
+/// and grown again, to more actions than before, each signed with the study's key — and the
+/// reader fetches it: the reader's index re-reads the node, so its answers are a fresh clone's
+/// (the index is derived from git), not the old actions with the new ones numbered on after.
+#[test]
+fn a_node_rewritten_below_a_readers_index_is_read_again_from_git() {
+    let Shared {
+        d,
+        owner,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
+    owner.ok(
+        &study,
+        &[
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            "data",
+            "--hypothesis",
+            "h",
+        ],
+    );
+    let dataset = |name: &str| {
+        json!({"node": "n2", "name": name, "source": {"kind": "inline", "rows": [{"prompt": format!("{name} 1+1="), "answer": "2"}]}}).to_string()
+    };
+    for name in ["first", "second"] {
+        owner.ok(&study, &["call", "register_dataset", &dataset(name)]);
+    }
+    let early = d.path().join("early");
+    reader.clone_ok(&study, &early);
+    let log = |dir: &Path| reader.ok(dir, &["log", "--node", "n2"]);
+    assert!(log(&early).contains("second"), "{}", log(&early));
+    // Back one action, then two new ones: three datasets, `second` gone.
+    let back = git(&study, &["rev-parse", "rsim/n/n2~1"]);
+    git(&study, &["update-ref", "refs/heads/rsim/n/n2", &back]);
+    for name in ["third", "fourth"] {
+        owner.ok(&study, &["call", "register_dataset", &dataset(name)]);
+    }
+    git(
+        &early,
+        &[
+            "fetch",
+            "-q",
+            "origin",
+            "+refs/heads/rsim/*:refs/heads/rsim/*",
+        ],
+    );
+    let fresh = d.path().join("fresh");
+    reader.clone_ok(&study, &fresh);
+    let (now, want) = (log(&early), log(&fresh));
+    assert!(
+        !want.contains("second") && want.contains("fourth"),
+        "{want}"
+    );
+    assert_eq!(now, want, "the reader's index answers as a fresh clone's");
 }
