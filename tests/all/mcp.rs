@@ -1086,3 +1086,34 @@ fn a_session_is_its_openers_and_no_other_identity_can_close_or_use_it() {
         assert!(body.contains("get_node"), "{body}");
     });
 }
+
+/// A body of many tiny values (a request's arguments padded with a million zeros, each some
+/// hundred bytes once decoded) is refused before it is decoded, with a parse error naming why;
+/// the server serves on.
+#[test]
+fn a_request_of_too_many_values_is_refused_before_it_is_decoded() {
+    let (_d, study) = example_study();
+    let server = serve(&study, &[]);
+    rt().block_on(async {
+        let client = reqwest::Client::new();
+        let zeros = vec!["0"; 1 << 20].join(",");
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"raw","version":"0"}},"x":[{zeros}]}}}}"#
+        );
+        let r = client
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-rsim-agent", "agent-1")
+            .body(body)
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(r.status(), 400);
+        let said = r.text().await.expect("body");
+        assert!(said.contains("JSON values") && said.contains("-32700"), "{said}");
+        let s = agent(&server.url, "agent-2").await;
+        let r = call(&s, "get_node", json!({"node": "n0"})).await;
+        assert_eq!(ok(&r)["id"], "n0");
+    });
+}

@@ -219,6 +219,46 @@ impl Auth {
     }
 }
 
+/// A POST's body is read whole (at most `MAX_BODY_BYTES`, as rmcp would) and checked as the
+/// stdio face checks a line (`stdio::check`: strict JSON of at most `stdio::MAX_VALUES` values)
+/// before rmcp decodes it: decoded, each value costs some hundred bytes whatever its size in the
+/// body, so a body of tiny values cost a hundred times its size. A body that fails is answered
+/// 400 with a JSON-RPC parse error naming why.
+async fn check_body(req: Request, next: Next) -> Response {
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(_) => {
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                [(header::CONTENT_TYPE, "application/json")],
+                limits::rpc_error(
+                    -32700,
+                    &format!("Parse error: the request is longer than {MAX_BODY_BYTES} bytes"),
+                ),
+            )
+                .into_response();
+        }
+    };
+    let checked = bytes.clone();
+    let verdict = tokio::task::spawn_blocking(move || super::stdio::check(&checked))
+        .await
+        .unwrap_or_else(|e| Err(format!("the check failed: {e}")));
+    if let Err(why) = verdict {
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            limits::rpc_error(-32700, &format!("Parse error: {why}")),
+        )
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
+}
+
 async fn authenticate(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
     match auth.caller(req.headers()) {
         Ok(c) => {
@@ -339,6 +379,7 @@ pub fn serve(study: &Path, http: HttpOptions, opts: Options) -> Result<()> {
         });
         let app = axum::Router::new()
             .route_service("/mcp", service)
+            .route_layer(middleware::from_fn(check_body))
             .route_layer(middleware::from_fn(super::priming::strip_for_old_clients))
             .route_layer(middleware::from_fn_with_state(session_limits, limit_sessions))
             .route_layer(middleware::from_fn_with_state(auth, authenticate))

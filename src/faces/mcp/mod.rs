@@ -854,7 +854,9 @@ impl ServerHandler for Server {
                 None,
             ));
         };
-        let mut args = request.arguments.clone().unwrap_or_default();
+        // Taken, not copied: a request's arguments may be megabytes of values.
+        let mut request = request;
+        let mut args = request.arguments.take().unwrap_or_default();
         // Gemini CLI adds `wait_for_previous` (a boolean: whether it ran the call after the
         // previous one) to every tool call it forwards. It is the host's scheduling note, not the
         // agent's request: dropped here, before validation, so every other unknown field is

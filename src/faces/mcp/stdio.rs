@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 /// The longest request line read (bytes).
@@ -129,9 +129,18 @@ pub fn check(line: &[u8]) -> Result<(), String> {
     let text = std::str::from_utf8(line)
         .map_err(|e| format!("the request is not UTF-8 (at byte {})", e.valid_up_to()))?;
     let mut de = serde_json::Deserializer::from_str(text);
-    Strict::deserialize(&mut de).map_err(|e| e.to_string())?;
+    let values = std::cell::Cell::new(0usize);
+    Strict(&values)
+        .deserialize(&mut de)
+        .map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())
 }
+
+/// The most JSON values (numbers, strings, arrays, objects…) one request may hold. Decoded, a
+/// value costs the server some hundred bytes, whatever its size in the request: 16 MB of `0,`
+/// were 1.6 GB. A request of inline rows within `policy.max_inline_rows` (three values a row)
+/// stays well under it.
+pub const MAX_VALUES: usize = 1 << 19;
 
 fn parse_error(why: &str) -> String {
     let reply = serde_json::json!({
@@ -142,56 +151,72 @@ fn parse_error(why: &str) -> String {
     format!("{reply}\n")
 }
 
-struct Strict;
+/// A strict reading of one JSON value that counts the values it holds (`MAX_VALUES`).
+#[derive(Clone, Copy)]
+struct Strict<'a>(&'a std::cell::Cell<usize>);
 
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StrictVisitor)
+impl Strict<'_> {
+    fn count<E: de::Error>(self) -> Result<(), E> {
+        let n = self.0.get() + 1;
+        self.0.set(n);
+        if n > MAX_VALUES {
+            return Err(E::custom(format!(
+                "the request holds more than {MAX_VALUES} JSON values"
+            )));
+        }
+        Ok(())
     }
 }
 
-struct StrictVisitor;
+impl<'de> de::DeserializeSeed<'de> for Strict<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
 
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Strict;
+impl<'de> Visitor<'de> for Strict<'_> {
+    type Value = ();
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("JSON")
     }
-    fn visit_bool<E>(self, _: bool) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        self.count()
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        self.count()
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        self.count()
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Strict, E> {
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
         if v.is_finite() {
-            Ok(Strict)
+            self.count()
         } else {
             Err(E::custom("a number out of range"))
         }
     }
-    fn visit_str<E>(self, _: &str) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        self.count()
     }
-    fn visit_unit<E>(self) -> Result<Strict, E> {
-        Ok(Strict)
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.count()
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
-        while seq.next_element::<Strict>()?.is_some() {}
-        Ok(Strict)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.count()?;
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.count()?;
         let mut keys = HashSet::new();
         while let Some(k) = map.next_key::<String>()? {
             if !keys.insert(k.clone()) {
                 return Err(de::Error::custom(format!("the key {k:?} is given twice")));
             }
-            map.next_value::<Strict>()?;
+            map.next_value_seed(self)?;
         }
-        Ok(Strict)
+        Ok(())
     }
 }
 
@@ -217,6 +242,22 @@ mod tests {
         ] {
             assert!(check(good).is_ok(), "{}", String::from_utf8_lossy(good));
         }
+    }
+
+    /// A request of more values than `MAX_VALUES` is refused unread by rmcp, however few bytes
+    /// each takes; one at the bound passes.
+    #[test]
+    fn a_request_of_too_many_values_is_refused() {
+        let zeros = |n: usize| {
+            let mut l = String::from(r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":["#);
+            l.push_str(&vec!["0"; n].join(","));
+            l.push_str("]}}");
+            l
+        };
+        // The object, three values, the params object and its array: 6 beside the zeros.
+        assert!(check(zeros(MAX_VALUES - 6).as_bytes()).is_ok());
+        let err = check(zeros(MAX_VALUES - 5).as_bytes()).expect_err("one too many");
+        assert!(err.contains("JSON values"), "{err}");
     }
 
     #[tokio::test]
