@@ -16,7 +16,12 @@
 //!   string: what `print` shows is a chain of operations applied to `input()`, however it was
 //!   written (`s=s[::-1]`, `print(input()[::-1])`, `b=a[::-1]`, `''.join(reversed(s))`,
 //!   `s[-1::-1]`, `s[99::-1]`, `s*2`, `s+=s`, `str.upper(s)`, `s[5:][:3]`, `''.join(s.split(c))`,
-//!   `print(s,end='')`, variables renamed, statements split over rows). The variables are
+//!   `print(s,end='')`, variables renamed, statements split over rows; the input read from
+//!   `open(0)` or `sys.stdin`, bound by a tuple or a walrus, printed as `print(*s,sep='')`;
+//!   bounds that are sums (`s[:3+0]`, `s[len(s)-1::-1]`), `slice(…)`, two steps in one slice
+//!   (`s[:4:-1]`, `s[2:5]` either order of its steps), the dunder methods (`s.__mul__(2)`),
+//!   f-strings and `%` formatting, `translate`, `sorted(…, reverse=…)`, `list(s)`, and case
+//!   changed then `upper()` again). The variables are
 //!   carried from row to row, as a trainer that packs rows reads them; a fresh `x=input()`
 //!   starts over, and a target glued to a word before it (`hellos=input()`, a prompt ending in a
 //!   letter) binds its shorter names too.
@@ -131,6 +136,40 @@ fn chain_keys(ops: &[Op], out: &mut Vec<String>) {
             }
         }
     }
+}
+
+/// The chain written the other ways that compute the same string: a slice with both bounds is
+/// `drop a;take b` and `take a+b;drop a` alike (`s[2:5]`), so a program that slices so keys both
+/// — every `drop;take` pair turned round, and every `take;drop` pair (the take the longer).
+/// Items are keyed as their specifications write them, and steps written apart as written (the
+/// generator's rows, whose turned forms may be protected items: measured, 1% of honest rows).
+fn equivalents(ops: &[Op]) -> Vec<Vec<Op>> {
+    let turned = |to_take_first: bool| -> Vec<Op> {
+        let mut out = ops.to_vec();
+        for i in 0..out.len().saturating_sub(1) {
+            match (out[i], out[i + 1]) {
+                (Op::Drop(a), Op::Take(b)) if to_take_first => {
+                    if let Some(m) = a.checked_add(b) {
+                        out[i] = Op::Take(m);
+                        out[i + 1] = Op::Drop(a);
+                    }
+                }
+                (Op::Take(m), Op::Drop(n)) if !to_take_first && m > n => {
+                    out[i] = Op::Drop(n);
+                    out[i + 1] = Op::Take(m - n);
+                }
+                _ => {}
+            }
+        }
+        out
+    };
+    let mut out = Vec::new();
+    for alt in [turned(true), turned(false)] {
+        if alt != ops && !out.contains(&alt) {
+            out.push(alt);
+        }
+    }
+    out
 }
 
 /// The longest over-long chain keyed by every subsequence of two to `MAX_OPS` of its steps (at
@@ -373,7 +412,7 @@ fn lex(text: &str) -> Vec<Tok> {
         } else if c == b' ' {
             i += 1;
         } else {
-            out.push(if b"=;()[]:+*.,-".contains(&c) {
+            out.push(if b"=;()[]:+*.,-{}%".contains(&c) {
                 Tok::Punct(c as char)
             } else {
                 Tok::Other
@@ -400,7 +439,93 @@ enum Val {
     StrType,
     /// `input` itself, not called (`r=input;s=r()`).
     InputFn,
+    /// The input as a file (`open(0)`, `sys.stdin`): `read()` or `readline()` is the input.
+    File,
+    /// The module `sys` (`sys.stdin`, `__import__('sys')`).
+    Sys,
+    /// The input with these operations applied and its letters' case changed some way
+    /// (`title()`, `capitalize()`): `upper()` makes it the family's `up` again.
+    Case(Vec<Op>),
+    /// `list(x)` of the input: its characters, which `sorted`, `reversed` and `''.join` read as
+    /// they read the string.
+    Chars(Vec<Op>),
+    /// A tuple of values (`%`'s arguments, a tuple assignment's right side).
+    Tuple(Vec<Val>),
+    /// A table `translate` deletes one character with (`{ord('i'): None}`,
+    /// `str.maketrans('', '', 'i')`).
+    DelTable,
+    /// `None`, and the booleans (`sorted(…, reverse=False)`).
+    Nothing,
+    Bool(bool),
     Unknown,
+}
+
+/// The parts of a string put together (`a+b`, an f-string, `%` formatting): one operand with
+/// letters before and after is `pre` and `add` (`'m'+s+'f'`, `f'm{s}f'`, `'m%s' % s`), the same
+/// operand twice is `dup` (`f'{s}{s}'`, `'%s%s' % (s, s)`), letters alone are letters.
+fn concat(parts: &[Val]) -> Val {
+    let mut ops: Option<&Vec<Op>> = None;
+    let (mut before, mut after, mut operands) = (0usize, 0usize, 0usize);
+    for part in parts {
+        match part {
+            Val::Text(t) if operands == 0 => before += t.chars().count(),
+            Val::Text(t) => after += t.chars().count(),
+            Val::Ops(o) => {
+                if ops.is_some_and(|x| x != o) || after > 0 {
+                    return Val::Unknown;
+                }
+                ops = Some(o);
+                operands += 1;
+            }
+            _ => return Val::Unknown,
+        }
+    }
+    match (ops, operands) {
+        (None, _) => Val::Text(
+            parts
+                .iter()
+                .filter_map(|p| match p {
+                    Val::Text(t) => Some(t.as_str()),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        (Some(o), 1) => {
+            let steps: Vec<Op> = std::iter::repeat_n(Op::Pre, before)
+                .chain(std::iter::repeat_n(Op::Add, after))
+                .collect();
+            then(o, &steps)
+        }
+        (Some(o), 2) if before == 0 && after == 0 => then(o, &[Op::Dup]),
+        _ => Val::Unknown,
+    }
+}
+
+/// `%` formatting of `fmt` with `args`: each `%s` takes the next argument.
+fn percent(fmt: &str, args: Val) -> Val {
+    let args = match args {
+        Val::Tuple(v) => v,
+        v => vec![v],
+    };
+    let mut args = args.into_iter();
+    let mut parts = Vec::new();
+    let mut rest = fmt;
+    while let Some(i) = rest.find('%') {
+        parts.push(Val::Text(rest[..i].to_string()));
+        if !rest[i..].starts_with("%s") {
+            return Val::Unknown;
+        }
+        match args.next() {
+            Some(a) => parts.push(a),
+            None => return Val::Unknown,
+        }
+        rest = &rest[i + 2..];
+    }
+    parts.push(Val::Text(rest.to_string()));
+    if args.next().is_some() {
+        return Val::Unknown;
+    }
+    concat(&parts)
 }
 
 fn then(ops: &[Op], more: &[Op]) -> Val {
@@ -425,6 +550,7 @@ impl Programs {
             at: 0,
             vars: &mut self.vars,
             out: Vec::new(),
+            merged: false,
         };
         p.statements();
         let mut out = p.out;
@@ -439,6 +565,10 @@ struct Parser<'a> {
     at: usize,
     vars: &'a mut HashMap<String, Val>,
     out: Vec<String>,
+    /// Whether the row slices with both bounds (`s[2:5]`, two steps in one): its prints are
+    /// keyed in either order of those steps too (`equivalents`). Steps written apart, as the
+    /// generator writes them, are keyed as written.
+    merged: bool,
 }
 
 impl Parser<'_> {
@@ -501,18 +631,73 @@ impl Parser<'_> {
         // answer as the trainer joins them: `helloprint(…)`).
         if name.ends_with("print") && self.punct(1, '(') {
             self.at += 2;
+            // `print(*s, sep='')` prints the string's characters with nothing between
+            let star = self.eat('*');
             let v = self.expr(0);
+            let mut sep_empty = false;
             // keyword arguments (`end=''`, `sep=''`) change no letter a checker compares
             while self.eat(',') {
-                if matches!(self.peek(0), Some(Tok::Name(_))) && self.punct(1, '=') {
+                let mut kw = None;
+                if let Some(Tok::Name(k)) = self.peek(0).cloned()
+                    && self.punct(1, '=')
+                {
                     self.at += 2;
+                    kw = Some(k);
                 }
-                self.expr(1);
+                let a = self.expr(1);
+                if kw.as_deref() == Some("sep") && a == Val::Text(String::new()) {
+                    sep_empty = true;
+                }
             }
+            let v = match (star, sep_empty, v) {
+                (false, _, v) => v,
+                (true, true, Val::Ops(o) | Val::Chars(o)) => Val::Ops(o),
+                (true, true, Val::Sorted(o)) => then(&o, &[Op::Sort]),
+                (true, true, Val::Reversed(o)) => then(&o, &[Op::Rev]),
+                _ => Val::Unknown,
+            };
             if self.eat(')')
                 && let Val::Ops(ops) = v
             {
                 chain_keys(&ops, &mut self.out);
+                if self.merged {
+                    for same in equivalents(&ops) {
+                        chain_keys(&same, &mut self.out);
+                    }
+                }
+            }
+            return;
+        }
+        // `s, n = input(), 0`: each target its value.
+        if width == 1 && self.punct(1, ',') {
+            let mut names = vec![name];
+            let mut k = 1;
+            while self.punct(k, ',')
+                && let Some(Tok::Name(n)) = self.peek(k + 1)
+                && names.len() < MAX_VARS
+            {
+                names.push(n.clone());
+                k += 2;
+            }
+            if !self.punct(k, '=') || self.punct(k + 1, '=') {
+                return;
+            }
+            self.at += k + 1;
+            let mut vals = vec![self.expr(0)];
+            while self.eat(',') && vals.len() < names.len() {
+                vals.push(self.expr(0));
+            }
+            if let [Val::Tuple(t)] = vals.as_slice() {
+                vals = t.clone();
+            }
+            if vals.len() == names.len() {
+                for (n, v) in names.into_iter().zip(vals) {
+                    self.set(n, v);
+                }
+            } else {
+                for n in names {
+                    self.set(n, Val::Unknown);
+                }
             }
             return;
         }
@@ -564,31 +749,68 @@ impl Parser<'_> {
     }
 
     fn expr(&mut self, depth: usize) -> Val {
-        let mut v = self.product(depth);
-        while self.eat('+') {
-            let r = self.product(depth);
-            v = binary('+', v, r);
+        // `t := input()` (a walrus, bare inside a call's arguments or in brackets)
+        if let Some(Tok::Name(n)) = self.peek(0).cloned()
+            && self.punct(1, ':')
+            && self.punct(2, '=')
+        {
+            self.at += 3;
+            let v = self.expr(depth + 1);
+            self.set(n, v.clone());
+            return v;
         }
-        v
+        let mut v = self.product(depth);
+        loop {
+            let c = if self.eat('+') {
+                '+'
+            } else if self.punct(0, '-') && !self.punct(1, '=') {
+                self.at += 1;
+                '-'
+            } else {
+                return v;
+            };
+            let r = self.product(depth);
+            v = binary(c, v, r);
+        }
     }
 
     fn product(&mut self, depth: usize) -> Val {
         let mut v = self.postfix(depth);
-        while self.punct(0, '*') && !self.punct(1, '=') {
+        loop {
+            let c = match self.peek(0) {
+                Some(Tok::Punct(c @ ('*' | '%'))) if !self.punct(1, '=') => *c,
+                _ => return v,
+            };
             self.at += 1;
             let r = self.postfix(depth);
-            v = binary('*', v, r);
+            v = binary(c, v, r);
         }
-        v
     }
 
     fn postfix(&mut self, depth: usize) -> Val {
         let mut v = self.primary(depth);
         loop {
             if self.eat('[') {
-                let s = self.slice();
+                let s = if matches!(self.peek(0), Some(Tok::Name(n)) if n == "slice")
+                    && self.punct(1, '(')
+                {
+                    self.at += 2;
+                    let s = self.slice_call();
+                    if !self.eat(')') {
+                        return Val::Unknown;
+                    }
+                    s
+                } else {
+                    self.slice()
+                };
                 if !self.eat(']') {
                     return Val::Unknown;
+                }
+                if let Some(ops) = &s
+                    && ops.iter().any(|o| matches!(o, Op::Take(_)))
+                    && ops.iter().any(|o| matches!(o, Op::Drop(_)))
+                {
+                    self.merged = true;
                 }
                 v = match (v, s) {
                     (Val::Ops(ops), Some(more)) => then(&ops, &more),
@@ -598,53 +820,110 @@ impl Parser<'_> {
                 && let Some(Tok::Name(m)) = self.peek(1).cloned()
             {
                 self.at += 2;
-                let args = if self.eat('(') {
-                    let a = self.args(depth);
-                    if !self.eat(')') {
-                        return Val::Unknown;
-                    }
-                    a
-                } else {
+                if !self.eat('(') {
+                    // an attribute: `sys.stdin`
+                    v = match (v, m.as_str()) {
+                        (Val::Sys, "stdin") => Val::File,
+                        _ => return Val::Unknown,
+                    };
+                    continue;
+                }
+                let (args, kw) = self.call_args(depth);
+                if !self.eat(')') {
                     return Val::Unknown;
-                };
-                v = method(v, &m, args);
+                }
+                v = method(v, &m, args, &kw);
             } else {
                 return v;
             }
         }
     }
 
-    fn args(&mut self, depth: usize) -> Vec<Val> {
-        let mut out = Vec::new();
+    /// A call's arguments: positional, and keyword (`reverse=False`) by name.
+    fn call_args(&mut self, depth: usize) -> (Vec<Val>, Vec<(String, Val)>) {
+        let (mut out, mut kw) = (Vec::new(), Vec::new());
         if self.punct(0, ')') {
-            return out;
+            return (out, kw);
         }
         loop {
-            out.push(self.expr(depth + 1));
-            if !self.eat(',') {
-                return out;
+            if let Some(Tok::Name(k)) = self.peek(0).cloned()
+                && self.punct(1, '=')
+                && !self.punct(2, '=')
+            {
+                self.at += 2;
+                let v = self.expr(depth + 1);
+                if kw.len() < MAX_VARS {
+                    kw.push((k, v));
+                }
+            } else {
+                out.push(self.expr(depth + 1));
             }
+            if !self.eat(',') {
+                return (out, kw);
+            }
+        }
+    }
+
+    /// `slice(stop)`, `slice(start, stop)`, `slice(start, stop, step)`: the slice's operations.
+    fn slice_call(&mut self) -> Option<Vec<Op>> {
+        let mut b = Vec::new();
+        loop {
+            b.push(self.bound()?);
+            if b.len() > 3 || !self.eat(',') {
+                break;
+            }
+        }
+        match b.as_slice() {
+            [stop] => slice_ops(None, *stop, None),
+            [a, stop] => slice_ops(*a, *stop, None),
+            [a, stop, c] => slice_ops(*a, *stop, *c),
+            _ => None,
         }
     }
 
     /// A slice bound: a number (signed), `len(…)` (past every string's end), nothing, or `None`
     /// where it is none of these.
+    /// A slice bound: a sum of numbers and `len(…)` (`3+0`, `len(s)-1`), `None`, nothing — or
+    /// `None` where it is none of these. `len(s)+k` is past the end for `k >= 0` and the index
+    /// `k` from the end otherwise (`len(s)-1` is `-1`).
     fn bound(&mut self) -> Option<Option<i64>> {
-        let neg = self.eat('-');
-        let pos = !neg && self.eat('+');
-        match self.peek(0).cloned() {
-            Some(Tok::Num(n)) => {
-                let n = i64::from(n);
-                self.at += 1;
-                Some(Some(if neg { -n } else { n }))
+        if let Some(Tok::Name(n)) = self.peek(0)
+            && n == "none"
+        {
+            self.at += 1;
+            return Some(None);
+        }
+        let (mut total, mut lens, mut terms) = (0i64, 0i64, 0usize);
+        loop {
+            let neg = self.eat('-');
+            let pos = !neg && self.eat('+');
+            let sign = if neg { -1 } else { 1 };
+            match self.peek(0).cloned() {
+                Some(Tok::Num(n)) => {
+                    self.at += 1;
+                    total = total.checked_add(sign * i64::from(n))?;
+                }
+                Some(Tok::Name(f)) if f == "len" && self.punct(1, '(') => {
+                    self.at += 2;
+                    self.expr(MAX_DEPTH);
+                    if !self.eat(')') {
+                        return None;
+                    }
+                    lens += sign;
+                }
+                _ if neg || pos || terms > 0 => return None,
+                _ => return Some(None),
             }
-            Some(Tok::Name(f)) if f == "len" && !neg && self.punct(1, '(') => {
-                self.at += 2;
-                self.expr(MAX_DEPTH);
-                self.eat(')').then_some(Some(PAST_END))
+            terms += 1;
+            if terms > 8 || !(self.punct(0, '+') || self.punct(0, '-')) {
+                break;
             }
-            _ if neg || pos => None,
-            _ => Some(None),
+        }
+        match lens {
+            0 => Some(Some(total)),
+            1 if total >= 0 => Some(Some(PAST_END)),
+            1 => Some(Some(total)),
+            _ => None,
         }
     }
 
@@ -657,27 +936,7 @@ impl Parser<'_> {
         }
         let b = self.bound()?;
         let c = if self.eat(':') { self.bound()? } else { None };
-        let count = |n: i64| u32::try_from(n).ok().filter(|&n| n > 0);
-        let end = |x: Option<i64>| x.is_none_or(|n| n >= PAST_END);
-        match c {
-            Some(-1) => {
-                let start = a.is_none_or(|n| n == -1 || n >= PAST_END);
-                let stop = b.is_none_or(|n| n <= -PAST_END);
-                (start && stop).then(|| vec![Op::Rev])
-            }
-            None | Some(1) => {
-                let from = a.unwrap_or(0);
-                let mut ops = Vec::new();
-                if from != 0 {
-                    ops.push(Op::Drop(count(from)?));
-                }
-                if !end(b) {
-                    ops.push(Op::Take(count(b? - from)?));
-                }
-                Some(ops)
-            }
-            _ => None,
-        }
+        slice_ops(a, b, c)
     }
 
     fn primary(&mut self, depth: usize) -> Val {
@@ -691,30 +950,103 @@ impl Parser<'_> {
         match t {
             Tok::Num(n) => Val::Num(i64::from(n)),
             Tok::Str(s) => Val::Text(s),
+            Tok::Punct('-') => match self.primary(depth + 1) {
+                Val::Num(n) => Val::Num(-n),
+                _ => Val::Unknown,
+            },
             Tok::Punct('(') => {
                 let v = self.expr(depth + 1);
-                if self.eat(')') { v } else { Val::Unknown }
+                if !self.eat(',') {
+                    return if self.eat(')') { v } else { Val::Unknown };
+                }
+                // a tuple
+                let mut items = vec![v];
+                while !self.punct(0, ')') && items.len() < MAX_VARS {
+                    items.push(self.expr(depth + 1));
+                    if !self.eat(',') {
+                        break;
+                    }
+                }
+                if self.eat(')') {
+                    Val::Tuple(items)
+                } else {
+                    Val::Unknown
+                }
+            }
+            // `{ord('i'): None}`, a table `translate` deletes one character with
+            Tok::Punct('{') => {
+                let key = self.expr(depth + 1);
+                let table = self.eat(':')
+                    && self.expr(depth + 1) == Val::Nothing
+                    && self.eat('}')
+                    && matches!(key, Val::Num(_));
+                if table { Val::DelTable } else { Val::Unknown }
+            }
+            // an f-string: its `{name}` parts are the names' values
+            Tok::Name(f) if f == "f" && matches!(self.peek(0), Some(Tok::Str(_))) => {
+                let Some(Tok::Str(body)) = self.peek(0).cloned() else {
+                    return Val::Unknown;
+                };
+                self.at += 1;
+                let mut parts = Vec::new();
+                let mut rest = body.as_str();
+                while let Some(open) = rest.find('{') {
+                    parts.push(Val::Text(rest[..open].to_string()));
+                    let Some(close) = rest[open..].find('}') else {
+                        return Val::Unknown;
+                    };
+                    let name = &rest[open + 1..open + close];
+                    parts.push(self.vars.get(name).cloned().unwrap_or(Val::Unknown));
+                    rest = &rest[open + close + 1..];
+                }
+                parts.push(Val::Text(rest.to_string()));
+                concat(&parts)
             }
             Tok::Name(name) => {
                 if !self.punct(0, '(') {
                     return match name.as_str() {
                         "str" => Val::StrType,
                         "input" => Val::InputFn,
+                        "sys" => Val::Sys,
+                        "none" => Val::Nothing,
+                        "true" => Val::Bool(true),
+                        "false" => Val::Bool(false),
                         _ => self.vars.get(&name).cloned().unwrap_or(Val::Unknown),
                     };
                 }
                 self.at += 1;
-                let args = self.args(depth);
+                let (args, kw) = self.call_args(depth);
                 if !self.eat(')') {
                     return Val::Unknown;
                 }
                 let input = name == "input" || self.vars.get(&name) == Some(&Val::InputFn);
-                match (name.as_str(), args.as_slice()) {
-                    (_, []) if input => Val::Ops(Vec::new()),
-                    ("sorted", [Val::Ops(o)]) => Val::Sorted(o.clone()),
-                    ("reversed", [Val::Ops(o)]) => Val::Reversed(o.clone()),
-                    ("str", [v @ Val::Ops(_)]) => v.clone(),
-                    ("str", []) => Val::Text(String::new()),
+                let reverse = match kw.as_slice() {
+                    [] => Some(false),
+                    [(k, Val::Bool(r))] if k == "reverse" => Some(*r),
+                    _ => None,
+                };
+                match (name.as_str(), args.as_slice(), reverse) {
+                    (_, [], Some(false)) if input => Val::Ops(Vec::new()),
+                    ("sorted", [Val::Ops(o) | Val::Chars(o)], Some(false)) => {
+                        Val::Sorted(o.clone())
+                    }
+                    ("sorted", [Val::Ops(o) | Val::Chars(o)], Some(true)) => {
+                        match then(o, &[Op::Sort, Op::Rev]) {
+                            Val::Ops(o) => Val::Chars(o),
+                            _ => Val::Unknown,
+                        }
+                    }
+                    ("reversed", [Val::Ops(o) | Val::Chars(o)], Some(false)) => {
+                        Val::Reversed(o.clone())
+                    }
+                    ("list", [Val::Ops(o)], Some(false)) => Val::Chars(o.clone()),
+                    ("str", [v @ Val::Ops(_)], Some(false)) => v.clone(),
+                    ("str", [], Some(false)) => Val::Text(String::new()),
+                    ("ord", [Val::Text(c)], Some(false)) if c.chars().count() == 1 => {
+                        Val::Num(i64::from(u32::from(c.chars().next().unwrap_or('0'))))
+                    }
+                    ("open", [Val::Num(0)], Some(false)) => Val::File,
+                    ("__import__", [Val::Text(m)], Some(false)) if m == "sys" => Val::Sys,
                     _ => Val::Unknown,
                 }
             }
@@ -726,9 +1058,85 @@ impl Parser<'_> {
     }
 }
 
+/// `[a:b:c]`'s operations (`None`: not one of the family's). A bound past every string of the
+/// family (`PAST_END`, `len(s)`) is its end: `s[99::-1]` reverses, `s[5:99]` drops five. A
+/// reversed slice with a bound is two steps (`s[:4:-1]` is `drop 5;rev`, `s[2::-1]` is `take
+/// 3;rev`, `s[:-3:-1]` is `rev;take 2`, `s[-3::-1]` is `rev;drop 2`).
+fn slice_ops(a: Option<i64>, b: Option<i64>, c: Option<i64>) -> Option<Vec<Op>> {
+    let count = |n: i64| u32::try_from(n).ok().filter(|&n| n > 0);
+    let end = |x: Option<i64>| x.is_none_or(|n| n >= PAST_END);
+    match c {
+        Some(-1) => {
+            let from_end = a.is_none_or(|n| n == -1 || n >= PAST_END);
+            let to_start = b.is_none_or(|n| n <= -PAST_END);
+            match (a, b) {
+                _ if from_end && to_start => Some(vec![Op::Rev]),
+                (_, Some(k)) if from_end && (0..PAST_END).contains(&k) => {
+                    Some(vec![Op::Drop(count(k + 1)?), Op::Rev])
+                }
+                (_, Some(k)) if from_end && k < -1 => Some(vec![Op::Rev, Op::Take(count(-k - 1)?)]),
+                (Some(n), _) if to_start && (0..PAST_END).contains(&n) => {
+                    Some(vec![Op::Take(count(n + 1)?), Op::Rev])
+                }
+                (Some(n), _) if to_start && n < -1 && n > -PAST_END => {
+                    Some(vec![Op::Rev, Op::Drop(count(-n - 1)?)])
+                }
+                _ => None,
+            }
+        }
+        None | Some(1) => {
+            let from = a.unwrap_or(0);
+            let mut ops = Vec::new();
+            if from < 0 {
+                return None;
+            }
+            if let Some(stop) = b
+                && from > 0
+                && stop > 0
+                && stop <= from
+            {
+                // `s[5:3]`: nothing is left, as `take 3;drop 5` leaves nothing
+                return Some(vec![Op::Take(count(stop)?), Op::Drop(count(from)?)]);
+            }
+            if from != 0 {
+                ops.push(Op::Drop(count(from)?));
+            }
+            if !end(b) {
+                ops.push(Op::Take(count(b? - from)?));
+            }
+            Some(ops)
+        }
+        _ => None,
+    }
+}
+
 /// A method call's value: the family's operations as Python writes them.
-fn method(v: Val, m: &str, args: Vec<Val>) -> Val {
+fn method(v: Val, m: &str, args: Vec<Val>, kw: &[(String, Val)]) -> Val {
+    if !kw.is_empty() {
+        return Val::Unknown;
+    }
     match (v, m, args.as_slice()) {
+        // the input read from a file (`open(0).read()`, `sys.stdin.readline()`)
+        (Val::File, "read" | "readline", [] | [Val::Num(_)]) => Val::Ops(Vec::new()),
+        (Val::Ops(o), "swapcase", []) if !o.contains(&Op::Up) => then(&o, &[Op::Up]),
+        (Val::Ops(o), "title" | "capitalize" | "swapcase" | "casefold", []) => Val::Case(o),
+        // the case changed, then upper again: `up` once (after an `up`, no more)
+        (Val::Case(o), "upper", []) if o.last() == Some(&Op::Up) => Val::Ops(o),
+        (Val::Case(o), "upper", []) => then(&o, &[Op::Up]),
+        (Val::Case(o), "title" | "capitalize" | "swapcase" | "casefold" | "lower", []) => {
+            Val::Case(o)
+        }
+        // the dunder methods the operators call
+        (Val::Ops(o), "__mul__" | "__rmul__", [n]) => binary('*', Val::Ops(o), n.clone()),
+        (Val::Ops(o), "__add__", [b]) => binary('+', Val::Ops(o), b.clone()),
+        (Val::Text(t), "__add__", [b]) => binary('+', Val::Text(t), b.clone()),
+        (Val::Ops(o), "__radd__", [b]) => binary('+', b.clone(), Val::Ops(o)),
+        (Val::Ops(o), "translate", [Val::DelTable]) => then(&o, &[Op::Del]),
+        (Val::StrType, "maketrans", [Val::Text(a), Val::Text(b), Val::Text(c)])
+            if a.is_empty() && b.is_empty() && c.chars().count() == 1 =>
+        {
+            Val::DelTable
+        }
         (Val::Ops(o), "upper", []) => then(&o, &[Op::Up]),
         // the family's words are lower-case: `lower` changes them only after `up`
         (Val::Ops(o), "lower", []) if !o.contains(&Op::Up) => Val::Ops(o),
@@ -749,7 +1157,7 @@ fn method(v: Val, m: &str, args: Vec<Val>) -> Val {
             Val::Sorted(o) => then(o, &[Op::Sort]),
             Val::Reversed(o) => then(o, &[Op::Rev]),
             Val::Split(o) => then(o, &[Op::Del]),
-            Val::Ops(o) => Val::Ops(o.clone()),
+            Val::Ops(o) | Val::Chars(o) => Val::Ops(o.clone()),
             _ => Val::Unknown,
         },
         _ => Val::Unknown,
@@ -759,6 +1167,10 @@ fn method(v: Val, m: &str, args: Vec<Val>) -> Val {
 /// `a+b` and `a*b` where they are the family's operations (`s+s`, `s*2`, `s+'c'`, `'c'+s`).
 fn binary(c: char, a: Val, b: Val) -> Val {
     match (c, a, b) {
+        ('+', Val::Num(x), Val::Num(y)) => x.checked_add(y).map_or(Val::Unknown, Val::Num),
+        ('-', Val::Num(x), Val::Num(y)) => x.checked_sub(y).map_or(Val::Unknown, Val::Num),
+        ('*', Val::Num(x), Val::Num(y)) => x.checked_mul(y).map_or(Val::Unknown, Val::Num),
+        ('%', Val::Text(fmt), args) => percent(&fmt, args),
         ('+', Val::Ops(x), Val::Ops(y)) if x == y => then(&x, &[Op::Dup]),
         ('+', Val::Ops(x), Val::Text(t)) => then(&x, &vec![Op::Add; t.chars().count()]),
         ('+', Val::Text(t), Val::Ops(x)) => then(&x, &vec![Op::Pre; t.chars().count()]),
@@ -936,11 +1348,99 @@ mod tests {
             one("s=input();s+='b';s=''.join(sorted(s));print(s)"),
             ["ops:add #;sort"]
         );
-        assert_eq!(one("print(input()[2:5].upper())"), ["ops:drop 2;take 3;up"]);
+        assert_eq!(
+            one("print(input()[2:5].upper())"),
+            ["ops:drop 2;take 3;up", "ops:take 5;drop 2;up"]
+        );
         assert_eq!(
             one("print(input()[0:3][::1][:].upper())"),
             ["ops:take 3;up"]
         );
+        // The input read another way, bound by a walrus or a tuple, printed by characters.
+        for (program, key) in [
+            (
+                "s=open(0).read().strip();s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+                ITEM,
+            ),
+            (
+                "import sys;s=sys.stdin.readline().strip();s=s[5:][::-1];print(s.replace('i',''))",
+                ITEM,
+            ),
+            (
+                "s=__import__('sys').stdin.read();print(s[5:][::-1].replace('i',''))",
+                ITEM,
+            ),
+            ("print((t:=input())[5:][::-1].replace('i',''))", ITEM),
+            (
+                "s,n=input(),0;s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+                ITEM,
+            ),
+            (
+                "s=input();s=s[5:];s=s[::-1];s=s.replace('i','');print(*s,sep='')",
+                ITEM,
+            ),
+            // each step spelled another plain way
+            (
+                "s=input();s=s[slice(5,none)];s=s[len(s)-1::-1];s=s.replace('i','',-1);print(s)",
+                ITEM,
+            ),
+            (
+                "s=input();s=s[5+0:];s=s[slice(none,none,-1)];s=s.translate({ord('i'):none});print(s)",
+                ITEM,
+            ),
+            (
+                "s=input();s=s[:4:-1];s=s.translate(str.maketrans('','','i'));print(s)",
+                ITEM,
+            ),
+            (
+                "s=input();s=s*(1+1);s=s.upper().title().upper();print(s)",
+                "ops:dup;up",
+            ),
+            (
+                "s=input();s=s.__mul__(2);s=s.swapcase();print(s)",
+                "ops:dup;up",
+            ),
+            (
+                "s=input();s='%s%s'%(s,s);s=''.join(sorted(list(s),reverse=false));print(s)",
+                "ops:dup;sort",
+            ),
+            (
+                "s=input();s=f'{s}f';s=f'm{s}';s=s[slice(3)];print(s)",
+                "ops:add #;pre #;take 3",
+            ),
+            (
+                "s=input();s=s.__add__('f');s='m'.__add__(s);print(s)",
+                "ops:add #;pre #",
+            ),
+            ("s=input();s=s[2::-1];print(s.upper())", "ops:take 3;rev;up"),
+            (
+                "s=input();s=s[:-3:-1];print(s.upper())",
+                "ops:rev;take 2;up",
+            ),
+            (
+                "s=input();s=s[-3::-1];print(s.upper())",
+                "ops:rev;drop 2;up",
+            ),
+            ("print(*sorted(input()[2:]),sep='')", "ops:drop 2;sort"),
+            // a slice with both bounds is either order of its two steps
+            (
+                "s=input();s=s[2:5];print(s.upper())",
+                "ops:take 5;drop 2;up",
+            ),
+            (
+                "s=input();s=s[2:5];print(s.upper())",
+                "ops:drop 2;take 3;up",
+            ),
+        ] {
+            assert!(
+                one(program).contains(&key.to_string()),
+                "{program}: {:?}",
+                one(program)
+            );
+        }
+        // Printed with spaces between its characters, it is another string.
+        assert!(one("s=input();s=s[5:];s=s[::-1];print(*s)").is_empty());
+        assert!(one("print(sorted(input()[2:]))").is_empty());
         // Deeply nested or unbalanced text reads as nothing, and ends.
         let deep = format!("print({}input(){})", "(".repeat(5000), ")".repeat(5000));
         assert!(one(&deep).is_empty());

@@ -4313,6 +4313,75 @@ fn code_expr(op: &(String, String), x: &str) -> String {
     }
 }
 
+/// One operation as a statement on `s` in a plain spelling the program reader first did not
+/// know (a fourth red-team helper's: each got every item holding it past the gate).
+fn code_plain(op: &(String, String)) -> String {
+    let (o, a) = (op.0.as_str(), op.1.as_str());
+    match o {
+        "rev" => "s=s[slice(None,None,-1)]".into(),
+        "up" => "s=s.upper().title().upper()".into(),
+        "dup" => "s=s.__mul__(1+1)".into(),
+        "sort" => "s=''.join(sorted(list(s),reverse=False))".into(),
+        "take" => format!("s=s[slice({a})]"),
+        "drop" => format!("s=s[{a}+0:]"),
+        "del" => format!("s=s.translate({{ord('{a}'):None}})"),
+        "add" => format!("s=f'{{s}}{a}'"),
+        _ => format!("s='{a}'.__add__(s)"),
+    }
+}
+
+/// Programs alone (the prompt `>`) that read the input another way (`open(0)`, `sys.stdin`),
+/// bind it by a tuple or a walrus, print it character by character (`print(*s,sep='')`), and
+/// spell every operation another plain way (`s[slice(3)]`, `s[5+0:]`, `s.__mul__(2)`,
+/// `f'{s}f'`, `s.translate({ord('i'):None})`): a fourth red-team helper got all 500 test items
+/// past the gate with each. The program reader reads them all now; every item tried is matched.
+#[test]
+fn a_code_item_as_a_program_in_any_plain_spelling_is_refused() {
+    let (_d, root) = crate::common::study_of("tiny-code");
+    let test = protected_split(&root, "strings", "test");
+    let items: Vec<&Row> = test.iter().step_by(12).take(40).collect();
+    type Form = fn(&[(String, String)]) -> String;
+    let forms: Vec<(&str, Form)> = vec![
+        ("open(0), plain spellings, printed by characters", |ops| {
+            let mut p = String::from("s=open(0).read().strip()");
+            for op in ops {
+                p.push(';');
+                p.push_str(&code_plain(op));
+            }
+            format!("{p};print(*s,sep='')")
+        }),
+        ("sys.stdin, a tuple binding, a walrus", |ops| {
+            let mut p = String::from("import sys\ns,n=sys.stdin.readline().strip(),0");
+            for op in ops {
+                p.push_str(&format!("\ns={}", code_expr(op, "s")));
+            }
+            format!("{p}\nprint((t:=s))")
+        }),
+    ];
+    let s = open(&root);
+    for (i, (what, form)) in forms.iter().enumerate() {
+        let rows: Vec<(String, String)> = items
+            .iter()
+            .map(|r| (">".to_string(), form(&code_ops(&r.prompt))))
+            .collect();
+        let who = Caller::new(format!("plain{i}"), Role::Worker);
+        let n = branch_as(&s, &who, what);
+        let e = refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(&n, &format!("plain{i}"), rows),
+            "contamination",
+        );
+        assert!(
+            e.message
+                .contains(&format!("({} item(s) matched)", items.len())),
+            "{what}: not every item was read: {}",
+            e.message
+        );
+    }
+}
+
 /// The tiny-code gate read an item only as its own text, its exact specification, or its
 /// skeleton, so a red-team helper got all 500 test items past it by changing one character
 /// outside the operations (`xstr …>` holding the item verbatim, `xtr …>`, `…:`), by dropping
