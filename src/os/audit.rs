@@ -409,6 +409,33 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                         .violations
                         .push(format!("{at}: scored unknown checkpoint {c}"));
                 }
+                // A score is the request's: of its checkpoint, on its task and split. One the
+                // record files under another (a test score under a dev request, a checkpoint no
+                // run produced under the base model's) is counted, not believed.
+                let task = r.request["task"].as_str().unwrap_or_default();
+                let asked = r.request["split"].as_str().and_then(Split::parse);
+                for m in &r.metrics {
+                    if resolve(&m.checkpoint) != c {
+                        provenance.violations.push(format!(
+                            "{at}: a score of checkpoint {} is recorded under a request that scored {c}",
+                            m.checkpoint
+                        ));
+                    }
+                    if m.task != task || Some(m.split) != asked {
+                        secrecy.violations.push(format!(
+                            "{at}: a {}/{} score is recorded under a request on {task}/{}",
+                            m.task,
+                            m.split.as_str(),
+                            asked.map_or("?", |s| s.as_str())
+                        ));
+                    }
+                }
+                // Every accepted score was produced by a job (its id and log in the record).
+                if r.job.is_none() && !r.metrics.is_empty() {
+                    evaluator.violations.push(format!(
+                        "{at}: scores are recorded with no job that produced them"
+                    ));
+                }
                 evaluator.checked += 1;
                 let used = r
                     .result
@@ -426,8 +453,12 @@ pub fn audit(study: &Study) -> Result<AuditReport> {
                     _ => {}
                 }
                 // Each tripwire checked the evaluations of a split whose task has its hidden twin.
-                let task = r.request["task"].as_str().unwrap_or_default();
-                let split = r.request["split"].as_str().and_then(Split::parse);
+                // A test score is counted as one whatever split the request names.
+                let split = if r.metrics.iter().any(|m| m.split == Split::Test) {
+                    Some(Split::Test)
+                } else {
+                    asked
+                };
                 if let Some(split) = split
                     && let Some(t) = study.config().tasks.get(task)
                     && t.hidden_twin(split).is_some()

@@ -91,14 +91,29 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
             }
             let commit = repo.find_commit(a.commit)?;
             let t = Trailers::parse(commit.message_raw().unwrap_or(""));
-            if t.decision.as_deref() != Some(a.record.decision.decision.as_str())
-                || t.action != Some(a.record.action)
-                || t.agent.as_deref() != Some(a.record.agent.as_str())
-                || t.role.as_deref() != Some(a.record.role.as_str())
-            {
+            // The trailers rsim writes from the action file, read back as the commit's are.
+            let want = Trailers::parse(&crate::record::commit_message(&a.record, "", &[]));
+            let differ: Vec<&str> = [
+                ("node", t.node == want.node),
+                ("seq", t.seq == want.seq),
+                ("decision", t.decision == want.decision),
+                ("action", t.action == want.action),
+                ("agent", t.agent == want.agent),
+                ("role", t.role == want.role),
+                ("rule", t.rule == want.rule),
+                ("job", t.job == want.job),
+                ("artifacts", t.artifacts == want.artifacts),
+                ("metrics", t.metrics == want.metrics),
+            ]
+            .into_iter()
+            .filter(|(_, same)| !same)
+            .map(|(what, _)| what)
+            .collect();
+            if !differ.is_empty() {
                 rep.problems.push(format!(
-                    "{id}#{}: the commit's trailers (decision, action, agent, role) disagree with the action file",
-                    a.record.seq
+                    "{id}#{}: the commit's trailers ({}) disagree with the action file",
+                    a.record.seq,
+                    differ.join(", ")
                 ));
             }
             // Exactly one new action file per commit.
@@ -123,6 +138,27 @@ pub fn fsck(study: &Study) -> Result<FsckReport> {
                     "{id}#{}: commit {} does not add exactly one action",
                     a.record.seq, a.commit
                 ));
+            }
+            // ...and leaves every earlier action file as it was: an action is recorded once, by
+            // the commit that adds it (a later commit that edits an earlier file would show one
+            // reader the old action and a fresh clone the new).
+            if let Some(pt) = &parent_tree
+                && let (Some(before), Some(after)) =
+                    (pt.get_name(ACTIONS_DIR), tree.get_name(ACTIONS_DIR))
+                && before.id() != after.id()
+            {
+                let after = repo.find_tree(after.id())?;
+                for e in repo.find_tree(before.id())?.iter() {
+                    let name = e.name_bytes();
+                    if after.get_name_bytes(name).map(|x| x.id()) != Some(e.id()) {
+                        rep.problems.push(format!(
+                            "{id}#{}: commit {} changes or removes the earlier action file {}",
+                            a.record.seq,
+                            a.commit,
+                            crate::util::text::sanitize_line(&String::from_utf8_lossy(name))
+                        ));
+                    }
+                }
             }
             if i == 0 {
                 let want = snap
