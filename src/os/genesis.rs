@@ -139,6 +139,7 @@ pub fn create_study(root: &Path) -> Result<InitReport> {
             config.study.name, config.study.description
         ),
     )?;
+    rec.pin_genesis()?;
     let index = Index::open(&paths::index_path(&root))?;
     crate::os::mark_index_ours(&paths::index_path(&root));
     let writer = Writer::new(&rec, &index);

@@ -32,6 +32,9 @@ pub struct VerifyReport {
     pub problems: Vec<String>,
     /// The oldest commit that does not verify.
     pub first_bad: Option<String>,
+    /// Whether the history holds another study's beginning: a second first commit, or a signed
+    /// commit where `main` holds no key. A copy of it is not kept (`clone`).
+    pub foreign_history: bool,
     /// Whether this copy can write (it holds the study's private key).
     pub read_only: bool,
     /// The key in force now.
@@ -111,9 +114,34 @@ pub fn clone(
         os("origin"),
         os("+refs/heads/rsim/*:refs/heads/rsim/*"),
     ])?;
+    // Read before anything of it is trusted: a copy that cannot be opened as a study, or whose
+    // history holds another study's beginning, is removed (nothing is kept). Any other copy
+    // gets git's signers file (the keys rsim proved) and its genesis pinned; one with a commit
+    // not proven is kept for reading with care, and the command fails.
+    let proven = Study::open(&dir).and_then(|study| {
+        let rep = verify(&study, None)?;
+        Ok((study, rep))
+    });
+    let refuse = |why: String| {
+        let _ = std::fs::remove_dir_all(&dir);
+        Err(crate::util::error::Error::invalid(format!(
+            "{why}; nothing was kept ({} removed)",
+            dir.display()
+        )))
+    };
+    let (study, rep) = match proven {
+        Ok(p) => p,
+        Err(e) => return refuse(e.message),
+    };
+    if rep.foreign_history {
+        let shown: Vec<&str> = rep.problems.iter().take(5).map(String::as_str).collect();
+        return refuse(format!(
+            "the copy's history holds another study's beginning: {}",
+            shown.join("; ")
+        ));
+    }
     configure_git(&dir)?;
-    let study = Study::open(&dir)?;
-    let rep = verify(&study, None)?;
+    study.record().pin_genesis()?;
     Ok((dir, study, rep))
 }
 
@@ -155,6 +183,41 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
         rep.problems.push(
             "the study has no signing key (made before rsim signed its record): no commit can be proven".into(),
         );
+        // A study made before signing holds no signed commit and one first commit: a signed
+        // one, or a second root, means main's keys were taken away or its history replaced.
+        let main = record.main_tip()?;
+        let mut tips = vec![main];
+        tips.extend(record.node_tips()?.into_iter().map(|(_, t)| t));
+        if let Err(e) = crate::record::check_commit_sizes(repo, &tips, false) {
+            rep.first_bad = e.message.split_whitespace().nth(1).map(str::to_string);
+            rep.problems.push(e.message);
+            return Ok(rep);
+        }
+        let genesis = crate::record::first_parent_root(repo, main)?;
+        let mut walk = repo.revwalk()?;
+        for t in &tips {
+            walk.push(*t)?;
+        }
+        for oid in walk {
+            let oid = oid?;
+            let signed = crate::record::signing::is_signed(repo, oid);
+            let second_root = oid != genesis && repo.find_commit(oid)?.parent_count() == 0;
+            if signed || second_root {
+                rep.foreign_history = true;
+                rep.first_bad = Some(oid.to_string());
+                rep.problems.push(format!(
+                    "{}: {} — a study made before signing holds neither; main's keys were taken \
+                     away or its history replaced",
+                    describe(repo, oid),
+                    if signed {
+                        "a signed commit"
+                    } else {
+                        "a second first commit"
+                    }
+                ));
+                break;
+            }
+        }
         return Ok(rep);
     };
     rep.keys = signers.keys.iter().map(KeyInfo::from).collect();
@@ -191,6 +254,7 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
         // One study, one genesis: a second first commit anywhere (a node grown from another
         // history, main's own kept behind a merge) is not this study's, signed or not.
         if Some(oid) != genesis && repo.find_commit(oid)?.parent_count() == 0 {
+            rep.foreign_history = true;
             if rep.first_bad.is_none() {
                 rep.first_bad = Some(oid.to_string());
             }

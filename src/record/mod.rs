@@ -110,6 +110,9 @@ pub fn commit_at_most(repo: &git2::Repository, id: Oid) -> Result<git2::Commit<'
     Ok(repo.find_commit(id)?)
 }
 
+/// The file in `.git` that holds the genesis commit a copy proved or made.
+const GENESIS_PIN: &str = "rsim-genesis";
+
 /// The first commit of `tip`'s first-parent history (each commit sized before it is read).
 pub fn first_parent_root(repo: &git2::Repository, tip: Oid) -> Result<Oid> {
     let mut c = commit_at_most(repo, tip)?;
@@ -499,6 +502,31 @@ impl Record {
         self.key_committed
     }
 
+    /// The genesis commit this copy recorded (`pin_genesis`), if it did.
+    fn pinned_genesis(&self) -> Result<Option<Oid>> {
+        let path = self.repo.path().join(GENESIS_PIN);
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Ok(None);
+        }
+        let text = crate::util::file::read_regular_text(&path, 256)
+            .map_err(|e| Error::invalid(format!("the copy's genesis pin: {e}")))?;
+        Oid::from_str(text.trim())
+            .map(Some)
+            .map_err(|_| Error::invalid(format!("{}: not a commit id", path.display())))
+    }
+
+    /// Record `main`'s first commit as this copy's genesis (`.git/rsim-genesis`): from now on a
+    /// `main` that starts elsewhere is refused at open. `rsim clone` pins what it proved, and
+    /// `rsim init` what it made.
+    pub fn pin_genesis(&self) -> Result<Oid> {
+        let genesis = first_parent_root(&self.repo, self.main_tip()?)?;
+        crate::util::file::write_replacing(
+            &self.repo.path().join(GENESIS_PIN),
+            format!("{genesis}\n").as_bytes(),
+        )?;
+        Ok(genesis)
+    }
+
     /// Whether the first commit of `main` (the study's genesis) is signed.
     fn genesis_signed(&self, main: Oid) -> bool {
         first_parent_root(&self.repo, main).is_ok_and(|g| signing::is_signed(&self.repo, g))
@@ -512,10 +540,24 @@ impl Record {
     /// forged actions proven or nothing proven at all. Such a repository is refused, naming both
     /// commits. Before n0 exists (a genesis that stopped part-way) there is nothing to hold to.
     fn refuse_replaced_main(&self, root: &Path, main: Oid) -> Result<()> {
+        let genesis = first_parent_root(&self.repo, main)?;
+        // The genesis this copy proved (`rsim clone`) or made (`rsim init`): whoever can push
+        // may root `main` and n0 anew together, each signed with a key of their own listing the
+        // study's beside it, and only what this copy already knows tells that apart.
+        if let Some(pinned) = self.pinned_genesis()?
+            && pinned != genesis
+        {
+            return Err(Error::invalid(format!(
+                "{}: main's history starts at commit {genesis}, not at the genesis {pinned} this \
+                 copy proved when it was cloned (or made): the study's history was replaced by \
+                 whoever could push to where it came from; refusing to open it (clone the \
+                 study again from its owner, and compare `rsim key show` with the owner's)",
+                root.display()
+            )));
+        }
         let Some(n0) = self.node_tip(crate::model::ROOT_NODE)? else {
             return Ok(());
         };
-        let genesis = first_parent_root(&self.repo, main)?;
         let grows_from = first_parent_root(&self.repo, n0)?;
         if genesis == grows_from {
             return Ok(());
