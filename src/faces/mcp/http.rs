@@ -468,9 +468,16 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: axum::Router, lim: 
             .header_read_timeout(lim.header)
             .serve_connection(io, service);
         let served = graceful.watch(served);
+        let evicted = conn.evicted();
         tokio::spawn(async move {
-            if let Err(e) = served.await {
-                tracing::debug!("connection closed: {e}");
+            tokio::select! {
+                r = served => {
+                    if let Err(e) = r {
+                        tracing::debug!("connection closed: {e}");
+                    }
+                }
+                // It said nothing, and a newer connection took its place (`limits::Conns`).
+                _ = evicted.notified() => tracing::debug!("closed a connection that said nothing for a newer one"),
             }
             drop(conn);
         });

@@ -29,6 +29,10 @@
 //!   it can the study's files), or the tokens file's `[owner]` token. Before its headers a
 //!   connection has no identity: sockets that send none hold a place of the reserve for at most
 //!   `header_timeout_s`, and off loopback no more than `max_connections_per_address` of them.
+//! - **Connections that say nothing**: silent sockets and anonymous requests (which loopback's
+//!   exemption does not count) keep at most half of `max_connections`: past it, or when the
+//!   server is full, a new connection takes the place of the oldest of them that has had 200 ms
+//!   to send its request. So a local process with no token cannot fill the server.
 //! - **Sessions**: at most `max_sessions` MCP sessions, and `max_sessions_per_agent` for one
 //!   identity; an `initialize` past either is answered `503` with a JSON-RPC error saying which
 //!   limit. A session with no request for `session_idle_s` is closed by rmcp's session worker.
@@ -173,6 +177,33 @@ struct Slot {
     reserve: bool,
     /// The agent identity it counts for (its latest request's; none: anonymous or the owner).
     agent: Option<String>,
+    /// Whether a request on it was the owner's.
+    owner: bool,
+    /// When it was accepted, and what tells its task to close it (`Conns::admit`); whether it
+    /// was told.
+    accepted: std::time::Instant,
+    evict: Arc<tokio::sync::Notify>,
+    evicted: bool,
+}
+
+impl Slot {
+    /// Whether no request on it has said whose it is: silent so far, or anonymous.
+    fn unidentified(&self) -> bool {
+        self.agent.is_none() && !self.owner && !self.evicted
+    }
+}
+
+/// How long a connection has to say whose it is before a newer one may take its place, when
+/// connections that have said nothing hold `unidentified_cap` places.
+const IDENTIFY_GRACE: Duration = Duration::from_millis(200);
+
+/// Connections that have not said whose they are (silent sockets, anonymous requests) keep at
+/// most this many places once they have had `IDENTIFY_GRACE` to speak — half of
+/// `max_connections`, at least 4 — and a full server gives a new connection the place of the
+/// oldest of them: so a local process with no token, which the per-address limit does not
+/// count, cannot hold every place and answer the owner and every agent `503`.
+fn unidentified_cap(max_connections: usize) -> usize {
+    (max_connections / 2).max(4)
 }
 
 impl ConnsState {
@@ -221,17 +252,46 @@ impl Conns {
             }
         }
         let open = st.open.len();
-        if open >= self.lim.max_connections {
-            return Err(format!(
-                "the server holds its maximum of {} connections (server.max_connections); retry shortly",
-                self.lim.max_connections
-            ));
+        // Full, or past the places of connections that have said nothing: the oldest of those
+        // gives its place to this one if it has had time to speak (`IDENTIFY_GRACE`). A client
+        // sends its request at once, so only a socket that says nothing stays the oldest; a
+        // burst of new clients is let in up to the limit.
+        let cap = unidentified_cap(self.lim.max_connections);
+        let full = open >= self.lim.max_connections;
+        let mut count = 0usize;
+        let mut oldest: Option<&mut Slot> = None;
+        for slot in st.open.values_mut().filter(|s| s.unidentified()) {
+            count += 1;
+            if oldest.as_ref().is_none_or(|o| slot.accepted < o.accepted) {
+                oldest = Some(slot);
+            }
         }
-        let reserve = open
-            >= self
+        // A place given up is taken as it was (on the owner's reserve or not), so agents never
+        // hold more than they could before.
+        let mut taken_reserve = None;
+        if full || count >= cap {
+            match oldest {
+                Some(o) if o.accepted.elapsed() >= IDENTIFY_GRACE => {
+                    o.evicted = true;
+                    o.evict.notify_one();
+                    taken_reserve = Some(o.reserve);
+                }
+                _ if full => {
+                    return Err(format!(
+                        "the server holds its maximum of {} connections (server.max_connections); retry shortly",
+                        self.lim.max_connections
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let reserve = taken_reserve.unwrap_or_else(|| {
+            open >= self
                 .lim
                 .max_connections
-                .saturating_sub(self.lim.owner_reserve);
+                .saturating_sub(self.lim.owner_reserve)
+        });
+        let evict = Arc::new(tokio::sync::Notify::new());
         let id = st.next;
         st.next += 1;
         st.open.insert(
@@ -240,6 +300,10 @@ impl Conns {
                 address,
                 reserve,
                 agent: None,
+                owner: false,
+                accepted: std::time::Instant::now(),
+                evict: evict.clone(),
+                evicted: false,
             },
         );
         if let Some(ip) = address {
@@ -250,6 +314,7 @@ impl Conns {
                 conns: self.clone(),
                 id,
             },
+            evict,
         })
     }
 
@@ -267,9 +332,15 @@ impl Conns {
 /// A connection's place, held by the task that serves it; dropped, the place is free.
 pub struct Conn {
     handle: ConnHandle,
+    evict: Arc<tokio::sync::Notify>,
 }
 
 impl Conn {
+    /// Told when the connection must close to give its place to a newer one (it said nothing).
+    pub fn evicted(&self) -> Arc<tokio::sync::Notify> {
+        self.evict.clone()
+    }
+
     /// What the connection's requests carry, to be admitted by identity.
     pub fn handle(&self) -> ConnHandle {
         self.handle.clone()
@@ -324,6 +395,7 @@ impl ConnHandle {
             Who::Anonymous => Admit::Serve,
             Who::Owner => {
                 ConnsState::unbind(by_agent, slot);
+                slot.owner = true;
                 Admit::Serve
             }
             Who::Agent(a) => {
