@@ -1117,3 +1117,56 @@ fn a_request_of_too_many_values_is_refused_before_it_is_decoded() {
         assert_eq!(ok(&r)["id"], "n0");
     });
 }
+
+/// A local process with no token opens sockets that never send a request, more than the
+/// server's connections (loopback is exempt from the per-address limit): the owner's page and an
+/// agent still get in — connections that say nothing hold at most a quarter of the places, and a
+/// newer one takes the place of the oldest of them that has had time to speak.
+#[test]
+fn sockets_that_say_nothing_cannot_lock_the_owner_and_agents_out() {
+    use std::io::{Read, Write};
+    let (_d, study) = example_study();
+    let text = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    crate::common::commit_config(
+        &study,
+        &format!(
+            "{text}\n[server]\nmax_connections = 16\nheader_timeout_s = 30\nowner_reserve = 2\n"
+        ),
+        "server limits",
+    );
+    let server = serve(&study, &[]);
+    let addr = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let silent: Vec<std::net::TcpStream> = (0..40)
+        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+        .collect();
+    assert_eq!(silent.len(), 40);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let get = |path: &str, agent: Option<&str>| {
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        let who = agent.map_or(String::new(), |a| format!("X-Rsim-Agent: {a}\r\n"));
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{who}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .expect("write");
+        let mut got = String::new();
+        let _ = s.read_to_string(&mut got);
+        got
+    };
+    let page = get("/", None);
+    assert!(
+        page.starts_with("HTTP/1.1 200"),
+        "{}",
+        &page[..page.len().min(300)]
+    );
+    rt().block_on(async {
+        let s = agent(&server.url, "agent-1").await;
+        let r = call(&s, "get_node", json!({"node": "n0"})).await;
+        assert_eq!(ok(&r)["id"], "n0");
+    });
+    drop(silent);
+}

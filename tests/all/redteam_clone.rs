@@ -536,8 +536,14 @@ fn main_given_a_new_first_commit_is_refused_and_nothing_is_written() {
         .output()
         .expect("clone");
     assert!(out.status.success(), "{}", text(&out));
-    for keys in [false, true] {
-        let work = d.path().join(format!("reroot-{keys}"));
+    // No keys; the study's allowed_signers copied; and n0 rooted anew as well (its new first
+    // commit on the new genesis, the study's n0 kept behind a merge so n1 still grows from it).
+    for (variant, keys, n0_too) in [
+        ("nokeys", false, false),
+        ("ownkeys", true, false),
+        ("n0too", true, true),
+    ] {
+        let work = d.path().join(format!("reroot-{variant}"));
         clone_to(&study, &work);
         let old = git(&work, &["rev-parse", "main"]);
         if !keys {
@@ -551,8 +557,38 @@ fn main_given_a_new_first_commit_is_refused_and_nothing_is_written() {
         );
         git(&work, &["update-ref", "refs/heads/main", &merge]);
         git(&work, &["reset", "-q", "--hard", "main"]);
+        if n0_too {
+            let n0 = git(&work, &["rev-parse", "rsim/n/n0"]);
+            let n0_tree = git(&work, &["rev-parse", "rsim/n/n0^{tree}"]);
+            let first = git(
+                &work,
+                &[
+                    "commit-tree",
+                    &n0_tree,
+                    "-p",
+                    &root,
+                    "-m",
+                    "init\n\nRsim-Node: n0\nRsim-Seq: 1\nRsim-Action: init",
+                ],
+            );
+            let joined = git(
+                &work,
+                &[
+                    "commit-tree",
+                    &n0_tree,
+                    "-p",
+                    &first,
+                    "-p",
+                    &n0,
+                    "-m",
+                    "merge",
+                ],
+            );
+            git(&work, &["update-ref", "refs/heads/rsim/n/n0", &joined]);
+        }
 
-        let victim = d.path().join(format!("victim-{keys}"));
+        // A fresh clone: refused, and nothing of it is kept.
+        let victim = d.path().join(format!("victim-{variant}"));
         let out = reader
             .cmd()
             .arg("clone")
@@ -560,41 +596,44 @@ fn main_given_a_new_first_commit_is_refused_and_nothing_is_written() {
             .arg(&victim)
             .output()
             .expect("clone");
-        assert!(!out.status.success(), "keys {keys}: {}", text(&out));
-        let refused = |out: &std::process::Output| {
-            let t = text(out);
-            assert!(
-                t.contains("main was replaced") && t.contains(&root),
-                "keys {keys}: {t}"
-            );
-        };
-        refused(&out);
-        let refs = git(&victim, &["for-each-ref"]);
-        for args in [
-            &["dag"][..],
-            &["verify"][..],
-            &["fsck"][..],
-            &[
-                "branch",
-                "--from",
-                "n1",
-                "--title",
-                "x",
-                "--hypothesis",
-                "h",
-            ][..],
-        ] {
-            let out = reader.run(&victim, args);
-            assert!(
-                !out.status.success(),
-                "keys {keys} {args:?}: {}",
-                text(&out)
-            );
-            refused(&out);
+        assert!(!out.status.success(), "{variant}: {}", text(&out));
+        assert!(
+            text(&out).contains("nothing was kept"),
+            "{variant}: {}",
+            text(&out)
+        );
+        assert!(!victim.exists(), "{variant}: a refused clone was kept");
+        // Copied with git instead: main replaced alone is refused at every command, and
+        // nothing is written.
+        if !n0_too {
+            clone_to(&work, &victim);
+            let refs = git(&victim, &["for-each-ref"]);
+            for args in [
+                &["dag"][..],
+                &["verify"][..],
+                &["fsck"][..],
+                &[
+                    "branch",
+                    "--from",
+                    "n1",
+                    "--title",
+                    "x",
+                    "--hypothesis",
+                    "h",
+                ][..],
+            ] {
+                let out = reader.run(&victim, args);
+                assert!(!out.status.success(), "{variant} {args:?}: {}", text(&out));
+                let t = text(&out);
+                assert!(
+                    t.contains("main was replaced") && t.contains(&root),
+                    "{variant} {args:?}: {t}"
+                );
+            }
+            assert_eq!(git(&victim, &["for-each-ref"]), refs, "nothing written");
         }
-        assert_eq!(git(&victim, &["for-each-ref"]), refs, "nothing written");
 
-        // An existing clone, updated as `rsim clone` says.
+        // An existing clone, updated as `rsim clone` says: its pinned genesis refuses it.
         git(
             &updated,
             &[
@@ -607,9 +646,22 @@ fn main_given_a_new_first_commit_is_refused_and_nothing_is_written() {
         );
         git(&updated, &["merge", "-q", "--ff-only", "crafted/main"]);
         let out = reader.run(&updated, &["dag"]);
-        assert!(!out.status.success(), "keys {keys}: {}", text(&out));
-        refused(&out);
+        assert!(!out.status.success(), "{variant}: {}", text(&out));
+        assert!(
+            text(&out).contains("not at the genesis") && text(&out).contains(&root),
+            "{variant}: {}",
+            text(&out)
+        );
         git(&updated, &["reset", "-q", "--hard", &old]);
+        git(
+            &updated,
+            &[
+                "fetch",
+                "-q",
+                study.to_str().expect("utf8"),
+                "+refs/heads/rsim/*:refs/heads/rsim/*",
+            ],
+        );
     }
 
     // A node's action numbered at the top of its range, before one numbered after it.
@@ -704,4 +756,200 @@ fn a_node_rewritten_below_a_readers_index_is_read_again_from_git() {
         "{want}"
     );
     assert_eq!(now, want, "the reader's index answers as a fresh clone's");
+}
+
+/// A commit on `parent` whose tree is `tree_from`'s with `files` written into it, signed with
+/// the study's own key (what a key holder can forge): its id.
+fn signed_onto(
+    study: &Path,
+    scratch: &Path,
+    tree_from: &str,
+    parent: &str,
+    files: &[(&str, Vec<u8>)],
+    message: &str,
+) -> String {
+    let index = scratch.join("forging-index");
+    let with_index = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(study)
+            .args(args)
+            .env("GIT_INDEX_FILE", &index)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    with_index(&["read-tree", tree_from]);
+    for (path, bytes) in files {
+        let file = scratch.join("forged-file");
+        std::fs::write(&file, bytes).expect("write");
+        let blob = git(study, &["hash-object", "-w", file.to_str().expect("utf8")]);
+        with_index(&[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("100644,{blob},{path}"),
+        ]);
+    }
+    let tree = with_index(&["write-tree"]);
+    let tip = git(study, &["rev-parse", parent]);
+    let key = study.join(".rsim/keys/record-signing-key");
+    git(
+        study,
+        &[
+            "-c",
+            "gpg.format=ssh",
+            "-c",
+            &format!("user.signingkey={}", key.display()),
+            "commit-tree",
+            "-S",
+            "-p",
+            &tip,
+            "-m",
+            message,
+            &tree,
+        ],
+    )
+}
+
+/// A key holder's later commit that also edits an earlier action's file (a reader who indexed
+/// the earlier action keeps it, a fresh clone reads the edit): fsck names the commit and the
+/// file it changed.
+#[test]
+fn a_later_commit_that_edits_an_earlier_action_is_named() {
+    let Shared {
+        d,
+        owner,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
+    owner.ok(
+        &study,
+        &[
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            "edited",
+            "--hypothesis",
+            "h",
+        ],
+    );
+    for name in ["kept", "next"] {
+        let req = json!({"node": "n2", "name": name, "source": {"kind": "inline", "rows": [{"prompt": format!("{name} 1+1="), "answer": "2"}]}});
+        owner.ok(&study, &["call", "register_dataset", &req.to_string()]);
+    }
+    let file = "actions/0002-register_dataset.json";
+    let first = git(&study, &["show", &format!("rsim/n/n2:{file}")]);
+    let edited = first.replace("\"kept\"", "\"renamed\"");
+    assert_ne!(first, edited, "{first}");
+    let message = git(&study, &["log", "-1", "--format=%B", "rsim/n/n2"]);
+    let forged = signed_onto(
+        &study,
+        d.path(),
+        "rsim/n/n2",
+        "rsim/n/n2~1",
+        &[(file, edited.into_bytes())],
+        &message,
+    );
+    git(&study, &["update-ref", "refs/heads/rsim/n/n2", &forged]);
+    let clone = d.path().join("clone");
+    reader.clone_ok(&study, &clone);
+    let out = reader.run(&clone, &["fsck"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "n2#3: commit {forged} changes or removes the earlier action file 0002-register_dataset.json"
+        )),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A record a key holder forged, signed with the study's key so every signature proves: an
+/// accepted evaluate with no job, whose test score (0.99) is filed under a request on dev, of a
+/// checkpoint no run produced under a request that scored the base model, and whose commit's
+/// `Rsim-Metric` trailer says 0.12 where its action file says 0.99. A copy checks these against
+/// each other: fsck names the trailers that disagree, and the audit counts the score filed under
+/// another split, the checkpoint that is not the request's, and the score no job produced.
+#[test]
+fn a_forged_score_whose_record_contradicts_itself_is_named_and_counted() {
+    let Shared {
+        d,
+        owner,
+        reader,
+        study,
+        _s,
+    } = Shared::new();
+    owner.ok(
+        &study,
+        &[
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            "forged",
+            "--hypothesis",
+            "h",
+        ],
+    );
+    let bought = "ab".repeat(32);
+    let record = json!({
+        "seq": 2,
+        "action": "evaluate",
+        "node": "n2",
+        "agent": "owner",
+        "role": "owner",
+        "at": "2026-12-07T10:00:00.000Z",
+        "summary": "base on add2/dev",
+        "request": {"node": "n2", "checkpoint": "base", "task": "add2", "split": "dev"},
+        "decision": {"decision": "accepted"},
+        "result": {"evaluator": "x"},
+        "metrics": [{"name": "exact_match", "value": 0.99, "task": "add2", "split": "test", "checkpoint": bought}],
+    });
+    let forged = signed_onto(
+        &study,
+        d.path(),
+        "rsim/n/n2",
+        "rsim/n/n2",
+        &[(
+            "actions/0002-evaluate.json",
+            serde_json::to_vec(&record).expect("json"),
+        )],
+        "evaluate: base on add2/dev\n\nRsim-Node: n2\nRsim-Action: evaluate\nRsim-Seq: 2\nRsim-Agent: owner\nRsim-Role: owner\nRsim-Decision: accepted\nRsim-Metric: add2/test/exact_match=0.12\n",
+    );
+    git(&study, &["update-ref", "refs/heads/rsim/n/n2", &forged]);
+
+    let clone = d.path().join("clone");
+    reader.clone_ok(&study, &clone);
+    let out = reader.run(&clone, &["fsck"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("n2#2: the commit's trailers (metrics) disagree with the action file"),
+        "{}",
+        text(&out)
+    );
+    let out = reader.run(&clone, &["--json", "audit"]);
+    let audit: serde_json::Value = serde_json::from_slice(&out.stdout).expect("audit json");
+    let said = |check: &str, what: &str| {
+        let c = audit["checks"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["name"] == check))
+            .unwrap_or_else(|| panic!("no check {check}: {audit}"));
+        assert!(
+            c["violations"].as_array().is_some_and(|v| v
+                .iter()
+                .any(|x| x.as_str().is_some_and(|x| x.contains(what)))),
+            "{check}: {c}"
+        );
+    };
+    said(
+        "test-secrecy",
+        "a add2/test score is recorded under a request on add2/dev",
+    );
+    said("provenance", &format!("a score of checkpoint {bought}"));
+    said("evaluator", "with no job that produced them");
+    assert!(audit["got_through"].as_u64().unwrap_or(0) >= 3, "{audit}");
 }
