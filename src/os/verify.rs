@@ -185,14 +185,10 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
         );
         // A study made before signing holds no signed commit and one first commit: a signed
         // one, or a second root, means main's keys were taken away or its history replaced.
-        let main = record.main_tip()?;
-        let mut tips = vec![main];
-        tips.extend(record.node_tips()?.into_iter().map(|(_, t)| t));
-        if let Err(e) = crate::record::check_commit_sizes(repo, &tips, false) {
-            rep.first_bad = e.message.split_whitespace().nth(1).map(str::to_string);
-            rep.problems.push(e.message);
+        let Some(tips) = sized_tips(record, &mut rep)? else {
             return Ok(rep);
-        }
+        };
+        let main = tips[0];
         let genesis = crate::record::first_parent_root(repo, main)?;
         let mut walk = repo.revwalk()?;
         for t in &tips {
@@ -226,15 +222,10 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
             "the study's public key is not committed on main ({SIGNERS_FILE}): clones cannot prove its commits; run `rsim key publish`"
         ));
     }
-    let main = record.main_tip()?;
-    // Every commit is sized before libgit2's walks parse them whole.
-    let mut tips = vec![main];
-    tips.extend(record.node_tips()?.into_iter().map(|(_, t)| t));
-    if let Err(e) = crate::record::check_commit_sizes(repo, &tips, false) {
-        rep.first_bad = e.message.split_whitespace().nth(1).map(str::to_string);
-        rep.problems.push(e.message);
+    let Some(tips) = sized_tips(record, &mut rep)? else {
         return Ok(rep);
-    }
+    };
+    let main = tips[0];
     // main's first-parent chain: genesis, key changes, and the owner's config commits.
     let mut first_parent = repo.revwalk()?;
     first_parent.push(main)?;
@@ -301,6 +292,19 @@ pub fn verify(study: &Study, expect_key: Option<&str>) -> Result<VerifyReport> {
         ));
     }
     Ok(rep)
+}
+
+/// `main`'s tip and every node's, once every commit reachable from them is sized (before
+/// libgit2's walks parse them whole); `None`, with the commit too large named in `rep`, if not.
+fn sized_tips(record: &crate::record::Record, rep: &mut VerifyReport) -> Result<Option<Vec<Oid>>> {
+    let mut tips = vec![record.main_tip()?];
+    tips.extend(record.node_tips()?.into_iter().map(|(_, t)| t));
+    if let Err(e) = crate::record::check_commit_sizes(record.repo(), &tips, false) {
+        rep.first_bad = e.message.split_whitespace().nth(1).map(str::to_string);
+        rep.problems.push(e.message);
+        return Ok(None);
+    }
+    Ok(Some(tips))
 }
 
 /// Changes listed per owner commit at most (then how many more).

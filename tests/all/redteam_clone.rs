@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-use crate::sharing::{Person, git, owners_study};
+use crate::sharing::{Person, git, owners_study, signed_onto};
 
 /// The owner's study with a few actions, and a reader with a home of its own, in one directory.
 struct Shared {
@@ -711,24 +711,7 @@ fn a_node_rewritten_below_a_readers_index_is_read_again_from_git() {
         study,
         _s,
     } = Shared::new();
-    owner.ok(
-        &study,
-        &[
-            "branch",
-            "--from",
-            "n0",
-            "--title",
-            "data",
-            "--hypothesis",
-            "h",
-        ],
-    );
-    let dataset = |name: &str| {
-        json!({"node": "n2", "name": name, "source": {"kind": "inline", "rows": [{"prompt": format!("{name} 1+1="), "answer": "2"}]}}).to_string()
-    };
-    for name in ["first", "second"] {
-        owner.ok(&study, &["call", "register_dataset", &dataset(name)]);
-    }
+    n2_with_datasets(&owner, &study, "data", &["first", "second"]);
     let early = d.path().join("early");
     reader.clone_ok(&study, &early);
     let log = |dir: &Path| reader.ok(dir, &["log", "--node", "n2"]);
@@ -737,7 +720,8 @@ fn a_node_rewritten_below_a_readers_index_is_read_again_from_git() {
     let back = git(&study, &["rev-parse", "rsim/n/n2~1"]);
     git(&study, &["update-ref", "refs/heads/rsim/n/n2", &back]);
     for name in ["third", "fourth"] {
-        owner.ok(&study, &["call", "register_dataset", &dataset(name)]);
+        let req = json!({"node": "n2", "name": name, "source": {"kind": "inline", "rows": [{"prompt": format!("{name} 1+1="), "answer": "2"}]}});
+        owner.ok(&study, &["call", "register_dataset", &req.to_string()]);
     }
     git(
         &early,
@@ -758,59 +742,24 @@ fn a_node_rewritten_below_a_readers_index_is_read_again_from_git() {
     assert_eq!(now, want, "the reader's index answers as a fresh clone's");
 }
 
-/// A commit on `parent` whose tree is `tree_from`'s with `files` written into it, signed with
-/// the study's own key (what a key holder can forge): its id.
-fn signed_onto(
-    study: &Path,
-    scratch: &Path,
-    tree_from: &str,
-    parent: &str,
-    files: &[(&str, Vec<u8>)],
-    message: &str,
-) -> String {
-    let index = scratch.join("forging-index");
-    let with_index = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(study)
-            .args(args)
-            .env("GIT_INDEX_FILE", &index)
-            .output()
-            .expect("git");
-        assert!(out.status.success(), "git {args:?}: {}", text(&out));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    with_index(&["read-tree", tree_from]);
-    for (path, bytes) in files {
-        let file = scratch.join("forged-file");
-        std::fs::write(&file, bytes).expect("write");
-        let blob = git(study, &["hash-object", "-w", file.to_str().expect("utf8")]);
-        with_index(&[
-            "update-index",
-            "--add",
-            "--cacheinfo",
-            &format!("100644,{blob},{path}"),
-        ]);
-    }
-    let tree = with_index(&["write-tree"]);
-    let tip = git(study, &["rev-parse", parent]);
-    let key = study.join(".rsim/keys/record-signing-key");
-    git(
+/// The owner's branch n2 (`title`) with one inline dataset registered per name.
+fn n2_with_datasets(owner: &Person, study: &Path, title: &str, names: &[&str]) {
+    owner.ok(
         study,
         &[
-            "-c",
-            "gpg.format=ssh",
-            "-c",
-            &format!("user.signingkey={}", key.display()),
-            "commit-tree",
-            "-S",
-            "-p",
-            &tip,
-            "-m",
-            message,
-            &tree,
+            "branch",
+            "--from",
+            "n0",
+            "--title",
+            title,
+            "--hypothesis",
+            "h",
         ],
-    )
+    );
+    for name in names {
+        let req = json!({"node": "n2", "name": name, "source": {"kind": "inline", "rows": [{"prompt": format!("{name} 1+1="), "answer": "2"}]}});
+        owner.ok(study, &["call", "register_dataset", &req.to_string()]);
+    }
 }
 
 /// A key holder's later commit that also edits an earlier action's file (a reader who indexed
@@ -825,22 +774,7 @@ fn a_later_commit_that_edits_an_earlier_action_is_named() {
         study,
         _s,
     } = Shared::new();
-    owner.ok(
-        &study,
-        &[
-            "branch",
-            "--from",
-            "n0",
-            "--title",
-            "edited",
-            "--hypothesis",
-            "h",
-        ],
-    );
-    for name in ["kept", "next"] {
-        let req = json!({"node": "n2", "name": name, "source": {"kind": "inline", "rows": [{"prompt": format!("{name} 1+1="), "answer": "2"}]}});
-        owner.ok(&study, &["call", "register_dataset", &req.to_string()]);
-    }
+    n2_with_datasets(&owner, &study, "edited", &["kept", "next"]);
     let file = "actions/0002-register_dataset.json";
     let first = git(&study, &["show", &format!("rsim/n/n2:{file}")]);
     let edited = first.replace("\"kept\"", "\"renamed\"");
@@ -883,18 +817,7 @@ fn a_forged_score_whose_record_contradicts_itself_is_named_and_counted() {
         study,
         _s,
     } = Shared::new();
-    owner.ok(
-        &study,
-        &[
-            "branch",
-            "--from",
-            "n0",
-            "--title",
-            "forged",
-            "--hypothesis",
-            "h",
-        ],
-    );
+    n2_with_datasets(&owner, &study, "forged", &[]);
     let bought = "ab".repeat(32);
     let record = json!({
         "seq": 2,

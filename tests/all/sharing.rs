@@ -91,6 +91,65 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A commit on `parent` whose tree is `tree_from`'s with `files` written into it, signed with
+/// the study's own key (what a key holder can forge): its id.
+pub(crate) fn signed_onto(
+    study: &Path,
+    scratch: &Path,
+    tree_from: &str,
+    parent: &str,
+    files: &[(&str, Vec<u8>)],
+    message: &str,
+) -> String {
+    let index = scratch.join("forging-index");
+    let with_index = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(study)
+            .args(args)
+            .env("GIT_INDEX_FILE", &index)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    with_index(&["read-tree", tree_from]);
+    for (path, bytes) in files {
+        let file = scratch.join("forged-file");
+        std::fs::write(&file, bytes).expect("write");
+        let blob = git(study, &["hash-object", "-w", file.to_str().expect("utf8")]);
+        with_index(&[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("100644,{blob},{path}"),
+        ]);
+    }
+    let tree = with_index(&["write-tree"]);
+    let tip = git(study, &["rev-parse", parent]);
+    let key = study.join(".rsim/keys/record-signing-key");
+    git(
+        study,
+        &[
+            "-c",
+            "gpg.format=ssh",
+            "-c",
+            &format!("user.signingkey={}", key.display()),
+            "commit-tree",
+            "-S",
+            "-p",
+            &tip,
+            "-m",
+            message,
+            &tree,
+        ],
+    )
+}
+
 /// The owner's study with a few recorded actions on two nodes.
 pub(crate) fn owners_study(owner: &Person) -> (tempfile::TempDir, PathBuf) {
     let (d, study) = example_study();
@@ -1079,50 +1138,16 @@ fn a_cloned_record_carrying_megabytes_of_text_is_listed_with_that_text_cut() {
         "request": {},
         "decision": {"decision": "rejected", "rule": format!("rule{mib}"), "reason": format!("reason{mib}")},
     });
-    let file = d.path().join("0003-run_sft.json");
-    std::fs::write(&file, serde_json::to_vec(&record).expect("json")).expect("write");
-    let blob = git(&study, &["hash-object", "-w", file.to_str().expect("utf8")]);
-    let index = d.path().join("crafted-index");
-    let with_index = |args: &[&str]| {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(&study)
-            .args(args)
-            .env("GIT_INDEX_FILE", &index)
-            .output()
-            .expect("git");
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    with_index(&["read-tree", "rsim/n/n1"]);
-    with_index(&[
-        "update-index",
-        "--add",
-        "--cacheinfo",
-        &format!("100644,{blob},actions/0003-run_sft.json"),
-    ]);
-    let tree = with_index(&["write-tree"]);
-    let tip = git(&study, &["rev-parse", "rsim/n/n1"]);
-    let key = study.join(".rsim/keys/record-signing-key");
-    let crafted = git(
+    let crafted = signed_onto(
         &study,
-        &[
-            "-c",
-            "gpg.format=ssh",
-            "-c",
-            &format!("user.signingkey={}", key.display()),
-            "commit-tree",
-            "-S",
-            "-p",
-            &tip,
-            "-m",
-            "run_sft: refused\n\nRsim-Node: n1\nRsim-Seq: 3\nRsim-Action: run_sft\nRsim-Agent: w\nRsim-Role: worker\nRsim-Decision: rejected\n",
-            &tree,
-        ],
+        d.path(),
+        "rsim/n/n1",
+        "rsim/n/n1",
+        &[(
+            "actions/0003-run_sft.json",
+            serde_json::to_vec(&record).expect("json"),
+        )],
+        "run_sft: refused\n\nRsim-Node: n1\nRsim-Seq: 3\nRsim-Action: run_sft\nRsim-Agent: w\nRsim-Role: worker\nRsim-Decision: rejected\n",
     );
     git(&study, &["update-ref", "refs/heads/rsim/n/n1", &crafted]);
 
