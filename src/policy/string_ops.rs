@@ -382,12 +382,32 @@ fn lex(text: &str) -> Vec<Tok> {
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
-        if c.is_ascii_lowercase() || c == b'_' {
+        // Names: Python's identifiers hold letters of any script (`é=input()`).
+        let ident = |x: u8| x.is_ascii_alphanumeric() || x == b'_' || x >= 0x80;
+        if c.is_ascii_lowercase() || c == b'_' || c >= 0x80 {
             let s = i;
-            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            while i < b.len() && ident(b[i]) {
                 i += 1;
             }
-            out.push(Tok::Name(text[s..i].to_string()));
+            // `i` moved past whole UTF-8 sequences only (bytes >= 0x80 are never split).
+            out.push(match text.get(s..i) {
+                Some(name) => Tok::Name(name.to_string()),
+                None => Tok::Other,
+            });
+        } else if c == b'\\' {
+            // outside a string, only a line continued (`s=\⏎s[5:]`)
+            i += 1;
+        } else if c == b'0' && b.get(i + 1) == Some(&b'x') {
+            let s = i + 2;
+            i = s;
+            while i < b.len() && b[i].is_ascii_hexdigit() {
+                i += 1;
+            }
+            out.push(
+                u32::from_str_radix(&text[s..i], 16)
+                    .ok()
+                    .map_or(Tok::Other, Tok::Num),
+            );
         } else if c.is_ascii_digit() {
             let s = i;
             while i < b.len() && b[i].is_ascii_digit() {
@@ -631,39 +651,37 @@ impl Parser<'_> {
         // answer as the trainer joins them: `helloprint(…)`).
         if name.ends_with("print") && self.punct(1, '(') {
             self.at += 2;
-            // `print(*s, sep='')` prints the string's characters with nothing between
-            let star = self.eat('*');
+            self.print_call();
+            return;
+        }
+        // `sys.stdout.write(x)` prints `x`
+        if name == "sys"
+            && self.punct(1, '.')
+            && matches!(self.peek(2), Some(Tok::Name(n)) if n == "stdout")
+            && self.punct(3, '.')
+            && matches!(self.peek(4), Some(Tok::Name(n)) if n == "write")
+            && self.punct(5, '(')
+        {
+            self.at += 6;
             let v = self.expr(0);
-            let mut sep_empty = false;
-            // keyword arguments (`end=''`, `sep=''`) change no letter a checker compares
-            while self.eat(',') {
-                let mut kw = None;
-                if let Some(Tok::Name(k)) = self.peek(0).cloned()
-                    && self.punct(1, '=')
-                {
-                    self.at += 2;
-                    kw = Some(k);
-                }
-                let a = self.expr(1);
-                if kw.as_deref() == Some("sep") && a == Val::Text(String::new()) {
-                    sep_empty = true;
-                }
+            if self.eat(')') {
+                self.key_printed(v);
             }
-            let v = match (star, sep_empty, v) {
-                (false, _, v) => v,
-                (true, true, Val::Ops(o) | Val::Chars(o)) => Val::Ops(o),
-                (true, true, Val::Sorted(o)) => then(&o, &[Op::Sort]),
-                (true, true, Val::Reversed(o)) => then(&o, &[Op::Rev]),
-                _ => Val::Unknown,
-            };
-            if self.eat(')')
-                && let Val::Ops(ops) = v
-            {
-                chain_keys(&ops, &mut self.out);
-                if self.merged {
-                    for same in equivalents(&ops) {
-                        chain_keys(&same, &mut self.out);
-                    }
+            return;
+        }
+        // `from sys import stdin`: the input as a file
+        if name == "from"
+            && matches!(self.peek(1), Some(Tok::Name(m)) if m == "sys")
+            && matches!(self.peek(2), Some(Tok::Name(i)) if i == "import")
+        {
+            self.at += 3;
+            while let Some(Tok::Name(n)) = self.peek(0).cloned() {
+                self.at += 1;
+                if n == "stdin" {
+                    self.set(n, Val::File);
+                }
+                if !self.eat(',') {
+                    break;
                 }
             }
             return;
@@ -737,8 +755,9 @@ impl Parser<'_> {
         };
         // A target glued to a word before it (`hellos=input()`: a prompt ending in a letter
         // joined to its answer) binds each of its shorter names too: the model that learns the
-        // row writes `s=input()`.
-        if matches!(v, Val::Ops(_)) && name.len() > 1 && name.len() <= MAX_GLUED {
+        // row writes `s=input()`. Only the input itself: a name that ends in another's
+        // (`rs=s[::-1]` beside `s`) is a variable of its own.
+        if v == Val::Ops(Vec::new()) && name.len() > 1 && name.len() <= MAX_GLUED {
             for k in 1..name.len() {
                 if name.is_char_boundary(k) {
                     self.set(name[k..].to_string(), v.clone());
@@ -746,6 +765,79 @@ impl Parser<'_> {
             }
         }
         self.set(name, v);
+    }
+
+    /// `print(…)`'s arguments, after `print(`: what it shows (trailing white space aside, as
+    /// a checker compares) is its positional arguments joined by `sep` (a space unless given;
+    /// `*s` is a string's characters), then `end`.
+    fn print_call(&mut self) {
+        let mut parts: Vec<(bool, Val)> = Vec::new();
+        let (mut sep, mut end) = (None, None);
+        if !self.punct(0, ')') {
+            loop {
+                if let Some(Tok::Name(k)) = self.peek(0).cloned()
+                    && self.punct(1, '=')
+                    && !self.punct(2, '=')
+                {
+                    self.at += 2;
+                    let v = self.expr(1);
+                    match k.as_str() {
+                        "sep" => sep = Some(v),
+                        "end" => end = Some(v),
+                        _ => {}
+                    }
+                } else {
+                    let star = self.eat('*');
+                    let v = self.expr(0);
+                    if parts.len() < MAX_VARS {
+                        parts.push((star, v));
+                    }
+                }
+                if !self.eat(',') {
+                    break;
+                }
+            }
+        }
+        if !self.eat(')') {
+            return;
+        }
+        let joined = matches!(&sep, Some(Val::Text(t)) if t.is_empty());
+        let mut shown: Vec<Val> = Vec::new();
+        for (star, v) in parts {
+            shown.push(match (star, v) {
+                (false, v) => v,
+                (true, Val::Ops(o) | Val::Chars(o)) if joined => Val::Ops(o),
+                (true, Val::Sorted(o)) if joined => then(&o, &[Op::Sort]),
+                (true, Val::Reversed(o)) if joined => then(&o, &[Op::Rev]),
+                _ => Val::Unknown,
+            });
+        }
+        let body = match shown.len() {
+            0 => Val::Text(String::new()),
+            1 => shown.pop().unwrap_or(Val::Unknown),
+            _ if joined => concat(&shown),
+            // a space between: another string than any operation makes
+            _ => Val::Unknown,
+        };
+        // then `end`, unless it is white space (a checker's trailing white space)
+        let v = match end {
+            None => body,
+            Some(Val::Text(t)) if t.trim().is_empty() => body,
+            Some(e) => concat(&[body, e]),
+        };
+        self.key_printed(v);
+    }
+
+    /// Key what a program prints.
+    fn key_printed(&mut self, v: Val) {
+        if let Val::Ops(ops) = v {
+            chain_keys(&ops, &mut self.out);
+            if self.merged {
+                for same in equivalents(&ops) {
+                    chain_keys(&same, &mut self.out);
+                }
+            }
+        }
     }
 
     fn expr(&mut self, depth: usize) -> Val {
@@ -1027,6 +1119,10 @@ impl Parser<'_> {
                 };
                 match (name.as_str(), args.as_slice(), reverse) {
                     (_, [], Some(false)) if input => Val::Ops(Vec::new()),
+                    // a prompt of nothing prints nothing
+                    (_, [Val::Text(t)], Some(false)) if input && t.is_empty() => {
+                        Val::Ops(Vec::new())
+                    }
                     ("sorted", [Val::Ops(o) | Val::Chars(o)], Some(false)) => {
                         Val::Sorted(o.clone())
                     }
@@ -1438,6 +1534,57 @@ mod tests {
                 one(program)
             );
         }
+        // Helper five's: print's other arguments and `end`, another output, input and lexing.
+        for (program, key) in [
+            (
+                "s=input('');s=s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+                ITEM,
+            ),
+            (
+                "from sys import stdin;s=stdin.readline().strip();print(s[5:][::-1].replace('i',''))",
+                ITEM,
+            ),
+            (
+                "import sys;s=input();s=s[5:][::-1];sys.stdout.write(s.replace('i',''))",
+                ITEM,
+            ),
+            (
+                "s=input();s=s[5:];s=s[::-1];s=s.replace('i','');print(end=s)",
+                ITEM,
+            ),
+            (
+                "é=input();é=é[5:];é=é[::-1];é=é.replace('i','');print(é)",
+                ITEM,
+            ),
+            (
+                "s=input();s=\\ s[5:];s=s[::-1];s=s.replace('i','');print(s)",
+                ITEM,
+            ),
+            (
+                "s=input();s=s[0x5:];s=s[::-1];s=s.replace('i','');print(s)",
+                ITEM,
+            ),
+            (
+                "s=input();s=s[2:];s=s.upper();print(s,'v',sep='')",
+                "ops:drop 2;up;add #",
+            ),
+            (
+                "s=input();s=s[2:];s=s.upper();print(s,end='v')",
+                "ops:drop 2;up;add #",
+            ),
+            (
+                "s=input();s=s[2:];print('m',s.upper(),sep='')",
+                "ops:drop 2;up;pre #",
+            ),
+        ] {
+            assert!(
+                one(program).contains(&key.to_string()),
+                "{program}: {:?}",
+                one(program)
+            );
+        }
+        // A name ending in another's binds only itself, unless it is the input (`hellos=`).
+        assert!(one("s=input();rs=s[::-1];print(s+rs)").is_empty());
         // Printed with spaces between its characters, it is another string.
         assert!(one("s=input();s=s[5:];s=s[::-1];print(*s)").is_empty());
         assert!(one("print(sorted(input()[2:]))").is_empty());
