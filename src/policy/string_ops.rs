@@ -521,6 +521,35 @@ fn concat(parts: &[Val]) -> Val {
     }
 }
 
+/// `str.format` of `fmt` with `args`: each `{}` takes the next argument, `{N}` the Nth.
+fn format_text(fmt: &str, args: &[Val]) -> Val {
+    let mut parts = Vec::new();
+    let (mut rest, mut next) = (fmt, 0usize);
+    while let Some(open) = rest.find('{') {
+        parts.push(Val::Text(rest[..open].to_string()));
+        let Some(close) = rest[open..].find('}') else {
+            return Val::Unknown;
+        };
+        let field = &rest[open + 1..open + close];
+        let i = if field.is_empty() {
+            next += 1;
+            next - 1
+        } else {
+            match field.parse::<usize>() {
+                Ok(i) => i,
+                Err(_) => return Val::Unknown,
+            }
+        };
+        match args.get(i) {
+            Some(a) => parts.push(a.clone()),
+            None => return Val::Unknown,
+        }
+        rest = &rest[open + close + 1..];
+    }
+    parts.push(Val::Text(rest.to_string()));
+    concat(&parts)
+}
+
 /// `%` formatting of `fmt` with `args`: each `%s` takes the next argument.
 fn percent(fmt: &str, args: Val) -> Val {
     let args = match args {
@@ -852,6 +881,15 @@ impl Parser<'_> {
             return v;
         }
         let mut v = self.product(depth);
+        // `s or ''`: where `s` is empty, `''` is the same nothing
+        if matches!(self.peek(0), Some(Tok::Name(n)) if n == "or") {
+            self.at += 1;
+            let alt = self.product(depth);
+            return match (v, alt) {
+                (Val::Ops(o), Val::Text(t)) if t.is_empty() => Val::Ops(o),
+                _ => Val::Unknown,
+            };
+        }
         loop {
             let c = if self.eat('+') {
                 '+'
@@ -993,6 +1031,27 @@ impl Parser<'_> {
             match self.peek(0).cloned() {
                 Some(Tok::Num(n)) => {
                     self.at += 1;
+                    total = total.checked_add(sign * i64::from(n))?;
+                }
+                // a count held in a variable (`n=5;s[n:]`)
+                Some(Tok::Name(v))
+                    if !self.punct(1, '(')
+                        && let Some(Val::Num(n)) = self.vars.get(&v).cloned() =>
+                {
+                    self.at += 1;
+                    total = total.checked_add(sign.checked_mul(n)?)?;
+                }
+                // `int(5)`
+                Some(Tok::Name(f))
+                    if f == "int"
+                        && self.punct(1, '(')
+                        && matches!(self.peek(2), Some(Tok::Num(_)))
+                        && self.punct(3, ')') =>
+                {
+                    let Some(Tok::Num(n)) = self.peek(2).cloned() else {
+                        return None;
+                    };
+                    self.at += 4;
                     total = total.checked_add(sign * i64::from(n))?;
                 }
                 Some(Tok::Name(f)) if f == "len" && self.punct(1, '(') => {
@@ -1228,6 +1287,11 @@ fn method(v: Val, m: &str, args: Vec<Val>, kw: &[(String, Val)]) -> Val {
         (Val::Text(t), "__add__", [b]) => binary('+', Val::Text(t), b.clone()),
         (Val::Ops(o), "__radd__", [b]) => binary('+', b.clone(), Val::Ops(o)),
         (Val::Ops(o), "translate", [Val::DelTable]) => then(&o, &[Op::Del]),
+        // `'{}f'.format(s)`, `'{0}{0}'.format(s)`: the arguments put into the text
+        (Val::Text(fmt), "format", args) if !args.is_empty() => format_text(&fmt, args),
+        (Val::StrType, "join", [Val::Text(sep), a]) if sep.is_empty() => {
+            method(Val::Text(String::new()), "join", vec![a.clone()], &[])
+        }
         (Val::StrType, "maketrans", [Val::Text(a), Val::Text(b), Val::Text(c)])
             if a.is_empty() && b.is_empty() && c.chars().count() == 1 =>
         {
@@ -1575,6 +1639,34 @@ mod tests {
             (
                 "s=input();s=s[2:];print('m',s.upper(),sep='')",
                 "ops:drop 2;up;pre #",
+            ),
+        ] {
+            assert!(
+                one(program).contains(&key.to_string()),
+                "{program}: {:?}",
+                one(program)
+            );
+        }
+        for (program, key) in [
+            (
+                "s=input();n=5;s=s[n:];s=s[::-1];s=s.replace('i','');print(s)",
+                ITEM,
+            ),
+            (
+                "s=input();s=s[int(5):];s=s[::-1];s=s.replace('i','');print(s or '')",
+                ITEM,
+            ),
+            (
+                "s=input();s=s[5:];s=s[::-1];s=s.replace('i','');print('{}'.format(s))",
+                ITEM,
+            ),
+            (
+                "s=input();s='{0}{0}'.format(s);s='{}f'.format(s);print(s)",
+                "ops:dup;add #",
+            ),
+            (
+                "s=input();s=str.join('',sorted(s[2:]));print(s)",
+                "ops:drop 2;sort",
             ),
         ] {
             assert!(
