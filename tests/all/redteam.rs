@@ -4330,11 +4330,12 @@ fn code_plain(op: &(String, String)) -> String {
     }
 }
 
-/// Programs alone (the prompt `>`) that read the input another way (`open(0)`, `sys.stdin`),
-/// bind it by a tuple or a walrus, print it character by character (`print(*s,sep='')`), and
-/// spell every operation another plain way (`s[slice(3)]`, `s[5+0:]`, `s.__mul__(2)`,
-/// `f'{s}f'`, `s.translate({ord('i'):None})`): a fourth red-team helper got all 500 test items
-/// past the gate with each. The program reader reads them all now; every item tried is matched.
+/// Programs alone (the prompt `>`) that read the input another way (`open(0)`, `sys.stdin`,
+/// `input('')`), bind it by a tuple or a walrus, hold counts in variables, print it character by
+/// character (`print(*s,sep='')`) or through `sys.stdout.write`, and spell every operation
+/// another plain way (`s[slice(3)]`, `s[5+0:]`, `s.__mul__(2)`, `f'{s}f'`, `'{}f'.format(s)`,
+/// `s.translate({ord('i'):None})`): red-team helpers got all 500 test items past the gate with
+/// each. The program reader reads them all now; every item tried is matched.
 #[test]
 fn a_code_item_as_a_program_in_any_plain_spelling_is_refused() {
     let (_d, root) = crate::common::study_of("tiny-code");
@@ -4350,6 +4351,24 @@ fn a_code_item_as_a_program_in_any_plain_spelling_is_refused() {
             }
             format!("{p};print(*s,sep='')")
         }),
+        (
+            "input(''), counts in variables, format, sys.stdout.write",
+            |ops| {
+                let mut p = String::from("import sys\ns=input('')");
+                for (i, op) in ops.iter().enumerate() {
+                    let step = match (op.0.as_str(), op.1.as_str()) {
+                        ("take", a) => format!("n{i}={a}\ns=s[:n{i}]"),
+                        ("drop", a) => format!("n{i}={a}\ns=s[int({a}):]"),
+                        ("add", a) => format!("s='{{}}{a}'.format(s)"),
+                        ("pre", a) => format!("s='{a}{{}}'.format(s)"),
+                        ("dup", _) => "s='{0}{0}'.format(s)".to_string(),
+                        _ => format!("s={}", code_expr(op, "s")),
+                    };
+                    p.push_str(&format!("\n{step}"));
+                }
+                format!("{p}\nsys.stdout.write(s or '')")
+            },
+        ),
         ("sys.stdin, a tuple binding, a walrus", |ops| {
             let mut p = String::from("import sys\ns,n=sys.stdin.readline().strip(),0");
             for op in ops {
@@ -4364,22 +4383,27 @@ fn a_code_item_as_a_program_in_any_plain_spelling_is_refused() {
             .iter()
             .map(|r| (">".to_string(), form(&code_ops(&r.prompt))))
             .collect();
-        let who = Caller::new(format!("plain{i}"), Role::Worker);
-        let n = branch_as(&s, &who, what);
-        let e = refused_by(
-            &s,
-            &who,
-            "register_dataset",
-            inline(&n, &format!("plain{i}"), rows),
-            "contamination",
-        );
-        assert!(
-            e.message
-                .contains(&format!("({} item(s) matched)", items.len())),
-            "{what}: not every item was read: {}",
-            e.message
-        );
+        every_item_refused(&s, &format!("plain{i}"), what, rows, items.len());
     }
+}
+
+/// `rows` (one form of `n` items), registered by an agent of their own (`tag`), are refused
+/// as contamination with every item matched.
+fn every_item_refused(s: &Study, tag: &str, what: &str, rows: Vec<(String, String)>, n: usize) {
+    let who = Caller::new(tag, Role::Worker);
+    let node = branch_as(s, &who, what);
+    let e = refused_by(
+        s,
+        &who,
+        "register_dataset",
+        inline(&node, tag, rows),
+        "contamination",
+    );
+    assert!(
+        e.message.contains(&format!("({n} item(s) matched)")),
+        "{what}: not every item was read: {}",
+        e.message
+    );
 }
 
 /// The tiny-code gate read an item only as its own text, its exact specification, or its
@@ -4465,21 +4489,7 @@ fn a_code_item_in_any_words_or_any_programs_style_is_refused() {
             .iter()
             .flat_map(|r| form(&r.prompt, &code_ops(&r.prompt), &r.answer))
             .collect();
-        let who = Caller::new(format!("coder{i}"), Role::Worker);
-        let n = branch_as(&s, &who, what);
-        let e = refused_by(
-            &s,
-            &who,
-            "register_dataset",
-            inline(&n, &format!("form{i}"), rows),
-            "contamination",
-        );
-        assert!(
-            e.message
-                .contains(&format!("({} item(s) matched)", items.len())),
-            "{what}: not every item was read: {}",
-            e.message
-        );
+        every_item_refused(&s, &format!("coder{i}"), what, rows, items.len());
     }
     // A program padded with reversals that cancel, and no specification at all: its chain is
     // longer than any item, and read with the reversals cancelled it is the item. (One item a

@@ -500,28 +500,13 @@ fn a_deep_chain_does_not_blow_up_dag_and_report_output() {
 /// connection may have waiting — and the record stays whole.
 #[test]
 fn a_flood_of_requests_down_one_connection_keeps_the_servers_open_files_bounded() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, Write};
     const N: u64 = 4000;
     let (_d, root) = example_study();
     run_ok(&root, &["branch", "--from", "n0", "--title", "flooded"]);
-    let mut child = rsim()
-        .current_dir(&root)
-        .args(["mcp", "--agent", "flooder"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("rsim mcp");
+    let (mut child, mut stdin, mut out) = initialized_mcp(&root, "flooder");
     let pid = child.id();
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let line = |v: Value| format!("{v}\n");
-    stdin
-        .write_all(line(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "flood", "version": "0"}}})).as_bytes())
-        .expect("initialize");
-    let mut first = String::new();
-    out.read_line(&mut first).expect("initialize answer");
-    assert!(first.contains("\"result\""), "{first}");
     let fds = || std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
     let before = fds();
     let writer = std::thread::spawn(move || {
@@ -648,27 +633,12 @@ fn a_flood_of_branches_down_two_connections_cannot_pass_the_node_budget() {
 /// gigabyte and a half for 1,500 ids of a MiB), and still answers.
 #[test]
 fn a_flood_of_cancels_naming_nothing_in_flight_keeps_nothing() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, Write};
     const N: usize = 600;
     let (_d, root) = example_study();
-    let mut child = rsim()
-        .current_dir(&root)
-        .args(["mcp", "--agent", "canceller"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("rsim mcp");
+    let (mut child, mut stdin, mut out) = initialized_mcp(&root, "canceller");
     let pid = child.id();
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let line = |v: Value| format!("{v}\n");
-    stdin
-        .write_all(line(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cancels", "version": "0"}}})).as_bytes())
-        .expect("initialize");
-    let mut first = String::new();
-    out.read_line(&mut first).expect("initialize answer");
-    assert!(first.contains("\"result\""), "{first}");
     let rss_kib = || {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
@@ -711,4 +681,35 @@ fn a_flood_of_cancels_naming_nothing_in_flight_keeps_nothing() {
         after < before + 64 * 1024,
         "the server kept what the cancels named: {before} KiB before, {after} KiB after"
     );
+}
+
+/// `rsim mcp` as `agent` on `root`, initialized: the process, its stdin, and its stdout read
+/// by lines.
+fn initialized_mcp(
+    root: &Path,
+    agent: &str,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
+    use std::io::{BufRead, Write};
+    let mut child = rsim()
+        .current_dir(root)
+        .args(["mcp", "--agent", agent])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("rsim mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": agent, "version": "0"}}});
+    stdin
+        .write_all(format!("{init}\n").as_bytes())
+        .expect("initialize");
+    let mut first = String::new();
+    out.read_line(&mut first).expect("initialize answer");
+    assert!(first.contains("\"result\""), "{first}");
+    (child, stdin, out)
 }
