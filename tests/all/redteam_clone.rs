@@ -528,14 +528,7 @@ fn main_given_a_new_first_commit_is_refused_and_nothing_is_written() {
         _s,
     } = Shared::new();
     let updated = d.path().join("updated");
-    let out = reader
-        .cmd()
-        .arg("clone")
-        .arg(&study)
-        .arg(&updated)
-        .output()
-        .expect("clone");
-    assert!(out.status.success(), "{}", text(&out));
+    reader.clone_ok(&study, &updated);
     // No keys; the study's allowed_signers copied; and n0 rooted anew as well (its new first
     // commit on the new genesis, the study's n0 kept behind a merge so n1 still grows from it).
     for (variant, keys, n0_too) in [
