@@ -5,6 +5,7 @@ pub mod error;
 pub mod fair;
 pub mod file;
 pub mod hash;
+pub mod json;
 pub mod origin;
 pub mod proc;
 pub mod schema;

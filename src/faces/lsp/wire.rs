@@ -33,7 +33,25 @@ enum Verdict {
     Reply(Vec<u8>),
 }
 
+/// The most JSON values one message may hold: a document's text is one value however long, and
+/// no request of the protocol needs more (decoded, a value costs some hundred bytes: a 64 MiB
+/// frame of zeros was 3 GB).
+pub const MAX_VALUES: usize = 1 << 19;
+
 fn check(body: &[u8]) -> Verdict {
+    // Counted before anything is decoded (not strict: the protocol's own readers decide the rest).
+    let counted = std::str::from_utf8(body)
+        .map_err(|e| format!("not UTF-8 (at byte {})", e.valid_up_to()))
+        .and_then(|text| crate::util::json::check(text, MAX_VALUES, false));
+    if let Err(why) = counted
+        && why.contains("JSON values")
+    {
+        return Verdict::Reply(error_frame(
+            Value::Null,
+            -32700,
+            &format!("parse error: {why}"),
+        ));
+    }
     let v: Value = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(e) => {
@@ -219,5 +237,25 @@ mod tests {
         for bad in [&b"{nope"[..], b"[1,2]", br#"{"id":3}"#, b"\xff\xfe"] {
             assert!(matches!(check(bad), Verdict::Reply(_)), "{bad:?}");
         }
+    }
+
+    /// A message of more values than `MAX_VALUES` is answered before it is decoded; a long
+    /// document's text is one value.
+    #[test]
+    fn a_message_of_too_many_values_is_refused_undecoded() {
+        let zeros = vec!["0"; MAX_VALUES].join(",");
+        let many = format!(r#"{{"jsonrpc":"2.0","method":"x","params":[{zeros}]}}"#);
+        match check(many.as_bytes()) {
+            Verdict::Reply(r) => {
+                let r = String::from_utf8_lossy(&r);
+                assert!(r.contains("JSON values"), "{r}");
+            }
+            Verdict::Pass => panic!("passed"),
+        }
+        let text = "x".repeat(4 << 20);
+        let doc = format!(
+            r#"{{"jsonrpc":"2.0","method":"textDocument/didOpen","params":{{"textDocument":{{"uri":"file:///a","text":"{text}"}}}}}}"#
+        );
+        assert!(matches!(check(doc.as_bytes()), Verdict::Pass));
     }
 }

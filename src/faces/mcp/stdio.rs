@@ -5,9 +5,6 @@
 //! once, on the same stdout, between whole lines of rmcp's own output; a line longer than
 //! `MAX_LINE` is answered the same way and skipped, never held in memory.
 
-use std::collections::HashSet;
-
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 /// The longest request line read (bytes).
@@ -128,12 +125,7 @@ pub fn check(line: &[u8]) -> Result<(), String> {
     }
     let text = std::str::from_utf8(line)
         .map_err(|e| format!("the request is not UTF-8 (at byte {})", e.valid_up_to()))?;
-    let mut de = serde_json::Deserializer::from_str(text);
-    let values = std::cell::Cell::new(0usize);
-    Strict(&values)
-        .deserialize(&mut de)
-        .map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())
+    crate::util::json::check(text, MAX_VALUES, true)
 }
 
 /// The most JSON values (numbers, strings, arrays, objects…) one request may hold. Decoded, a
@@ -149,75 +141,6 @@ fn parse_error(why: &str) -> String {
         "error": { "code": -32700, "message": format!("Parse error: {why}") },
     });
     format!("{reply}\n")
-}
-
-/// A strict reading of one JSON value that counts the values it holds (`MAX_VALUES`).
-#[derive(Clone, Copy)]
-struct Strict<'a>(&'a std::cell::Cell<usize>);
-
-impl Strict<'_> {
-    fn count<E: de::Error>(self) -> Result<(), E> {
-        let n = self.0.get() + 1;
-        self.0.set(n);
-        if n > MAX_VALUES {
-            return Err(E::custom(format!(
-                "the request holds more than {MAX_VALUES} JSON values"
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl<'de> de::DeserializeSeed<'de> for Strict<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Strict<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("JSON")
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        self.count()
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
-        self.count()
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
-        self.count()
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
-        if v.is_finite() {
-            self.count()
-        } else {
-            Err(E::custom("a number out of range"))
-        }
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
-        self.count()
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        self.count()
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.count()?;
-        while seq.next_element_seed(self)?.is_some() {}
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.count()?;
-        let mut keys = HashSet::new();
-        while let Some(k) = map.next_key::<String>()? {
-            if !keys.insert(k.clone()) {
-                return Err(de::Error::custom(format!("the key {k:?} is given twice")));
-            }
-            map.next_value_seed(self)?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
