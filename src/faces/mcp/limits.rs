@@ -193,6 +193,12 @@ impl Slot {
     }
 }
 
+/// The connections the study owner's requests may hold at once: an eighth of `max_connections`,
+/// at least twice the owner's reserve and 4.
+fn owner_cap(max_connections: usize, owner_reserve: usize) -> usize {
+    (max_connections / 8).max(owner_reserve * 2).max(4)
+}
+
 /// How long a connection has to say whose it is before a newer one may take its place, when
 /// connections that have said nothing hold `unidentified_cap` places.
 const IDENTIFY_GRACE: Duration = Duration::from_millis(200);
@@ -271,7 +277,11 @@ impl Conns {
         let mut taken_reserve = None;
         if full || count >= cap {
             match oldest {
-                Some(o) if o.accepted.elapsed() >= IDENTIFY_GRACE => {
+                // Full: the oldest connection that has said nothing goes, however young (a
+                // flood of fresh sockets would otherwise keep every place too young to give up,
+                // and refuse the owner's at accept). An honest client is identified by its
+                // first request, within the many newer accepts it takes to become the oldest.
+                Some(o) if full || o.accepted.elapsed() >= IDENTIFY_GRACE => {
                     o.evicted = true;
                     o.evict.notify_one();
                     taken_reserve = Some(o.reserve);
@@ -394,6 +404,19 @@ impl ConnHandle {
             Who::Anonymous if slot.reserve => Admit::ServeThenClose,
             Who::Anonymous => Admit::Serve,
             Who::Owner => {
+                // The owner is a person at a browser, a handful of connections: on loopback
+                // without tokens anyone local is the owner, so the owner's places are bounded
+                // too, and agents keep theirs.
+                let owners = open.values().filter(|s| s.owner).count();
+                let Some(slot) = open.get_mut(&self.id) else {
+                    return Admit::ServeThenClose;
+                };
+                if !slot.owner && owners >= owner_cap(lim.max_connections, lim.owner_reserve) {
+                    return Admit::Refuse(format!(
+                        "the study owner holds its maximum of {} connections; close one or retry shortly",
+                        owner_cap(lim.max_connections, lim.owner_reserve)
+                    ));
+                }
                 ConnsState::unbind(by_agent, slot);
                 slot.owner = true;
                 Admit::Serve
