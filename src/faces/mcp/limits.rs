@@ -820,6 +820,47 @@ mod tests {
         assert_eq!(conns.open(), 3);
     }
 
+    /// Full, a new connection takes the place of the oldest that has said nothing, however
+    /// young (that one is told to close), as it was; with every place identified it is refused.
+    /// The owner's requests hold at most their share.
+    #[test]
+    fn a_full_server_gives_the_oldest_silent_place_to_a_new_connection() {
+        let conns = Conns::new(ConnLimits {
+            max_connections: 4,
+            per_address: 100,
+            per_agent: 4,
+            owner_reserve: 1,
+        });
+        let lo = ip("127.0.0.1");
+        let silent: Vec<Conn> = (0..4).map(|_| conns.admit(lo).expect("accepted")).collect();
+        let newer = conns.admit(lo).expect("the oldest silent one's place");
+        let told = silent[0].evicted();
+        assert!(
+            futures_lite_now(told.notified()),
+            "the oldest silent connection is told to close"
+        );
+        drop(silent);
+        // Identified, nobody gives a place up.
+        let all: Vec<Conn> = (0..3).map(|_| conns.admit(lo).expect("accepted")).collect();
+        assert_eq!(newer.handle().admit(Who::Agent("a")), Admit::Serve);
+        for (i, c) in all[..2].iter().enumerate() {
+            assert_eq!(c.handle().admit(Who::Agent(&format!("b{i}"))), Admit::Serve);
+        }
+        // the last, on the owner's reserve
+        assert_eq!(all[2].handle().admit(Who::Owner), Admit::Serve);
+        assert!(conns.admit(lo).is_err(), "past max_connections");
+        assert_eq!(owner_cap(256, 8), 32);
+        assert_eq!(owner_cap(16, 2), 4);
+    }
+
+    /// Whether a `Notified` is ready at once.
+    fn futures_lite_now(n: tokio::sync::futures::Notified<'_>) -> bool {
+        let mut n = std::pin::pin!(n);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        n.as_mut().poll(&mut cx).is_ready()
+    }
+
     #[test]
     fn an_identity_is_capped_and_the_reserve_is_the_owners() {
         let conns = Conns::new(ConnLimits {
@@ -854,7 +895,6 @@ mod tests {
             assert_eq!(c.handle().admit(Who::Agent(&format!("a{i}"))), Admit::Serve);
         }
         let reserve: Vec<Conn> = (0..2).map(|_| conns.admit(lo).expect("accepted")).collect();
-        assert!(conns.admit(lo).is_err(), "past max_connections");
         assert!(refused(
             &reserve[0].handle().admit(Who::Agent("late")),
             "server.owner_reserve"
@@ -865,6 +905,8 @@ mod tests {
         );
         assert_eq!(reserve[0].handle().admit(Who::Owner), Admit::Serve);
         assert_eq!(reserve[1].handle().admit(Who::Owner), Admit::Serve);
+        // Full of connections that said whose they are: the next is refused.
+        assert!(conns.admit(lo).is_err(), "past max_connections");
         // An anonymous request on an agents' place keeps it.
         assert_eq!(more[0].handle().admit(Who::Anonymous), Admit::Serve);
         // Closing frees the identity's count.
