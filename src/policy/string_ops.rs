@@ -432,7 +432,7 @@ fn lex(text: &str) -> Vec<Tok> {
         } else if c == b' ' {
             i += 1;
         } else {
-            out.push(if b"=;()[]:+*.,-{}%".contains(&c) {
+            out.push(if b"=;()[]:+*.,-{}%~".contains(&c) {
                 Tok::Punct(c as char)
             } else {
                 Tok::Other
@@ -477,6 +477,14 @@ enum Val {
     /// `None`, and the booleans (`sorted(…, reverse=False)`).
     Nothing,
     Bool(bool),
+    /// A function passed by name: `ord` (`sorted(s, key=ord)`), `str.upper` (`map(str.upper, s)`).
+    Func(&'static str),
+    /// The module `re` (`re.sub`).
+    Re,
+    /// `slice(…)`'s operations, passed to `__getitem__`.
+    Slice(Vec<Op>),
+    /// `x.split()` of the input: one word (the family's strings have no white space).
+    Words(Vec<Op>),
     Unknown,
 }
 
@@ -921,6 +929,15 @@ impl Parser<'_> {
         let mut v = self.primary(depth);
         loop {
             if self.eat('[') {
+                // the one word of `input().split()`: `[0]`
+                if let Val::Words(o) = &v
+                    && self.peek(0) == Some(&Tok::Num(0))
+                    && self.punct(1, ']')
+                {
+                    self.at += 2;
+                    v = Val::Ops(o.clone());
+                    continue;
+                }
                 let s = if matches!(self.peek(0), Some(Tok::Name(n)) if n == "slice")
                     && self.punct(1, '(')
                 {
@@ -954,6 +971,7 @@ impl Parser<'_> {
                     // an attribute: `sys.stdin`
                     v = match (v, m.as_str()) {
                         (Val::Sys, "stdin") => Val::File,
+                        (Val::StrType, "upper") => Val::Func("upper"),
                         _ => return Val::Unknown,
                     };
                     continue;
@@ -1025,6 +1043,18 @@ impl Parser<'_> {
         }
         let (mut total, mut lens, mut terms) = (0i64, 0i64, 0usize);
         loop {
+            // `~n` is `-n-1` (`s[::~0]` steps back)
+            if self.punct(0, '~')
+                && let Some(Tok::Num(n)) = self.peek(1).cloned()
+            {
+                self.at += 2;
+                total = total.checked_sub(i64::from(n) + 1)?;
+                terms += 1;
+                if terms > 8 || !(self.punct(0, '+') || self.punct(0, '-')) {
+                    break;
+                }
+                continue;
+            }
             let neg = self.eat('-');
             let pos = !neg && self.eat('+');
             let sign = if neg { -1 } else { 1 };
@@ -1146,7 +1176,9 @@ impl Parser<'_> {
                     let Some(close) = rest[open..].find('}') else {
                         return Val::Unknown;
                     };
-                    let name = &rest[open + 1..open + close];
+                    let field = &rest[open + 1..open + close];
+                    // `{s!s}` is `str(s)`: the same string
+                    let name = field.strip_suffix("!s").unwrap_or(field);
                     parts.push(self.vars.get(name).cloned().unwrap_or(Val::Unknown));
                     rest = &rest[open + close + 1..];
                 }
@@ -1162,6 +1194,8 @@ impl Parser<'_> {
                         "none" => Val::Nothing,
                         "true" => Val::Bool(true),
                         "false" => Val::Bool(false),
+                        "ord" => Val::Func("ord"),
+                        "re" => Val::Re,
                         _ => self.vars.get(&name).cloned().unwrap_or(Val::Unknown),
                     };
                 }
@@ -1171,11 +1205,15 @@ impl Parser<'_> {
                     return Val::Unknown;
                 }
                 let input = name == "input" || self.vars.get(&name) == Some(&Val::InputFn);
-                let reverse = match kw.as_slice() {
-                    [] => Some(false),
-                    [(k, Val::Bool(r))] if k == "reverse" => Some(*r),
-                    _ => None,
-                };
+                // `reverse=` says which way; `key=ord` sorts as without one
+                let mut reverse = Some(false);
+                for (k, v) in &kw {
+                    match (k.as_str(), v) {
+                        ("reverse", Val::Bool(r)) => reverse = reverse.map(|_| *r),
+                        ("key", Val::Func("ord")) => {}
+                        _ => reverse = None,
+                    }
+                }
                 match (name.as_str(), args.as_slice(), reverse) {
                     (_, [], Some(false)) if input => Val::Ops(Vec::new()),
                     // a prompt of nothing prints nothing
@@ -1195,6 +1233,32 @@ impl Parser<'_> {
                         Val::Reversed(o.clone())
                     }
                     ("list", [Val::Ops(o)], Some(false)) => Val::Chars(o.clone()),
+                    (
+                        "list",
+                        [v @ (Val::Sorted(_) | Val::Reversed(_) | Val::Chars(_))],
+                        Some(false),
+                    ) => v.clone(),
+                    ("map", [Val::Func("upper"), Val::Ops(o) | Val::Chars(o)], Some(false)) => {
+                        match then(o, &[Op::Up]) {
+                            Val::Ops(o) => Val::Chars(o),
+                            _ => Val::Unknown,
+                        }
+                    }
+                    ("slice", args, Some(false)) if (1..=3).contains(&args.len()) => {
+                        let bound = |v: &Val| match v {
+                            Val::Num(n) => Some(Some(*n)),
+                            Val::Nothing => Some(None),
+                            _ => None,
+                        };
+                        let b: Option<Vec<Option<i64>>> = args.iter().map(bound).collect();
+                        let ops = match b.as_deref() {
+                            Some([stop]) => slice_ops(None, *stop, None),
+                            Some([a, stop]) => slice_ops(*a, *stop, None),
+                            Some([a, stop, c]) => slice_ops(*a, *stop, *c),
+                            _ => None,
+                        };
+                        ops.map_or(Val::Unknown, Val::Slice)
+                    }
                     ("str", [v @ Val::Ops(_)], Some(false)) => v.clone(),
                     ("str", [], Some(false)) => Val::Text(String::new()),
                     ("ord", [Val::Text(c)], Some(false)) if c.chars().count() == 1 => {
@@ -1241,6 +1305,17 @@ fn slice_ops(a: Option<i64>, b: Option<i64>, c: Option<i64>) -> Option<Vec<Op>> 
         }
         None | Some(1) => {
             let from = a.unwrap_or(0);
+            // the last n (`s[-3:]`) or all but the last n (`s[:-3]`): read from the end, as
+            // `rev;take 3;rev` and `rev;drop 3;rev` (a reversal after cancels one of them)
+            match (a, b) {
+                (Some(n), None) if n < 0 && n > -PAST_END => {
+                    return Some(vec![Op::Rev, Op::Take(count(-n)?), Op::Rev]);
+                }
+                (None | Some(0), Some(n)) if n < 0 && n > -PAST_END => {
+                    return Some(vec![Op::Rev, Op::Drop(count(-n)?), Op::Rev]);
+                }
+                _ => {}
+            }
             let mut ops = Vec::new();
             if from < 0 {
                 return None;
@@ -1287,6 +1362,13 @@ fn method(v: Val, m: &str, args: Vec<Val>, kw: &[(String, Val)]) -> Val {
         (Val::Text(t), "__add__", [b]) => binary('+', Val::Text(t), b.clone()),
         (Val::Ops(o), "__radd__", [b]) => binary('+', b.clone(), Val::Ops(o)),
         (Val::Ops(o), "translate", [Val::DelTable]) => then(&o, &[Op::Del]),
+        (Val::Re, "sub", [Val::Text(c), Val::Text(e), Val::Ops(o)])
+            if c.chars().count() == 1 && c.chars().all(char::is_alphanumeric) && e.is_empty() =>
+        {
+            then(o, &[Op::Del])
+        }
+        (Val::Ops(o), "__getitem__", [Val::Slice(more)]) => then(&o, more),
+        (Val::Ops(o), "split", []) => Val::Words(o),
         // `'{}f'.format(s)`, `'{0}{0}'.format(s)`: the arguments put into the text
         (Val::Text(fmt), "format", args) if !args.is_empty() => format_text(&fmt, args),
         (Val::StrType, "join", [Val::Text(sep), a]) if sep.is_empty() => {
@@ -1318,6 +1400,8 @@ fn method(v: Val, m: &str, args: Vec<Val>, kw: &[(String, Val)]) -> Val {
             Val::Reversed(o) => then(o, &[Op::Rev]),
             Val::Split(o) => then(o, &[Op::Del]),
             Val::Ops(o) | Val::Chars(o) => Val::Ops(o.clone()),
+            // `''.join((s, 'f'))`: the parts put together
+            Val::Tuple(parts) => concat(parts),
             _ => Val::Unknown,
         },
         _ => Val::Unknown,
@@ -1667,6 +1751,42 @@ mod tests {
             (
                 "s=input();s=str.join('',sorted(s[2:]));print(s)",
                 "ops:drop 2;sort",
+            ),
+        ] {
+            assert!(
+                one(program).contains(&key.to_string()),
+                "{program}: {:?}",
+                one(program)
+            );
+        }
+        for (program, key) in [
+            (
+                "s=input();s=s[5:];s=s[::-1];import re;print(re.sub('i','',s))",
+                ITEM,
+            ),
+            (
+                "s=input().split()[0];s=s[5:];s=s[::~0];s=s.replace('i','');print(f'{s!s}')",
+                ITEM,
+            ),
+            (
+                "s=input();s=s.__getitem__(slice(5,none));s=''.join(list(reversed(s)));print(s.replace('i',''))",
+                ITEM,
+            ),
+            (
+                "s=input();s=''.join((s,s));s=''.join(map(str.upper,s));print(s)",
+                "ops:dup;up",
+            ),
+            (
+                "s=input();s=''.join(sorted(s,key=ord));s=''.join(('m',s));print(s)",
+                "ops:sort;pre #",
+            ),
+            (
+                "s=input();s=s[-3:][::-1];print(s.upper())",
+                "ops:rev;take 3;up",
+            ),
+            (
+                "s=input();s=s[:-3][::-1];print(s.upper())",
+                "ops:rev;drop 3;up",
             ),
         ] {
             assert!(
