@@ -1195,3 +1195,52 @@ fn sockets_that_say_nothing_cannot_lock_the_owner_and_agents_out() {
     });
     drop(claims);
 }
+
+/// The next try once a full server gives silent connections' places away: use the eviction to
+/// cut honest clients off. An agent's keep-alive connection, idle between its requests, has said
+/// whose it is, so a flood of fresh silent sockets never takes its place: its next request on
+/// the same connection is answered.
+#[test]
+fn a_flood_of_silent_sockets_never_takes_an_identified_connections_place() {
+    use std::io::{Read, Write};
+    let (_d, study) = example_study();
+    let text = std::fs::read_to_string(study.join("rsim.toml")).expect("config");
+    crate::common::commit_config(
+        &study,
+        &format!(
+            "{text}\n[server]\nmax_connections = 16\nheader_timeout_s = 30\nowner_reserve = 2\n"
+        ),
+        "server limits",
+    );
+    let server = serve(&study, &[]);
+    let addr = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let mut kept = std::net::TcpStream::connect(&addr).expect("connect");
+    kept.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let ask = |s: &mut std::net::TcpStream| {
+        s.write_all(b"GET /mcp HTTP/1.1\r\nHost: localhost\r\nX-Rsim-Agent: agent-1\r\n\r\n")
+            .expect("write");
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    };
+    let first = ask(&mut kept);
+    assert!(first.starts_with("HTTP/1.1 "), "{first:?}");
+    // Three rounds of forty fresh silent sockets, each past the server's 16 places.
+    for _ in 0..3 {
+        let flood: Vec<std::net::TcpStream> = (0..40)
+            .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(flood);
+    }
+    let again = ask(&mut kept);
+    assert!(
+        again.starts_with("HTTP/1.1 ") && !again.contains("503"),
+        "the agent's connection lost its place: {again:?}"
+    );
+}
