@@ -558,7 +558,7 @@ fn a_flood_of_requests_down_one_connection_keeps_the_servers_open_files_bounded(
 /// as the index, keep a flood of writes from passing a budget.
 #[test]
 fn a_flood_of_branches_down_two_connections_cannot_pass_the_node_budget() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, Write};
     const N: u64 = 400;
     let (_d, root) = example_study();
     configure(&root, &[("max_nodes = 200", "max_nodes = 12")]);
@@ -566,16 +566,7 @@ fn a_flood_of_branches_down_two_connections_cannot_pass_the_node_budget() {
         let root = root.clone();
         let agent = agent.to_string();
         std::thread::spawn(move || {
-            let mut child = rsim()
-                .current_dir(&root)
-                .args(["mcp", "--agent", &agent])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .expect("rsim mcp");
-            let mut stdin = child.stdin.take().expect("stdin");
-            let out = BufReader::new(child.stdout.take().expect("stdout"));
+            let (mut child, mut stdin, out) = spawned_mcp(&root, &agent);
             let mut all = format!(
                 "{}\n{}\n",
                 json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "flood", "version": "0"}}}),
@@ -694,6 +685,27 @@ fn initialized_mcp(
     std::io::BufReader<std::process::ChildStdout>,
 ) {
     use std::io::{BufRead, Write};
+    let (child, mut stdin, mut out) = spawned_mcp(root, agent);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": agent, "version": "0"}}});
+    stdin
+        .write_all(format!("{init}\n").as_bytes())
+        .expect("initialize");
+    let mut first = String::new();
+    out.read_line(&mut first).expect("initialize answer");
+    assert!(first.contains("\"result\""), "{first}");
+    (child, stdin, out)
+}
+
+/// `rsim mcp` as `agent` on `root`, not yet initialized: the process, its stdin, and its
+/// stdout read by lines.
+fn spawned_mcp(
+    root: &Path,
+    agent: &str,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     let mut child = rsim()
         .current_dir(root)
         .args(["mcp", "--agent", agent])
@@ -702,14 +714,7 @@ fn initialized_mcp(
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("rsim mcp");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": agent, "version": "0"}}});
-    stdin
-        .write_all(format!("{init}\n").as_bytes())
-        .expect("initialize");
-    let mut first = String::new();
-    out.read_line(&mut first).expect("initialize answer");
-    assert!(first.contains("\"result\""), "{first}");
+    let stdin = child.stdin.take().expect("stdin");
+    let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     (child, stdin, out)
 }
