@@ -176,15 +176,26 @@ impl Study {
     /// for as long as they are the sets in force.
     fn scanner<'s>(&self, sets: &'s std::sync::Arc<Vec<EvalSet>>) -> Scanner<'s> {
         let mut seen = self.scan_index_seen.borrow_mut();
-        let ix = match seen.as_ref() {
-            Some((for_sets, ix)) if std::sync::Arc::ptr_eq(for_sets, sets) => ix.clone(),
+        let (ix, reader) = match seen.as_ref() {
+            Some((for_sets, ix, reader)) if std::sync::Arc::ptr_eq(for_sets, sets) => {
+                (ix.clone(), reader.clone())
+            }
             _ => {
                 let ix = std::sync::Arc::new(ScanIndex::new(sets, self.scan_config()));
-                *seen = Some((sets.clone(), ix.clone()));
-                ix
+                // A code task's programs are read by running them too, under this rsim's
+                // sandbox, on probes drawn for this index.
+                let rsim = self
+                    .rsim_bin
+                    .clone()
+                    .map_or_else(crate::os::current_rsim, Ok);
+                let reader = std::sync::Arc::new(crate::train::behaviour::Reader::new(
+                    rsim.map_err(|e| e.message),
+                ));
+                *seen = Some((sets.clone(), ix.clone(), reader.clone()));
+                (ix, reader)
             }
         };
-        Scanner::with_index(sets, self.scan_config(), ix)
+        Scanner::with_index(sets, self.scan_config(), ix).running_programs(reader)
     }
 
     /// The study's secret salt (created on first use; in `.rsim/`, never in the record).

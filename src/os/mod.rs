@@ -84,6 +84,7 @@ pub struct Study {
         Option<(
             std::sync::Arc<Vec<crate::policy::contamination::EvalSet>>,
             std::sync::Arc<crate::policy::contamination::ScanIndex>,
+            std::sync::Arc<crate::train::behaviour::Reader>,
         )>,
     >,
     /// Sizes of store objects read once (an object's bytes never change under its hash).

@@ -56,8 +56,12 @@ pub struct Hit {
     pub row: usize,
     /// Share of the item's n-grams (or normal-form keys) found.
     pub overlap: f64,
-    /// Which method matched: `normalized`, `prompt`, `skeleton` or `normal-form`.
+    /// Which method matched: `normalized`, `prompt`, `skeleton`, `normal-form`, `behaviour`
+    /// (a program run, `ProgramReader`), or `unread` (a program the gate could not read).
     pub how: &'static str,
+    /// Why an `unread` row could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// Words that carry a program's structure; every other word counts as a renameable identifier.
@@ -331,13 +335,39 @@ impl EvalSet {
 }
 
 /// Where a gram or key was first seen: (dataset position, row).
-type At = (usize, usize);
+pub type At = (usize, usize);
 
 /// The protected sets, indexed for streaming rows past them.
 pub struct Scanner<'a> {
     sets: &'a [EvalSet],
     cfg: ScanConfig,
     ix: std::sync::Arc<ScanIndex>,
+    /// The `string_ops` form's second reading, of programs by running them
+    /// (`train::behaviour`); without one, programs are read symbolically only.
+    programs: Option<std::sync::Arc<dyn ProgramReader>>,
+}
+
+/// A row a `ProgramReader` could not read, and why: a scan refuses it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unread {
+    pub at: At,
+    pub why: String,
+}
+
+/// Reads the programs rows hold by running them (`train::behaviour::Reader`, which the OS
+/// gives a scan: the policy itself runs nothing).
+pub trait ProgramReader: Send + Sync {
+    /// The protected keys (those `wanted` says) that the programs of `parts` compute, each with
+    /// the first row computing it, leaving out the rows at `skip` (matched already); `read_as`
+    /// holds what each row reads as symbolically (`string_ops::Programs::printed`). Or the first
+    /// row left unread.
+    fn read(
+        &self,
+        parts: &[&[Row]],
+        skip: &HashSet<At>,
+        read_as: &HashMap<At, HashSet<String>>,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Vec<(String, At)>, Unread>;
 }
 
 /// What a scan looks up, built from the eval sets once: a study keeps it for as long as its
@@ -406,6 +436,13 @@ struct Found {
     norm: GramMap<At>,
     skel: GramMap<At>,
     keys: HashMap<String, At>,
+    /// Rows in which the `string_ops` form's symbolic reading found a protected key (the
+    /// behavioural reading leaves them out: they are matched already).
+    keyed: HashSet<At>,
+    /// Where a key was found by running a program rather than reading it.
+    by_running: HashSet<String>,
+    /// The compositions each row's programs read as, symbolically (`Programs::printed`).
+    read_as: HashMap<At, HashSet<String>>,
 }
 
 /// The previous row's tokens in each reading.
@@ -452,7 +489,18 @@ impl<'a> Scanner<'a> {
         cfg: ScanConfig,
         ix: std::sync::Arc<ScanIndex>,
     ) -> Scanner<'a> {
-        Scanner { sets, cfg, ix }
+        Scanner {
+            sets,
+            cfg,
+            ix,
+            programs: None,
+        }
+    }
+
+    /// Read the programs of a scan's rows by running them too, with `reader`.
+    pub fn running_programs(mut self, reader: std::sync::Arc<dyn ProgramReader>) -> Scanner<'a> {
+        self.programs = Some(reader);
+        self
     }
 
     /// Look at one row (and the pair it forms with the previous one, if any), in each reading.
@@ -545,8 +593,13 @@ impl<'a> Scanner<'a> {
                 // Read from the text: its brackets, colons and quotes are the operations.
                 let mut keys = string_ops::spec_keys(text);
                 keys.extend(tail.programs.read(text));
+                let printed = std::mem::take(&mut tail.programs.printed);
+                if !printed.is_empty() {
+                    found.read_as.entry(at).or_default().extend(printed);
+                }
                 for k in keys {
                     if self.ix.keys.contains(&k) {
+                        found.keyed.insert(at);
                         found.keys.entry(k).or_insert(at);
                     }
                 }
@@ -612,7 +665,9 @@ impl<'a> Scanner<'a> {
                         .filter_map(|k| found.keys.get(k).copied())
                         .collect();
                     if at.len() == item.keys.len() {
-                        hit = Some((at.into_iter().max(), 1.0, "normal-form"));
+                        let ran = item.keys.iter().any(|k| found.by_running.contains(k));
+                        let how = if ran { "behaviour" } else { "normal-form" };
+                        hit = Some((at.into_iter().max(), 1.0, how));
                     }
                 }
                 if hit.is_none()
@@ -631,6 +686,7 @@ impl<'a> Scanner<'a> {
                             row,
                             overlap: (overlap * 1000.0).round() / 1000.0,
                             how,
+                            detail: None,
                         },
                     ));
                 }
@@ -654,7 +710,56 @@ impl<'a> Scanner<'a> {
         if let Some(at) = last {
             self.finish(&tails, at, &mut found);
         }
-        self.judge(&found, limit)
+        let unread = self.run_programs(parts, &mut found).err();
+        let mut hits = self.judge(&found, limit);
+        if let Some(u) = unread
+            && hits.len() < limit
+        {
+            hits.push(self.unread_hit(u));
+        }
+        hits
+    }
+
+    /// The `string_ops` form's second reading: the programs of rows the first did not match,
+    /// run on probe inputs (`ProgramReader`).
+    fn run_programs(&self, parts: &[&[Row]], found: &mut Found) -> Result<(), Unread> {
+        let Some(reader) = self.programs.as_ref() else {
+            return Ok(());
+        };
+        if !self.ix.forms.contains(&NormalForm::StringOps) {
+            return Ok(());
+        }
+        let wanted = |k: &str| self.ix.keys.contains(k);
+        let ran = reader.read(parts, &found.keyed, &found.read_as, &wanted)?;
+        for (k, at) in ran {
+            let first = found.keys.entry(k.clone()).or_insert(at);
+            if at < *first {
+                *first = at;
+            }
+            found.by_running.insert(k);
+        }
+        Ok(())
+    }
+
+    /// The evidence a row the gate could not read gives: refused, under the first protected
+    /// set the form reads (a test split before a dev one).
+    fn unread_hit(&self, u: Unread) -> Hit {
+        let set = self
+            .sets
+            .iter()
+            .filter(|s| s.form == Some(NormalForm::StringOps))
+            .min_by_key(|s| is_dev_split(&s.split));
+        Hit {
+            task: set.map(|s| s.task.clone()).unwrap_or_default(),
+            split: set
+                .map(|s| s.split.clone())
+                .unwrap_or_else(|| "test".into()),
+            part: u.at.0,
+            row: u.at.1,
+            overlap: 0.0,
+            how: "unread",
+            detail: Some(u.why),
+        }
     }
 
     /// Whether one row on its own reproduces a protected item (the generator leaves such rows

@@ -245,13 +245,20 @@ fn contamination(facts: &Facts, row_label: impl Fn(&Hit) -> Option<String>) -> O
         .iter()
         .take(5)
         .map(|h| {
-            format!(
-                "{} reproduces a protected {} item ({:.0}% matched, {})",
-                row_label(h).unwrap_or_else(|| "a row".into()),
-                h.task,
-                h.overlap * 100.0,
-                h.how
-            )
+            let row = row_label(h).unwrap_or_else(|| "a row".into());
+            match &h.detail {
+                Some(why) => format!(
+                    "{row} holds a program the gate could not read, so it may reproduce a \
+                     protected {} item: {why}",
+                    h.task
+                ),
+                None => format!(
+                    "{row} reproduces a protected {} item ({:.0}% matched, {})",
+                    h.task,
+                    h.overlap * 100.0,
+                    h.how
+                ),
+            }
         })
         .collect();
     Some(Decision::reject(
@@ -945,6 +952,7 @@ mod tests {
                 row: 7,
                 overlap: 1.0,
                 how: "normalized",
+                detail: None,
             }],
             ..Facts {
                 checkpoint_known: true,

@@ -596,6 +596,10 @@ fn then(ops: &[Op], more: &[Op]) -> Val {
 #[derive(Debug, Clone, Default)]
 pub struct Programs {
     vars: HashMap<String, Val>,
+    /// What the last row read printed: each chain of up to `MAX_OPS` operations as its key
+    /// (`ops:take 3`, `ops:` for the input itself), whatever its length — the compositions the
+    /// row reads as (`policy::behaviour` tells a free composition's program by them).
+    pub printed: Vec<String>,
 }
 
 impl Programs {
@@ -608,8 +612,10 @@ impl Programs {
             vars: &mut self.vars,
             out: Vec::new(),
             merged: false,
+            printed: Vec::new(),
         };
         p.statements();
+        self.printed = p.printed;
         let mut out = p.out;
         out.sort();
         out.dedup();
@@ -626,6 +632,8 @@ struct Parser<'a> {
     /// keyed in either order of those steps too (`equivalents`). Steps written apart, as the
     /// generator writes them, are keyed as written.
     merged: bool,
+    /// The chains printed (`Programs::printed`).
+    printed: Vec<String>,
 }
 
 impl Parser<'_> {
@@ -868,6 +876,12 @@ impl Parser<'_> {
     /// Key what a program prints.
     fn key_printed(&mut self, v: Val) {
         if let Val::Ops(ops) = v {
+            let r = reduced(&ops);
+            for chain in [&ops, &r] {
+                if chain.len() <= MAX_OPS && self.printed.len() < MAX_VARS {
+                    self.printed.push(key(chain));
+                }
+            }
             chain_keys(&ops, &mut self.out);
             if self.merged {
                 for same in equivalents(&ops) {

@@ -90,7 +90,7 @@ impl Op {
     }
 
     /// What it does (the reference semantics the hidden tests' outputs come from).
-    fn apply(self, s: &str) -> String {
+    pub fn apply(self, s: &str) -> String {
         match self {
             Op::Rev => s.chars().rev().collect(),
             Op::Up => s.to_uppercase(),
@@ -133,6 +133,179 @@ impl Op {
         };
         format!("{to}={e}")
     }
+}
+
+/// Every operation the generator draws: each kind, with each count and each letter.
+pub fn every_op() -> Vec<Op> {
+    let mut out = vec![Op::Rev, Op::Up, Op::Dup, Op::Sort];
+    out.extend((1..=5).map(Op::Take));
+    out.extend((1..=5).map(Op::Drop));
+    for &l in LETTERS {
+        let c = l as char;
+        out.extend([Op::Del(c), Op::Add(c), Op::Pre(c)]);
+    }
+    out
+}
+
+/// The operations a specification names (`str rev;take 3;up>`, or the bare `>` for none), when
+/// it is exactly one the generator writes.
+fn parse_spec(spec: &str) -> Option<Vec<Op>> {
+    if spec == ">" {
+        return Some(Vec::new());
+    }
+    let body = spec.strip_prefix(SPEC_START)?.strip_suffix(SPEC_END)?;
+    let ops = body
+        .split(';')
+        .map(|w| {
+            let (name, arg) = w.split_once(' ').unwrap_or((w, ""));
+            let count = || arg.parse::<u8>().ok().filter(|n| (1..=5).contains(n));
+            let letter = || {
+                let mut c = arg.chars();
+                match (c.next(), c.next()) {
+                    (Some(l), None) if l.is_ascii_lowercase() => Some(l),
+                    _ => None,
+                }
+            };
+            Some(match name {
+                "rev" if arg.is_empty() => Op::Rev,
+                "up" if arg.is_empty() => Op::Up,
+                "dup" if arg.is_empty() => Op::Dup,
+                "sort" if arg.is_empty() => Op::Sort,
+                "take" => Op::Take(count()?),
+                "drop" => Op::Drop(count()?),
+                "del" => Op::Del(letter()?),
+                "add" => Op::Add(letter()?),
+                "pre" => Op::Pre(letter()?),
+                _ => return None,
+            })
+        })
+        .collect::<Option<Vec<Op>>>()?;
+    (prompt(&ops) == spec).then_some(ops)
+}
+
+/// The operations of `e`, an expression over the name `base` as the generator writes one
+/// (`Op::expr`), or, for a statement's right side (`stmt`), as `Op::statement` writes it.
+fn parse_expr(e: &str, base: &str, stmt: bool) -> Option<Vec<Op>> {
+    if e == base {
+        return Some(Vec::new());
+    }
+    let then = |inner: &str, op: Op| {
+        let mut ops = parse_expr(inner, base, false)?;
+        ops.push(op);
+        Some(ops)
+    };
+    let quoted = |q: &str| -> Option<char> {
+        let mut c = q.strip_prefix('\'')?.strip_suffix('\'')?.chars();
+        match (c.next(), c.next()) {
+            (Some(l), None) if l.is_ascii_lowercase() => Some(l),
+            _ => None,
+        }
+    };
+    if stmt {
+        if e == format!("{base}+{base}") {
+            return Some(vec![Op::Dup]);
+        }
+        if let Some((a, b)) = e.split_once('+') {
+            if a == base {
+                return Some(vec![Op::Add(quoted(b)?)]);
+            }
+            if b == base {
+                return Some(vec![Op::Pre(quoted(a)?)]);
+            }
+        }
+    }
+    if let Some(x) = e.strip_suffix("[::-1]") {
+        return then(x, Op::Rev);
+    }
+    if let Some(x) = e.strip_suffix(".upper()") {
+        return then(x, Op::Up);
+    }
+    if let Some(x) = e
+        .strip_prefix("''.join(sorted(")
+        .and_then(|x| x.strip_suffix("))"))
+    {
+        return then(x, Op::Sort);
+    }
+    if let Some(x) = e.strip_suffix("','')")
+        && let Some((inner, c)) = x.rsplit_once(".replace('")
+    {
+        return then(inner, Op::Del(quoted(&format!("'{c}'"))?));
+    }
+    if let Some(x) = e.strip_prefix('(').and_then(|x| x.strip_suffix(')')) {
+        if let Some(inner) = x.strip_suffix("*2") {
+            return then(inner, Op::Dup);
+        }
+        if let Some((inner, c)) = x.rsplit_once('+')
+            && let Some(c) = quoted(c)
+        {
+            return then(inner, Op::Add(c));
+        }
+        if let Some((c, inner)) = x.split_once('+')
+            && let Some(c) = quoted(c)
+        {
+            return then(inner, Op::Pre(c));
+        }
+    }
+    if let Some(x) = e.strip_suffix(']')
+        && let Some((inner, bound)) = x.rsplit_once('[')
+    {
+        let count = |n: &str| n.parse::<u8>().ok().filter(|n| (1..=5).contains(n));
+        if let Some(n) = bound.strip_prefix(':') {
+            return then(inner, Op::Take(count(n)?));
+        }
+        if let Some(n) = bound.strip_suffix(':') {
+            return then(inner, Op::Drop(count(n)?));
+        }
+    }
+    None
+}
+
+/// The operations of a program in one of the generator's styles, when `program` is exactly the
+/// program the generator writes for them in some style.
+fn parse_program(text: &str) -> Option<Vec<Op>> {
+    let ops = if let Some(e) = text
+        .strip_prefix("print(")
+        .and_then(|p| p.strip_suffix(')'))
+        .filter(|_| !text.contains(';'))
+    {
+        parse_expr(e, "input()", false)?
+    } else {
+        let stmts: Vec<&str> = text.split(';').collect();
+        let (first, rest) = stmts.split_first()?;
+        let (last, middle) = rest.split_last()?;
+        let mut var = first.strip_suffix("=input()")?;
+        let mut ops = Vec::new();
+        for s in middle {
+            let (to, rhs) = s.split_once('=')?;
+            let step = parse_expr(rhs, var, true)?;
+            if step.len() != 1 {
+                return None;
+            }
+            ops.extend(step);
+            var = to;
+        }
+        if *last != format!("print({var})") {
+            return None;
+        }
+        ops
+    };
+    [CodeStyle::Steps, CodeStyle::Nested, CodeStyle::Named]
+        .into_iter()
+        .any(|style| program(&ops, style) == text)
+        .then_some(ops)
+}
+
+/// Whether `line` is exactly what the generator writes: a program in one of its styles, after
+/// one of its specifications or the bare `>` or nothing. What such a line's program computes is
+/// its operations (checked against CPython by `programs_of_every_style_print_what_the_reference
+/// _computes`), and no prefix the generator writes makes the line itself run as Python (`str rev`
+/// and `>…` are syntax errors), so the gate reads it without running it (`policy::behaviour`).
+pub fn is_generated(line: &str) -> bool {
+    let (spec, program) = match line.find(SPEC_END) {
+        Some(at) => (&line[..=at], &line[at + 1..]),
+        None => ("", line),
+    };
+    (spec.is_empty() || parse_spec(spec).is_some()) && parse_program(program).is_some()
 }
 
 /// The specification of a composition: `str rev;take 3;up>`.

@@ -7,6 +7,7 @@
 //! memorises problems rather than discovering carries). The embedded transformer trainer
 //! replaces it as the default model.
 
+pub mod behaviour;
 pub mod code_tasks;
 pub mod datasets;
 pub mod gpt;

@@ -147,6 +147,19 @@ fn normal(s: &str) -> String {
     lines.join("\n").trim_end_matches('\n').to_string()
 }
 
+/// How one run of `Runner::output` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ran {
+    /// It ended well (status 0, within every limit) having printed this (as outputs are
+    /// compared: trailing white space dropped).
+    Printed(String),
+    /// It crashed, was denied something, or passed its output or memory limit: it would fail
+    /// any test case so.
+    Failed,
+    /// It ran past the wall-clock or CPU limit, which depends on the machine's load as well.
+    Stopped,
+}
+
 /// Runs programs for one evaluation, each in a fresh directory under `work`.
 pub struct Runner {
     rsim: PathBuf,
@@ -166,14 +179,20 @@ struct Run {
 impl Runner {
     /// A runner whose programs run under `python` (`PYTHON`) and this rsim's sandbox wrapper.
     pub fn new(work: &Path, python: &Path, limits: Limits) -> Result<Runner> {
+        let rsim = std::env::current_exe()
+            .map_err(|e| Error::internal(format!("{METRIC}: cannot find this rsim binary: {e}")))?;
+        Runner::with_rsim(work, python, limits, rsim)
+    }
+
+    /// A runner whose programs run under `python` and the sandbox wrapper of the rsim binary
+    /// `rsim` (the contamination gate's, which may run in a process that is not rsim).
+    pub fn with_rsim(work: &Path, python: &Path, limits: Limits, rsim: PathBuf) -> Result<Runner> {
         if !python.is_file() {
             return Err(Error::invalid(format!(
                 "{METRIC}: no Python interpreter at {} (programs run under the system's python3)",
                 python.display()
             )));
         }
-        let rsim = std::env::current_exe()
-            .map_err(|e| Error::internal(format!("{METRIC}: cannot find this rsim binary: {e}")))?;
         std::fs::create_dir_all(work).at("cannot create", work)?;
         Ok(Runner {
             rsim,
@@ -211,6 +230,20 @@ impl Runner {
             }
         }
         Ok(Outcome::Passed)
+    }
+
+    /// What a program prints for `input`, run exactly as an evaluation runs it (the same
+    /// sandbox, interpreter, limits and environment, so that a program cannot tell the two
+    /// apart by anything but its input): the contamination gate reads programs so
+    /// (`policy::behaviour`). `idx` names the run's directory: concurrent runs need different ones.
+    pub fn output(&self, idx: usize, program: &str, input: &str) -> Result<Ran> {
+        let run = self.run(idx, program, input)?;
+        let printed = String::from_utf8_lossy(&run.stdout).into_owned();
+        Ok(match classify(&run, &printed) {
+            Outcome::Passed => Ran::Printed(normal(&printed)),
+            Outcome::TimedOut => Ran::Stopped,
+            _ => Ran::Failed,
+        })
     }
 
     fn run(&self, idx: usize, program: &str, input: &str) -> Result<Run> {

@@ -4387,6 +4387,165 @@ fn a_code_item_as_a_program_in_any_plain_spelling_is_refused() {
     }
 }
 
+/// A step in a spelling the symbolic reading does not know: a count through `min`, `ljust` and
+/// `rjust`, a generator expression, a conditional expression (the six forms stop 68 left open).
+fn code_odd(op: &(String, String)) -> String {
+    let (o, a) = (op.0.as_str(), op.1.as_str());
+    match o {
+        "rev" => "s=''.join(s[i] for i in range(len(s)-1,-1,-1))".into(),
+        "up" => "s=s.upper() if s else s".into(),
+        "dup" => "s=s+s if 1 else ''".into(),
+        "sort" => "s=''.join(sorted(s)) if 1 else s".into(),
+        "take" => format!("s=s[:min({a},99)]"),
+        "drop" => format!("s=s[min({a},99):]"),
+        "del" => format!("s=''.join(c for c in s if c!='{a}')"),
+        "add" => format!("s=s.ljust(len(s)+1,'{a}')"),
+        _ => format!("s=s.rjust(len(s)+1,'{a}')"),
+    }
+}
+
+/// The statements of `ops` in `code_odd`'s spellings, one a line, indented by `indent`.
+fn code_odd_steps(ops: &[(String, String)], indent: &str) -> String {
+    ops.iter()
+        .map(|op| format!("{indent}{}", code_odd(op)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The symbolic program reader failed open on every spelling it did not know: a count through
+/// `min`, `ljust`/`rjust`, a conditional expression, a comprehension, `exec`, a function, output
+/// over two prints (stop 68's helper: each form, all 500 test items through). Programs are read
+/// by what they do now (`policy::behaviour`): run as an evaluation runs them, on probe inputs
+/// drawn like the tests', and matched against what every composition prints. Each form has
+/// every item matched but those a free composition of fewer operations computes (`dup;take 3`
+/// is `take 3`: no program can tell them apart); the same spellings of single operations train;
+/// a program that runs past the time limit is refused as unread.
+#[test]
+fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
+    let (_d, root) = crate::common::study_of("tiny-code");
+    let test = protected_split(&root, "strings", "test");
+    let items: Vec<&Row> = test.iter().step_by(25).take(20).collect();
+    // Items whose composition a shorter one computes on every input like the tests' (a take or
+    // drop undone by no other step is the only such shape the family's splits hold: counted by
+    // running the reference semantics on many words).
+    let reducible = items
+        .iter()
+        .filter(|r| {
+            let ops = code_ops(&r.prompt);
+            let run = |ops: &[(String, String)], w: &str| -> String {
+                ops.iter()
+                    .fold(w.to_string(), |s, (o, a)| match o.as_str() {
+                        "rev" => s.chars().rev().collect(),
+                        "up" => s.to_uppercase(),
+                        "dup" => format!("{s}{s}"),
+                        "sort" => {
+                            let mut c: Vec<char> = s.chars().collect();
+                            c.sort_unstable();
+                            c.into_iter().collect()
+                        }
+                        "take" => s.chars().take(a.parse().expect("n")).collect(),
+                        "drop" => s.chars().skip(a.parse().expect("n")).collect(),
+                        "del" => s.replace(a.as_str(), ""),
+                        "add" => format!("{s}{a}"),
+                        _ => format!("{a}{s}"),
+                    })
+            };
+            let words = ["qwertyu", "asdfghjk", "zxcvbnmlp", "poiuyt", "lkjhgfdsa"];
+            (0..ops.len()).any(|skip| {
+                let fewer: Vec<(String, String)> = ops
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != skip)
+                    .map(|(_, o)| o.clone())
+                    .collect();
+                words.iter().all(|w| run(&ops, w) == run(&fewer, w))
+            })
+        })
+        .count();
+    type Form = fn(&[(String, String)]) -> String;
+    let forms: Vec<(&str, Form)> = vec![
+        ("odd spellings, printed over two prints", |ops| {
+            format!(
+                "s=input()\n{}\nprint(s[:2],end='')\nprint(s[2:])",
+                code_odd_steps(ops, "")
+            )
+        }),
+        ("odd spellings inside exec", |ops| {
+            let p = format!("s=input()\n{}\nprint(s)", code_odd_steps(ops, ""));
+            format!("exec({p:?})")
+        }),
+        ("odd spellings in a function", |ops| {
+            format!(
+                "def f(s):\n{}\n    return s\nprint(f(input()))",
+                code_odd_steps(ops, "    ")
+            )
+        }),
+    ];
+    let s = open(&root);
+    for (i, (what, form)) in forms.iter().enumerate() {
+        let rows: Vec<(String, String)> = items
+            .iter()
+            .map(|r| (">".to_string(), form(&code_ops(&r.prompt))))
+            .collect();
+        let who = Caller::new(format!("odd{i}"), Role::Worker);
+        let node = branch_as(&s, &who, what);
+        let e = refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(&node, &format!("odd{i}"), rows),
+            "contamination",
+        );
+        // Each program matches its item, and any other protected item computing the same (a
+        // split may hold `rev;up` and another `up;rev`).
+        let matched: usize = e
+            .message
+            .split_once("protected eval data (")
+            .and_then(|(_, rest)| rest.split_once(" item(s) matched)"))
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            matched >= items.len() - reducible && reducible < items.len() / 2,
+            "{what}: {matched} matched of {} ({reducible} reducible): {}",
+            items.len(),
+            e.message
+        );
+        assert!(e.message.contains("behaviour"), "{}", e.message);
+    }
+    // Single operations in the same spellings, with their specifications: honest rows.
+    let who = Caller::new("honest", Role::Worker);
+    let node = branch_as(&s, &who, "single operations, odd spellings");
+    let singles = [
+        "rev", "up", "dup", "sort", "take 3", "drop 2", "del e", "add q", "pre z",
+    ];
+    let rows: Vec<(String, String)> = singles
+        .iter()
+        .map(|op| (format!("str {op}>"), (forms[2].1)(&code_ops(op))))
+        .collect();
+    s.call(&who, "register_dataset", inline(&node, "singles", rows))
+        .expect("single operations train");
+    // A program the gate cannot finish running is refused, naming why.
+    let e = refused_by(
+        &s,
+        &who,
+        "register_dataset",
+        inline(
+            &node,
+            "slow",
+            vec![(
+                ">".into(),
+                "import time\ntime.sleep(30)\nprint(input())".into(),
+            )],
+        ),
+        "contamination",
+    );
+    assert!(
+        e.message.contains("could not read") && e.message.contains("time limit"),
+        "{}",
+        e.message
+    );
+}
+
 /// `rows` (one form of `n` items), registered by an agent of their own (`tag`), are refused
 /// as contamination with every item matched.
 fn every_item_refused(s: &Study, tag: &str, what: &str, rows: Vec<(String, String)>, n: usize) {

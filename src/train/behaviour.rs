@@ -1,0 +1,744 @@
+//! Reading programs by what they do: the `string_ops` form's second reading. The first
+//! (`string_ops::Programs`) reads a program's text symbolically, and fails open on any spelling
+//! it does not know (`min(3,len(s))`, `ljust`, a function, a loop, `exec`). This one runs each
+//! program a row holds, as an evaluation runs it, on probe inputs, and a program whose outputs
+//! are those of a protected composition — and of no composition a split leaves free — is that
+//! composition, however it is written.
+//!
+//! - **Which programs.** Every candidate a row offers a model to learn: the row's text, its
+//!   answer, each of their lines, and each of these after a `>` (where a specification ends and
+//!   an answer starts), trimmed. A candidate that is exactly what the family's generator writes
+//!   (`code_tasks::is_generated`: a program of one of its styles, after one of its
+//!   specifications or none) is not run: its operations are known, and the symbolic reading keys
+//!   it. Nor is a row the symbolic reading already matched. Candidates that do not compile are
+//!   dropped by one batched `compile` in the same sandbox (compiling runs nothing of them).
+//! - **How.** `programs::Runner::output`: the evaluation's own sandbox, interpreter, limits and
+//!   environment, one process per run, so a program cannot tell a probe's run from a test's but
+//!   by its input. Probes are drawn like the hidden tests' inputs (words of six to nine lowercase
+//!   letters), afresh for each scan index (each process), and together hold every letter, so
+//!   that a deleted letter shows.
+//! - **Matching.** Every composition of up to `string_ops::MAX_OPS` of the generator's
+//!   operations (each count, each letter: 92 of them, 787,749 compositions with none) is run on
+//!   the probes in Rust (`code_tasks::Op::apply`, the hidden outputs' reference semantics). A
+//!   program's outputs name the compositions that print them; they match when every one of
+//!   those is protected (`up;rev` prints what `rev;up` prints: if a split leaves either free, an
+//!   honest row may compute it, and it is no evidence of the other). A run on the first probe
+//!   whose output no protected composition prints ends a program's reading.
+//! - **Fail closed.** A program stopped by a time limit (which depends on load: it might pass
+//!   an evaluation), a scan past `MAX_RUNS` programs or `TIME`, or a machine that cannot run
+//!   programs in the sandbox leaves the row unread, and an unread row is refused, naming why
+//!   (`Unread`).
+//!
+//! Not read: a program that prints an item's outputs only for inputs the probes do not hold (a
+//! test input's deleted letter, when the probe holding that letter does not hold the item's
+//! other deleted letters), or only after telling a probe from a test some other way.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+
+use crate::model::data::Row;
+use crate::policy::contamination::{At, ProgramReader, Unread};
+use crate::train::code_tasks::{self, Op};
+use crate::train::programs::{self, Ran};
+
+/// Probe inputs each program runs on.
+pub const PROBES: usize = 4;
+
+/// Distinct programs one scan runs at most; past them the rest are unread.
+pub const MAX_RUNS: usize = 4096;
+
+/// How long one scan runs programs at most; past it the rest are unread.
+pub const TIME: Duration = Duration::from_secs(180);
+
+/// Candidates one row offers at most (its text, answer and their lines, each after a `>`).
+const MAX_CANDIDATES: usize = 24;
+
+/// `>` positions a candidate is cut after at most.
+const MAX_CUTS: usize = 8;
+
+/// Programs compiled in one batch.
+const COMPILE_BATCH: usize = 2000;
+
+/// Readings remembered (by the program's text) for later scans with the same probes.
+const MAX_REMEMBERED: usize = 1 << 16;
+
+/// The operation kinds with their counts, letters blanked: a composition's key is its kinds.
+const KINDS: u32 = 17;
+
+/// A composition id's high bit: an index into `Table::multi` (several keys print it).
+const MULTI: u32 = 1 << 31;
+
+/// An operation's kind (`take 3` and `take 4` differ; `del a` and `del b` do not).
+fn kind(op: Op) -> u32 {
+    match op {
+        Op::Rev => 0,
+        Op::Up => 1,
+        Op::Dup => 2,
+        Op::Sort => 3,
+        Op::Take(n) => 3 + u32::from(n),
+        Op::Drop(n) => 8 + u32::from(n),
+        Op::Del(_) => 14,
+        Op::Add(_) => 15,
+        Op::Pre(_) => 16,
+    }
+}
+
+/// An operation of a kind (the letter `a` for the letter kinds).
+fn of_kind(k: u32) -> Op {
+    match k {
+        0 => Op::Rev,
+        1 => Op::Up,
+        2 => Op::Dup,
+        3 => Op::Sort,
+        4..=8 => Op::Take((k - 3) as u8),
+        9..=13 => Op::Drop((k - 8) as u8),
+        14 => Op::Del('a'),
+        15 => Op::Add('a'),
+        _ => Op::Pre('a'),
+    }
+}
+
+/// A composition's id: its kinds in order (0 for none).
+fn then(id: u32, op: Op) -> u32 {
+    id * (KINDS + 1) + kind(op) + 1
+}
+
+/// The kinds of a composition id, in order.
+fn kinds(mut id: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    while id > 0 {
+        out.push((id % (KINDS + 1)).saturating_sub(1));
+        id /= KINDS + 1;
+    }
+    out.reverse();
+    out
+}
+
+/// A composition id's name, as the `string_ops` form keys it (`ops:take 3;rev;del #`, `ops:`
+/// for none).
+fn name_of(id: u32) -> String {
+    let names: Vec<String> = kinds(id)
+        .into_iter()
+        .map(|k| match k {
+            0 => "rev".into(),
+            1 => "up".into(),
+            2 => "dup".into(),
+            3 => "sort".into(),
+            4..=8 => format!("take {}", k - 3),
+            9..=13 => format!("drop {}", k - 8),
+            14 => "del #".into(),
+            15 => "add #".into(),
+            _ => "pre #".into(),
+        })
+        .collect();
+    format!("ops:{}", names.join(";"))
+}
+
+fn hash_of(t: &impl Hash) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    t.hash(&mut h);
+    h.finish()
+}
+
+/// What every composition prints on the probes.
+struct Table {
+    /// The outputs on all probes → the composition printing them, or `MULTI | i` for several.
+    by_outputs: HashMap<u64, u32>,
+    multi: Vec<Vec<u32>>,
+    /// What some protected composition prints on each probe (a reading ends at any other).
+    protected_prints: [HashSet<u64>; PROBES],
+    /// The protected compositions, with their keys.
+    protected: HashMap<u32, String>,
+}
+
+impl Table {
+    fn build(probes: &[String; PROBES], wanted: &dyn Fn(&str) -> bool) -> Table {
+        let mut protected = HashMap::new();
+        let mut stack = vec![0u32];
+        while let Some(id) = stack.pop() {
+            let name = name_of(id);
+            if kinds(id).len() >= 2 && wanted(&name) {
+                protected.insert(id, name);
+            }
+            if kinds(id).len() < crate::policy::string_ops::MAX_OPS {
+                stack.extend((0..KINDS).map(|k| then(id, of_kind(k))));
+            }
+        }
+        let mut t = Table {
+            by_outputs: HashMap::new(),
+            multi: Vec::new(),
+            protected_prints: Default::default(),
+            protected,
+        };
+        let ops = code_tasks::every_op();
+        t.walk(&ops, 0, probes);
+        t
+    }
+
+    fn walk(&mut self, ops: &[Op], id: u32, outs: &[String; PROBES]) {
+        let protected = self.protected.contains_key(&id);
+        if protected {
+            for (seen, out) in self.protected_prints.iter_mut().zip(outs) {
+                seen.insert(hash_of(out));
+            }
+        }
+        let h = hash_of(outs);
+        match self.by_outputs.get(&h).copied() {
+            None => {
+                self.by_outputs.insert(h, id);
+            }
+            Some(v) if v & MULTI != 0 => {
+                let ids = &mut self.multi[(v & !MULTI) as usize];
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            Some(v) if v != id => {
+                self.multi.push(vec![v, id]);
+                self.by_outputs
+                    .insert(h, MULTI | (self.multi.len() - 1) as u32);
+            }
+            Some(_) => {}
+        }
+        if kinds(id).len() >= crate::policy::string_ops::MAX_OPS {
+            return;
+        }
+        for &op in ops {
+            let next: [String; PROBES] = std::array::from_fn(|i| op.apply(&outs[i]));
+            self.walk(ops, then(id, op), &next);
+        }
+    }
+
+    /// Every composition printing `outs` on the probes; none for the same output on every
+    /// probe (nothing, or a constant: `t=input()` alone prints what `take 1;drop 1` does on
+    /// every input, and a program printing one string whatever it reads answers no
+    /// specification).
+    fn class(&self, outs: &[String; PROBES]) -> Vec<u32> {
+        if outs.iter().all(|o| *o == outs[0]) {
+            return Vec::new();
+        }
+        match self.by_outputs.get(&hash_of(outs)) {
+            None => Vec::new(),
+            Some(v) if v & MULTI != 0 => self.multi[(v & !MULTI) as usize].clone(),
+            Some(v) => vec![*v],
+        }
+    }
+
+    /// The protected keys a program computing the compositions `class` reproduces, where its row
+    /// reads (symbolically) as the compositions `read_as`:
+    /// - none when a composition of fewer operations computes it and is free (`dup;take 3`
+    ///   computes what `take 3` does: no honest program of `take 3` could avoid it);
+    /// - none when the row reads as a free composition that computes it (`up;rev`, written so,
+    ///   computes what a protected `rev;up` does: an honest row);
+    /// - else the protected compositions of the fewest operations among them.
+    fn verdict(&self, class: &[u32], read_as: Option<&HashSet<String>>) -> Vec<String> {
+        let Some(fewest) = class.iter().map(|&id| kinds(id).len()).min() else {
+            return Vec::new();
+        };
+        let simplest: Vec<u32> = class
+            .iter()
+            .copied()
+            .filter(|&id| kinds(id).len() == fewest)
+            .collect();
+        let keys: Vec<String> = simplest
+            .iter()
+            .filter_map(|id| self.protected.get(id).cloned())
+            .collect();
+        let read_free = read_as.is_some_and(|r| {
+            class
+                .iter()
+                .any(|id| !self.protected.contains_key(id) && r.contains(&name_of(*id)))
+        });
+        if keys.is_empty() || read_free {
+            return Vec::new();
+        }
+        keys
+    }
+}
+
+/// One program's reading.
+#[derive(Debug, Clone, PartialEq)]
+enum Reading {
+    /// The compositions it computes (none, or a reading ended early: it computes no
+    /// protected one).
+    Class(Vec<u32>),
+    /// Stopped by a time limit.
+    Stopped,
+}
+
+/// The reader of one scan index: the rsim binary whose sandbox runs programs (or why there is
+/// none), its probes, its table (built the first time a program is run), and what it read
+/// before.
+pub struct Reader {
+    rsim: Result<std::path::PathBuf, String>,
+    probes: [String; PROBES],
+    table: OnceLock<Table>,
+    remembered: Mutex<HashMap<u64, Vec<u32>>>,
+}
+
+/// Words like the hidden tests' inputs (six to nine lowercase letters) that together hold every
+/// letter: the alphabet shuffled and dealt out (seven, seven, six, six), each word then given
+/// up to two more letters at random and shuffled.
+fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
+    let mut letters: Vec<u8> = (b'a'..=b'z').collect();
+    shuffle(&mut letters, rng);
+    let mut at = 0;
+    std::array::from_fn(|i| {
+        let n = if i < 2 { 7 } else { 6 };
+        let mut w: Vec<u8> = letters[at..at + n].to_vec();
+        at += n;
+        for _ in 0..rng.random_range(0..=2usize) {
+            w.push(b'a' + rng.random_range(0..26u8));
+        }
+        shuffle(&mut w, rng);
+        String::from_utf8_lossy(&w).into_owned()
+    })
+}
+
+fn shuffle(v: &mut [u8], rng: &mut StdRng) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.random_range(0..=i));
+    }
+}
+
+/// The candidates a row offers (see the module's notes), generated lines left out.
+pub fn candidates(row: &Row) -> Vec<String> {
+    let text = crate::model::data::training_text(row);
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |c: &str| {
+        let c = c.trim();
+        if out.len() < MAX_CANDIDATES
+            && !c.is_empty()
+            && !out.iter().any(|o| o == c)
+            && !code_tasks::is_generated(c)
+        {
+            out.push(c.to_string());
+        }
+    };
+    for whole in [text.as_str(), row.answer.as_str()] {
+        for piece in std::iter::once(whole).chain(whole.split('\n')) {
+            add(piece);
+            for (at, _) in piece.match_indices('>').take(MAX_CUTS) {
+                add(&piece[at + 1..]);
+            }
+        }
+    }
+    out
+}
+
+/// Compiles a JSON list of sources, printing `1` for each that compiles and `0` for each that
+/// does not; nothing of them runs.
+const COMPILE: &str = "import sys, json\n\
+out = []\n\
+for src in json.loads(sys.stdin.read()):\n\
+    try:\n\
+        compile(src, 'main.py', 'exec')\n\
+        out.append('1')\n\
+    except BaseException:\n\
+        out.append('0')\n\
+sys.stdout.write(''.join(out))\n";
+
+impl ProgramReader for Reader {
+    fn read(
+        &self,
+        parts: &[&[Row]],
+        skip: &HashSet<At>,
+        read_as: &HashMap<At, HashSet<String>>,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Vec<(String, At)>, Unread> {
+        self.read_programs(parts, skip, read_as, wanted)
+    }
+}
+
+impl Reader {
+    /// A reader running programs under the sandbox of the rsim binary `rsim` (an error: why
+    /// there is none, and every program that needs running is left unread).
+    pub fn new(rsim: Result<std::path::PathBuf, String>) -> Reader {
+        let mut rng = StdRng::seed_from_u64(rand::random());
+        Reader {
+            rsim,
+            probes: draw_probes(&mut rng),
+            table: OnceLock::new(),
+            remembered: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn read_programs(
+        &self,
+        parts: &[&[Row]],
+        skip: &HashSet<At>,
+        read_as: &HashMap<At, HashSet<String>>,
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Vec<(String, At)>, Unread> {
+        let mut firsts: Vec<(String, At)> = Vec::new();
+        let mut seen: HashSet<u64> = HashSet::new();
+        for (p, rows) in parts.iter().enumerate() {
+            for (i, row) in rows.iter().enumerate() {
+                if skip.contains(&(p, i)) {
+                    continue;
+                }
+                for c in candidates(row) {
+                    if seen.insert(hash_of(&c)) {
+                        firsts.push((c, (p, i)));
+                    }
+                }
+            }
+        }
+        let mut classes: Vec<(usize, Vec<u32>)> = Vec::new();
+        let mut unread: Vec<usize> = Vec::new();
+        {
+            let remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+            for (n, (c, _)) in firsts.iter().enumerate() {
+                match remembered.get(&hash_of(c)) {
+                    Some(class) => classes.push((n, class.clone())),
+                    None => unread.push(n),
+                }
+            }
+        }
+        if !unread.is_empty() {
+            let work =
+                std::env::temp_dir().join(format!("rsim-gate-{:016x}", rand::random::<u64>()));
+            let result = self.run_all(&work, &firsts, &unread, wanted);
+            let _ = std::fs::remove_dir_all(&work);
+            classes.extend(result?);
+        }
+        let mut found = Vec::new();
+        if let Some(table) = self.table.get() {
+            for (n, class) in classes {
+                let at = firsts[n].1;
+                for k in table.verdict(&class, read_as.get(&at)) {
+                    found.push((k, at));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn run_all(
+        &self,
+        work: &std::path::Path,
+        firsts: &[(String, At)],
+        todo: &[usize],
+        wanted: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Vec<(usize, Vec<u32>)>, Unread> {
+        let first_at = firsts[todo[0]].1;
+        let rsim = self.rsim.as_ref().map_err(|e| Unread {
+            at: first_at,
+            why: format!("this machine cannot run its program to read it: {e}"),
+        })?;
+        let runner = programs::Runner::with_rsim(
+            work,
+            std::path::Path::new(programs::PYTHON),
+            programs::LIMITS,
+            rsim.to_path_buf(),
+        )
+        .map_err(|e| Unread {
+            at: first_at,
+            why: format!(
+                "this machine cannot run its program to read it: {}",
+                e.message
+            ),
+        })?;
+        let compiles = self
+            .compiling(&runner, firsts, todo)
+            .map_err(|why| Unread { at: first_at, why })?;
+        if compiles.len() > MAX_RUNS {
+            return Err(Unread {
+                at: firsts[compiles[MAX_RUNS]].1,
+                why: format!(
+                    "the scan holds more than {MAX_RUNS} programs the gate cannot read without \
+                     running them"
+                ),
+            });
+        }
+        if compiles.is_empty() {
+            return Ok(Vec::new());
+        }
+        let table = self
+            .table
+            .get_or_init(|| Table::build(&self.probes, wanted));
+        let deadline = Instant::now() + TIME;
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let results: Mutex<Vec<(usize, Result<Reading, String>)>> = Mutex::new(Vec::new());
+        let workers = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 4);
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| {
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= compiles.len() || failed.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let n = compiles[k];
+                        let r = if Instant::now() > deadline {
+                            Err(format!(
+                                "the gate ran programs for {} s and this one was not reached",
+                                TIME.as_secs()
+                            ))
+                        } else {
+                            self.read_one(&runner, table, n, &firsts[n].0)
+                        };
+                        if r.is_err() {
+                            failed.store(true, Ordering::Relaxed);
+                        }
+                        results
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push((n, r));
+                    }
+                });
+            }
+        });
+        let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+        results.sort_by_key(|(n, _)| *n);
+        let mut found = Vec::new();
+        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        for (n, r) in results {
+            let (text, at) = &firsts[n];
+            match r {
+                Ok(Reading::Class(class)) => {
+                    if remembered.len() >= MAX_REMEMBERED {
+                        remembered.clear();
+                    }
+                    remembered.insert(hash_of(text), class.clone());
+                    found.push((n, class));
+                }
+                Ok(Reading::Stopped) => {
+                    return Err(Unread {
+                        at: *at,
+                        why: "its program ran past the evaluation's time limit on a probe input, \
+                              so what it prints is unknown"
+                            .into(),
+                    });
+                }
+                Err(why) => return Err(Unread { at: *at, why }),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Which of `todo` compile (positions into `firsts`).
+    fn compiling(
+        &self,
+        runner: &programs::Runner,
+        firsts: &[(String, At)],
+        todo: &[usize],
+    ) -> Result<Vec<usize>, String> {
+        let mut out = Vec::new();
+        for batch in todo.chunks(COMPILE_BATCH) {
+            let sources: Vec<&str> = batch.iter().map(|&n| firsts[n].0.as_str()).collect();
+            let input = serde_json::to_string(&sources).map_err(|e| e.to_string())?;
+            let ran = runner.output(0, COMPILE, &input).map_err(|e| {
+                format!(
+                    "this machine cannot run its program to read it: {}",
+                    e.message
+                )
+            })?;
+            match ran {
+                Ran::Printed(mask) if mask.len() == batch.len() => out.extend(
+                    batch
+                        .iter()
+                        .zip(mask.bytes())
+                        .filter(|(_, b)| *b == b'1')
+                        .map(|(n, _)| *n),
+                ),
+                // Whatever stopped the check, every one is run.
+                _ => out.extend_from_slice(batch),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Run one program on the probes, as far as its outputs could still be a protected
+    /// composition's.
+    fn read_one(
+        &self,
+        runner: &programs::Runner,
+        table: &Table,
+        n: usize,
+        program: &str,
+    ) -> Result<Reading, String> {
+        let mut outs: Vec<String> = Vec::with_capacity(PROBES);
+        for (i, probe) in self.probes.iter().enumerate() {
+            match runner
+                .output(n + 1, program, &format!("{probe}\n"))
+                .map_err(|e| format!("its program could not be run: {}", e.message))?
+            {
+                Ran::Printed(o) if table.protected_prints[i].contains(&hash_of(&o)) => outs.push(o),
+                Ran::Printed(_) | Ran::Failed => return Ok(Reading::Class(Vec::new())),
+                Ran::Stopped => return Ok(Reading::Stopped),
+            }
+        }
+        let outs: [String; PROBES] = match outs.try_into() {
+            Ok(o) => o,
+            Err(_) => return Ok(Reading::Class(Vec::new())),
+        };
+        Ok(Reading::Class(table.class(&outs)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_composition_is_named_as_the_string_ops_form_keys_its_specification() {
+        let mut all: Vec<Vec<u32>> = (0..KINDS).map(|k| vec![k]).collect();
+        for _ in 1..3 {
+            let longer: Vec<Vec<u32>> = all
+                .iter()
+                .filter(|ks| ks.len() == all.last().map_or(0, Vec::len))
+                .flat_map(|ks| {
+                    (0..KINDS).map(move |k| ks.iter().copied().chain([k]).collect::<Vec<u32>>())
+                })
+                .collect();
+            all.extend(longer);
+        }
+        assert_eq!(all.len(), 17 + 17 * 17 + 17 * 17 * 17);
+        for ks in all {
+            let ops: Vec<Op> = ks.iter().map(|&k| of_kind(k)).collect();
+            let id = ops.iter().fold(0, |id, &o| then(id, o));
+            assert_eq!(kinds(id), ks);
+            if ops.len() >= 2 {
+                let spec = crate::policy::canon::canonical(&code_tasks::prompt(&ops));
+                let key = crate::policy::string_ops::item_key(&spec);
+                assert_eq!(key, Some(name_of(id)), "{spec}");
+            }
+        }
+    }
+
+    fn ops(spec: &str) -> Vec<Op> {
+        let mut out = Vec::new();
+        for w in spec.split(';') {
+            let (name, arg) = w.split_once(' ').unwrap_or((w, ""));
+            let c = arg.chars().next().unwrap_or('a');
+            out.push(match name {
+                "rev" => Op::Rev,
+                "up" => Op::Up,
+                "dup" => Op::Dup,
+                "sort" => Op::Sort,
+                "take" => Op::Take(arg.parse().expect("count")),
+                "drop" => Op::Drop(arg.parse().expect("count")),
+                "del" => Op::Del(c),
+                "add" => Op::Add(c),
+                _ => Op::Pre(c),
+            });
+        }
+        out
+    }
+
+    fn outputs(probes: &[String; PROBES], spec: &str) -> [String; PROBES] {
+        std::array::from_fn(|i| code_tasks::run(&ops(spec), &probes[i]))
+    }
+
+    #[test]
+    fn probes_are_words_like_the_tests_inputs_holding_every_letter() {
+        let mut rng = StdRng::seed_from_u64(4);
+        for _ in 0..200 {
+            let p = draw_probes(&mut rng);
+            let letters: HashSet<char> = p.iter().flat_map(|w| w.chars()).collect();
+            assert_eq!(letters.len(), 26, "{p:?}");
+            assert!(p.iter().all(|w| (6..=9).contains(&w.len())), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn a_composition_matches_when_only_protected_ones_print_its_outputs() {
+        let probes = draw_probes(&mut StdRng::seed_from_u64(7));
+        let protected = [
+            "ops:del #;add #",
+            "ops:rev;up",
+            "ops:drop 2;drop 3",
+            "ops:take 4;sort;pre #",
+        ];
+        let wanted = |k: &str| protected.contains(&k);
+        let t = Table::build(&probes, &wanted);
+        let none = Vec::<String>::new();
+        let keys = |spec: &str, read_as: &[&str]| {
+            let r: HashSet<String> = read_as.iter().map(|s| s.to_string()).collect();
+            t.verdict(&t.class(&outputs(&probes, spec)), Some(&r))
+        };
+        // Any letters (the splits hold compositions apart with letters blanked), in a program
+        // the symbolic reading could not read.
+        assert_eq!(keys("del q;add r", &[]), ["ops:del #;add #"]);
+        assert_eq!(keys("del a;add a", &[]), ["ops:del #;add #"]);
+        assert_eq!(keys("take 4;sort;pre z", &[]), ["ops:take 4;sort;pre #"]);
+        // `rev;up` prints what the free `up;rev` prints: a program read as `up;rev` is that.
+        assert_eq!(keys("rev;up", &[]), ["ops:rev;up"]);
+        assert_eq!(keys("up;rev", &["ops:up;rev"]), none);
+        assert_eq!(keys("del q;add r", &["ops:add #;del #"]), none);
+        // `drop 5`, free and shorter, prints what `drop 2;drop 3` does: nothing protects it.
+        assert_eq!(keys("drop 2;drop 3", &[]), none);
+        // Free compositions, and a protected one's outputs on all probes but one.
+        assert_eq!(keys("del q;rev", &[]), none);
+        // Nothing printed, or one string whatever the input: no evidence of any item.
+        let protected = ["ops:take 1;drop 1", "ops:drop 5;drop 5;add #"];
+        let t = Table::build(&probes, &|k: &str| protected.contains(&k));
+        for spec in ["take 1;drop 1", "drop 5;drop 5;add x"] {
+            assert!(t.class(&outputs(&probes, spec)).is_empty(), "{spec}");
+        }
+        let mut mixed = outputs(&probes, "del q;add r");
+        mixed[3] = outputs(&probes, "del q;add s")[3].clone();
+        assert!(t.class(&mixed).is_empty());
+        // A reading ends early at an output no protected composition prints.
+        let first = outputs(&probes, "sort;dup")[0].clone();
+        assert!(!t.protected_prints[0].contains(&hash_of(&first)));
+    }
+
+    #[test]
+    fn a_generated_row_offers_no_candidate_and_anything_else_does() {
+        use crate::model::data::{CodeParams, CodeStyle};
+        for style in [CodeStyle::Steps, CodeStyle::Nested, CodeStyle::Named] {
+            let p = CodeParams {
+                style,
+                max_ops: 3,
+                n: 0,
+                seed: 5,
+            };
+            for r in code_tasks::code_stream(&p, 5).take(3000) {
+                assert_eq!(candidates(&r), Vec::<String>::new(), "{r:?}");
+            }
+        }
+        for r in code_tasks::pretraining_rows(600, 2) {
+            assert!(candidates(&r).is_empty(), "{r:?}");
+        }
+        let row = |p: &str, a: &str| Row {
+            prompt: p.into(),
+            answer: a.into(),
+        };
+        // One character off the generator's text, or another style: run.
+        for (p, a) in [
+            ("str rev;up>", "print(input()[::-1].upper());"),
+            ("str rev;up>", "print(input()[::-1].upper())#"),
+            ("str rev;up>", "s=input();print(s[::-1].upper())"),
+            ("str rev;up>", "print(input()[::-1].upper())\nprint(1)"),
+            ("str rev;take 6>", "print(input()[::-1][:6])"),
+            ("Q: reverse it\nA:", "print(''.join(reversed(input())))"),
+        ] {
+            let c = candidates(&row(p, a));
+            assert!(!c.is_empty(), "{p}{a}");
+        }
+        let c = candidates(&row(
+            "Q: reverse it\nA:",
+            "print(''.join(reversed(input())))",
+        ));
+        assert!(
+            c.contains(&"print(''.join(reversed(input())))".to_string()),
+            "{c:?}"
+        );
+        // A generated program after words of any kind: its operations are known.
+        let c = candidates(&row("Q: reverse it\nA:", "print(input()[::-1])"));
+        assert!(!c.contains(&"print(input()[::-1])".to_string()), "{c:?}");
+        // A row offers a bounded number.
+        let many = ">".repeat(200);
+        assert!(candidates(&row(&many, &"\n>x".repeat(200))).len() <= MAX_CANDIDATES);
+    }
+}
