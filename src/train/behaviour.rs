@@ -15,7 +15,7 @@
 //! - **How.** `programs::Runner::output`: the evaluation's own sandbox, interpreter, limits and
 //!   environment, one process per run, so a program cannot tell a probe's run from a test's but
 //!   by its input. Probes are drawn like the hidden tests' inputs (words of six to nine lowercase
-//!   letters), afresh for each scan index (each process), and together hold every letter, so
+//!   letters), afresh for each scan index (each process), and together hold each letter twice, so
 //!   that a deleted letter shows.
 //! - **Matching.** Every composition of up to `string_ops::MAX_OPS` of the generator's
 //!   operations (each count, each letter: 92 of them, 787,749 compositions with none) is run on
@@ -34,7 +34,7 @@
 //! other deleted letters), or only after telling a probe from a test some other way.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -46,8 +46,10 @@ use crate::policy::contamination::{At, ProgramReader, Unread};
 use crate::train::code_tasks::{self, Op};
 use crate::train::programs::{self, Ran};
 
-/// Probe inputs each program runs on.
-pub const PROBES: usize = 4;
+/// Probe inputs each program runs on. Four let `drop 5;rev;del i` pass as `drop 5;rev` about
+/// half the time (the one probe holding `i` held it among its first five letters); eight hold
+/// each letter twice, at two places.
+pub const PROBES: usize = 8;
 
 /// Distinct programs one scan runs at most; past them the rest are unread.
 pub const MAX_RUNS: usize = 4096;
@@ -139,10 +141,12 @@ fn name_of(id: u32) -> String {
     format!("ops:{}", names.join(";"))
 }
 
+/// A hash keyed at random for this process: programs' texts and outputs are the caller's, and
+/// with a known key two texts made to collide would be read as one (the second never run).
 fn hash_of(t: &impl Hash) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    t.hash(&mut h);
-    h.finish()
+    static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    KEYS.get_or_init(std::collections::hash_map::RandomState::new)
+        .hash_one(t)
 }
 
 /// What every composition prints on the probes.
@@ -281,22 +285,22 @@ pub struct Reader {
     remembered: Mutex<HashMap<u64, Vec<u32>>>,
 }
 
-/// Words like the hidden tests' inputs (six to nine lowercase letters) that together hold every
-/// letter: the alphabet shuffled and dealt out (seven, seven, six, six), each word then given
-/// up to two more letters at random and shuffled.
+/// Words like the hidden tests' inputs (six to nine lowercase letters, two of each length)
+/// that together hold every letter at least twice: the alphabet twice and eight letters more at
+/// random, shuffled and dealt out.
 fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
-    let mut letters: Vec<u8> = (b'a'..=b'z').collect();
+    const LENGTHS: [usize; PROBES] = [6, 7, 8, 9, 6, 7, 8, 9];
+    let mut letters: Vec<u8> = (b'a'..=b'z').chain(b'a'..=b'z').collect();
+    let total: usize = LENGTHS.iter().sum();
+    while letters.len() < total {
+        letters.push(b'a' + rng.random_range(0..26u8));
+    }
     shuffle(&mut letters, rng);
     let mut at = 0;
     std::array::from_fn(|i| {
-        let n = if i < 2 { 7 } else { 6 };
-        let mut w: Vec<u8> = letters[at..at + n].to_vec();
-        at += n;
-        for _ in 0..rng.random_range(0..=2usize) {
-            w.push(b'a' + rng.random_range(0..26u8));
-        }
-        shuffle(&mut w, rng);
-        String::from_utf8_lossy(&w).into_owned()
+        let w = &letters[at..at + LENGTHS[i]];
+        at += LENGTHS[i];
+        String::from_utf8_lossy(w).into_owned()
     })
 }
 
@@ -644,8 +648,10 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(4);
         for _ in 0..200 {
             let p = draw_probes(&mut rng);
-            let letters: HashSet<char> = p.iter().flat_map(|w| w.chars()).collect();
-            assert_eq!(letters.len(), 26, "{p:?}");
+            for l in 'a'..='z' {
+                let n: usize = p.iter().map(|w| w.matches(l).count()).sum();
+                assert!(n >= 2, "{l} in {p:?}");
+            }
             assert!(p.iter().all(|w| (6..=9).contains(&w.len())), "{p:?}");
         }
     }
@@ -686,7 +692,7 @@ mod tests {
             assert!(t.class(&outputs(&probes, spec)).is_empty(), "{spec}");
         }
         let mut mixed = outputs(&probes, "del q;add r");
-        mixed[3] = outputs(&probes, "del q;add s")[3].clone();
+        mixed[7] = outputs(&probes, "del q;add s")[7].clone();
         assert!(t.class(&mixed).is_empty());
         // A reading ends early at an output no protected composition prints.
         let first = outputs(&probes, "sort;dup")[0].clone();
