@@ -46,10 +46,10 @@ use crate::policy::contamination::{At, ProgramReader, Unread};
 use crate::train::code_tasks::{self, Op};
 use crate::train::programs::{self, Ran};
 
-/// Probe inputs each program runs on. Four let `drop 5;rev;del i` pass as `drop 5;rev` about
-/// half the time (the one probe holding `i` held it among its first five letters); eight hold
-/// each letter twice, at two places.
-pub const PROBES: usize = 8;
+/// Probe inputs each program runs on (see `draw_probes`). Four let `drop 5;rev;del i` pass as
+/// `drop 5;rev` about half the time (the one probe holding `i` held it among its first five
+/// letters).
+pub const PROBES: usize = 16;
 
 /// Distinct programs one scan runs at most; past them the rest are unread.
 pub const MAX_RUNS: usize = 4096;
@@ -143,7 +143,7 @@ fn name_of(id: u32) -> String {
 
 /// A hash keyed at random for this process: programs' texts and outputs are the caller's, and
 /// with a known key two texts made to collide would be read as one (the second never run).
-fn hash_of(t: &impl Hash) -> u64 {
+fn hash_of<T: Hash + ?Sized>(t: &T) -> u64 {
     static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
     KEYS.get_or_init(std::collections::hash_map::RandomState::new)
         .hash_one(t)
@@ -154,7 +154,8 @@ struct Table {
     /// The outputs on all probes → the composition printing them, or `MULTI | i` for several.
     by_outputs: HashMap<u64, u32>,
     multi: Vec<Vec<u32>>,
-    /// What some protected composition prints on each probe (a reading ends at any other).
+    /// What some protected composition prints on the first k+1 probes, at k (a reading ends
+    /// at any other).
     protected_prints: [HashSet<u64>; PROBES],
     /// The protected compositions, with their keys.
     protected: HashMap<u32, String>,
@@ -187,8 +188,8 @@ impl Table {
     fn walk(&mut self, ops: &[Op], id: u32, outs: &[String; PROBES]) {
         let protected = self.protected.contains_key(&id);
         if protected {
-            for (seen, out) in self.protected_prints.iter_mut().zip(outs) {
-                seen.insert(hash_of(out));
+            for (k, seen) in self.protected_prints.iter_mut().enumerate() {
+                seen.insert(hash_of(&outs[..=k]));
             }
         }
         let h = hash_of(outs);
@@ -285,23 +286,48 @@ pub struct Reader {
     remembered: Mutex<HashMap<u64, Vec<u32>>>,
 }
 
-/// Words like the hidden tests' inputs (six to nine lowercase letters, two of each length)
-/// that together hold every letter at least twice: the alphabet twice and eight letters more at
-/// random, shuffled and dealt out.
+/// Words like the hidden tests' inputs (six to nine lowercase letters, four of each length, each
+/// place's letter uniform over the alphabet) in which every letter stands among some word's first
+/// two and among some word's letters from the sixth on: a deleted letter shows after any `take`
+/// of two or more and after any `drop` (a test input holds its item's deleted letters at random
+/// places). The alphabet is dealt (shuffled, then letters at random to fill) into the 32 first
+/// places and again into the 40 places from the sixth; the rest are drawn at random.
 fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
-    const LENGTHS: [usize; PROBES] = [6, 7, 8, 9, 6, 7, 8, 9];
-    let mut letters: Vec<u8> = (b'a'..=b'z').chain(b'a'..=b'z').collect();
-    let total: usize = LENGTHS.iter().sum();
-    while letters.len() < total {
-        letters.push(b'a' + rng.random_range(0..26u8));
-    }
-    shuffle(&mut letters, rng);
-    let mut at = 0;
-    std::array::from_fn(|i| {
-        let w = &letters[at..at + LENGTHS[i]];
-        at += LENGTHS[i];
-        String::from_utf8_lossy(w).into_owned()
-    })
+    const LENGTHS: [usize; 4] = [6, 7, 8, 9];
+    const EARLY: usize = 2;
+    const LATE_FROM: usize = 5;
+    let mut dealt = |slots: usize| -> Vec<u8> {
+        let mut l: Vec<u8> = (b'a'..=b'z').collect();
+        while l.len() < slots {
+            l.push(b'a' + rng.random_range(0..26u8));
+        }
+        shuffle(&mut l, rng);
+        l
+    };
+    let lengths: [usize; PROBES] = std::array::from_fn(|i| LENGTHS[i % 4]);
+    let mut early = dealt(PROBES * EARLY).into_iter();
+    let mut late = dealt(lengths.iter().map(|l| l - LATE_FROM).sum()).into_iter();
+    let words: Vec<String> = lengths
+        .iter()
+        .map(|&len| {
+            let w: Vec<u8> = (0..len)
+                .map(|at| {
+                    let from = if at < EARLY {
+                        early.next()
+                    } else if at >= LATE_FROM {
+                        late.next()
+                    } else {
+                        None
+                    };
+                    from.unwrap_or_else(|| b'a' + rng.random_range(0..26u8))
+                })
+                .collect();
+            String::from_utf8_lossy(&w).into_owned()
+        })
+        .collect();
+    let mut order: Vec<u8> = (0..PROBES as u8).collect();
+    shuffle(&mut order, rng);
+    std::array::from_fn(|i| words[order[i] as usize].clone())
 }
 
 fn shuffle(v: &mut [u8], rng: &mut StdRng) {
@@ -576,9 +602,12 @@ impl Reader {
                 .output(n + 1, program, &format!("{probe}\n"))
                 .map_err(|e| format!("its program could not be run: {}", e.message))?
             {
-                Ran::Printed(o) if table.protected_prints[i].contains(&hash_of(&o)) => outs.push(o),
-                Ran::Printed(_) | Ran::Failed => return Ok(Reading::Class(Vec::new())),
+                Ran::Printed(o) => outs.push(o),
+                Ran::Failed => return Ok(Reading::Class(Vec::new())),
                 Ran::Stopped => return Ok(Reading::Stopped),
+            }
+            if !table.protected_prints[i].contains(&hash_of(&outs[..])) {
+                return Ok(Reading::Class(Vec::new()));
             }
         }
         let outs: [String; PROBES] = match outs.try_into() {
@@ -649,10 +678,18 @@ mod tests {
         for _ in 0..200 {
             let p = draw_probes(&mut rng);
             for l in 'a'..='z' {
-                let n: usize = p.iter().map(|w| w.matches(l).count()).sum();
-                assert!(n >= 2, "{l} in {p:?}");
+                let early = p.iter().any(|w| w.chars().take(2).any(|c| c == l));
+                let late = p.iter().any(|w| w.chars().skip(5).any(|c| c == l));
+                assert!(early && late, "{l} in {p:?}");
             }
             assert!(p.iter().all(|w| (6..=9).contains(&w.len())), "{p:?}");
+        }
+        // After `drop 5`, and after `take 2`, every letter is somewhere in what is left.
+        let p = draw_probes(&mut rng);
+        for l in 'a'..='z' {
+            for op in [Op::Drop(5), Op::Take(2)] {
+                assert!(p.iter().any(|w| op.apply(w).contains(l)), "{l} {op:?}");
+            }
         }
     }
 
@@ -687,16 +724,19 @@ mod tests {
         assert_eq!(keys("del q;rev", &[]), none);
         // Nothing printed, or one string whatever the input: no evidence of any item.
         let protected = ["ops:take 1;drop 1", "ops:drop 5;drop 5;add #"];
-        let t = Table::build(&probes, &|k: &str| protected.contains(&k));
+        let t2 = Table::build(&probes, &|k: &str| protected.contains(&k));
         for spec in ["take 1;drop 1", "drop 5;drop 5;add x"] {
-            assert!(t.class(&outputs(&probes, spec)).is_empty(), "{spec}");
+            assert!(t2.class(&outputs(&probes, spec)).is_empty(), "{spec}");
         }
         let mut mixed = outputs(&probes, "del q;add r");
-        mixed[7] = outputs(&probes, "del q;add s")[7].clone();
+        mixed[PROBES - 1] = outputs(&probes, "del q;add s")[PROBES - 1].clone();
         assert!(t.class(&mixed).is_empty());
         // A reading ends early at an output no protected composition prints.
-        let first = outputs(&probes, "sort;dup")[0].clone();
-        assert!(!t.protected_prints[0].contains(&hash_of(&first)));
+        let first = outputs(&probes, "sort;dup");
+        assert!(!t.protected_prints[0].contains(&hash_of(&first[..1])));
+        let first = outputs(&probes, "take 4;sort;pre q");
+        assert!(t.protected_prints[0].contains(&hash_of(&first[..1])));
+        assert!(t.protected_prints[PROBES - 1].contains(&hash_of(&first[..])));
     }
 
     #[test]
