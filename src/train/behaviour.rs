@@ -15,8 +15,8 @@
 //! - **How.** `programs::Runner::output`: the evaluation's own sandbox, interpreter, limits and
 //!   environment, one process per run, so a program cannot tell a probe's run from a test's but
 //!   by its input. Probes are drawn like the hidden tests' inputs (words of six to nine lowercase
-//!   letters), afresh for each scan index (each process), and together hold each letter twice, so
-//!   that a deleted letter shows.
+//!   letters), afresh for each scan index (each process), and every letter stands early in one
+//!   and late in another, so that a deleted letter shows (`draw_probes`).
 //! - **Matching.** Every composition of up to `string_ops::MAX_OPS` of the generator's
 //!   operations (each count, each letter: 92 of them, 787,749 compositions with none) is run on
 //!   the probes in Rust (`code_tasks::Op::apply`, the hidden outputs' reference semantics). A
