@@ -34,7 +34,7 @@
 //! other deleted letters), or only after telling a probe from a test some other way.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, Hash};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -144,9 +144,54 @@ fn name_of(id: u32) -> String {
 /// A hash keyed at random for this process: programs' texts and outputs are the caller's, and
 /// with a known key two texts made to collide would be read as one (the second never run).
 fn hash_of<T: Hash + ?Sized>(t: &T) -> u64 {
+    keys().hash_one(t)
+}
+
+fn keys() -> &'static std::collections::hash_map::RandomState {
     static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
     KEYS.get_or_init(std::collections::hash_map::RandomState::new)
-        .hash_one(t)
+}
+
+/// `op` applied to `from` (ASCII: the probes' letters, upper-cased by `up`) into `to`, as
+/// `Op::apply` computes it on text.
+fn apply_bytes(op: Op, from: &[u8], to: &mut Vec<u8>) {
+    to.clear();
+    match op {
+        Op::Rev => to.extend(from.iter().rev()),
+        Op::Up => to.extend(from.iter().map(u8::to_ascii_uppercase)),
+        Op::Dup => {
+            to.extend_from_slice(from);
+            to.extend_from_slice(from);
+        }
+        Op::Sort => {
+            to.extend_from_slice(from);
+            to.sort_unstable();
+        }
+        Op::Take(n) => to.extend_from_slice(&from[..from.len().min(usize::from(n))]),
+        Op::Drop(n) => to.extend_from_slice(&from[from.len().min(usize::from(n))..]),
+        Op::Del(c) => to.extend(from.iter().filter(|&&b| char::from(b) != c)),
+        Op::Add(c) => {
+            to.extend_from_slice(from);
+            to.push(c as u8);
+        }
+        Op::Pre(c) => {
+            to.push(c as u8);
+            to.extend_from_slice(from);
+        }
+    }
+}
+
+/// The hash of each probe's output and those before it (a reading's prefix), the last being
+/// the hash of them all.
+fn prefix_hashes<'a>(outs: impl Iterator<Item = &'a [u8]>) -> [u64; PROBES] {
+    let mut h = keys().build_hasher();
+    let mut out = [0u64; PROBES];
+    for (slot, o) in out.iter_mut().zip(outs) {
+        h.write(o);
+        h.write_u8(0xff);
+        *slot = h.finish();
+    }
+    out
 }
 
 /// What every composition prints on the probes.
@@ -181,18 +226,26 @@ impl Table {
             protected,
         };
         let ops = code_tasks::every_op();
-        t.walk(&ops, 0, probes);
+        // One buffer per depth and probe, reused: the walk allocates nothing per composition.
+        let mut bufs: Vec<[Vec<u8>; PROBES]> = (0..=crate::policy::string_ops::MAX_OPS)
+            .map(|_| std::array::from_fn(|_| Vec::with_capacity(96)))
+            .collect();
+        for (b, p) in bufs[0].iter_mut().zip(probes) {
+            b.extend_from_slice(p.as_bytes());
+        }
+        t.walk(&ops, 0, 0, &mut bufs);
         t
     }
 
-    fn walk(&mut self, ops: &[Op], id: u32, outs: &[String; PROBES]) {
-        let protected = self.protected.contains_key(&id);
-        if protected {
-            for (k, seen) in self.protected_prints.iter_mut().enumerate() {
-                seen.insert(hash_of(&outs[..=k]));
+    fn walk(&mut self, ops: &[Op], id: u32, depth: usize, bufs: &mut [[Vec<u8>; PROBES]]) {
+        let outs = &bufs[depth];
+        let hashes = prefix_hashes(outs.iter().map(Vec::as_slice));
+        if self.protected.contains_key(&id) {
+            for (seen, h) in self.protected_prints.iter_mut().zip(hashes) {
+                seen.insert(h);
             }
         }
-        let h = hash_of(outs);
+        let h = hashes[PROBES - 1];
         match self.by_outputs.get(&h).copied() {
             None => {
                 self.by_outputs.insert(h, id);
@@ -210,12 +263,15 @@ impl Table {
             }
             Some(_) => {}
         }
-        if kinds(id).len() >= crate::policy::string_ops::MAX_OPS {
+        if depth >= crate::policy::string_ops::MAX_OPS {
             return;
         }
         for &op in ops {
-            let next: [String; PROBES] = std::array::from_fn(|i| op.apply(&outs[i]));
-            self.walk(ops, then(id, op), &next);
+            let (done, rest) = bufs.split_at_mut(depth + 1);
+            for (from, to) in done[depth].iter().zip(rest[0].iter_mut()) {
+                apply_bytes(op, from, to);
+            }
+            self.walk(ops, then(id, op), depth + 1, bufs);
         }
     }
 
@@ -227,7 +283,10 @@ impl Table {
         if outs.iter().all(|o| *o == outs[0]) {
             return Vec::new();
         }
-        match self.by_outputs.get(&hash_of(outs)) {
+        match self
+            .by_outputs
+            .get(&prefix_hashes(outs.iter().map(String::as_bytes))[PROBES - 1])
+        {
             None => Vec::new(),
             Some(v) if v & MULTI != 0 => self.multi[(v & !MULTI) as usize].clone(),
             Some(v) => vec![*v],
@@ -606,7 +665,8 @@ impl Reader {
                 Ran::Failed => return Ok(Reading::Class(Vec::new())),
                 Ran::Stopped => return Ok(Reading::Stopped),
             }
-            if !table.protected_prints[i].contains(&hash_of(&outs[..])) {
+            let seen = prefix_hashes(outs.iter().map(String::as_bytes))[i];
+            if !table.protected_prints[i].contains(&seen) {
                 return Ok(Reading::Class(Vec::new()));
             }
         }
@@ -673,6 +733,23 @@ mod tests {
     }
 
     #[test]
+    fn operations_on_bytes_are_the_reference_semantics() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut to = Vec::new();
+        for _ in 0..300 {
+            let w: String = (0..rng.random_range(0..12usize))
+                .map(|_| char::from(b'a' + rng.random_range(0..26u8)))
+                .collect();
+            for op in code_tasks::every_op() {
+                for s in [w.clone(), w.to_uppercase()] {
+                    apply_bytes(op, s.as_bytes(), &mut to);
+                    assert_eq!(String::from_utf8_lossy(&to), op.apply(&s), "{op:?} {s}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn probes_are_words_like_the_tests_inputs_holding_every_letter() {
         let mut rng = StdRng::seed_from_u64(4);
         for _ in 0..200 {
@@ -732,11 +809,12 @@ mod tests {
         mixed[PROBES - 1] = outputs(&probes, "del q;add s")[PROBES - 1].clone();
         assert!(t.class(&mixed).is_empty());
         // A reading ends early at an output no protected composition prints.
-        let first = outputs(&probes, "sort;dup");
-        assert!(!t.protected_prints[0].contains(&hash_of(&first[..1])));
-        let first = outputs(&probes, "take 4;sort;pre q");
-        assert!(t.protected_prints[0].contains(&hash_of(&first[..1])));
-        assert!(t.protected_prints[PROBES - 1].contains(&hash_of(&first[..])));
+        let prefixes =
+            |spec: &str| prefix_hashes(outputs(&probes, spec).iter().map(|o| o.as_bytes()));
+        assert!(!t.protected_prints[0].contains(&prefixes("sort;dup")[0]));
+        let first = prefixes("take 4;sort;pre q");
+        assert!(t.protected_prints[0].contains(&first[0]));
+        assert!(t.protected_prints[PROBES - 1].contains(&first[PROBES - 1]));
     }
 
     #[test]
