@@ -6,8 +6,9 @@
 //! composition, however it is written.
 //!
 //! - **Which programs.** Every candidate a row offers a model to learn: the row's text, its
-//!   answer, each of their lines, and each of these after a `>` (where a specification ends and
-//!   an answer starts), trimmed. A candidate that is exactly what the family's generator writes
+//!   answer, each of their lines, and each of these after every `>` and `:` (where a
+//!   specification ends and an answer starts), trimmed — however many, up to `MAX_ROW_BYTES` of
+//!   them (a row offering more is unread). A candidate that is exactly what the family's generator writes
 //!   (`code_tasks::is_generated`: a program of one of its styles, after one of its
 //!   specifications or none) is not run: its operations are known, and the symbolic reading keys
 //!   it. Nor is a row the symbolic reading already matched. Candidates that do not compile are
@@ -57,11 +58,13 @@ pub const MAX_RUNS: usize = 4096;
 /// How long one scan runs programs at most; past it the rest are unread.
 pub const TIME: Duration = Duration::from_secs(180);
 
-/// Candidates one row offers at most (its text, answer and their lines, each after a `>`).
-const MAX_CANDIDATES: usize = 24;
+/// Bytes of program text one row may offer (its text, answer and lines, each cut after every
+/// `>` and `:`); a row offering more is unread. A cap on how many would let a row hide its
+/// program behind more lines or cuts than the cap.
+const MAX_ROW_BYTES: usize = 1 << 20;
 
-/// `>` positions a candidate is cut after at most.
-const MAX_CUTS: usize = 8;
+/// Bytes of distinct program text one scan holds; past it the rest is unread.
+const MAX_SCAN_BYTES: usize = 64 << 20;
 
 /// Programs compiled in one batch.
 const COMPILE_BATCH: usize = 2000;
@@ -395,29 +398,34 @@ fn shuffle(v: &mut [u8], rng: &mut StdRng) {
     }
 }
 
-/// The candidates a row offers (see the module's notes), generated lines left out.
-pub fn candidates(row: &Row) -> Vec<String> {
+/// The candidates a row offers (see the module's notes), generated lines left out; `None`
+/// when they come to more than `MAX_ROW_BYTES`.
+pub fn candidates(row: &Row) -> Option<Vec<String>> {
     let text = crate::model::data::training_text(row);
     let mut out: Vec<String> = Vec::new();
-    let mut add = |c: &str| {
-        let c = c.trim();
-        if out.len() < MAX_CANDIDATES
-            && !c.is_empty()
-            && !out.iter().any(|o| o == c)
-            && !code_tasks::is_generated(c)
-        {
-            out.push(c.to_string());
-        }
-    };
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut bytes = 0usize;
     for whole in [text.as_str(), row.answer.as_str()] {
         for piece in std::iter::once(whole).chain(whole.split('\n')) {
-            add(piece);
-            for (at, _) in piece.match_indices('>').take(MAX_CUTS) {
-                add(&piece[at + 1..]);
+            // A line the generator writes, cut anywhere, is the generator's text.
+            if code_tasks::is_generated(piece.trim()) {
+                continue;
+            }
+            let cuts = piece.match_indices(['>', ':']).map(|(at, _)| at + 1);
+            for at in std::iter::once(0).chain(cuts) {
+                let c = piece[at..].trim();
+                if c.is_empty() || !seen.insert(c) || code_tasks::is_generated(c) {
+                    continue;
+                }
+                bytes += c.len();
+                if bytes > MAX_ROW_BYTES {
+                    return None;
+                }
+                out.push(c.to_string());
             }
         }
     }
-    out
+    Some(out)
 }
 
 /// Compiles a JSON list of sources, printing `1` for each that compiles and `0` for each that
@@ -466,13 +474,34 @@ impl Reader {
     ) -> Result<Vec<(String, At)>, Unread> {
         let mut firsts: Vec<(String, At)> = Vec::new();
         let mut seen: HashSet<u64> = HashSet::new();
+        let mut bytes = 0usize;
         for (p, rows) in parts.iter().enumerate() {
             for (i, row) in rows.iter().enumerate() {
                 if skip.contains(&(p, i)) {
                     continue;
                 }
-                for c in candidates(row) {
+                let Some(offered) = candidates(row) else {
+                    return Err(Unread {
+                        at: (p, i),
+                        why: format!(
+                            "it offers more than {} MiB of program text (its lines, each cut \
+                             after every `>` and `:`)",
+                            MAX_ROW_BYTES >> 20
+                        ),
+                    });
+                };
+                for c in offered {
                     if seen.insert(hash_of(&c)) {
+                        bytes += c.len();
+                        if bytes > MAX_SCAN_BYTES {
+                            return Err(Unread {
+                                at: (p, i),
+                                why: format!(
+                                    "the scan holds more than {} MiB of distinct program text",
+                                    MAX_SCAN_BYTES >> 20
+                                ),
+                            });
+                        }
                         firsts.push((c, (p, i)));
                     }
                 }
@@ -828,11 +857,11 @@ mod tests {
                 seed: 5,
             };
             for r in code_tasks::code_stream(&p, 5).take(3000) {
-                assert_eq!(candidates(&r), Vec::<String>::new(), "{r:?}");
+                assert_eq!(candidates(&r), Some(Vec::new()), "{r:?}");
             }
         }
         for r in code_tasks::pretraining_rows(600, 2) {
-            assert!(candidates(&r).is_empty(), "{r:?}");
+            assert_eq!(candidates(&r), Some(Vec::new()), "{r:?}");
         }
         let row = |p: &str, a: &str| Row {
             prompt: p.into(),
@@ -847,22 +876,27 @@ mod tests {
             ("str rev;take 6>", "print(input()[::-1][:6])"),
             ("Q: reverse it\nA:", "print(''.join(reversed(input())))"),
         ] {
-            let c = candidates(&row(p, a));
+            let c = candidates(&row(p, a)).expect("a short row");
             assert!(!c.is_empty(), "{p}{a}");
         }
         let c = candidates(&row(
             "Q: reverse it\nA:",
             "print(''.join(reversed(input())))",
-        ));
+        ))
+        .expect("a short row");
         assert!(
             c.contains(&"print(''.join(reversed(input())))".to_string()),
             "{c:?}"
         );
         // A generated program after words of any kind: its operations are known.
-        let c = candidates(&row("Q: reverse it\nA:", "print(input()[::-1])"));
+        let c = candidates(&row("Q: reverse it\nA:", "print(input()[::-1])")).expect("short");
         assert!(!c.contains(&"print(input()[::-1])".to_string()), "{c:?}");
-        // A row offers a bounded number.
-        let many = ">".repeat(200);
-        assert!(candidates(&row(&many, &"\n>x".repeat(200))).len() <= MAX_CANDIDATES);
+        // A program behind any number of lines or cuts is offered; a row offering more program
+        // text than the gate reads is unread, not read in part.
+        let p = "print(''.join(reversed(input())))";
+        let hidden = format!("{}x>{p}", "a>b:".repeat(300));
+        let c = candidates(&row(&"q\n".repeat(300), &hidden)).expect("under the bound");
+        assert!(c.iter().any(|c| c == p), "{}", c.len());
+        assert_eq!(candidates(&row(&">".repeat(4000), "")), None);
     }
 }

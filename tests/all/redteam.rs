@@ -4424,10 +4424,21 @@ fn code_odd_steps(ops: &[(String, String)], indent: &str) -> String {
 fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
     let (_d, root) = crate::common::study_of("tiny-code");
     let test = protected_split(&root, "strings", "test");
-    let items: Vec<&Row> = test.iter().step_by(25).take(20).collect();
-    // Items whose composition a shorter one computes on every input like the tests' (a take or
-    // drop undone by no other step is the only such shape the family's splits hold: counted by
-    // running the reference semantics on many words).
+    // Items with a `del` after a `take` or `drop` are left out: whether the probes tell
+    // `take 1;del c` from `take 1` depends on where they hold `c` (`train::behaviour` places
+    // every letter early and late, not first).
+    let items: Vec<&Row> = test
+        .iter()
+        .filter(|r| {
+            let ops = code_ops(&r.prompt);
+            let cut = ops.iter().position(|(o, _)| o == "take" || o == "drop");
+            !cut.is_some_and(|c| ops[c..].iter().any(|(o, _)| o == "del"))
+        })
+        .step_by(30)
+        .take(12)
+        .collect();
+    // Items whose composition a shorter one computes on every word (`dup;take 3` is `take 3`,
+    // `up;del c` is `up`): counted by running the reference semantics on words.
     let reducible = items
         .iter()
         .filter(|r| {
