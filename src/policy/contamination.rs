@@ -592,10 +592,14 @@ impl<'a> Scanner<'a> {
             if self.ix.forms.contains(&NormalForm::StringOps) {
                 // Read from the text: its brackets, colons and quotes are the operations.
                 let mut keys = string_ops::spec_keys(text);
+                // What the row reads as: the compositions its specification names and its
+                // programs print (an honest `str up;rev>` row computes what a protected `rev;up`
+                // computes, in whatever spelling).
+                let mut read_as = keys.clone();
                 keys.extend(tail.programs.read(text));
-                let printed = std::mem::take(&mut tail.programs.printed);
-                if !printed.is_empty() {
-                    found.read_as.entry(at).or_default().extend(printed);
+                read_as.append(&mut tail.programs.printed);
+                if !read_as.is_empty() {
+                    found.read_as.entry(at).or_default().extend(read_as);
                 }
                 for k in keys {
                     if self.ix.keys.contains(&k) {

@@ -66,8 +66,9 @@ const MAX_ROW_BYTES: usize = 1 << 20;
 /// Bytes of distinct program text one scan holds; past it the rest is unread.
 const MAX_SCAN_BYTES: usize = 64 << 20;
 
-/// Programs compiled in one batch.
+/// Programs compiled in one batch, and their bytes.
 const COMPILE_BATCH: usize = 2000;
+const COMPILE_BYTES: usize = 4 << 20;
 
 /// Readings remembered (by the program's text) for later scans with the same probes.
 const MAX_REMEMBERED: usize = 1 << 16;
@@ -236,17 +237,35 @@ impl Table {
         for (b, p) in bufs[0].iter_mut().zip(probes) {
             b.extend_from_slice(p.as_bytes());
         }
-        t.walk(&ops, 0, 0, &mut bufs);
+        let mut printed_by_protected = Vec::new();
+        t.walk(&ops, 0, 0, &mut bufs, &mut printed_by_protected);
+        // A reading goes on only while its outputs so far are those of a protected composition
+        // that would match (no free one of fewer operations printing the same: `take 3`'s
+        // outputs are `dup;take 3`'s, and a program printing them never matches).
+        for hashes in printed_by_protected {
+            let class = t.class_of(hashes[PROBES - 1]);
+            if !t.verdict(&class, None).is_empty() {
+                for (seen, h) in t.protected_prints.iter_mut().zip(hashes) {
+                    seen.insert(h);
+                }
+            }
+        }
         t
     }
 
-    fn walk(&mut self, ops: &[Op], id: u32, depth: usize, bufs: &mut [[Vec<u8>; PROBES]]) {
+    fn walk(
+        &mut self,
+        ops: &[Op],
+        id: u32,
+        depth: usize,
+        bufs: &mut [[Vec<u8>; PROBES]],
+        printed_by_protected: &mut Vec<[u64; PROBES]>,
+    ) {
         let outs = &bufs[depth];
         let hashes = prefix_hashes(outs.iter().map(Vec::as_slice));
-        if self.protected.contains_key(&id) {
-            for (seen, h) in self.protected_prints.iter_mut().zip(hashes) {
-                seen.insert(h);
-            }
+        // (One output on every probe is no evidence: `class`.)
+        if self.protected.contains_key(&id) && outs.iter().any(|o| *o != outs[0]) {
+            printed_by_protected.push(hashes);
         }
         let h = hashes[PROBES - 1];
         match self.by_outputs.get(&h).copied() {
@@ -274,7 +293,7 @@ impl Table {
             for (from, to) in done[depth].iter().zip(rest[0].iter_mut()) {
                 apply_bytes(op, from, to);
             }
-            self.walk(ops, then(id, op), depth + 1, bufs);
+            self.walk(ops, then(id, op), depth + 1, bufs, printed_by_protected);
         }
     }
 
@@ -286,10 +305,12 @@ impl Table {
         if outs.iter().all(|o| *o == outs[0]) {
             return Vec::new();
         }
-        match self
-            .by_outputs
-            .get(&prefix_hashes(outs.iter().map(String::as_bytes))[PROBES - 1])
-        {
+        self.class_of(prefix_hashes(outs.iter().map(String::as_bytes))[PROBES - 1])
+    }
+
+    /// Every composition whose outputs on all probes hash to `h`.
+    fn class_of(&self, h: u64) -> Vec<u32> {
+        match self.by_outputs.get(&h) {
             None => Vec::new(),
             Some(v) if v & MULTI != 0 => self.multi[(v & !MULTI) as usize].clone(),
             Some(v) => vec![*v],
@@ -430,15 +451,16 @@ pub fn candidates(row: &Row) -> Option<Vec<String>> {
 
 /// Compiles a JSON list of sources, printing `1` for each that compiles and `0` for each that
 /// does not; nothing of them runs.
-const COMPILE: &str = "import sys, json\n\
-out = []\n\
-for src in json.loads(sys.stdin.read()):\n\
-    try:\n\
-        compile(src, 'main.py', 'exec')\n\
-        out.append('1')\n\
-    except BaseException:\n\
-        out.append('0')\n\
-sys.stdout.write(''.join(out))\n";
+const COMPILE: &str = r#"import sys, json
+out = []
+for src in json.loads(sys.stdin.read()):
+    try:
+        compile(src, '<string>', 'exec')
+        out.append('1')
+    except BaseException:
+        out.append('0')
+sys.stdout.write(''.join(out))
+"#;
 
 impl ProgramReader for Reader {
     fn read(
@@ -596,14 +618,7 @@ impl Reader {
                             break;
                         }
                         let n = compiles[k];
-                        let r = if Instant::now() > deadline {
-                            Err(format!(
-                                "the gate ran programs for {} s and this one was not reached",
-                                TIME.as_secs()
-                            ))
-                        } else {
-                            self.read_one(&runner, table, n, &firsts[n].0)
-                        };
+                        let r = self.read_one(&runner, table, n, &firsts[n].0, deadline);
                         if r.is_err() {
                             failed.store(true, Ordering::Relaxed);
                         }
@@ -643,7 +658,8 @@ impl Reader {
         Ok(found)
     }
 
-    /// Which of `todo` compile (positions into `firsts`).
+    /// Which of `todo` compile (positions into `firsts`), checked in batches of at most
+    /// `COMPILE_BATCH` programs and `COMPILE_BYTES` bytes.
     fn compiling(
         &self,
         runner: &programs::Runner,
@@ -651,28 +667,64 @@ impl Reader {
         todo: &[usize],
     ) -> Result<Vec<usize>, String> {
         let mut out = Vec::new();
-        for batch in todo.chunks(COMPILE_BATCH) {
-            let sources: Vec<&str> = batch.iter().map(|&n| firsts[n].0.as_str()).collect();
-            let input = serde_json::to_string(&sources).map_err(|e| e.to_string())?;
-            let ran = runner.output(0, COMPILE, &input).map_err(|e| {
-                format!(
-                    "this machine cannot run its program to read it: {}",
-                    e.message
-                )
-            })?;
-            match ran {
-                Ran::Printed(mask) if mask.len() == batch.len() => out.extend(
+        let mut batch: Vec<usize> = Vec::new();
+        let mut bytes = 0;
+        for &n in todo {
+            if !batch.is_empty()
+                && (batch.len() >= COMPILE_BATCH || bytes + firsts[n].0.len() > COMPILE_BYTES)
+            {
+                self.check_batch(runner, firsts, &batch, &mut out)?;
+                batch.clear();
+                bytes = 0;
+            }
+            bytes += firsts[n].0.len();
+            batch.push(n);
+        }
+        if !batch.is_empty() {
+            self.check_batch(runner, firsts, &batch, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// One batch of `compiling`: a batch whose check does not end well (a source that stops
+    /// the compiler, past its memory or time) is checked again in halves, and one such
+    /// source alone is run as if it compiled.
+    fn check_batch(
+        &self,
+        runner: &programs::Runner,
+        firsts: &[(String, At)],
+        batch: &[usize],
+        out: &mut Vec<usize>,
+    ) -> Result<(), String> {
+        let sources: Vec<&str> = batch.iter().map(|&n| firsts[n].0.as_str()).collect();
+        let input = serde_json::to_string(&sources).map_err(|e| e.to_string())?;
+        let ran = runner.output(0, COMPILE, &input).map_err(|e| {
+            format!(
+                "this machine cannot run its program to read it: {}",
+                e.message
+            )
+        })?;
+        match ran {
+            Ran::Printed(mask) if mask.len() == batch.len() => {
+                out.extend(
                     batch
                         .iter()
                         .zip(mask.bytes())
                         .filter(|(_, b)| *b == b'1')
                         .map(|(n, _)| *n),
-                ),
-                // Whatever stopped the check, every one is run.
-                _ => out.extend_from_slice(batch),
+                );
+                Ok(())
+            }
+            _ if batch.len() == 1 => {
+                out.push(batch[0]);
+                Ok(())
+            }
+            _ => {
+                let (a, b) = batch.split_at(batch.len() / 2);
+                self.check_batch(runner, firsts, a, out)?;
+                self.check_batch(runner, firsts, b, out)
             }
         }
-        Ok(out)
     }
 
     /// Run one program on the probes, as far as its outputs could still be a protected
@@ -683,9 +735,16 @@ impl Reader {
         table: &Table,
         n: usize,
         program: &str,
+        deadline: Instant,
     ) -> Result<Reading, String> {
         let mut outs: Vec<String> = Vec::with_capacity(PROBES);
         for (i, probe) in self.probes.iter().enumerate() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the gate ran programs for {} s and this one was not read to the end",
+                    TIME.as_secs()
+                ));
+            }
             match runner
                 .output(n + 1, program, &format!("{probe}\n"))
                 .map_err(|e| format!("its program could not be run: {}", e.message))?
@@ -762,6 +821,41 @@ mod tests {
     }
 
     #[test]
+    fn the_compile_check_names_exactly_the_sources_that_compile() {
+        // Run directly (the sandbox's wrapper is rsim's, not a test harness's): the check is the
+        // script's own logic. A check that failed would have every source run.
+        let python = std::path::Path::new(programs::PYTHON);
+        if !python.exists() {
+            eprintln!("skipping: no {}", python.display());
+            return;
+        }
+        let sources = [
+            "print(input()[::-1])",
+            "0 apples",
+            "def f(s):\n    return s\nprint(f(input()))",
+            "Q: what is 2 plus 2?",
+            "x=1",
+            "print(\u{0})",
+            &"(".repeat(5000),
+        ];
+        let mut child = std::process::Command::new(python)
+            .args(["-I", "-S", "-B", "-c", COMPILE])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python runs");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(serde_json::to_string(&sources).expect("json").as_bytes())
+            .expect("write");
+        let out = child.wait_with_output().expect("output");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "1010100");
+    }
+
+    #[test]
     fn operations_on_bytes_are_the_reference_semantics() {
         let mut rng = StdRng::seed_from_u64(3);
         let mut to = Vec::new();
@@ -829,6 +923,11 @@ mod tests {
         // Free compositions, and a protected one's outputs on all probes but one.
         assert_eq!(keys("del q;rev", &[]), none);
         // Nothing printed, or one string whatever the input: no evidence of any item.
+        // `take 3` prints what the protected `dup;take 3` prints, and is free: a program printing
+        // it is read no further than its first probe.
+        let t3 = Table::build(&probes, &|k: &str| k == "ops:dup;take 3");
+        let take3 = prefix_hashes(outputs(&probes, "take 3").iter().map(|o| o.as_bytes()));
+        assert!(!t3.protected_prints[0].contains(&take3[0]));
         let protected = ["ops:take 1;drop 1", "ops:drop 5;drop 5;add #"];
         let t2 = Table::build(&probes, &|k: &str| protected.contains(&k));
         for spec in ["take 1;drop 1", "drop 5;drop 5;add x"] {

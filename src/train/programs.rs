@@ -7,9 +7,11 @@
 //! sandbox.
 //!
 //! Each run is one process under `rsim job sandbox` (a sandbox inside the evaluation job's own):
-//! - files: the system's directories and its own fresh directory (holding only `main.py`) to
-//!   read, nothing to write but `/dev/null` (no file it could fill a disk with); nothing of the
-//!   study, the job, the eval set or `/proc` of any process;
+//! - files: the system's directories to read, nothing to write but `/dev/null` (no file it
+//!   could fill a disk with); nothing of the study, the job, the eval set or `/proc` of any
+//!   process. The program is its `-c` argument, its working directory and `HOME` are `/`: where
+//!   it runs — an evaluation's job or the contamination gate (`train::behaviour`), which reads a
+//!   dataset's programs by running them so — shows nowhere it can look;
 //! - no network (Landlock denies every TCP connect and bind; the job's network namespace, where
 //!   the machine gives one, holds no interface but loopback);
 //! - no new processes (seccomp: fork, vfork and clone without `CLONE_THREAD` fail), so no fork
@@ -82,6 +84,9 @@ pub struct Limits {
     pub output_bytes: usize,
     pub file_kb: u64,
 }
+
+/// The longest program a run takes (its `-c` argument; an argument is at most 128 KiB).
+pub const MAX_PROGRAM_BYTES: usize = 100 << 10;
 
 pub const LIMITS: Limits = Limits {
     wall: Duration::from_secs(5),
@@ -247,21 +252,18 @@ impl Runner {
     }
 
     fn run(&self, idx: usize, program: &str, input: &str) -> Result<Run> {
-        let dir = self.work.join(format!("p{idx}"));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).at("cannot clear", &dir)?;
+        if program.len() > MAX_PROGRAM_BYTES {
+            return Err(Error::invalid(format!(
+                "{METRIC}: a program of {} bytes is longer than the {} KiB a run takes",
+                program.len(),
+                MAX_PROGRAM_BYTES >> 10
+            )));
         }
-        std::fs::create_dir_all(&dir).at("cannot create", &dir)?;
-        std::fs::write(dir.join("main.py"), program).at("cannot write", &dir)?;
         let mut read: Vec<PathBuf> = crate::jobs::sandbox::SYSTEM_READ
             .iter()
             .map(PathBuf::from)
             .collect();
-        read.extend([
-            PathBuf::from("/dev/urandom"),
-            self.python.clone(),
-            dir.clone(),
-        ]);
+        read.extend([PathBuf::from("/dev/urandom"), self.python.clone()]);
         // It writes nowhere (stdout is a pipe): not even its own directory, so no program can
         // fill a disk one file-size limit at a time.
         let sb = Sandbox {
@@ -286,11 +288,11 @@ impl Runner {
             .arg(&sb_file)
             .arg("--")
             .arg(&self.python)
-            .args(["-I", "-S", "-B", "main.py"])
-            .current_dir(&dir)
+            .args(["-I", "-S", "-B", "-c", program])
+            .current_dir("/")
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
-            .env("HOME", &dir)
+            .env("HOME", "/")
             .env("LANG", "C.UTF-8")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -350,7 +352,6 @@ impl Runner {
         let _ = feeder.join();
         let (stdout, over_output) = out_reader.join().unwrap_or_default();
         let (stderr, _) = err_reader.join().unwrap_or_default();
-        let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_file(&sb_file);
         if status.and_then(|s| s.code()) == Some(crate::jobs::sandbox::REFUSED_EXIT) {
             return Err(Error::invalid(format!(

@@ -4491,6 +4491,19 @@ fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
                 code_odd_steps(ops, "    ")
             )
         }),
+        // A red-team helper's: the gate's runs had a directory of their own (`rsim-gate-…`), an
+        // evaluation's another, so a program printed the item only where it was not the gate
+        // (100 of 100 items through). Programs run in `/` now, wherever they run.
+        (
+            "correct only where the working directory is not the gate's",
+            |ops| {
+                format!(
+                    "import os\ndef f(s):\n{}\n    return s\nt=f(input())\n\
+                 print(t+'!'*('rsim-gate' in os.getcwd()+os.environ.get('HOME','')))",
+                    code_odd_steps(ops, "    ")
+                )
+            },
+        ),
     ];
     let s = open(&root);
     for (i, (what, form)) in forms.iter().enumerate() {
@@ -4523,6 +4536,29 @@ fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
         );
         assert!(e.message.contains("behaviour"), "{}", e.message);
     }
+    // Compositions no split holds, in the same spellings, with their specifications: honest
+    // rows (the specification names what the program computes: `str up;rev>` computes what a
+    // protected `rev;up` computes, and is free).
+    let held: std::collections::HashSet<String> = ["dev", "test", "sealed", "dev_twin"]
+        .iter()
+        .flat_map(|sp| protected_split(&root, "strings", sp))
+        .map(|r| rsi_master::train::code_tasks::composition_key(&r.prompt))
+        .collect();
+    let params = rsi_master::model::data::CodeParams {
+        style: rsi_master::model::data::CodeStyle::Steps,
+        max_ops: 3,
+        n: 0,
+        seed: 11,
+    };
+    let free: Vec<(String, String)> = rsi_master::train::code_tasks::code_stream(&params, 11)
+        .filter(|r| !held.contains(&rsi_master::train::code_tasks::composition_key(&r.prompt)))
+        .take(60)
+        .map(|r| (r.prompt.clone(), (forms[2].1)(&code_ops(&r.prompt))))
+        .collect();
+    let who = Caller::new("honest-free", Role::Worker);
+    let node = branch_as(&s, &who, "free compositions, odd spellings");
+    s.call(&who, "register_dataset", inline(&node, "free", free))
+        .unwrap_or_else(|e| panic!("free compositions train: {}", e.message));
     // Single operations in the same spellings, with their specifications: honest rows.
     let who = Caller::new("honest", Role::Worker);
     let node = branch_as(&s, &who, "single operations, odd spellings");
