@@ -2,37 +2,40 @@
 //! (`string_ops::Programs`) reads a program's text symbolically, and fails open on any spelling
 //! it does not know (`min(3,len(s))`, `ljust`, a function, a loop, `exec`). This one runs each
 //! program a row holds, as an evaluation runs it, on probe inputs, and a program whose outputs
-//! are those of a protected composition — and of no composition a split leaves free — is that
-//! composition, however it is written.
+//! are those of a protected composition is that composition, however it is written.
 //!
 //! - **Which programs.** Every candidate a row offers a model to learn: the row's text, its
 //!   answer, each of their lines, and each of these after every `>` and `:` (where a
-//!   specification ends and an answer starts), trimmed — however many, up to `MAX_ROW_BYTES` of
-//!   them (a row offering more is unread). A candidate that is exactly what the family's generator writes
-//!   (`code_tasks::is_generated`: a program of one of its styles, after one of its
-//!   specifications or none) is not run: its operations are known, and the symbolic reading keys
-//!   it. Nor is a row the symbolic reading already matched. Candidates that do not compile are
-//!   dropped by one batched `compile` in the same sandbox (compiling runs nothing of them).
+//!   specification ends and an answer starts), trimmed — however many, up to `MAX_ROW_BYTES`
+//!   of them (a row offering more is unread). A line that is exactly what the family's
+//!   generator writes (`code_tasks::is_generated`: a program of one of its styles, after one
+//!   of its specifications or none) is not run: its operations are known, and the symbolic
+//!   reading keys it. Nor is a row the symbolic reading already matched. Candidates that do not
+//!   compile are dropped by a batched `compile` in the same sandbox (compiling runs nothing).
 //! - **How.** `programs::Runner::output`: the evaluation's own sandbox, interpreter, limits and
-//!   environment, one process per run, so a program cannot tell a probe's run from a test's but
-//!   by its input. Probes are drawn like the hidden tests' inputs (words of six to nine lowercase
-//!   letters), afresh for each scan index (each process), and every letter stands early in one
-//!   and late in another, so that a deleted letter shows (`draw_probes`).
+//!   environment, one process per run, the source as `-c` and `/` as directory and home in
+//!   both, so a program cannot tell a probe's run from a test's by where it runs. Probes are
+//!   drawn like the hidden tests' inputs (words of six to nine lowercase letters), afresh for
+//!   each scan index (each process), and every letter stands early in one and late in another,
+//!   so that a deleted letter shows (`draw_probes`).
 //! - **Matching.** Every composition of up to `string_ops::MAX_OPS` of the generator's
 //!   operations (each count, each letter: 92 of them, 787,749 compositions with none) is run on
 //!   the probes in Rust (`code_tasks::Op::apply`, the hidden outputs' reference semantics). A
-//!   program's outputs name the compositions that print them; they match when every one of
-//!   those is protected (`up;rev` prints what `rev;up` prints: if a split leaves either free, an
-//!   honest row may compute it, and it is no evidence of the other). A run on the first probe
-//!   whose output no protected composition prints ends a program's reading.
+//!   program's outputs name the compositions that print them (its class), and `Table::verdict`
+//!   decides: no match when a free composition of fewer operations is among them (`dup;take 3`
+//!   prints what `take 3` prints) or when the row reads — by its specification or its program
+//!   read symbolically — as a free one among them (`str up;rev>`, where `rev;up` is protected);
+//!   else the protected ones of the fewest operations. One output on every probe is no
+//!   evidence. A reading ends at the first probe whose outputs so far no protected composition
+//!   that would match prints.
 //! - **Fail closed.** A program stopped by a time limit (which depends on load: it might pass
-//!   an evaluation), a scan past `MAX_RUNS` programs or `TIME`, or a machine that cannot run
-//!   programs in the sandbox leaves the row unread, and an unread row is refused, naming why
-//!   (`Unread`).
+//!   an evaluation), a scan past `MAX_RUNS` programs, `TIME` or its bytes, or a machine that
+//!   cannot run programs in the sandbox leaves the row unread, and an unread row is refused,
+//!   naming why (`Unread`).
 //!
-//! Not read: a program that prints an item's outputs only for inputs the probes do not hold (a
-//! test input's deleted letter, when the probe holding that letter does not hold the item's
-//! other deleted letters), or only after telling a probe from a test some other way.
+//! Not read: a program that prints a `del` item's outputs only for inputs holding its deleted
+//! letters (as every test input does, and about a quarter of the probes), or only after telling
+//! a probe from a test some other way (the time, the machine, chance).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
