@@ -53,3 +53,9 @@ pub fn signing_key_path(root: &Path) -> PathBuf {
 pub fn secret_path(root: &Path) -> PathBuf {
     state_dir(root).join("secret")
 }
+
+/// What the contamination gate read each program it ran as, on the study's probes
+/// (`train::behaviour::Reader`): one JSON line a program.
+pub fn gate_readings_path(root: &Path) -> PathBuf {
+    state_dir(root).join("gate-readings.jsonl")
+}

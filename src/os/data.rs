@@ -183,13 +183,26 @@ impl Study {
             _ => {
                 let ix = std::sync::Arc::new(ScanIndex::new(sets, self.scan_config()));
                 // A code task's programs are read by running them too, under this rsim's
-                // sandbox, on probes drawn for this index.
+                // sandbox, on the study's probes: drawn from its secret (kept for the study's
+                // life, known to no one outside it), their readings kept beside it; without a
+                // secret, fresh ones, remembered by no file.
                 let rsim = self
                     .rsim_bin
                     .clone()
                     .map_or_else(crate::os::current_rsim, Ok);
+                let (seed, store) = match self.secret() {
+                    Ok(mut salted) => {
+                        salted.extend_from_slice(b"/behaviour-probes");
+                        let h = crate::util::hash::sha256_hex(&salted);
+                        let seed = u64::from_str_radix(&h[..16], 16).unwrap_or(0);
+                        (seed, Some(paths::gate_readings_path(&self.root)))
+                    }
+                    Err(_) => (rand::random(), None),
+                };
                 let reader = std::sync::Arc::new(crate::train::behaviour::Reader::new(
                     rsim.map_err(|e| e.message),
+                    seed,
+                    store,
                 ));
                 *seen = Some((sets.clone(), ix.clone(), reader.clone()));
                 (ix, reader)

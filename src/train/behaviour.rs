@@ -73,8 +73,12 @@ const MAX_SCAN_BYTES: usize = 64 << 20;
 const COMPILE_BATCH: usize = 2000;
 const COMPILE_BYTES: usize = 4 << 20;
 
-/// Readings remembered (by the program's text) for later scans with the same probes.
+/// Readings remembered (by the program's text) for later scans with the same probes, in memory
+/// and in the study's readings file (`Reader::new`).
 const MAX_REMEMBERED: usize = 1 << 16;
+
+/// The longest readings file read back.
+const MAX_STORE_BYTES: u64 = 64 << 20;
 
 /// The operation kinds with their counts, letters blanked: a composition's key is its kinds.
 const KINDS: u32 = 17;
@@ -369,7 +373,29 @@ pub struct Reader {
     rsim: Result<std::path::PathBuf, String>,
     probes: [String; PROBES],
     table: OnceLock<Table>,
-    remembered: Mutex<HashMap<u64, Vec<u32>>>,
+    remembered: Mutex<Remembered>,
+    /// The study's readings file, and the probes' tag its lines carry.
+    store: Option<std::path::PathBuf>,
+    tag: String,
+}
+
+/// Readings by the sha256 of the program's text (its class), and whether the study's file was
+/// read in.
+#[derive(Default)]
+struct Remembered {
+    loaded: bool,
+    classes: HashMap<String, Vec<u32>>,
+}
+
+/// One line of the readings file.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredReading {
+    /// The probes' tag (`Reader::tag`): a line read on other probes is not this reader's.
+    p: String,
+    /// The program text's sha256.
+    s: String,
+    /// Its class.
+    c: Vec<u32>,
 }
 
 /// Words like the hidden tests' inputs (six to nine lowercase letters, four of each length, each
@@ -480,13 +506,80 @@ impl ProgramReader for Reader {
 impl Reader {
     /// A reader running programs under the sandbox of the rsim binary `rsim` (an error: why
     /// there is none, and every program that needs running is left unread).
-    pub fn new(rsim: Result<std::path::PathBuf, String>) -> Reader {
-        let mut rng = StdRng::seed_from_u64(rand::random());
+    ///
+    /// The probes are drawn from `seed` (the OS gives one from the study's secret, so a study
+    /// keeps its probes and no one outside it knows them), and what each program read as is kept
+    /// in `store` (in `.rsim/`, never in the record), so a `run_sft` or `rsim audit` in another
+    /// process reads a union without running its programs again.
+    pub fn new(
+        rsim: Result<std::path::PathBuf, String>,
+        seed: u64,
+        store: Option<std::path::PathBuf>,
+    ) -> Reader {
+        let probes = draw_probes(&mut StdRng::seed_from_u64(seed));
+        let tag = crate::util::hash::sha256_hex(probes.join(",").as_bytes())[..16].to_string();
         Reader {
             rsim,
-            probes: draw_probes(&mut rng),
+            probes,
             table: OnceLock::new(),
-            remembered: Mutex::new(HashMap::new()),
+            remembered: Mutex::new(Remembered::default()),
+            store,
+            tag,
+        }
+    }
+
+    /// The readings file's lines for these probes (read once; a line that does not parse is
+    /// skipped).
+    fn load(&self, into: &mut Remembered) {
+        into.loaded = true;
+        let Some(path) = &self.store else {
+            return;
+        };
+        let Ok(text) = crate::util::file::read_regular_text(path, MAX_STORE_BYTES) else {
+            return;
+        };
+        for line in text.lines() {
+            if into.classes.len() >= MAX_REMEMBERED {
+                break;
+            }
+            if let Ok(r) = serde_json::from_str::<StoredReading>(line)
+                && r.p == self.tag
+            {
+                into.classes.insert(r.s, r.c);
+            }
+        }
+    }
+
+    /// Append readings to the study's file (one write; a file that cannot be written is left).
+    fn keep(&self, readings: &[(String, Vec<u32>)]) {
+        let Some(path) = &self.store else {
+            return;
+        };
+        let mut buf = String::new();
+        for (sha, class) in readings {
+            let line = StoredReading {
+                p: self.tag.clone(),
+                s: sha.clone(),
+                c: class.clone(),
+            };
+            if let Ok(l) = serde_json::to_string(&line) {
+                buf.push_str(&l);
+                buf.push('\n');
+            }
+        }
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let written = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .and_then(|mut f| f.write_all(buf.as_bytes()));
+        if let Err(e) = written {
+            eprintln!(
+                "rsim: cannot keep the gate's readings in {}: {e}",
+                path.display()
+            );
         }
     }
 
@@ -535,9 +628,15 @@ impl Reader {
         let mut classes: Vec<(usize, Vec<u32>)> = Vec::new();
         let mut unread: Vec<usize> = Vec::new();
         {
-            let remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+            let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+            if !remembered.loaded {
+                self.load(&mut remembered);
+            }
             for (n, (c, _)) in firsts.iter().enumerate() {
-                match remembered.get(&hash_of(c)) {
+                match remembered
+                    .classes
+                    .get(&crate::util::hash::sha256_hex(c.as_bytes()))
+                {
                     Some(class) => classes.push((n, class.clone())),
                     None => unread.push(n),
                 }
@@ -636,18 +735,22 @@ impl Reader {
         let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
         results.sort_by_key(|(n, _)| *n);
         let mut found = Vec::new();
+        let mut fresh: Vec<(String, Vec<u32>)> = Vec::new();
         let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
         for (n, r) in results {
             let (text, at) = &firsts[n];
             match r {
                 Ok(Reading::Class(class)) => {
-                    if remembered.len() >= MAX_REMEMBERED {
-                        remembered.clear();
+                    if remembered.classes.len() >= MAX_REMEMBERED {
+                        remembered.classes.clear();
                     }
-                    remembered.insert(hash_of(text), class.clone());
+                    let sha = crate::util::hash::sha256_hex(text.as_bytes());
+                    remembered.classes.insert(sha.clone(), class.clone());
+                    fresh.push((sha, class.clone()));
                     found.push((n, class));
                 }
                 Ok(Reading::Stopped) => {
+                    self.keep(&fresh);
                     return Err(Unread {
                         at: *at,
                         why: "its program ran past the evaluation's time limit on a probe input, \
@@ -655,9 +758,13 @@ impl Reader {
                             .into(),
                     });
                 }
-                Err(why) => return Err(Unread { at: *at, why }),
+                Err(why) => {
+                    self.keep(&fresh);
+                    return Err(Unread { at: *at, why });
+                }
             }
         }
+        self.keep(&fresh);
         Ok(found)
     }
 
@@ -821,6 +928,29 @@ mod tests {
 
     fn outputs(probes: &[String; PROBES], spec: &str) -> [String; PROBES] {
         std::array::from_fn(|i| code_tasks::run(&ops(spec), &probes[i]))
+    }
+
+    #[test]
+    fn readings_are_kept_for_the_same_probes_only() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = dir.path().join("gate-readings.jsonl");
+        let reader = |seed| Reader::new(Err("none".into()), seed, Some(store.clone()));
+        let a = reader(7);
+        a.keep(&[("f00d".into(), vec![3, 40]), ("beef".into(), vec![])]);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&store)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"not json\n"))
+            .expect("append");
+        let mut again = Remembered::default();
+        reader(7).load(&mut again);
+        assert_eq!(again.classes.get("f00d"), Some(&vec![3, 40]));
+        assert_eq!(again.classes.len(), 2);
+        // The same seed draws the same probes; another seed's readings are not these.
+        assert_eq!(reader(7).probes, a.probes);
+        let mut other = Remembered::default();
+        reader(8).load(&mut other);
+        assert!(other.classes.is_empty());
     }
 
     #[test]
