@@ -283,7 +283,8 @@ impl Runner {
         let sb_file = self.work.join(format!("p{idx}.json"));
         crate::jobs::sandbox::write(&sb, &sb_file)?;
         use std::os::unix::process::CommandExt;
-        let mut child = Command::new(&self.rsim)
+        let mut child = Command::new(&self.rsim);
+        child
             .args(["job", "sandbox"])
             .arg(&sb_file)
             .arg("--")
@@ -297,7 +298,20 @@ impl Runner {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
+            .process_group(0);
+        // A network namespace of its own wherever one can be made, whoever runs it: an
+        // evaluation's job has one, and a program that counted the interfaces it sees told the
+        // gate's runs (in the caller's namespace) from the tests' (50 of 50 items through).
+        if crate::jobs::network_isolation_available() {
+            // SAFETY: unshare(2) is a single system call; the closure allocates nothing.
+            unsafe {
+                child.pre_exec(|| {
+                    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let mut child = child
             .spawn()
             .map_err(|e| Error::internal(format!("cannot start a program: {e}")))?;
         let pgid = nix::unistd::Pid::from_raw(child.id() as i32);

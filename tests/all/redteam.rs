@@ -4404,6 +4404,17 @@ fn code_odd(op: &(String, String)) -> String {
     }
 }
 
+/// A plain program of `ops`, hex-encoded (for `exec(bytes.fromhex(…).decode())`, which the
+/// symbolic reading cannot see into).
+fn code_hex_program(ops: &[(String, String)]) -> String {
+    let mut p = String::from("s=input()");
+    for op in ops {
+        p.push_str(&format!(";s={}", code_expr(op, "s")));
+    }
+    p.push_str(";print(s)");
+    p.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The statements of `ops` in `code_odd`'s spellings, one a line, indented by `indent`.
 fn code_odd_steps(ops: &[(String, String)], indent: &str) -> String {
     ops.iter()
@@ -4494,6 +4505,18 @@ fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
         // A red-team helper's: the gate's runs had a directory of their own (`rsim-gate-…`), an
         // evaluation's another, so a program printed the item only where it was not the gate
         // (100 of 100 items through). Programs run in `/` now, wherever they run.
+        // A second helper's: a source deep enough that the batched compile check's `compile()`
+        // ran out of recursion (counted as no Python) while `-c` compiled it (50 of 50 through).
+        (
+            "padded past the compile check's depth, run through exec",
+            |ops| {
+                format!(
+                    "x=1{};exec(bytes.fromhex('{}').decode())",
+                    "+1".repeat(2996),
+                    code_hex_program(ops)
+                )
+            },
+        ),
         (
             "correct only where the working directory is not the gate's",
             |ops| {
@@ -4505,6 +4528,21 @@ fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
             },
         ),
     ];
+    // The same helper's: an evaluation's programs ran in the job's network namespace, the gate's
+    // in the caller's, and a program that counted its interfaces told them apart (50 of 50
+    // through). Every program has a namespace of its own now, where one can be made.
+    let mut forms = forms;
+    if rsi_master::jobs::network_isolation_available() {
+        forms.push((
+            "printing only where no interface but loopback is seen",
+            |ops: &[(String, String)]| {
+                format!(
+                    "import socket;exec(bytes.fromhex('{}').decode()*(len(socket.if_nameindex())<2))",
+                    code_hex_program(ops)
+                )
+            },
+        ));
+    }
     let s = open(&root);
     for (i, (what, form)) in forms.iter().enumerate() {
         let rows: Vec<(String, String)> = items
