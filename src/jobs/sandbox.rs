@@ -177,6 +177,22 @@ fn set_rlimits(l: &Rlimits) -> std::result::Result<(), String> {
     ] {
         setrlimit(r, soft, hard).map_err(|e| format!("setrlimit {r:?}: {e}"))?;
     }
+    // The rest set to fixed values too (at most what the caller allows), so that what a program
+    // reads of its limits is the same whoever started it: an evaluation's job or the
+    // contamination gate, which runs a dataset's programs as an evaluation does.
+    for (r, v) in [
+        (Resource::RLIMIT_STACK, 8 << 20),
+        (Resource::RLIMIT_DATA, l.memory_mb << 20),
+        (Resource::RLIMIT_MEMLOCK, 64 << 10),
+        (Resource::RLIMIT_MSGQUEUE, 0),
+        (Resource::RLIMIT_NICE, 0),
+        (Resource::RLIMIT_RTPRIO, 0),
+    ] {
+        let (_, hard) =
+            nix::sys::resource::getrlimit(r).map_err(|e| format!("getrlimit {r:?}: {e}"))?;
+        let v = v.min(hard);
+        setrlimit(r, v, v).map_err(|e| format!("setrlimit {r:?}: {e}"))?;
+    }
     Ok(())
 }
 
