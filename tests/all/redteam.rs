@@ -4404,6 +4404,58 @@ fn code_odd(op: &(String, String)) -> String {
     }
 }
 
+/// An agent past its probing limit was still scanned before the limit refused it, and in a code
+/// study the scan runs programs — up to 180 s of them an attempt (a red-team helper: 11 s for
+/// 100 rows after the lockout). The limit is checked first now: nothing is run, so no reading of
+/// the program is kept.
+#[test]
+fn a_locked_out_agent_runs_no_program() {
+    let (_d, root) = crate::common::study_of("tiny-code");
+    let test = protected_split(&root, "strings", "test");
+    let s = open(&root);
+    let who = Caller::new("prober", Role::Worker);
+    let node = branch_as(&s, &who, "probing");
+    let limit = s.config().policy.max_contamination_rejections_per_agent;
+    for (i, item) in test.iter().take(limit as usize).enumerate() {
+        refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(
+                &node,
+                &format!("p{i}"),
+                vec![(item.prompt.clone(), item.answer.clone())],
+            ),
+            "contamination",
+        );
+    }
+    let program = "print(''.join(reversed(input())))";
+    refused_by(
+        &s,
+        &who,
+        "register_dataset",
+        inline(&node, "after", vec![(">".into(), program.into())]),
+        "contamination-probing",
+    );
+    let kept = std::fs::read_to_string(root.join(".rsim/gate-readings.jsonl")).unwrap_or_default();
+    let sha = rsi_master::util::hash::sha256_hex(program.as_bytes());
+    assert!(
+        !kept.contains(&sha),
+        "the locked-out agent's program was run"
+    );
+    // Another agent's registration of it runs it (and keeps its reading).
+    let other = Caller::new("other", Role::Worker);
+    let n2 = branch_as(&s, &other, "the same program");
+    s.call(
+        &other,
+        "register_dataset",
+        inline(&n2, "after", vec![(">".into(), program.into())]),
+    )
+    .expect("a single operation trains");
+    let kept = std::fs::read_to_string(root.join(".rsim/gate-readings.jsonl")).expect("readings");
+    assert!(kept.contains(&sha), "{kept}");
+}
+
 /// A plain program of `ops`, hex-encoded (for `exec(bytes.fromhex(…).decode())`, which the
 /// symbolic reading cannot see into).
 fn code_hex_program(ops: &[(String, String)]) -> String {

@@ -56,10 +56,17 @@ impl Study {
                 false,
                 false,
             )?;
-            let budget = [Rule::BudgetDatasetStorage, Rule::BudgetAgentDatasetStorage]
-                .map(Rule::as_str)
-                .contains(&decision.rule.as_deref().unwrap_or_default());
-            if budget {
+            // Refused before anything is materialised or scanned: past a budget, or an agent
+            // past its probing limit (whose scan, which may run programs for minutes, would be
+            // answered by the limit anyway).
+            let early = [
+                Rule::BudgetDatasetStorage,
+                Rule::BudgetAgentDatasetStorage,
+                Rule::ContaminationProbing,
+            ]
+            .map(Rule::as_str)
+            .contains(&decision.rule.as_deref().unwrap_or_default());
+            if early {
                 return Err(self.record_rejection(
                     &req.node,
                     caller,
