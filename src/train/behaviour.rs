@@ -653,8 +653,14 @@ impl Reader {
             let _ = std::fs::remove_dir_all(&work);
             classes.extend(result?);
         }
+        // Readings kept from before (another process's) are judged too: with no program run
+        // here, the table is built for them (a kept class judged by no table matched nothing,
+        // and a refused dataset registered again in a new process passed).
         let mut found = Vec::new();
-        if let Some(table) = self.table.get() {
+        if classes.iter().any(|(_, class)| !class.is_empty()) {
+            let table = self
+                .table
+                .get_or_init(|| Table::build(&self.probes, wanted));
             for (n, class) in classes {
                 let at = firsts[n].1;
                 for k in table.verdict(&class, read_as.get(&at)) {

@@ -4625,6 +4625,25 @@ fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
             e.message
         );
         assert!(e.message.contains("behaviour"), "{}", e.message);
+        // The same rows again, read from the readings kept (a new process: a study opened
+        // afresh runs none of them): refused alike.
+        if i == 0 {
+            let again = open(&root);
+            let who = Caller::new("odd-again", Role::Worker);
+            let node = branch_as(&again, &who, what);
+            let rows: Vec<(String, String)> = items
+                .iter()
+                .map(|r| (">".to_string(), form(&code_ops(&r.prompt))))
+                .collect();
+            let e2 = refused_by(
+                &again,
+                &who,
+                "register_dataset",
+                inline(&node, "odd-again", rows),
+                "contamination",
+            );
+            assert!(e2.message.contains("behaviour"), "{}", e2.message);
+        }
     }
     // Compositions no split holds, in the same spellings, with their specifications: honest
     // rows (the specification names what the program computes: `str up;rev>` computes what a
