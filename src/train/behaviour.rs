@@ -38,7 +38,7 @@
 //! a probe from a test some other way (the time, the machine, chance).
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -77,8 +77,11 @@ const COMPILE_BYTES: usize = 4 << 20;
 /// and in the study's readings file (`Reader::new`).
 const MAX_REMEMBERED: usize = 1 << 16;
 
-/// The longest readings file read back.
+/// The longest the readings file grows (past it, it starts over) and is read back.
 const MAX_STORE_BYTES: u64 = 64 << 20;
+
+/// The most compositions one kept reading names (a class holds fewer than the 5,219 ids).
+const MAX_CLASS: usize = 6000;
 
 /// The operation kinds with their counts, letters blanked: a composition's key is its kinds.
 const KINDS: u32 = 17;
@@ -121,6 +124,20 @@ fn then(id: u32, op: Op) -> u32 {
     id * (KINDS + 1) + kind(op) + 1
 }
 
+/// Whether `id` names a composition of one to `MAX_OPS` operations (each digit a kind).
+fn is_composition(id: u32) -> bool {
+    let mut rest = id;
+    let mut n = 0;
+    while rest > 0 {
+        if rest % (KINDS + 1) == 0 {
+            return false;
+        }
+        rest /= KINDS + 1;
+        n += 1;
+    }
+    (1..=crate::policy::string_ops::MAX_OPS).contains(&n)
+}
+
 /// The kinds of a composition id, in order.
 fn kinds(mut id: u32) -> Vec<u32> {
     let mut out = Vec::new();
@@ -152,12 +169,9 @@ fn name_of(id: u32) -> String {
     format!("ops:{}", names.join(";"))
 }
 
-/// A hash keyed at random for this process: programs' texts and outputs are the caller's, and
-/// with a known key two texts made to collide would be read as one (the second never run).
-fn hash_of<T: Hash + ?Sized>(t: &T) -> u64 {
-    keys().hash_one(t)
-}
-
+/// The keys of the outputs' hashes, random for this process: outputs are the caller's, and with
+/// a known key a program's outputs could be made to collide with a composition's. (Programs'
+/// texts are told apart by their sha256.)
 fn keys() -> &'static std::collections::hash_map::RandomState {
     static KEYS: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
     KEYS.get_or_init(std::collections::hash_map::RandomState::new)
@@ -374,9 +388,10 @@ pub struct Reader {
     probes: [String; PROBES],
     table: OnceLock<Table>,
     remembered: Mutex<Remembered>,
-    /// The study's readings file, and the probes' tag its lines carry.
+    /// The study's readings file, the probes' tag its lines carry, and its bound in bytes.
     store: Option<std::path::PathBuf>,
     tag: String,
+    store_cap: u64,
 }
 
 /// Readings by the sha256 of the program's text (its class), and whether the study's file was
@@ -529,7 +544,15 @@ impl Reader {
             remembered: Mutex::new(Remembered::default()),
             store,
             tag,
+            store_cap: MAX_STORE_BYTES,
         }
+    }
+
+    /// The table of what every composition prints on this reader's probes (built once, when
+    /// first needed).
+    fn table(&self, wanted: &(dyn Fn(&str) -> bool + Sync)) -> &Table {
+        self.table
+            .get_or_init(|| Table::build(&self.probes, wanted))
     }
 
     /// The readings file's lines for these probes (read once; a line that does not parse is
@@ -539,15 +562,22 @@ impl Reader {
         let Some(path) = &self.store else {
             return;
         };
-        let Ok(text) = crate::util::file::read_regular_text(path, MAX_STORE_BYTES) else {
+        let Ok(text) = crate::util::file::read_regular_text(path, self.store_cap) else {
             return;
         };
         for line in text.lines() {
             if into.classes.len() >= MAX_REMEMBERED {
                 break;
             }
+            // A line another hand wrote is taken only as a reading could be: this reader's
+            // probes, a sha256, and composition ids (the study's own `.rsim/` is trusted as its
+            // protected splits are, but a copied one must not make this reader panic or err).
             if let Ok(r) = serde_json::from_str::<StoredReading>(line)
                 && r.p == self.tag
+                && r.s.len() == 64
+                && r.s.bytes().all(|b| b.is_ascii_hexdigit())
+                && r.c.len() <= MAX_CLASS
+                && r.c.iter().all(|&id| is_composition(id))
             {
                 into.classes.insert(r.s, r.c);
             }
@@ -573,12 +603,19 @@ impl Reader {
         }
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        let written = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .and_then(|mut f| f.write_all(buf.as_bytes()));
+        // Bounded: a file that would pass `store_cap` starts over with these readings (it is a
+        // cache; an agent registering distinct programs in a loop cannot grow it past that).
+        let size = std::fs::symlink_metadata(path).map_or(0, |m| m.len());
+        let written = if size.saturating_add(buf.len() as u64) > self.store_cap {
+            crate::util::file::write_replacing(path, buf.as_bytes())
+        } else {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .and_then(|mut f| f.write_all(buf.as_bytes()))
+        };
         if let Err(e) = written {
             eprintln!(
                 "rsim: cannot keep the gate's readings in {}: {e}",
@@ -594,8 +631,11 @@ impl Reader {
         read_as: &HashMap<At, HashSet<String>>,
         wanted: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Vec<(String, At)>, Unread> {
+        // Each distinct program once, with the first row offering it and its text's sha256 (the
+        // key it is remembered and kept by).
         let mut firsts: Vec<(String, At)> = Vec::new();
-        let mut seen: HashSet<u64> = HashSet::new();
+        let mut shas: Vec<String> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
         let mut bytes = 0usize;
         for (p, rows) in parts.iter().enumerate() {
             for (i, row) in rows.iter().enumerate() {
@@ -613,7 +653,9 @@ impl Reader {
                     });
                 };
                 for c in offered {
-                    if seen.insert(hash_of(&c)) {
+                    let sha = crate::util::hash::sha256_hex(c.as_bytes());
+                    if seen.insert(sha.clone()) {
+                        shas.push(sha);
                         bytes += c.len();
                         if bytes > MAX_SCAN_BYTES {
                             return Err(Unread {
@@ -636,11 +678,8 @@ impl Reader {
             if !remembered.loaded {
                 self.load(&mut remembered);
             }
-            for (n, (c, _)) in firsts.iter().enumerate() {
-                match remembered
-                    .classes
-                    .get(&crate::util::hash::sha256_hex(c.as_bytes()))
-                {
+            for (n, sha) in shas.iter().enumerate() {
+                match remembered.classes.get(sha) {
                     Some(class) => classes.push((n, class.clone())),
                     None => unread.push(n),
                 }
@@ -649,7 +688,7 @@ impl Reader {
         if !unread.is_empty() {
             let work =
                 std::env::temp_dir().join(format!("rsim-gate-{:016x}", rand::random::<u64>()));
-            let result = self.run_all(&work, &firsts, &unread, wanted);
+            let result = self.run_all(&work, &firsts, &shas, &unread, wanted);
             let _ = std::fs::remove_dir_all(&work);
             classes.extend(result?);
         }
@@ -658,9 +697,7 @@ impl Reader {
         // and a refused dataset registered again in a new process passed).
         let mut found = Vec::new();
         if classes.iter().any(|(_, class)| !class.is_empty()) {
-            let table = self
-                .table
-                .get_or_init(|| Table::build(&self.probes, wanted));
+            let table = self.table(wanted);
             for (n, class) in classes {
                 let at = firsts[n].1;
                 for k in table.verdict(&class, read_as.get(&at)) {
@@ -675,6 +712,7 @@ impl Reader {
         &self,
         work: &std::path::Path,
         firsts: &[(String, At)],
+        shas: &[String],
         todo: &[usize],
         wanted: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Vec<(usize, Vec<u32>)>, Unread> {
@@ -711,9 +749,7 @@ impl Reader {
         if compiles.is_empty() {
             return Ok(Vec::new());
         }
-        let table = self
-            .table
-            .get_or_init(|| Table::build(&self.probes, wanted));
+        let table = self.table(wanted);
         let deadline = Instant::now() + TIME;
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
@@ -748,15 +784,14 @@ impl Reader {
         let mut fresh: Vec<(String, Vec<u32>)> = Vec::new();
         let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
         for (n, r) in results {
-            let (text, at) = &firsts[n];
+            let at = &firsts[n].1;
             match r {
                 Ok(Reading::Class(class)) => {
                     if remembered.classes.len() >= MAX_REMEMBERED {
                         remembered.classes.clear();
                     }
-                    let sha = crate::util::hash::sha256_hex(text.as_bytes());
-                    remembered.classes.insert(sha.clone(), class.clone());
-                    fresh.push((sha, class.clone()));
+                    remembered.classes.insert(shas[n].clone(), class.clone());
+                    fresh.push((shas[n].clone(), class.clone()));
                     found.push((n, class));
                 }
                 Ok(Reading::Stopped) => {
@@ -946,7 +981,8 @@ mod tests {
         let store = dir.path().join("gate-readings.jsonl");
         let reader = |seed| Reader::new(Err("none".into()), seed, Some(store.clone()));
         let a = reader(7);
-        a.keep(&[("f00d".into(), vec![3, 40]), ("beef".into(), vec![])]);
+        let (f00d, beef) = ("f00d".repeat(16), "beef".repeat(16));
+        a.keep(&[(f00d.clone(), vec![3, 40]), (beef, vec![])]);
         std::fs::OpenOptions::new()
             .append(true)
             .open(&store)
@@ -954,13 +990,58 @@ mod tests {
             .expect("append");
         let mut again = Remembered::default();
         reader(7).load(&mut again);
-        assert_eq!(again.classes.get("f00d"), Some(&vec![3, 40]));
+        assert_eq!(again.classes.get(&f00d), Some(&vec![3, 40]));
         assert_eq!(again.classes.len(), 2);
         // The same seed draws the same probes; another seed's readings are not these.
         assert_eq!(reader(7).probes, a.probes);
         let mut other = Remembered::default();
         reader(8).load(&mut other);
         assert!(other.classes.is_empty());
+        // Lines another hand wrote that are no reading are skipped: ids naming no composition,
+        // a key that is no sha256.
+        let tag = a.tag.clone();
+        let sha = "a".repeat(64);
+        let lines = format!(
+            "{{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[4294967295]}}\n\
+             {{\"p\":\"{tag}\",\"s\":\"../x\",\"c\":[1]}}\n\
+             {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[18]}}\n"
+        );
+        std::fs::write(&store, lines).expect("write");
+        let mut crafted = Remembered::default();
+        reader(7).load(&mut crafted);
+        assert!(crafted.classes.is_empty(), "{:?}", crafted.classes);
+        // A link planted as the file is neither read nor written through.
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "").expect("target");
+        std::fs::remove_file(&store).expect("rm");
+        std::os::unix::fs::symlink(&target, &store).expect("link");
+        a.keep(&[("ab".repeat(32), vec![1])]);
+        assert_eq!(std::fs::read_to_string(&target).expect("target"), "");
+    }
+
+    /// The next attack on the readings file: an agent registering distinct programs in a loop
+    /// (each run program adds a line) grew it without end. It starts over at its bound.
+    #[test]
+    fn a_loop_of_distinct_programs_cannot_grow_the_readings_file_past_its_bound() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = dir.path().join("gate-readings.jsonl");
+        let mut r = Reader::new(Err("none".into()), 3, Some(store.clone()));
+        r.store_cap = 64 << 10;
+        for round in 0..200u32 {
+            let readings: Vec<(String, Vec<u32>)> = (0..20u32)
+                .map(|i| (format!("{:064x}", round * 20 + i), vec![1 + i % 17]))
+                .collect();
+            r.keep(&readings);
+            let size = std::fs::metadata(&store).expect("file").len();
+            assert!(size <= r.store_cap, "{size} after round {round}");
+        }
+        // The newest readings are still there to be read back.
+        let mut back = Remembered::default();
+        r.load(&mut back);
+        assert!(
+            back.classes
+                .contains_key(&format!("{:064x}", 199 * 20 + 19))
+        );
     }
 
     #[test]
