@@ -595,11 +595,20 @@ impl<'a> Scanner<'a> {
                 // What the row reads as: the compositions its specification names and its
                 // programs print (an honest `str up;rev>` row computes what a protected `rev;up`
                 // computes, in whatever spelling).
-                let mut read_as = keys.clone();
+                // Kept only where programs are run (`ProgramReader`): a generator's draws and the
+                // split checks read symbolically and pay nothing for it.
+                let mut read_as = if self.programs.is_some() {
+                    keys.clone()
+                } else {
+                    Vec::new()
+                };
                 keys.extend(tail.programs.read(text));
-                read_as.append(&mut tail.programs.printed);
-                if !read_as.is_empty() {
-                    found.read_as.entry(at).or_default().extend(read_as);
+                let printed = std::mem::take(&mut tail.programs.printed);
+                if self.programs.is_some() {
+                    read_as.extend(printed);
+                    if !read_as.is_empty() {
+                        found.read_as.entry(at).or_default().extend(read_as);
+                    }
                 }
                 for k in keys {
                     if self.ix.keys.contains(&k) {
