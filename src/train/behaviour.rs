@@ -129,7 +129,7 @@ fn is_composition(id: u32) -> bool {
     let mut rest = id;
     let mut n = 0;
     while rest > 0 {
-        if rest % (KINDS + 1) == 0 {
+        if rest.is_multiple_of(KINDS + 1) {
             return false;
         }
         rest /= KINDS + 1;
