@@ -26,16 +26,20 @@
 //!   prints what `take 3` prints) or when the row reads — by its specification or its program
 //!   read symbolically — as a free one among them (`str up;rev>`, where `rev;up` is protected);
 //!   else the protected ones of the fewest operations. One output on every probe is no
-//!   evidence. A reading ends at the first probe whose outputs so far no protected composition
-//!   that would match prints.
+//!   evidence. A protected composition with one `del` is also read on the probes holding its
+//!   letter alone (`Single`): every test input of its item holds the letter, and a program may
+//!   print anything elsewhere. A reading ends at the first probe whose outputs so far no
+//!   protected composition that would match prints, on every probe or on those holding some
+//!   letter; the first `COVER` probes hold every letter, so an honest program is read on them at
+//!   most.
 //! - **Fail closed.** A program stopped by a time limit (which depends on load: it might pass
 //!   an evaluation), a scan past `MAX_RUNS` programs, `TIME` or its bytes, or a machine that
 //!   cannot run programs in the sandbox leaves the row unread, and an unread row is refused,
 //!   naming why (`Unread`).
 //!
-//! Not read: a program that prints a `del` item's outputs only for inputs holding its deleted
-//! letters (as every test input does, and about a quarter of the probes), or only after telling
-//! a probe from a test some other way (the time, the machine, chance).
+//! Not read: a program that prints an item's outputs only for inputs holding its two or three
+//! deleted letters (as every test input does, and few probes), or only after telling a probe
+//! from a test some other way (the time, the machine, chance).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -50,10 +54,23 @@ use crate::policy::contamination::{At, ProgramReader, Unread};
 use crate::train::code_tasks::{self, Op};
 use crate::train::programs::{self, Ran};
 
-/// Probe inputs each program runs on (see `draw_probes`). Four let `drop 5;rev;del i` pass as
-/// `drop 5;rev` about half the time (the one probe holding `i` held it among its first five
-/// letters).
-pub const PROBES: usize = 16;
+/// Probe inputs each program runs on (see `draw_probes`): `COVER` words that hold every letter
+/// between them, then sixteen more. Four let `drop 5;rev;del i` pass as `drop 5;rev` about half
+/// the time (the one probe holding `i` held it among its first five letters).
+pub const PROBES: usize = COVER + 16;
+
+/// The first probes, of seven to nine letters, hold every letter between them: a program that
+/// computes a one-`del` item only on inputs holding its letter (as every one of its test inputs
+/// does) is read on them (`Table::single`), and an honest program's reading has ruled out every
+/// letter after these.
+pub const COVER: usize = 4;
+
+/// The probes' lengths: the cover's, then four of each length the tests' words have.
+const LENGTHS: [usize; PROBES] = [9, 9, 8, 7, 6, 7, 8, 9, 6, 7, 8, 9, 6, 7, 8, 9, 6, 7, 8, 9];
+
+/// The shortest test input of an item with one `del`: a word of six letters or more with the
+/// deleted letter put in.
+const SINGLE_MIN_LEN: usize = 7;
 
 /// Distinct programs one scan runs at most; past them the rest are unread.
 pub const MAX_RUNS: usize = 4096;
@@ -85,6 +102,13 @@ const MAX_CLASS: usize = 6000;
 
 /// The operation kinds with their counts, letters blanked: a composition's key is its kinds.
 const KINDS: u32 = 17;
+
+/// A class's mark on a protected composition with one `del` that a program computes on the
+/// probes holding its letter only (`Single`).
+const BY_LETTER: u32 = 1 << 30;
+
+/// `Table::walk`'s mark for a composition with more than one `del`.
+const MANY_DELS: u8 = u8::MAX;
 
 /// A composition id's high bit: an index into `Table::multi` (several keys print it).
 const MULTI: u32 = 1 << 31;
@@ -219,6 +243,57 @@ fn prefix_hashes<'a>(outs: impl Iterator<Item = &'a [u8]>) -> [u64; PROBES] {
     out
 }
 
+/// One probe's output, with its place, fed to a reading's hash on some of the probes (a
+/// `Single`'s); the hash after it.
+fn masked_step(h: &mut std::hash::DefaultHasher, at: usize, out: &[u8]) -> u64 {
+    h.write_usize(at);
+    h.write(out);
+    h.write_u8(0xff);
+    h.finish()
+}
+
+/// The hash of `outs` on the probes of `mask` (none for none).
+fn last_on_mask<O: AsRef<[u8]>>(mask: u32, outs: &[O]) -> Option<u64> {
+    let mut h = keys().build_hasher();
+    let mut last = None;
+    for (k, o) in outs.iter().enumerate() {
+        if mask & 1 << k != 0 {
+            last = Some(masked_step(&mut h, k, o.as_ref()));
+        }
+    }
+    last
+}
+
+/// The protected compositions with one `del` of a letter, read on the probes holding it.
+///
+/// Every test input of such an item holds its letter, and a program need print the item's
+/// outputs only there: on the other probes it may print anything, and read on all probes it
+/// would be no composition (a red-team helper's: 24 of 24 `del` items through). It is read on
+/// `mask` alone, and matches where it prints what the item prints there.
+#[derive(Default)]
+struct Single {
+    /// The probes (bits) of seven letters or more holding the letter.
+    mask: u32,
+    /// The hashes of what some protected composition prints on the mask's probes, after each.
+    prints: HashSet<u64>,
+    /// Its outputs on all of them → the compositions printing them.
+    by_final: HashMap<u64, Vec<u32>>,
+}
+
+/// What `Table::walk` gathers for `Table::build` to judge once every composition is walked.
+#[derive(Default)]
+struct Walked {
+    /// The prefix hashes of protected compositions' outputs (one output on every probe left out).
+    printed_by_protected: Vec<[u64; PROBES]>,
+    /// By letter: what free compositions of fewer than the most operations print on the probes
+    /// holding it (the last of their hashes), with the fewest operations printing it.
+    free_on_mask: Vec<HashMap<u64, usize>>,
+    /// Protected compositions with one `del`: its letter, the id, its operations, and where in
+    /// `hashes` its hashes on the probes holding the letter are.
+    singles: Vec<(u8, u32, usize, std::ops::Range<usize>)>,
+    hashes: Vec<u64>,
+}
+
 /// What every composition prints on the probes.
 struct Table {
     /// The outputs on all probes → the composition printing them, or `MULTI | i` for several.
@@ -229,6 +304,8 @@ struct Table {
     protected_prints: [HashSet<u64>; PROBES],
     /// The protected compositions, with their keys.
     protected: HashMap<u32, String>,
+    /// By letter (`a` first): protected compositions with one `del`, of that letter.
+    single: Vec<Single>,
 }
 
 impl Table {
@@ -244,11 +321,22 @@ impl Table {
                 stack.extend((0..KINDS).map(|k| then(id, of_kind(k))));
             }
         }
+        let single = (b'a'..=b'z')
+            .map(|c| Single {
+                mask: probes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.len() >= SINGLE_MIN_LEN && p.as_bytes().contains(&c))
+                    .fold(0, |m, (k, _)| m | 1 << k),
+                ..Single::default()
+            })
+            .collect();
         let mut t = Table {
             by_outputs: HashMap::new(),
             multi: Vec::new(),
             protected_prints: Default::default(),
             protected,
+            single,
         };
         let ops = code_tasks::every_op();
         // One buffer per depth and probe, reused: the walk allocates nothing per composition.
@@ -258,12 +346,15 @@ impl Table {
         for (b, p) in bufs[0].iter_mut().zip(probes) {
             b.extend_from_slice(p.as_bytes());
         }
-        let mut printed_by_protected = Vec::new();
-        t.walk(&ops, 0, 0, &mut bufs, &mut printed_by_protected);
+        let mut walked = Walked {
+            free_on_mask: vec![HashMap::new(); 26],
+            ..Walked::default()
+        };
+        t.walk(&ops, 0, 0, 0, &mut bufs, &mut walked);
         // A reading goes on only while its outputs so far are those of a protected composition
         // that would match (no free one of fewer operations printing the same: `take 3`'s
         // outputs are `dup;take 3`'s, and a program printing them never matches).
-        for hashes in printed_by_protected {
+        for hashes in walked.printed_by_protected {
             let class = t.class_of(hashes[PROBES - 1]);
             if !t.verdict(&class, None).is_empty() {
                 for (seen, h) in t.protected_prints.iter_mut().zip(hashes) {
@@ -271,22 +362,84 @@ impl Table {
                 }
             }
         }
+        // So on the probes holding a letter: `up;del c` prints what `up` prints, and `take 3;del
+        // c` what `take 3` prints where `c` is never among the first three.
+        for (letter, id, ops, at) in walked.singles {
+            let prefixes = &walked.hashes[at];
+            let Some(&last) = prefixes.last() else {
+                continue;
+            };
+            let single = usize::from(letter);
+            if walked.free_on_mask[single]
+                .get(&last)
+                .is_some_and(|&fewer| fewer < ops)
+            {
+                continue;
+            }
+            let single = &mut t.single[single];
+            single.prints.extend(prefixes.iter().copied());
+            let ids = single.by_final.entry(last).or_default();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
         t
     }
 
+    /// The hashes of `outs` on the probes of `mask`, after each of them; none where they are
+    /// the same on every one (no evidence, as one output on every probe is none: `class`).
+    fn on_mask(mask: u32, outs: &[Vec<u8>], into: &mut Vec<u64>) -> bool {
+        let mut h = keys().build_hasher();
+        let mut first: Option<&[u8]> = None;
+        let mut differ = false;
+        let start = into.len();
+        for (k, o) in outs.iter().enumerate() {
+            if mask & 1 << k != 0 {
+                differ |= first.is_some_and(|f| f != o.as_slice());
+                first.get_or_insert(o.as_slice());
+                into.push(masked_step(&mut h, k, o));
+            }
+        }
+        if !differ {
+            into.truncate(start);
+        }
+        differ
+    }
+
+    /// The compositions from `id` on (its outputs in `bufs[depth]`); `del` is 0 without a
+    /// `del`, its letter's place in the alphabet (from 1) with one, `MANY_DELS` with more.
     fn walk(
         &mut self,
         ops: &[Op],
         id: u32,
         depth: usize,
+        del: u8,
         bufs: &mut [[Vec<u8>; PROBES]],
-        printed_by_protected: &mut Vec<[u64; PROBES]>,
+        walked: &mut Walked,
     ) {
         let outs = &bufs[depth];
         let hashes = prefix_hashes(outs.iter().map(Vec::as_slice));
         // (One output on every probe is no evidence: `class`.)
         if self.protected.contains_key(&id) && outs.iter().any(|o| *o != outs[0]) {
-            printed_by_protected.push(hashes);
+            walked.printed_by_protected.push(hashes);
+        }
+        let ops_here = kinds(id).len();
+        if (1..=26).contains(&del) && self.protected.contains_key(&id) {
+            let letter = del - 1;
+            let start = walked.hashes.len();
+            let mask = self.single[usize::from(letter)].mask;
+            if Table::on_mask(mask, outs, &mut walked.hashes) {
+                let at = start..walked.hashes.len();
+                walked.singles.push((letter, id, ops_here, at));
+            }
+        } else if !self.protected.contains_key(&id) && ops_here < crate::policy::string_ops::MAX_OPS
+        {
+            for (single, fewest) in self.single.iter().zip(walked.free_on_mask.iter_mut()) {
+                if let Some(last) = last_on_mask(single.mask, outs) {
+                    let f = fewest.entry(last).or_insert(ops_here);
+                    *f = (*f).min(ops_here);
+                }
+            }
         }
         let h = hashes[PROBES - 1];
         match self.by_outputs.get(&h).copied() {
@@ -314,7 +467,12 @@ impl Table {
             for (from, to) in done[depth].iter().zip(rest[0].iter_mut()) {
                 apply_bytes(op, from, to);
             }
-            self.walk(ops, then(id, op), depth + 1, bufs, printed_by_protected);
+            let del = match op {
+                Op::Del(c) if del == 0 => (c as u8).wrapping_sub(b'a').wrapping_add(1),
+                Op::Del(_) => MANY_DELS,
+                _ => del,
+            };
+            self.walk(ops, then(id, op), depth + 1, del, bufs, walked);
         }
     }
 
@@ -322,11 +480,58 @@ impl Table {
     /// probe (nothing, or a constant: `t=input()` alone prints what `take 1;drop 1` does on
     /// every input, and a program printing one string whatever it reads answers no
     /// specification).
+    ///
+    /// With them, the protected compositions with one `del` that print `outs` on the probes
+    /// holding its letter (`Single`).
     fn class(&self, outs: &[String; PROBES]) -> Vec<u32> {
         if outs.iter().all(|o| *o == outs[0]) {
             return Vec::new();
         }
-        self.class_of(prefix_hashes(outs.iter().map(String::as_bytes))[PROBES - 1])
+        let mut class = self.class_of(prefix_hashes(outs.iter().map(String::as_bytes))[PROBES - 1]);
+        for single in &self.single {
+            if let Some(ids) = last_on_mask(single.mask, outs).and_then(|l| single.by_final.get(&l))
+            {
+                for id in ids {
+                    if !class.contains(id) && !class.contains(&(id | BY_LETTER)) {
+                        class.push(id | BY_LETTER);
+                    }
+                }
+            }
+        }
+        class
+    }
+
+    /// A reading's progress before its first probe.
+    fn start(&self) -> Progress {
+        Progress {
+            whole: true,
+            singles: self
+                .single
+                .iter()
+                .map(|s| (keys().build_hasher(), s.mask != 0))
+                .collect(),
+        }
+    }
+
+    /// Whether a reading goes on after the outputs `outs` (one more than before): whether some
+    /// protected composition that would match prints them, on every probe or on those holding
+    /// its `del`'s letter.
+    fn goes_on(&self, p: &mut Progress, outs: &[String]) -> bool {
+        let Some(i) = outs.len().checked_sub(1) else {
+            return true;
+        };
+        if p.whole {
+            let seen = prefix_hashes(outs.iter().map(String::as_bytes))[i];
+            p.whole = self.protected_prints[i].contains(&seen);
+        }
+        for (single, (h, alive)) in self.single.iter().zip(p.singles.iter_mut()) {
+            if *alive && single.mask & 1 << i != 0 {
+                *alive = single
+                    .prints
+                    .contains(&masked_step(h, i, outs[i].as_bytes()));
+            }
+        }
+        p.whole || p.singles.iter().any(|(_, alive)| *alive)
     }
 
     /// Every composition whose outputs on all probes hash to `h`.
@@ -344,30 +549,46 @@ impl Table {
     ///   computes what `take 3` does: no honest program of `take 3` could avoid it);
     /// - none when the row reads as a free composition that computes it (`up;rev`, written so,
     ///   computes what a protected `rev;up` does: an honest row);
-    /// - else the protected compositions of the fewest operations among them.
+    /// - else the protected compositions of the fewest operations among them;
+    /// - and of those it computes on the probes holding their letter alone (`BY_LETTER`), the
+    ///   ones of the fewest operations, unless a free composition computes it on every probe
+    ///   (`del b;take 2` prints what a protected `take 2;del e` prints wherever `e` is not among
+    ///   a word's first two letters: an honest program, by all its outputs).
     fn verdict(&self, class: &[u32], read_as: Option<&HashSet<String>>) -> Vec<String> {
-        let Some(fewest) = class.iter().map(|&id| kinds(id).len()).min() else {
+        let (by_letter, whole): (Vec<u32>, Vec<u32>) =
+            class.iter().partition(|&&id| id & BY_LETTER != 0);
+        let free = |id: &u32| !self.protected.contains_key(id);
+        let read_free =
+            read_as.is_some_and(|r| whole.iter().any(|id| free(id) && r.contains(&name_of(*id))));
+        if read_free {
             return Vec::new();
+        }
+        let simplest = |ids: &[u32]| -> Vec<String> {
+            let fewest = ids.iter().map(|&id| kinds(id).len()).min();
+            ids.iter()
+                .filter(|&&id| Some(kinds(id).len()) == fewest)
+                .filter_map(|id| self.protected.get(id).cloned())
+                .collect()
         };
-        let simplest: Vec<u32> = class
-            .iter()
-            .copied()
-            .filter(|&id| kinds(id).len() == fewest)
-            .collect();
-        let keys: Vec<String> = simplest
-            .iter()
-            .filter_map(|id| self.protected.get(id).cloned())
-            .collect();
-        let read_free = read_as.is_some_and(|r| {
-            class
-                .iter()
-                .any(|id| !self.protected.contains_key(id) && r.contains(&name_of(*id)))
-        });
-        if keys.is_empty() || read_free {
-            return Vec::new();
+        let mut keys = simplest(&whole);
+        if !whole.iter().any(free) {
+            let by_letter: Vec<u32> = by_letter.iter().map(|id| id & !BY_LETTER).collect();
+            for k in simplest(&by_letter) {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
         }
         keys
     }
+}
+
+/// Where a reading stands (`Table::goes_on`): whether its outputs so far could still be a
+/// protected composition's on every probe, and for each letter, its hash on the probes holding
+/// it and whether they could still be a one-`del` composition's there.
+struct Progress {
+    whole: bool,
+    singles: Vec<(std::hash::DefaultHasher, bool)>,
 }
 
 /// One program's reading.
@@ -413,14 +634,17 @@ struct StoredReading {
     c: Vec<u32>,
 }
 
-/// Words like the hidden tests' inputs (six to nine lowercase letters, four of each length, each
-/// place's letter uniform over the alphabet) in which every letter stands among some word's first
-/// two and among some word's letters from the sixth on: a deleted letter shows after any `take`
-/// of two or more and after any `drop` (a test input holds its item's deleted letters at random
-/// places). The alphabet is dealt (shuffled, then letters at random to fill) into the 32 first
-/// places and again into the 40 places from the sixth; the rest are drawn at random.
+/// Words like the hidden tests' inputs (six to nine lowercase letters, each place's letter
+/// uniform over the alphabet).
+/// - The first `COVER` (seven to nine letters: a one-`del` item's test inputs are as long) hold
+///   every letter between them: the alphabet is dealt into their places (shuffled, then letters
+///   at random to fill).
+/// - The sixteen after them, four of each length, hold every letter among some word's first two
+///   and among some word's letters from the sixth on: a deleted letter shows after any `take` of
+///   two or more and after any `drop` (a test input holds its item's deleted letters at random
+///   places). The alphabet is dealt into their 32 first places and again into the 40 places from
+///   the sixth; the rest are drawn at random.
 fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
-    const LENGTHS: [usize; 4] = [6, 7, 8, 9];
     const EARLY: usize = 2;
     const LATE_FROM: usize = 5;
     let mut dealt = |slots: usize| -> Vec<u8> {
@@ -431,13 +655,17 @@ fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
         shuffle(&mut l, rng);
         l
     };
-    let lengths: [usize; PROBES] = std::array::from_fn(|i| LENGTHS[i % 4]);
-    let mut early = dealt(PROBES * EARLY).into_iter();
-    let mut late = dealt(lengths.iter().map(|l| l - LATE_FROM).sum()).into_iter();
-    let words: Vec<String> = lengths
+    let (cover, rest) = LENGTHS.split_at(COVER);
+    let mut covering = dealt(cover.iter().sum()).into_iter();
+    let mut early = dealt(rest.len() * EARLY).into_iter();
+    let mut late = dealt(rest.iter().map(|l| l - LATE_FROM).sum()).into_iter();
+    let mut words: Vec<Vec<u8>> = cover
         .iter()
-        .map(|&len| {
-            let w: Vec<u8> = (0..len)
+        .map(|&len| covering.by_ref().take(len).collect())
+        .collect();
+    for &len in rest {
+        words.push(
+            (0..len)
                 .map(|at| {
                     let from = if at < EARLY {
                         early.next()
@@ -448,13 +676,13 @@ fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
                     };
                     from.unwrap_or_else(|| b'a' + rng.random_range(0..26u8))
                 })
-                .collect();
-            String::from_utf8_lossy(&w).into_owned()
-        })
-        .collect();
-    let mut order: Vec<u8> = (0..PROBES as u8).collect();
+                .collect(),
+        );
+    }
+    let mut order: Vec<u8> = (COVER as u8..PROBES as u8).collect();
     shuffle(&mut order, rng);
-    std::array::from_fn(|i| words[order[i] as usize].clone())
+    let order: Vec<u8> = (0..COVER as u8).chain(order).collect();
+    std::array::from_fn(|i| String::from_utf8_lossy(&words[order[i] as usize]).into_owned())
 }
 
 fn shuffle(v: &mut [u8], rng: &mut StdRng) {
@@ -577,7 +805,7 @@ impl Reader {
                 && r.s.len() == 64
                 && r.s.bytes().all(|b| b.is_ascii_hexdigit())
                 && r.c.len() <= MAX_CLASS
-                && r.c.iter().all(|&id| is_composition(id))
+                && r.c.iter().all(|&id| is_composition(id & !BY_LETTER))
             {
                 into.classes.insert(r.s, r.c);
             }
@@ -893,7 +1121,8 @@ impl Reader {
         deadline: Instant,
     ) -> Result<Reading, String> {
         let mut outs: Vec<String> = Vec::with_capacity(PROBES);
-        for (i, probe) in self.probes.iter().enumerate() {
+        let mut progress = table.start();
+        for probe in &self.probes {
             if Instant::now() > deadline {
                 return Err(format!(
                     "the gate ran programs for {} s and this one was not read to the end",
@@ -908,8 +1137,7 @@ impl Reader {
                 Ran::Failed => return Ok(Reading::Class(Vec::new())),
                 Ran::Stopped => return Ok(Reading::Stopped),
             }
-            let seen = prefix_hashes(outs.iter().map(String::as_bytes))[i];
-            if !table.protected_prints[i].contains(&seen) {
+            if !table.goes_on(&mut progress, &outs) {
                 return Ok(Reading::Class(Vec::new()));
             }
         }
@@ -1119,6 +1347,196 @@ mod tests {
     }
 
     #[test]
+    fn the_cover_probes_hold_every_letter_in_words_a_one_del_items_tests_could_be() {
+        let mut rng = StdRng::seed_from_u64(5);
+        for _ in 0..200 {
+            let p = draw_probes(&mut rng);
+            assert!(
+                p[..COVER].iter().all(|w| w.len() >= SINGLE_MIN_LEN),
+                "{p:?}"
+            );
+            for l in 'a'..='z' {
+                assert!(p[..COVER].iter().any(|w| w.contains(l)), "{l} in {p:?}");
+            }
+        }
+    }
+
+    /// How many probes a program printing `outs` is read on.
+    fn read_on(t: &Table, outs: &[String; PROBES]) -> usize {
+        let mut p = t.start();
+        (1..=PROBES)
+            .find(|&n| !t.goes_on(&mut p, &outs[..n]))
+            .unwrap_or(PROBES)
+    }
+
+    /// A red-team helper's: a program printing a one-`del` item's outputs only on inputs holding
+    /// its letter (every test input of the item does; a probe may not) was no composition, read
+    /// on all probes: 24 of 24 such items through. It is read on the probes holding the letter.
+    #[test]
+    fn a_one_del_item_printed_only_where_its_letter_is_is_matched() {
+        let probes = draw_probes(&mut StdRng::seed_from_u64(7));
+        let protected = [
+            "ops:rev;del #",
+            "ops:take 2;del #",
+            "ops:del #;add #",
+            "ops:dup;del #;up",
+        ];
+        let t = Table::build(&probes, &|k: &str| protected.contains(&k));
+        let item_where = |spec: &str, holds: &dyn Fn(&str) -> bool| -> [String; PROBES] {
+            std::array::from_fn(|i| {
+                let w = &probes[i];
+                if holds(w) {
+                    code_tasks::run(&ops(spec), w)
+                } else {
+                    format!("{w}zz")
+                }
+            })
+        };
+        for (spec, c, key) in [
+            ("rev;del q", 'q', "ops:rev;del #"),
+            ("take 2;del e", 'e', "ops:take 2;del #"),
+            ("del x;add y", 'x', "ops:del #;add #"),
+            ("dup;del k;up", 'k', "ops:dup;del #;up"),
+        ] {
+            for outs in [
+                item_where(spec, &|w| w.contains(c)),
+                item_where(spec, &|w| w.contains(c) && w.len() >= SINGLE_MIN_LEN),
+            ] {
+                assert_eq!(t.verdict(&t.class(&outs), None), [key], "{spec}");
+                assert_eq!(read_on(&t, &outs), PROBES, "{spec}");
+            }
+        }
+        // Honest programs are read on the cover at most, and match nothing: `take 2` prints
+        // what `take 2;del e` prints where `e` is not among the first two letters, and is free
+        // and shorter.
+        for spec in [
+            "rev;up",
+            "del q",
+            "add y;rev",
+            "sort;take 3",
+            "rev;del q;rev",
+        ] {
+            let outs = outputs(&probes, spec);
+            // (Or a probe or two past it, where a letter's one word in the cover happens to
+            // read as an item: `del j;add j` prints a word ending in `j` unchanged.)
+            assert!(read_on(&t, &outs) <= COVER + 2, "{spec}");
+            assert!(t.verdict(&t.class(&outs), None).is_empty(), "{spec}");
+        }
+        assert!(
+            t.verdict(&t.class(&outputs(&probes, "take 2")), None)
+                .is_empty()
+        );
+        // Printing the item on the probes holding another letter is no match.
+        let wrong = item_where("rev;del q", &|w| w.contains('j'));
+        assert!(t.verdict(&t.class(&wrong), None).is_empty());
+    }
+
+    /// Reading one-`del` items on their letters' probes, against a study's splits' size of
+    /// protected items: the items printed only where their letter is, matched; and free
+    /// compositions refused and read on how many probes, with and without it.
+    #[test]
+    fn reading_one_del_items_on_their_letters_catches_them_and_costs_honest_programs_little() {
+        let probes = draw_probes(&mut StdRng::seed_from_u64(11));
+        let items: Vec<String> = code_tasks::eval_stream(3, 1)
+            .map(|it| it.prompt)
+            .take(1400)
+            .collect();
+        let held: HashSet<String> = items
+            .iter()
+            .map(|p| format!("ops:{}", code_tasks::composition_key(p)))
+            .collect();
+        let with = Table::build(&probes, &|k: &str| held.contains(k));
+        let mut without = Table::build(&probes, &|k: &str| held.contains(k));
+        without
+            .single
+            .iter_mut()
+            .for_each(|s| *s = Single::default());
+        let params = crate::model::data::CodeParams {
+            style: crate::model::data::CodeStyle::Steps,
+            max_ops: 3,
+            n: 0,
+            seed: 4,
+        };
+        let free: Vec<String> = code_tasks::code_stream(&params, 4)
+            .map(|r| r.prompt)
+            .filter(|p| !held.contains(&format!("ops:{}", code_tasks::composition_key(p))))
+            .take(1000)
+            .collect();
+        let (mut refused, mut refused_before, mut runs, mut runs_before) = (0, 0, 0, 0);
+        for p in &free {
+            let spec = p.trim_start_matches("str ").trim_end_matches('>');
+            let outs = outputs(&probes, spec);
+            let v = with.verdict(&with.class(&outs), None);
+            refused += usize::from(!v.is_empty());
+            refused_before += usize::from(!without.verdict(&without.class(&outs), None).is_empty());
+            runs += read_on(&with, &outs);
+            runs_before += read_on(&without, &outs);
+        }
+        eprintln!(
+            "{} free compositions: {refused} refused ({refused_before} without), {runs} probe \
+             runs ({runs_before} without)",
+            free.len()
+        );
+        assert!(
+            refused <= refused_before + free.len() / 200,
+            "{refused} {refused_before}"
+        );
+        // Each one-`del` item, printed only on inputs holding its letter (anything elsewhere).
+        let (mut singles, mut caught, mut caught_before) = (0, 0, 0);
+        let mut rng = StdRng::seed_from_u64(12);
+        for p in &items {
+            let spec = p.trim_start_matches("str ").trim_end_matches('>');
+            let dels: Vec<char> = ops(spec)
+                .iter()
+                .filter_map(|o| if let Op::Del(c) = o { Some(*c) } else { None })
+                .collect();
+            let [c] = dels[..] else {
+                continue;
+            };
+            // Left out: an item some of its own steps compute on words holding its letter (`up;del
+            // f` is `up`, `pre h;del h` is `del h`): every program of them computes it.
+            let all = ops(spec);
+            let words: Vec<String> = (0..40)
+                .map(|_| {
+                    let mut w: Vec<u8> = (0..rng.random_range(6..=9usize))
+                        .map(|_| b'a' + rng.random_range(0..26u8))
+                        .collect();
+                    w.insert(rng.random_range(0..=w.len()), c as u8);
+                    String::from_utf8_lossy(&w).into_owned()
+                })
+                .collect();
+            let reducible = (1..(1u32 << all.len()) - 1).any(|keep| {
+                let fewer: Vec<Op> = (0..all.len())
+                    .filter(|i| keep & 1 << i != 0)
+                    .map(|i| all[i])
+                    .collect();
+                words
+                    .iter()
+                    .all(|w| code_tasks::run(&all, w) == code_tasks::run(&fewer, w))
+            });
+            if reducible {
+                continue;
+            }
+            singles += 1;
+            let outs: [String; PROBES] = std::array::from_fn(|i| {
+                let w = &probes[i];
+                if w.contains(c) && w.len() >= SINGLE_MIN_LEN {
+                    code_tasks::run(&ops(spec), w)
+                } else {
+                    format!("{w}!")
+                }
+            });
+            caught += usize::from(!with.verdict(&with.class(&outs), None).is_empty());
+            caught_before += usize::from(!without.verdict(&without.class(&outs), None).is_empty());
+        }
+        eprintln!("{singles} one-del items: {caught} matched ({caught_before} without)");
+        // (Not all: `take 1;del q` shows only on a probe of seven letters or more starting
+        // with `q`, and twenty probes cannot start with every letter.)
+        assert!(caught * 100 >= singles * 95, "{caught} of {singles}");
+        assert!(runs < 2 * runs_before, "{runs} {runs_before}");
+    }
+
+    #[test]
     fn a_composition_matches_when_only_protected_ones_print_its_outputs() {
         let probes = draw_probes(&mut StdRng::seed_from_u64(7));
         let protected = [
@@ -1158,9 +1576,27 @@ mod tests {
         for spec in ["take 1;drop 1", "drop 5;drop 5;add x"] {
             assert!(t2.class(&outputs(&probes, spec)).is_empty(), "{spec}");
         }
-        let mut mixed = outputs(&probes, "del q;add r");
-        mixed[PROBES - 1] = outputs(&probes, "del q;add s")[PROBES - 1].clone();
-        assert!(t.class(&mixed).is_empty());
+        // One output off on a probe holding `q` is no composition; on a probe without it, the
+        // program is read on the probes holding `q` (`Single`): it prints the item there.
+        let holds_q = |w: &String| w.contains('q') && w.len() >= SINGLE_MIN_LEN;
+        for (off, matched) in [
+            (probes.iter().position(holds_q), false),
+            (probes.iter().position(|w| !holds_q(w)), true),
+        ] {
+            let off = off.expect("a probe holding q and one without");
+            let mut mixed = outputs(&probes, "del q;add r");
+            mixed[off] = outputs(&probes, "del q;add s")[off].clone();
+            assert!(!t.class(&mixed).iter().any(|id| id & BY_LETTER == 0));
+            assert_eq!(
+                t.verdict(&t.class(&mixed), None),
+                if matched {
+                    vec!["ops:del #;add #".to_string()]
+                } else {
+                    vec![]
+                },
+                "{off}"
+            );
+        }
         // A reading ends early at an output no protected composition prints.
         let prefixes =
             |spec: &str| prefix_hashes(outputs(&probes, spec).iter().map(|o| o.as_bytes()));
