@@ -4404,6 +4404,137 @@ fn code_odd(op: &(String, String)) -> String {
     }
 }
 
+/// What a composition prints for `w`, by the reference semantics (`code_tasks::run`), from its
+/// operations as `code_ops` gives them.
+fn code_run(ops: &[(String, String)], w: &str) -> String {
+    ops.iter()
+        .fold(w.to_string(), |s, (o, a)| match o.as_str() {
+            "rev" => s.chars().rev().collect(),
+            "up" => s.to_uppercase(),
+            "dup" => format!("{s}{s}"),
+            "sort" => {
+                let mut c: Vec<char> = s.chars().collect();
+                c.sort_unstable();
+                c.into_iter().collect()
+            }
+            "take" => s.chars().take(a.parse().expect("n")).collect(),
+            "drop" => s.chars().skip(a.parse().expect("n")).collect(),
+            "del" => s.replace(a.as_str(), ""),
+            "add" => format!("{s}{a}"),
+            _ => format!("{a}{s}"),
+        })
+}
+
+/// Whether some of a composition's own steps compute it on every one of `words` (`dup;take 3`
+/// is `take 3`, `up;del f` is `up`): no program can tell it from them.
+fn code_reducible(ops: &[(String, String)], words: &[String]) -> bool {
+    (1..(1u32 << ops.len()) - 1).any(|keep| {
+        let fewer: Vec<(String, String)> = (0..ops.len())
+            .filter(|i| keep & 1 << i != 0)
+            .map(|i| ops[i].clone())
+            .collect();
+        words
+            .iter()
+            .all(|w| code_run(ops, w) == code_run(&fewer, w))
+    })
+}
+
+/// A red-team helper's (stop 69): a program printing a one-`del` item's outputs only on inputs
+/// holding its letter — every test input of the item holds it, about a quarter of the probes
+/// did — and anything else elsewhere was read on all probes as no composition: 24 of 24 `del`
+/// items through. A one-`del` item is read on the probes holding its letter now, and each is
+/// matched however the program tests for the letter. (Items of `take 1` are left out: their
+/// `del` shows only on a probe starting with the letter, which twenty probes cannot all do.)
+#[test]
+fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
+    let (_d, root) = crate::common::study_of("tiny-code");
+    let test = protected_split(&root, "strings", "test");
+    let base = [
+        "qwertyu",
+        "asdfghjk",
+        "zxcvbnmlp",
+        "poiuyt",
+        "lkjhgfdsa",
+        "mnbvcxzq",
+    ];
+    let items: Vec<(Vec<(String, String)>, char)> = test
+        .iter()
+        .filter_map(|r| {
+            let ops = code_ops(&r.prompt);
+            let dels: Vec<char> = ops
+                .iter()
+                .filter(|(o, _)| o == "del")
+                .filter_map(|(_, a)| a.chars().next())
+                .collect();
+            let [c] = dels[..] else {
+                return None;
+            };
+            let words: Vec<String> = base
+                .iter()
+                .flat_map(|w| [0, 3, w.len()].map(|at| format!("{}{c}{}", &w[..at], &w[at..])))
+                .collect();
+            let take1 = ops.iter().any(|(o, a)| o == "take" && a == "1");
+            (!take1 && !code_reducible(&ops, &words)).then_some((ops, c))
+        })
+        .step_by(3)
+        .take(12)
+        .collect();
+    assert_eq!(items.len(), 12);
+    type Form = fn(&[(String, String)], char) -> String;
+    let forms: [(&str, Form); 3] = [
+        ("the item where the input holds its letter", |ops, c| {
+            format!(
+                "def f(s):\n{}\n    return s\nt=input()\nprint(f(t) if '{c}' in t else t+'!')",
+                code_odd_steps(ops, "    ")
+            )
+        }),
+        ("and is as long as the item's test inputs", |ops, c| {
+            format!(
+                "def f(s):\n{}\n    return s\nt=input()\n\
+                 print(f(t) if '{c}' in t and len(t)>6 else t[::-1]+'?')",
+                code_odd_steps(ops, "    ")
+            )
+        }),
+        ("the letter written as its code", |ops, c| {
+            format!(
+                "t=input()\nif t.count(chr({}))>0:\n    s=t\n{}\n    print(s)\nelse:\n    \
+                 print(t.upper()+t)",
+                c as u32,
+                code_odd_steps(ops, "    ")
+            )
+        }),
+    ];
+    let s = open(&root);
+    for (i, (what, form)) in forms.iter().enumerate() {
+        let rows: Vec<(String, String)> = items
+            .iter()
+            .map(|(ops, c)| (">".to_string(), form(ops, *c)))
+            .collect();
+        let who = Caller::new(format!("letter{i}"), Role::Worker);
+        let node = branch_as(&s, &who, what);
+        let e = refused_by(
+            &s,
+            &who,
+            "register_dataset",
+            inline(&node, &format!("letter{i}"), rows),
+            "contamination",
+        );
+        let matched: usize = e
+            .message
+            .split_once("protected eval data (")
+            .and_then(|(_, rest)| rest.split_once(" item(s) matched)"))
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or(0);
+        // (One may pass by chance: the probes are the study's own, drawn at random.)
+        assert!(
+            matched + 1 >= items.len(),
+            "{what}: {matched} of {} matched: {}",
+            items.len(),
+            e.message
+        );
+    }
+}
+
 /// An agent past its probing limit was still scanned before the limit refused it, and in a code
 /// study the scan runs programs — up to 180 s of them an attempt (a red-team helper: 11 s for
 /// 100 rows after the lockout). The limit is checked first now: nothing is run, so no reading of
@@ -4506,34 +4637,10 @@ fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
         .iter()
         .filter(|r| {
             let ops = code_ops(&r.prompt);
-            let run = |ops: &[(String, String)], w: &str| -> String {
-                ops.iter()
-                    .fold(w.to_string(), |s, (o, a)| match o.as_str() {
-                        "rev" => s.chars().rev().collect(),
-                        "up" => s.to_uppercase(),
-                        "dup" => format!("{s}{s}"),
-                        "sort" => {
-                            let mut c: Vec<char> = s.chars().collect();
-                            c.sort_unstable();
-                            c.into_iter().collect()
-                        }
-                        "take" => s.chars().take(a.parse().expect("n")).collect(),
-                        "drop" => s.chars().skip(a.parse().expect("n")).collect(),
-                        "del" => s.replace(a.as_str(), ""),
-                        "add" => format!("{s}{a}"),
-                        _ => format!("{a}{s}"),
-                    })
-            };
-            let words = ["qwertyu", "asdfghjk", "zxcvbnmlp", "poiuyt", "lkjhgfdsa"];
-            (0..ops.len()).any(|skip| {
-                let fewer: Vec<(String, String)> = ops
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i != skip)
-                    .map(|(_, o)| o.clone())
-                    .collect();
-                words.iter().all(|w| run(&ops, w) == run(&fewer, w))
-            })
+            let words: Vec<String> = ["qwertyu", "asdfghjk", "zxcvbnmlp", "poiuyt", "lkjhgfdsa"]
+                .map(String::from)
+                .to_vec();
+            code_reducible(&ops, &words)
         })
         .count();
     type Form = fn(&[(String, String)]) -> String;
