@@ -16,8 +16,9 @@
 //!   environment, one process per run, the source as `-c` and `/` as directory and home in
 //!   both, so a program cannot tell a probe's run from a test's by where it runs. Probes are
 //!   drawn like the hidden tests' inputs (words of six to nine lowercase letters), afresh for
-//!   each scan index (each process), and every letter stands early in one and late in another,
-//!   so that a deleted letter shows (`draw_probes`).
+//!   each scan index (each process): the first `COVER` hold every letter between them, and in
+//!   the rest every letter stands early in one and late in another, so that a deleted letter
+//!   shows (`draw_probes`).
 //! - **Matching.** Every composition of up to `string_ops::MAX_OPS` of the generator's
 //!   operations (each count, each letter: 92 of them, 787,749 compositions with none) is run on
 //!   the probes in Rust (`code_tasks::Op::apply`, the hidden outputs' reference semantics). A
