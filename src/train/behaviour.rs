@@ -108,6 +108,9 @@ const KINDS: u32 = 17;
 /// probes holding its letter only (`Single`).
 const BY_LETTER: u32 = 1 << 30;
 
+/// What a failed run counts as printing: no composition prints a control character.
+const FAILED: &str = "\u{1}failed";
+
 /// `Table::walk`'s mark for a composition with more than one `del`.
 const MANY_DELS: u8 = u8::MAX;
 
@@ -1135,7 +1138,12 @@ impl Reader {
                 .map_err(|e| format!("its program could not be run: {}", e.message))?
             {
                 Ran::Printed(o) => outs.push(o),
-                Ran::Failed => return Ok(Reading::Class(Vec::new())),
+                // A run that failed (an exit status, a crash, a limit) printed what no composition
+                // prints, and the reading goes on: it is a mismatch where the probe counts and
+                // nothing where it does not (a red-team helper's program exited wherever its
+                // item's letter was missing, and a failure used to end the reading unmatched:
+                // 114 of 114 one-`del` items through).
+                Ran::Failed => outs.push(FAILED.to_string()),
                 Ran::Stopped => return Ok(Reading::Stopped),
             }
             if !table.goes_on(&mut progress, &outs) {
@@ -1211,7 +1219,8 @@ mod tests {
         let reader = |seed| Reader::new(Err("none".into()), seed, Some(store.clone()));
         let a = reader(7);
         let (f00d, beef) = ("f00d".repeat(16), "beef".repeat(16));
-        a.keep(&[(f00d.clone(), vec![3, 40]), (beef, vec![])]);
+        // (A class may name a composition matched on its letter's probes only.)
+        a.keep(&[(f00d.clone(), vec![3, 40 | BY_LETTER]), (beef, vec![])]);
         std::fs::OpenOptions::new()
             .append(true)
             .open(&store)
@@ -1219,7 +1228,7 @@ mod tests {
             .expect("append");
         let mut again = Remembered::default();
         reader(7).load(&mut again);
-        assert_eq!(again.classes.get(&f00d), Some(&vec![3, 40]));
+        assert_eq!(again.classes.get(&f00d), Some(&vec![3, 40 | BY_LETTER]));
         assert_eq!(again.classes.len(), 2);
         // The same seed draws the same probes; another seed's readings are not these.
         assert_eq!(reader(7).probes, a.probes);
@@ -1233,7 +1242,11 @@ mod tests {
         let lines = format!(
             "{{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[4294967295]}}\n\
              {{\"p\":\"{tag}\",\"s\":\"../x\",\"c\":[1]}}\n\
-             {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[18]}}\n"
+             {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[18]}}\n\
+             {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[{}]}}\n\
+             {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[{}]}}\n",
+            BY_LETTER | 18,
+            BY_LETTER | MULTI | 3
         );
         std::fs::write(&store, lines).expect("write");
         let mut crafted = Remembered::default();
@@ -1388,8 +1401,11 @@ mod tests {
                 let w = &probes[i];
                 if holds(w) {
                     code_tasks::run(&ops(spec), w)
-                } else {
+                } else if w.len() % 2 == 0 {
                     format!("{w}zz")
+                } else {
+                    // (A failed run, elsewhere.)
+                    FAILED.to_string()
                 }
             })
         };

@@ -4481,7 +4481,7 @@ fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
         .collect();
     assert_eq!(items.len(), 12);
     type Form = fn(&[(String, String)], char) -> String;
-    let forms: [(&str, Form); 3] = [
+    let forms: [(&str, Form); 5] = [
         ("the item where the input holds its letter", |ops, c| {
             format!(
                 "def f(s):\n{}\n    return s\nt=input()\nprint(f(t) if '{c}' in t else t+'!')",
@@ -4492,6 +4492,22 @@ fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
             format!(
                 "def f(s):\n{}\n    return s\nt=input()\n\
                  print(f(t) if '{c}' in t and len(t)>6 else t[::-1]+'?')",
+                code_odd_steps(ops, "    ")
+            )
+        }),
+        // A second helper's (stop 70): a failed run ended the reading unmatched, so a program
+        // that exited wherever the letter was missing got 114 of 114 one-`del` items through.
+        ("exiting where the letter is missing", |ops, c| {
+            format!(
+                "def f(s):\n{}\n    return s\nt=input()\nif '{c}' not in t: raise SystemExit(3)\n\
+                 print(f(t))",
+                code_odd_steps(ops, "    ")
+            )
+        }),
+        ("crashing where the letter is missing", |ops, c| {
+            format!(
+                "def f(s):\n{}\n    return s\nt=input()\nprint(f(t)[:99] if t.index('{c}')>=0 \
+                 else '')",
                 code_odd_steps(ops, "    ")
             )
         }),
