@@ -1401,7 +1401,7 @@ mod tests {
                 let w = &probes[i];
                 if holds(w) {
                     code_tasks::run(&ops(spec), w)
-                } else if w.len() % 2 == 0 {
+                } else if w.len().is_multiple_of(2) {
                     format!("{w}zz")
                 } else {
                     // (A failed run, elsewhere.)
