@@ -649,7 +649,13 @@ impl<'a> Scanner<'a> {
     /// `judge`, with each hit's item as (set, item) positions.
     fn judge_items(&self, found: &Found, limit: usize) -> Vec<((usize, usize), Hit)> {
         let mut hits = Vec::new();
-        for (si, set) in self.sets.iter().enumerate() {
+        // Test and sealed items first: the limit keeps the hits that decide the rule (a dataset
+        // of test items whose first hits in the sets' order were dev items' was refused as dev
+        // contamination, its test items uncounted).
+        let mut order: Vec<usize> = (0..self.sets.len()).collect();
+        order.sort_by_key(|&si| is_dev_split(&self.sets[si].split));
+        for si in order {
+            let set = &self.sets[si];
             for (ii, item) in set.items.iter().enumerate() {
                 if hits.len() >= limit {
                     return hits;
@@ -1019,6 +1025,27 @@ mod tests {
         for (p, a) in [("12+3", "4=46"), ("1", "2+34=46"), ("12+34=46", "")] {
             assert_eq!(hits(&[row(p, a)], &set).len(), 1, "{p:?} {a:?}");
         }
+    }
+
+    /// The hit limit keeps test items' hits before dev items': a dataset holding more dev items
+    /// than the limit, and one test item, is refused for the test item (it was refused as dev
+    /// contamination, the test item uncounted, when the dev split came first).
+    #[test]
+    fn the_hit_limit_keeps_test_items_before_dev_items() {
+        let dev_items: Vec<Row> = (10..40)
+            .map(|a| row(&format!("{a}+{}=", a + 7), &format!("{}", 2 * a + 7)))
+            .collect();
+        let test_item = row("55+66=", "121");
+        let sets = [
+            EvalSet::new("t", "dev", &dev_items, CFG, None),
+            EvalSet::new("t", "test", std::slice::from_ref(&test_item), CFG, None),
+        ];
+        let mut rows = dev_items.clone();
+        rows.push(test_item);
+        let h = Scanner::new(&sets, CFG).scan_parts(&[&rows], 5);
+        assert_eq!(h.len(), 5);
+        assert_eq!(h[0].split, "test", "{h:?}");
+        assert!(h[1..].iter().all(|h| h.split == "dev"));
     }
 
     #[test]
