@@ -554,10 +554,12 @@ impl Table {
     /// - none when the row reads as a free composition that computes it (`up;rev`, written so,
     ///   computes what a protected `rev;up` does: an honest row);
     /// - else the protected compositions of the fewest operations among them;
-    /// - and of those it computes on the probes holding their letter alone (`BY_LETTER`), the
-    ///   ones of the fewest operations, unless a free composition computes it on every probe
-    ///   (`del b;take 2` prints what a protected `take 2;del e` prints wherever `e` is not among
-    ///   a word's first two letters: an honest program, by all its outputs).
+    /// - and where no composition computes it on every probe, of those it computes on the probes
+    ///   holding their letter alone (`BY_LETTER`), the ones of the fewest operations. (Where a
+    ///   free one computes it everywhere, it is that: `del b;take 2` prints what a protected
+    ///   `take 2;del e` prints wherever `e` is not among a word's first two letters. Where a
+    ///   protected one does, that one is the evidence, and a test item's program is not also
+    ///   read as every dev item it prints on a letter's probes.)
     fn verdict(&self, class: &[u32], read_as: Option<&HashSet<String>>) -> Vec<String> {
         let (by_letter, whole): (Vec<u32>, Vec<u32>) =
             class.iter().partition(|&&id| id & BY_LETTER != 0);
@@ -574,16 +576,11 @@ impl Table {
                 .filter_map(|id| self.protected.get(id).cloned())
                 .collect()
         };
-        let mut keys = simplest(&whole);
-        if !whole.iter().any(free) {
-            let by_letter: Vec<u32> = by_letter.iter().map(|id| id & !BY_LETTER).collect();
-            for k in simplest(&by_letter) {
-                if !keys.contains(&k) {
-                    keys.push(k);
-                }
-            }
+        if !whole.is_empty() {
+            return simplest(&whole);
         }
-        keys
+        let by_letter: Vec<u32> = by_letter.iter().map(|id| id & !BY_LETTER).collect();
+        simplest(&by_letter)
     }
 }
 
