@@ -638,52 +638,85 @@ struct StoredReading {
 /// Words like the hidden tests' inputs (six to nine lowercase letters, each place's letter
 /// uniform over the alphabet).
 /// - The first `COVER` (seven to nine letters: a one-`del` item's test inputs are as long) hold
-///   every letter between them: the alphabet is dealt into their places (shuffled, then letters
-///   at random to fill).
-/// - The sixteen after them, four of each length, hold every letter among some word's first two
-///   and among some word's letters from the sixth on: a deleted letter shows after any `take` of
-///   two or more and after any `drop` (a test input holds its item's deleted letters at random
-///   places). The alphabet is dealt into their 32 first places and again into the 40 places from
-///   the sixth; the rest are drawn at random.
+///   every letter between them.
+/// - Sixteen follow, four of each length.
+/// - Among the probes of seven letters or more (those a one-`del` item is read on, `Single`),
+///   every letter stands among some word's first two and among some later word's letters from
+///   the sixth on: a deleted letter shows after any `take` of two or more and after any `drop`
+///   (a test input holds its item's deleted letters at random places). Dealt among six-letter
+///   words too, a letter could show only there, and a program printing the item on longer words
+///   and its steps without the `del` on six letters read as those steps (a red-team helper's:
+///   `take 3;del q`).
+///
+/// The alphabet is dealt (shuffled, then letters at random to fill) into the first two places of
+/// the words of seven letters or more, into the places from the sixth of the later ones, and
+/// into the cover's other places (less the letters its first places hold); the rest is drawn at
+/// random.
 fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
     const EARLY: usize = 2;
     const LATE_FROM: usize = 5;
-    let mut dealt = |slots: usize| -> Vec<u8> {
-        let mut l: Vec<u8> = (b'a'..=b'z').collect();
-        while l.len() < slots {
-            l.push(b'a' + rng.random_range(0..26u8));
-        }
-        shuffle(&mut l, rng);
-        l
-    };
-    let (cover, rest) = LENGTHS.split_at(COVER);
-    let mut covering = dealt(cover.iter().sum()).into_iter();
-    let mut early = dealt(rest.len() * EARLY).into_iter();
-    let mut late = dealt(rest.iter().map(|l| l - LATE_FROM).sum()).into_iter();
-    let mut words: Vec<Vec<u8>> = cover
+    let long = |len: usize| len >= SINGLE_MIN_LEN;
+    let early_slots = LENGTHS.iter().filter(|&&l| long(l)).count() * EARLY;
+    let late_slots: usize = LENGTHS[COVER..]
         .iter()
-        .map(|&len| covering.by_ref().take(len).collect())
-        .collect();
-    for &len in rest {
-        words.push(
+        .filter(|&&l| long(l))
+        .map(|l| l - LATE_FROM)
+        .sum();
+    let mut early = dealt(rng, early_slots, &[]).into_iter();
+    let mut late = dealt(rng, late_slots, &[]).into_iter();
+    let mut words: Vec<Vec<u8>> = LENGTHS
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
             (0..len)
                 .map(|at| {
-                    let from = if at < EARLY {
+                    let from = if !long(len) {
+                        None
+                    } else if at < EARLY {
                         early.next()
-                    } else if at >= LATE_FROM {
+                    } else if at >= LATE_FROM && i >= COVER {
                         late.next()
                     } else {
                         None
                     };
-                    from.unwrap_or_else(|| b'a' + rng.random_range(0..26u8))
+                    // (0: the cover's places dealt below.)
+                    from.unwrap_or(if i < COVER {
+                        0
+                    } else {
+                        b'a' + rng.random_range(0..26u8)
+                    })
                 })
-                .collect(),
-        );
+                .collect()
+        })
+        .collect();
+    let held: Vec<u8> = words[..COVER]
+        .iter()
+        .flat_map(|w| w[..EARLY].to_vec())
+        .collect();
+    let open = words[..COVER].iter().flatten().filter(|&&b| b == 0).count();
+    let mut covering = dealt(rng, open, &held).into_iter();
+    for b in words[..COVER].iter_mut().flatten() {
+        if *b == 0 {
+            *b = covering.next().unwrap_or(b'a');
+        }
     }
     let mut order: Vec<u8> = (COVER as u8..PROBES as u8).collect();
     shuffle(&mut order, rng);
     let order: Vec<u8> = (0..COVER as u8).chain(order).collect();
     std::array::from_fn(|i| String::from_utf8_lossy(&words[order[i] as usize]).into_owned())
+}
+
+/// The alphabet less `leave`, shuffled into `slots` places (letters at random to fill them; cut
+/// to them).
+fn dealt(rng: &mut StdRng, slots: usize, leave: &[u8]) -> Vec<u8> {
+    let mut l: Vec<u8> = (b'a'..=b'z').filter(|c| !leave.contains(c)).collect();
+    shuffle(&mut l, rng);
+    l.truncate(slots);
+    while l.len() < slots {
+        l.push(b'a' + rng.random_range(0..26u8));
+    }
+    shuffle(&mut l, rng);
+    l
 }
 
 fn shuffle(v: &mut [u8], rng: &mut StdRng) {
@@ -1342,8 +1375,9 @@ mod tests {
         for _ in 0..200 {
             let p = draw_probes(&mut rng);
             for l in 'a'..='z' {
-                let early = p.iter().any(|w| w.chars().take(2).any(|c| c == l));
-                let late = p.iter().any(|w| w.chars().skip(5).any(|c| c == l));
+                let long = || p.iter().filter(|w| w.len() >= SINGLE_MIN_LEN);
+                let early = long().any(|w| w.chars().take(2).any(|c| c == l));
+                let late = long().any(|w| w.chars().skip(5).any(|c| c == l));
                 assert!(early && late, "{l} in {p:?}");
             }
             assert!(p.iter().all(|w| (6..=9).contains(&w.len())), "{p:?}");
@@ -1420,7 +1454,7 @@ mod tests {
                 assert_eq!(read_on(&t, &outs), PROBES, "{spec}");
             }
         }
-        // Honest programs are read on the cover at most, and match nothing: `take 2` prints
+        // Honest programs are read on the cover and little more, and match nothing: `take 2` prints
         // what `take 2;del e` prints where `e` is not among the first two letters, and is free
         // and shorter.
         for spec in [
@@ -1431,9 +1465,11 @@ mod tests {
             "rev;del q;rev",
         ] {
             let outs = outputs(&probes, spec);
-            // (Or a probe or two past it, where a letter's one word in the cover happens to
-            // read as an item: `del j;add j` prints a word ending in `j` unchanged.)
-            assert!(read_on(&t, &outs) <= COVER + 2, "{spec}");
+            // (Or some probes past it, where a letter's one word in the cover happens to read as
+            // an item: `del j;add j` prints a word ending in `j` unchanged, and a program printing
+            // words unchanged is read on until a later word holds `j`.)
+            let n = read_on(&t, &outs);
+            assert!(n <= PROBES / 2, "{spec}: {n}");
             assert!(t.verdict(&t.class(&outs), None).is_empty(), "{spec}");
         }
         assert!(

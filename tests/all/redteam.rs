@@ -4520,8 +4520,57 @@ fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
             )
         }),
     ];
+    // A third helper's (stop 70): the item on words of seven letters or more, its steps without
+    // the `del` on six. Where the probes of seven letters or more never showed the letter inside
+    // a `take`'s window, the item read as those steps there, and the six-letter probes that did
+    // show it printed the steps: `take 3;del q` read as the free `take 3`. Every letter shows
+    // early and late among the longer probes now. (Over items with a `take`, `drop` or `sort`.)
+    let cut: Vec<(Vec<(String, String)>, char)> = test
+        .iter()
+        .filter_map(|r| {
+            let ops = code_ops(&r.prompt);
+            let one = items.iter().any(|(o, _)| *o == ops);
+            // A cut on the word as it came in (nothing before it moves its letters: no `rev`,
+            // `sort` or `pre`), where every letter now shows.
+            let first_cut = ops.iter().position(|(o, _)| o == "take" || o == "drop");
+            let cuts = first_cut.is_some_and(|at| {
+                !ops[..at]
+                    .iter()
+                    .any(|(o, _)| o == "rev" || o == "sort" || o == "pre")
+            });
+            let c = ops.iter().find(|(o, _)| o == "del")?.1.chars().next()?;
+            let dels = ops.iter().filter(|(o, _)| o == "del").count();
+            let words: Vec<String> = base
+                .iter()
+                .flat_map(|w| [0, 3, w.len()].map(|at| format!("{}{c}{}", &w[..at], &w[at..])))
+                .collect();
+            let take1 = ops.iter().any(|(o, a)| o == "take" && a == "1");
+            (dels == 1 && cuts && !one && !take1 && !code_reducible(&ops, &words))
+                .then_some((ops, c))
+        })
+        .take(12)
+        .collect();
+    assert_eq!(cut.len(), 12);
+    let longer_only: Form = |ops, _| {
+        let steps: Vec<(String, String)> =
+            ops.iter().filter(|(o, _)| o != "del").cloned().collect();
+        format!(
+            "def f(s):\n{}\n    return s\ndef g(s):\n{}\n    return s\nt=input()\n\
+             print(f(t) if len(t)>=7 else g(t))",
+            code_odd_steps(ops, "    "),
+            code_odd_steps(&steps, "    ")
+        )
+    };
     let s = open(&root);
-    for (i, (what, form)) in forms.iter().enumerate() {
+    let runs = forms
+        .iter()
+        .map(|(what, form)| (*what, *form, &items))
+        .chain([(
+            "the item on seven letters or more, its steps without the del on six",
+            longer_only,
+            &cut,
+        )]);
+    for (i, (what, form, items)) in runs.enumerate() {
         let rows: Vec<(String, String)> = items
             .iter()
             .map(|(ops, c)| (">".to_string(), form(ops, *c)))
