@@ -4575,21 +4575,7 @@ fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
             .iter()
             .map(|(ops, c)| (">".to_string(), form(ops, *c)))
             .collect();
-        let who = Caller::new(format!("letter{i}"), Role::Worker);
-        let node = branch_as(&s, &who, what);
-        let e = refused_by(
-            &s,
-            &who,
-            "register_dataset",
-            inline(&node, &format!("letter{i}"), rows),
-            "contamination",
-        );
-        let matched: usize = e
-            .message
-            .split_once("protected eval data (")
-            .and_then(|(_, rest)| rest.split_once(" item(s) matched)"))
-            .and_then(|(n, _)| n.parse().ok())
-            .unwrap_or(0);
+        let (e, matched) = refused_as_items(&s, &format!("letter{i}"), what, rows);
         // (One may pass by chance: the probes are the study's own, drawn at random.)
         assert!(
             matched + 1 >= items.len(),
@@ -4773,23 +4759,9 @@ fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
             .iter()
             .map(|r| (">".to_string(), form(&code_ops(&r.prompt))))
             .collect();
-        let who = Caller::new(format!("odd{i}"), Role::Worker);
-        let node = branch_as(&s, &who, what);
-        let e = refused_by(
-            &s,
-            &who,
-            "register_dataset",
-            inline(&node, &format!("odd{i}"), rows),
-            "contamination",
-        );
         // Each program matches its item, and any other protected item computing the same (a
         // split may hold `rev;up` and another `up;rev`).
-        let matched: usize = e
-            .message
-            .split_once("protected eval data (")
-            .and_then(|(_, rest)| rest.split_once(" item(s) matched)"))
-            .and_then(|(n, _)| n.parse().ok())
-            .unwrap_or(0);
+        let (e, matched) = refused_as_items(&s, &format!("odd{i}"), what, rows);
         assert!(
             matched >= items.len() - reducible && reducible < items.len() / 2,
             "{what}: {matched} matched of {} ({reducible} reducible): {}",
@@ -4874,9 +4846,14 @@ fn a_code_item_as_a_program_in_any_spelling_is_read_by_what_it_does() {
     );
 }
 
-/// `rows` (one form of `n` items), registered by an agent of their own (`tag`), are refused
-/// as contamination with every item matched.
-fn every_item_refused(s: &Study, tag: &str, what: &str, rows: Vec<(String, String)>, n: usize) {
+/// `rows`, registered by an agent of their own (`tag`) on a node of their own, are refused as
+/// contamination: the refusal, and how many protected items it says were matched.
+fn refused_as_items(
+    s: &Study,
+    tag: &str,
+    what: &str,
+    rows: Vec<(String, String)>,
+) -> (rsi_master::Error, usize) {
     let who = Caller::new(tag, Role::Worker);
     let node = branch_as(s, &who, what);
     let e = refused_by(
@@ -4886,11 +4863,20 @@ fn every_item_refused(s: &Study, tag: &str, what: &str, rows: Vec<(String, Strin
         inline(&node, tag, rows),
         "contamination",
     );
-    assert!(
-        e.message.contains(&format!("({n} item(s) matched)")),
-        "{what}: not every item was read: {}",
-        e.message
-    );
+    let matched = e
+        .message
+        .split_once("protected eval data (")
+        .and_then(|(_, rest)| rest.split_once(" item(s) matched)"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or(0);
+    (e, matched)
+}
+
+/// `rows` (one form of `n` items), registered by an agent of their own (`tag`), are refused
+/// as contamination with every item matched.
+fn every_item_refused(s: &Study, tag: &str, what: &str, rows: Vec<(String, String)>, n: usize) {
+    let (e, matched) = refused_as_items(s, tag, what, rows);
+    assert_eq!(matched, n, "{what}: not every item was read: {}", e.message);
 }
 
 /// The tiny-code gate read an item only as its own text, its exact specification, or its
