@@ -31,8 +31,8 @@
 //!   letter alone (`Single`): every test input of its item holds the letter, and a program may
 //!   print anything elsewhere. A reading ends at the first probe whose outputs so far no
 //!   protected composition that would match prints, on every probe or on those holding some
-//!   letter; the first `COVER` probes hold every letter, so an honest program is read on them at
-//!   most.
+//!   letter; the first `COVER` probes hold every letter, so an honest program is mostly read on
+//!   them and little more (a failed run is an output no composition prints: the reading goes on).
 //! - **Fail closed.** A program stopped by a time limit (which depends on load: it might pass
 //!   an evaluation), a scan past `MAX_RUNS` programs, `TIME` or its bytes, or a machine that
 //!   cannot run programs in the sandbox leaves the row unread, and an unread row is refused,
@@ -62,8 +62,8 @@ pub const PROBES: usize = COVER + 16;
 
 /// The first probes, of seven to nine letters, hold every letter between them: a program that
 /// computes a one-`del` item only on inputs holding its letter (as every one of its test inputs
-/// does) is read on them (`Table::single`), and an honest program's reading has ruled out every
-/// letter after these.
+/// does) is read on them (`Table::single`), and an honest program's reading has mostly ruled
+/// out every letter after these.
 pub const COVER: usize = 4;
 
 /// The probes' lengths: the cover's, then four of each length the tests' words have.
