@@ -4481,7 +4481,20 @@ fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
         .collect();
     assert_eq!(items.len(), 12);
     type Form = fn(&[(String, String)], char) -> String;
-    let forms: [(&str, Form); 5] = [
+    let forms: [(&str, Form); 6] = [
+        // The next attack on the rule that drops a per-letter match where a free composition
+        // prints the program's outputs on every probe: print a free one (the word reversed)
+        // wherever the letter is missing, so the program would read as free if the probes
+        // holding the letter happened to agree. They do not: the item's `del` shows there.
+        (
+            "a free composition where the letter is missing",
+            |ops, c| {
+                format!(
+                    "def f(s):\n{}\n    return s\nt=input()\nprint(f(t) if '{c}' in t else t[::-1])",
+                    code_odd_steps(ops, "    ")
+                )
+            },
+        ),
         ("the item where the input holds its letter", |ops, c| {
             format!(
                 "def f(s):\n{}\n    return s\nt=input()\nprint(f(t) if '{c}' in t else t+'!')",
