@@ -256,16 +256,13 @@ fn masked_step(h: &mut std::hash::DefaultHasher, at: usize, out: &[u8]) -> u64 {
     h.finish()
 }
 
-/// The hash of `outs` on the probes of `mask` (none for none).
-fn last_on_mask<O: AsRef<[u8]>>(mask: u32, outs: &[O]) -> Option<u64> {
+/// The hashes of `outs` on the probes of `mask`, after each of them (the last: of them all).
+fn on_mask<O: AsRef<[u8]>>(mask: u32, outs: &[O]) -> impl Iterator<Item = u64> + '_ {
     let mut h = keys().build_hasher();
-    let mut last = None;
-    for (k, o) in outs.iter().enumerate() {
-        if mask & 1 << k != 0 {
-            last = Some(masked_step(&mut h, k, o.as_ref()));
-        }
-    }
-    last
+    outs.iter()
+        .enumerate()
+        .filter(move |(k, _)| mask & 1 << k != 0)
+        .map(move |(k, o)| masked_step(&mut h, k, o.as_ref()))
 }
 
 /// The protected compositions with one `del` of a letter, read on the probes holding it.
@@ -390,26 +387,6 @@ impl Table {
         t
     }
 
-    /// The hashes of `outs` on the probes of `mask`, after each of them; none where they are
-    /// the same on every one (no evidence, as one output on every probe is none: `class`).
-    fn on_mask(mask: u32, outs: &[Vec<u8>], into: &mut Vec<u64>) -> bool {
-        let mut h = keys().build_hasher();
-        let mut first: Option<&[u8]> = None;
-        let mut differ = false;
-        let start = into.len();
-        for (k, o) in outs.iter().enumerate() {
-            if mask & 1 << k != 0 {
-                differ |= first.is_some_and(|f| f != o.as_slice());
-                first.get_or_insert(o.as_slice());
-                into.push(masked_step(&mut h, k, o));
-            }
-        }
-        if !differ {
-            into.truncate(start);
-        }
-        differ
-    }
-
     /// The compositions from `id` on (its outputs in `bufs[depth]`); `del` is 0 without a
     /// `del`, its letter's place in the alphabet (from 1) with one, `MANY_DELS` with more.
     fn walk(
@@ -430,16 +407,24 @@ impl Table {
         let ops_here = kinds(id).len();
         if (1..=26).contains(&del) && self.protected.contains_key(&id) {
             let letter = del - 1;
-            let start = walked.hashes.len();
             let mask = self.single[usize::from(letter)].mask;
-            if Table::on_mask(mask, outs, &mut walked.hashes) {
+            // (The same output on every probe of the mask is no evidence, as one output on
+            // every probe is none: `class`.)
+            let mut shown = outs
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| mask & 1 << k != 0)
+                .map(|(_, o)| o);
+            if shown.next().is_some_and(|first| shown.any(|o| o != first)) {
+                let start = walked.hashes.len();
+                walked.hashes.extend(on_mask(mask, outs));
                 let at = start..walked.hashes.len();
                 walked.singles.push((letter, id, ops_here, at));
             }
         } else if !self.protected.contains_key(&id) && ops_here < crate::policy::string_ops::MAX_OPS
         {
             for (single, fewest) in self.single.iter().zip(walked.free_on_mask.iter_mut()) {
-                if let Some(last) = last_on_mask(single.mask, outs) {
+                if let Some(last) = on_mask(single.mask, outs).last() {
                     let f = fewest.entry(last).or_insert(ops_here);
                     *f = (*f).min(ops_here);
                 }
@@ -493,7 +478,9 @@ impl Table {
         }
         let mut class = self.class_of(prefix_hashes(outs.iter().map(String::as_bytes))[PROBES - 1]);
         for single in &self.single {
-            if let Some(ids) = last_on_mask(single.mask, outs).and_then(|l| single.by_final.get(&l))
+            if let Some(ids) = on_mask(single.mask, outs)
+                .last()
+                .and_then(|l| single.by_final.get(&l))
             {
                 for id in ids {
                     if !class.contains(id) && !class.contains(&(id | BY_LETTER)) {
