@@ -108,6 +108,18 @@ const KINDS: u32 = 17;
 /// probes holding its letter only (`Single`).
 const BY_LETTER: u32 = 1 << 30;
 
+/// A class's mark on a protected composition a program computes on most probes but not all
+/// (`Near`).
+const NEAR: u32 = 1 << 29;
+
+/// The probes a program must print a protected composition's outputs on to be read as it, where
+/// it prints them on fewer than all (`Near`): 12 of 20.
+const NEAR_AGREE: usize = 12;
+
+/// The reading's rule, in the readings file's tag (`Reader::new`): a reading made by another
+/// rule is not taken.
+const READING_RULE: &str = "near-12-of-20";
+
 /// What a failed run counts as printing: no composition prints a control character.
 const FAILED: &str = "\u{1}failed";
 
@@ -284,8 +296,9 @@ struct Single {
 /// What `Table::walk` gathers for `Table::build` to judge once every composition is walked.
 #[derive(Default)]
 struct Walked {
-    /// The prefix hashes of protected compositions' outputs (one output on every probe left out).
-    printed_by_protected: Vec<[u64; PROBES]>,
+    /// The prefix hashes of protected compositions' outputs (one output on every probe left out),
+    /// with their places in `Near::outs`.
+    printed_by_protected: Vec<(usize, [u64; PROBES])>,
     /// By letter: what free compositions of fewer than the most operations print on the probes
     /// holding it (the last of their hashes), with the fewest operations printing it.
     free_on_mask: Vec<HashMap<u64, usize>>,
@@ -307,6 +320,40 @@ struct Table {
     protected: HashMap<u32, String>,
     /// By letter (`a` first): protected compositions with one `del`, of that letter.
     single: Vec<Single>,
+    /// What every composition prints on each probe, for a program printing a protected one's
+    /// outputs on most probes.
+    near: Near,
+}
+
+/// Each composition's output on each probe (a 32-bit hash), in the walk's order: a program that
+/// prints a protected composition's outputs on `NEAR_AGREE` probes or more, and on more than any
+/// free composition, is read as it.
+///
+/// Read on all probes alone, a program need differ from its item on one probe only to be no
+/// composition: one that fails (or prints anything else) on some rare kind of input that one
+/// probe happens to be passes its item's hidden tests about as often as the item's own program
+/// (a red-team helper's crashed on nine-letter words with no repeated letter: 323 of 378 items
+/// without a `del` through, 85% of them passing their hidden tests). Read on most probes, it must
+/// fail on a kind of input common enough to catch nine of twenty probes, and then fails its
+/// item's hidden tests about as often.
+#[derive(Default)]
+struct Near {
+    outs: Vec<[u32; PROBES]>,
+    ids: Vec<u32>,
+    /// Each one's operations, or `PROTECTED`.
+    ops: Vec<u8>,
+    /// The protected ones that would match where they print a program's outputs on every probe
+    /// (no free composition of fewer operations prints theirs), by place in `outs`.
+    matching: Vec<usize>,
+}
+
+/// `Near::ops` of a protected composition.
+const PROTECTED: u8 = u8::MAX;
+
+/// A probe's output, hashed for `Near`.
+fn probe_hash(out: &[u8]) -> u32 {
+    let h = keys().hash_one(out);
+    (h ^ h >> 32) as u32
 }
 
 impl Table {
@@ -338,6 +385,7 @@ impl Table {
             protected_prints: Default::default(),
             protected,
             single,
+            near: Near::default(),
         };
         let ops = code_tasks::every_op();
         // One buffer per depth and probe, reused: the walk allocates nothing per composition.
@@ -355,12 +403,13 @@ impl Table {
         // A reading goes on only while its outputs so far are those of a protected composition
         // that would match (no free one of fewer operations printing the same: `take 3`'s
         // outputs are `dup;take 3`'s, and a program printing them never matches).
-        for hashes in walked.printed_by_protected {
+        for (at, hashes) in walked.printed_by_protected {
             let class = t.class_of(hashes[PROBES - 1]);
             if !t.verdict(&class, None).is_empty() {
                 for (seen, h) in t.protected_prints.iter_mut().zip(hashes) {
                     seen.insert(h);
                 }
+                t.near.matching.push(at);
             }
         }
         // So on the probes holding a letter: `up;del c` prints what `up` prints, and `take 3;del
@@ -400,11 +449,20 @@ impl Table {
     ) {
         let outs = &bufs[depth];
         let hashes = prefix_hashes(outs.iter().map(Vec::as_slice));
+        let at = self.near.outs.len();
+        let is_protected = self.protected.contains_key(&id);
+        self.near
+            .outs
+            .push(std::array::from_fn(|k| probe_hash(&outs[k])));
+        self.near.ids.push(id);
+        self.near
+            .ops
+            .push(if is_protected { PROTECTED } else { depth as u8 });
         // (One output on every probe is no evidence: `class`.)
-        if self.protected.contains_key(&id) && outs.iter().any(|o| *o != outs[0]) {
-            walked.printed_by_protected.push(hashes);
+        if is_protected && outs.iter().any(|o| *o != outs[0]) {
+            walked.printed_by_protected.push((at, hashes));
         }
-        let ops_here = kinds(id).len();
+        let ops_here = depth;
         if (1..=26).contains(&del) && self.protected.contains_key(&id) {
             let letter = del - 1;
             let mask = self.single[usize::from(letter)].mask;
@@ -489,13 +547,90 @@ impl Table {
                 }
             }
         }
+        if class.iter().all(|id| id & BY_LETTER != 0) {
+            for id in self.near(outs) {
+                if !class.contains(&(id | NEAR)) {
+                    class.push(id | NEAR);
+                }
+            }
+        }
         class
+    }
+
+    /// The protected compositions whose outputs `outs` holds on `NEAR_AGREE` probes or more,
+    /// where no free composition's it holds on more (or on as many, with fewer operations: as on
+    /// every probe, `dup;take 3`'s outputs are `take 3`'s). A failed run prints what none does.
+    ///
+    /// Probes where it prints them must not all be printed one output (as one output on every
+    /// probe is no evidence: `class`).
+    fn near(&self, outs: &[String; PROBES]) -> Vec<u32> {
+        let hashes: [u32; PROBES] = std::array::from_fn(|k| probe_hash(outs[k].as_bytes()));
+        // (Plain loops: this runs over every composition, and unoptimised builds test it.)
+        let mut found: Vec<(u32, usize)> = Vec::new();
+        for &at in &self.near.matching {
+            let row = &self.near.outs[at];
+            let (mut on, mut misses, mut k) = (0u32, 0, 0);
+            while k < PROBES && misses <= PROBES - NEAR_AGREE {
+                if row[k] == hashes[k] {
+                    on |= 1 << k;
+                } else {
+                    misses += 1;
+                }
+                k += 1;
+            }
+            let agree = on.count_ones() as usize;
+            if agree < NEAR_AGREE {
+                continue;
+            }
+            let mut shown = outs
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| on & 1 << k != 0)
+                .map(|(_, o)| o);
+            if agree >= NEAR_AGREE && shown.next().is_some_and(|first| shown.any(|o| o != first)) {
+                found.push((self.near.ids[at], agree));
+            }
+        }
+        let Some(least) = found.iter().map(|(_, a)| *a).min() else {
+            return Vec::new();
+        };
+        // The fewest operations of a free composition whose outputs `outs` holds on k probes (a
+        // composition is left at its `PROBES - least + 1`th probe printing else).
+        let mut fewest = [u8::MAX; PROBES + 1];
+        let most = PROBES - least;
+        for (at, row) in self.near.outs.iter().enumerate() {
+            if self.near.ops[at] == PROTECTED {
+                continue;
+            }
+            let (mut misses, mut k) = (0, 0);
+            while k < PROBES && misses <= most {
+                misses += usize::from(row[k] != hashes[k]);
+                k += 1;
+            }
+            if misses <= most {
+                let f = &mut fewest[PROBES - misses];
+                *f = (*f).min(self.near.ops[at]);
+            }
+        }
+        let mut ids: Vec<u32> = found
+            .into_iter()
+            .filter(|&(id, agree)| {
+                fewest[agree + 1..].iter().all(|&f| f == u8::MAX)
+                    && usize::from(fewest[agree]) >= kinds(id).len()
+            })
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// A reading's progress before its first probe.
     fn start(&self) -> Progress {
         Progress {
             whole: true,
+            near_alive: self.near.matching.iter().map(|&at| (at, 0)).collect(),
+            near: true,
             singles: self
                 .single
                 .iter()
@@ -522,7 +657,16 @@ impl Table {
                     .contains(&masked_step(h, i, outs[i].as_bytes()));
             }
         }
-        p.whole || p.singles.iter().any(|(_, alive)| *alive)
+        if p.near {
+            let h = probe_hash(outs[i].as_bytes());
+            let most = (PROBES - NEAR_AGREE) as u8;
+            p.near_alive.retain_mut(|(at, misses)| {
+                *misses += u8::from(self.near.outs[*at][i] != h);
+                *misses <= most
+            });
+            p.near = !p.near_alive.is_empty();
+        }
+        p.whole || p.near || p.singles.iter().any(|(_, alive)| *alive)
     }
 
     /// Every composition whose outputs on all probes hash to `h`.
@@ -549,7 +693,7 @@ impl Table {
     ///   read as every dev item it prints on a letter's probes.)
     fn verdict(&self, class: &[u32], read_as: Option<&HashSet<String>>) -> Vec<String> {
         let (by_letter, whole): (Vec<u32>, Vec<u32>) =
-            class.iter().partition(|&&id| id & BY_LETTER != 0);
+            class.iter().partition(|&&id| id & (BY_LETTER | NEAR) != 0);
         let free = |id: &u32| !self.protected.contains_key(id);
         let read_free =
             read_as.is_some_and(|r| whole.iter().any(|id| free(id) && r.contains(&name_of(*id))));
@@ -566,8 +710,14 @@ impl Table {
         if !whole.is_empty() {
             return simplest(&whole);
         }
+        let (near, by_letter): (Vec<u32>, Vec<u32>) =
+            by_letter.iter().partition(|&&id| id & NEAR != 0);
         let by_letter: Vec<u32> = by_letter.iter().map(|id| id & !BY_LETTER).collect();
-        simplest(&by_letter)
+        if !by_letter.is_empty() {
+            return simplest(&by_letter);
+        }
+        let near: Vec<u32> = near.iter().map(|id| id & !NEAR).collect();
+        simplest(&near)
     }
 }
 
@@ -576,6 +726,11 @@ impl Table {
 /// it and whether they could still be a one-`del` composition's there.
 struct Progress {
     whole: bool,
+    /// The protected compositions (places in `Near::outs`) that could still be printed on
+    /// `NEAR_AGREE` probes, each with the probes so far where the reading printed else.
+    near_alive: Vec<(usize, u8)>,
+    /// Whether some protected composition could still be printed on `NEAR_AGREE` probes.
+    near: bool,
     singles: Vec<(std::hash::DefaultHasher, bool)>,
 }
 
@@ -785,7 +940,12 @@ impl Reader {
         store: Option<std::path::PathBuf>,
     ) -> Reader {
         let probes = draw_probes(&mut StdRng::seed_from_u64(seed));
-        let tag = crate::util::hash::sha256_hex(probes.join(",").as_bytes())[..16].to_string();
+        // The rule a reading was made by is in its tag: a class read before the `Near` reading
+        // (by the match on every probe alone) is no reading of this one, and is not taken.
+        let tag = crate::util::hash::sha256_hex(
+            format!("{READING_RULE}:{}", probes.join(",")).as_bytes(),
+        )[..16]
+            .to_string();
         Reader {
             rsim,
             probes,
@@ -826,7 +986,10 @@ impl Reader {
                 && r.s.len() == 64
                 && r.s.bytes().all(|b| b.is_ascii_hexdigit())
                 && r.c.len() <= MAX_CLASS
-                && r.c.iter().all(|&id| is_composition(id & !BY_LETTER))
+                && r.c.iter().all(|&id| {
+                    id & (BY_LETTER | NEAR) != BY_LETTER | NEAR
+                        && is_composition(id & !(BY_LETTER | NEAR))
+                })
             {
                 into.classes.insert(r.s, r.c);
             }
@@ -1237,7 +1400,10 @@ mod tests {
         let a = reader(7);
         let (f00d, beef) = ("f00d".repeat(16), "beef".repeat(16));
         // (A class may name a composition matched on its letter's probes only.)
-        a.keep(&[(f00d.clone(), vec![3, 40 | BY_LETTER]), (beef, vec![])]);
+        a.keep(&[
+            (f00d.clone(), vec![3, 40 | BY_LETTER, 41 | NEAR]),
+            (beef, vec![]),
+        ]);
         std::fs::OpenOptions::new()
             .append(true)
             .open(&store)
@@ -1245,7 +1411,10 @@ mod tests {
             .expect("append");
         let mut again = Remembered::default();
         reader(7).load(&mut again);
-        assert_eq!(again.classes.get(&f00d), Some(&vec![3, 40 | BY_LETTER]));
+        assert_eq!(
+            again.classes.get(&f00d),
+            Some(&vec![3, 40 | BY_LETTER, 41 | NEAR])
+        );
         assert_eq!(again.classes.len(), 2);
         // The same seed draws the same probes; another seed's readings are not these.
         assert_eq!(reader(7).probes, a.probes);
@@ -1261,14 +1430,29 @@ mod tests {
              {{\"p\":\"{tag}\",\"s\":\"../x\",\"c\":[1]}}\n\
              {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[18]}}\n\
              {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[{}]}}\n\
+             {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[{}]}}\n\
+             {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[{}]}}\n\
              {{\"p\":\"{tag}\",\"s\":\"{sha}\",\"c\":[{}]}}\n",
             BY_LETTER | 18,
-            BY_LETTER | MULTI | 3
+            BY_LETTER | MULTI | 3,
+            NEAR | 18,
+            NEAR | BY_LETTER | 40,
         );
         std::fs::write(&store, lines).expect("write");
         let mut crafted = Remembered::default();
         reader(7).load(&mut crafted);
         assert!(crafted.classes.is_empty(), "{:?}", crafted.classes);
+        // A reading made on the same probes before `Near` (matched on every probe alone) is no
+        // reading now: its tag named the probes only.
+        let before = &crate::util::hash::sha256_hex(a.probes.join(",").as_bytes())[..16];
+        std::fs::write(
+            &store,
+            format!("{{\"p\":\"{before}\",\"s\":\"{sha}\",\"c\":[]}}\n"),
+        )
+        .expect("write");
+        let mut old = Remembered::default();
+        reader(7).load(&mut old);
+        assert!(old.classes.is_empty(), "{:?}", old.classes);
         // A link planted as the file is neither read nor written through.
         let target = dir.path().join("elsewhere");
         std::fs::write(&target, "").expect("target");
@@ -1441,9 +1625,10 @@ mod tests {
                 assert_eq!(read_on(&t, &outs), PROBES, "{spec}");
             }
         }
-        // Honest programs are read on the cover and little more, and match nothing: `take 2` prints
-        // what `take 2;del e` prints where `e` is not among the first two letters, and is free
-        // and shorter.
+        // Honest programs are read until no protected composition could be printed on most
+        // probes (`Near`: nine probes at least) and little more, and match nothing: `take 2`
+        // prints what `take 2;del e` prints where `e` is not among the first two letters, and is
+        // free and shorter.
         for spec in [
             "rev;up",
             "del q",
@@ -1456,7 +1641,7 @@ mod tests {
             // an item: `del j;add j` prints a word ending in `j` unchanged, and a program printing
             // words unchanged is read on until a later word holds `j`.)
             let n = read_on(&t, &outs);
-            assert!(n <= PROBES / 2, "{spec}: {n}");
+            assert!(n <= PROBES - NEAR_AGREE + 3, "{spec}: {n}");
             assert!(t.verdict(&t.class(&outs), None).is_empty(), "{spec}");
         }
         assert!(
@@ -1482,12 +1667,21 @@ mod tests {
             .iter()
             .map(|p| format!("ops:{}", code_tasks::composition_key(p)))
             .collect();
-        let with = Table::build(&probes, &|k: &str| held.contains(k));
-        let mut without = Table::build(&probes, &|k: &str| held.contains(k));
-        without
-            .single
-            .iter_mut()
-            .for_each(|s| *s = Single::default());
+        let t = Table::build(&probes, &|k: &str| held.contains(k));
+        // Matched with the per-letter reading, and without it.
+        let matched = |outs: &[String; PROBES]| !t.verdict(&t.class(outs), None).is_empty();
+        let matched_before = |outs: &[String; PROBES]| {
+            let mut class = t.class(outs);
+            class.retain(|id| id & BY_LETTER == 0);
+            !t.verdict(&class, None).is_empty()
+        };
+        let read_on_before = |outs: &[String; PROBES]| {
+            let mut p = t.start();
+            p.singles.iter_mut().for_each(|(_, alive)| *alive = false);
+            (1..=PROBES)
+                .find(|&n| !t.goes_on(&mut p, &outs[..n]))
+                .unwrap_or(PROBES)
+        };
         let params = crate::model::data::CodeParams {
             style: crate::model::data::CodeStyle::Steps,
             max_ops: 3,
@@ -1500,18 +1694,21 @@ mod tests {
             .take(1000)
             .collect();
         let (mut refused, mut refused_before, mut runs, mut runs_before) = (0, 0, 0, 0);
-        for p in &free {
+        for (n, p) in free.iter().enumerate() {
             let spec = p.trim_start_matches("str ").trim_end_matches('>');
             let outs = outputs(&probes, spec);
-            let v = with.verdict(&with.class(&outs), None);
-            refused += usize::from(!v.is_empty());
-            refused_before += usize::from(!without.verdict(&without.class(&outs), None).is_empty());
-            runs += read_on(&with, &outs);
-            runs_before += read_on(&without, &outs);
+            refused += usize::from(matched(&outs));
+            refused_before += usize::from(matched_before(&outs));
+            // (On the first 200: each probe costs a pass over the compositions `Near` reads, and
+            // unoptimised builds run this.)
+            if n < 200 {
+                runs += read_on(&t, &outs);
+                runs_before += read_on_before(&outs);
+            }
         }
         eprintln!(
-            "{} free compositions: {refused} refused ({refused_before} without), {runs} probe \
-             runs ({runs_before} without)",
+            "{} free compositions: {refused} refused ({refused_before} without); 200 of them: \
+             {runs} probe runs ({runs_before} without)",
             free.len()
         );
         assert!(
@@ -1563,14 +1760,211 @@ mod tests {
                     format!("{w}!")
                 }
             });
-            caught += usize::from(!with.verdict(&with.class(&outs), None).is_empty());
-            caught_before += usize::from(!without.verdict(&without.class(&outs), None).is_empty());
+            caught += usize::from(matched(&outs));
+            caught_before += usize::from(matched_before(&outs));
         }
         eprintln!("{singles} one-del items: {caught} matched ({caught_before} without)");
         // (Not all: `take 1;del q` shows only on a probe of seven letters or more starting
         // with `q`, and twenty probes cannot start with every letter.)
         assert!(caught * 100 >= singles * 95, "{caught} of {singles}");
         assert!(runs < 2 * runs_before, "{runs} {runs_before}");
+    }
+
+    /// A red-team helper's: a program printing its item's outputs except on a rare kind of input
+    /// (it crashed on nine-letter words with no repeated letter, as the cover words are and one
+    /// random nine-letter word in four) differed from the item on a probe or two and was no
+    /// composition: 323 of 378 items without a `del` through. Read on most probes, it is its item;
+    /// honest programs, compositions or not, are read as before.
+    #[test]
+    fn an_item_printed_but_on_rare_inputs_is_read_on_most_probes_and_honest_programs_are_not() {
+        let probes = draw_probes(&mut StdRng::seed_from_u64(11));
+        let items: Vec<String> = code_tasks::eval_stream(3, 1)
+            .map(|it| it.prompt)
+            .take(1400)
+            .collect();
+        let held: HashSet<String> = items
+            .iter()
+            .map(|p| format!("ops:{}", code_tasks::composition_key(p)))
+            .collect();
+        let t = Table::build(&probes, &|k: &str| held.contains(k));
+        // Read on most probes, and on every probe alone (as before `Near`).
+        let matched = |outs: &[String; PROBES]| !t.verdict(&t.class(outs), None).is_empty();
+        let matched_before = |outs: &[String; PROBES]| {
+            let mut class = t.class(outs);
+            class.retain(|id| id & NEAR == 0);
+            !t.verdict(&class, None).is_empty()
+        };
+        let read_on_before = |outs: &[String; PROBES]| {
+            let mut p = t.start();
+            p.near_alive.clear();
+            (1..=PROBES)
+                .find(|&n| !t.goes_on(&mut p, &outs[..n]))
+                .unwrap_or(PROBES)
+        };
+        let distinct = |w: &str| w.bytes().collect::<HashSet<u8>>().len() == w.len();
+        // The attack, on each item that is a composition of the fewest operations computing it
+        // (no program of it could be told from a simpler free one's) and that the match on
+        // every probe catches: fail on the rare kind of input.
+        type Kind<'a> = &'a dyn Fn(&str) -> bool;
+        let rare: [(&str, Kind); 3] = [
+            ("nine letters, none repeated", &|w: &str| {
+                w.len() == 9 && distinct(w)
+            }),
+            ("seven letters or more, none repeated", &|w: &str| {
+                w.len() >= 7 && distinct(w)
+            }),
+            ("a word ending in a vowel", &|w: &str| {
+                w.ends_with(['a', 'e', 'i', 'o', 'u'])
+            }),
+        ];
+        for (what, fails) in rare {
+            let (mut tried, mut caught, mut caught_before, mut hit) = (0, 0, 0, 0);
+            for p in items.iter().take(160) {
+                let spec = p.trim_start_matches("str ").trim_end_matches('>');
+                let honest = outputs(&probes, spec);
+                if !matched(&honest) {
+                    continue;
+                }
+                tried += 1;
+                let outs: [String; PROBES] = std::array::from_fn(|i| {
+                    if fails(&probes[i]) {
+                        FAILED.to_string()
+                    } else {
+                        honest[i].clone()
+                    }
+                });
+                hit += probes.iter().filter(|w| fails(w)).count();
+                caught += usize::from(matched(&outs));
+                caught_before += usize::from(matched_before(&outs));
+            }
+            eprintln!(
+                "failing on {what} ({} of {PROBES} probes): {caught} of {tried} items matched \
+                 ({caught_before} on every probe alone)",
+                hit / tried.max(1)
+            );
+            assert!(tried >= 120, "{tried}");
+            if hit / tried <= PROBES - NEAR_AGREE {
+                assert!(caught * 100 >= tried * 98, "{what}: {caught} of {tried}");
+            }
+        }
+        // Honest: free compositions (1,000), and programs that are no composition, printing a
+        // protected one's outputs on most probes only by chance.
+        let params = crate::model::data::CodeParams {
+            style: crate::model::data::CodeStyle::Steps,
+            max_ops: 3,
+            n: 0,
+            seed: 4,
+        };
+        let free: Vec<String> = code_tasks::code_stream(&params, 4)
+            .map(|r| r.prompt)
+            .filter(|p| !held.contains(&format!("ops:{}", code_tasks::composition_key(p))))
+            .take(1000)
+            .collect();
+        let (mut refused, mut refused_before, mut runs, mut runs_before) = (0, 0, 0, 0);
+        for (n, p) in free.iter().enumerate() {
+            let spec = p.trim_start_matches("str ").trim_end_matches('>');
+            let outs = outputs(&probes, spec);
+            refused += usize::from(matched(&outs));
+            refused_before += usize::from(matched_before(&outs));
+            // (The probes run, on the first 200: each costs a pass over half the compositions
+            // in an unoptimised build.)
+            if n < 200 {
+                runs += read_on(&t, &outs);
+                runs_before += read_on_before(&outs);
+            }
+        }
+        eprintln!(
+            "{} free compositions: {refused} refused ({refused_before} on every probe alone); \
+             200 of them: {runs} probe runs ({runs_before})",
+            free.len()
+        );
+        assert_eq!(refused, refused_before);
+        type Program = Box<dyn Fn(&str) -> String>;
+        let mut programs: Vec<(String, Program)> = vec![
+            ("its length".into(), Box::new(|w: &str| w.len().to_string())),
+            (
+                "every other letter".into(),
+                Box::new(|w: &str| w.chars().step_by(2).collect()),
+            ),
+            (
+                "the other letters".into(),
+                Box::new(|w: &str| w.chars().skip(1).step_by(2).collect()),
+            ),
+            (
+                "halves swapped".into(),
+                Box::new(|w: &str| format!("{}{}", &w[w.len() / 2..], &w[..w.len() / 2])),
+            ),
+            (
+                "turned by one".into(),
+                Box::new(|w: &str| format!("{}{}", &w[1..], &w[..1])),
+            ),
+            (
+                "first letter up".into(),
+                Box::new(|w: &str| format!("{}{}", w[..1].to_uppercase(), &w[1..])),
+            ),
+            (
+                "vowels".into(),
+                Box::new(|w: &str| w.chars().filter(|c| "aeiou".contains(*c)).collect()),
+            ),
+            (
+                "no vowels".into(),
+                Box::new(|w: &str| w.chars().filter(|c| !"aeiou".contains(*c)).collect()),
+            ),
+            (
+                "letters once".into(),
+                Box::new(|w: &str| {
+                    let mut seen = HashSet::new();
+                    w.chars().filter(|c| seen.insert(*c)).collect()
+                }),
+            ),
+            (
+                "middle three".into(),
+                Box::new(|w: &str| w[w.len() / 2 - 1..w.len() / 2 + 2].to_string()),
+            ),
+            (
+                "last three".into(),
+                Box::new(|w: &str| w[w.len() - 3..].to_string()),
+            ),
+            (
+                "without its last letter".into(),
+                Box::new(|w: &str| w[..w.len() - 1].to_string()),
+            ),
+        ];
+        for c in b'a'..=b'z' {
+            let c = char::from(c);
+            programs.push((
+                format!("the part after the first {c}"),
+                Box::new(move |w: &str| w.split_once(c).map_or(String::new(), |(_, r)| r.into())),
+            ));
+            programs.push((
+                format!("the part before the first {c}"),
+                Box::new(move |w: &str| w.split_once(c).map_or(w.into(), |(l, _)| l.into())),
+            ));
+            programs.push((
+                format!("its first {c} gone"),
+                Box::new(move |w: &str| w.replacen(c, "", 1)),
+            ));
+            programs.push((
+                format!("where {c} first is"),
+                Box::new(move |w: &str| w.find(c).map_or("-1".into(), |i| i.to_string())),
+            ));
+        }
+        let mut refused_free_form = Vec::new();
+        for (name, f) in &programs {
+            let outs: [String; PROBES] = std::array::from_fn(|i| f(&probes[i]));
+            if matched(&outs) && !matched_before(&outs) {
+                refused_free_form.push(name.clone());
+            }
+        }
+        eprintln!(
+            "{} programs that are no composition: refused on most probes only {:?}",
+            programs.len(),
+            refused_free_form
+        );
+        assert!(
+            refused_free_form.len() * 20 <= programs.len(),
+            "{refused_free_form:?}"
+        );
     }
 
     #[test]
@@ -1613,27 +2007,43 @@ mod tests {
         for spec in ["take 1;drop 1", "drop 5;drop 5;add x"] {
             assert!(t2.class(&outputs(&probes, spec)).is_empty(), "{spec}");
         }
-        // One output off on a probe holding `q` is no composition; on a probe without it, the
-        // program is read on the probes holding `q` (`Single`): it prints the item there.
+        // One output off is no composition on every probe. Off on a probe without `q`, the
+        // program is read on the probes holding `q` (`Single`): it prints the item there. Off on
+        // one holding it, it prints the item on most probes (`Near`). Off on nine (one holding `q`),
+        // it is no item.
         let holds_q = |w: &String| w.contains('q') && w.len() >= SINGLE_MIN_LEN;
-        for (off, matched) in [
-            (probes.iter().position(holds_q), false),
-            (probes.iter().position(|w| !holds_q(w)), true),
+        for (off, mark) in [
+            (probes.iter().position(holds_q), NEAR),
+            (probes.iter().position(|w| !holds_q(w)), BY_LETTER),
         ] {
             let off = off.expect("a probe holding q and one without");
             let mut mixed = outputs(&probes, "del q;add r");
             mixed[off] = outputs(&probes, "del q;add s")[off].clone();
-            assert!(!t.class(&mixed).iter().any(|id| id & BY_LETTER == 0));
-            assert_eq!(
-                t.verdict(&t.class(&mixed), None),
-                if matched {
-                    vec!["ops:del #;add #".to_string()]
-                } else {
-                    vec![]
-                },
-                "{off}"
+            let class = t.class(&mixed);
+            assert!(
+                class.iter().all(|id| id & (BY_LETTER | NEAR) != 0),
+                "{off}: {class:?}"
             );
+            assert!(class.iter().any(|id| id & mark != 0), "{off}: {class:?}");
+            assert_eq!(t.verdict(&class, None), ["ops:del #;add #"], "{off}");
         }
+        let mut off = outputs(&probes, "del q;add r");
+        let q_first = (0..PROBES).filter(|&k| holds_q(&probes[k]));
+        for k in q_first
+            .chain((0..PROBES).filter(|&k| !holds_q(&probes[k])))
+            .take(PROBES - NEAR_AGREE + 1)
+        {
+            off[k] = FAILED.into();
+        }
+        assert_eq!(t.verdict(&t.class(&off), None), none);
+        // A failed run on a probe is printing else there.
+        let mut failing = outputs(&probes, "rev;up");
+        failing[3] = FAILED.into();
+        assert_eq!(t.verdict(&t.class(&failing), None), ["ops:rev;up"]);
+        // A free composition printed off on one probe is no protected one.
+        let mut near_free = outputs(&probes, "del q;rev");
+        near_free[0] = FAILED.into();
+        assert_eq!(t.verdict(&t.class(&near_free), None), none);
         // A reading ends early at an output no protected composition prints.
         let prefixes =
             |spec: &str| prefix_hashes(outputs(&probes, spec).iter().map(|o| o.as_bytes()));
