@@ -4599,6 +4599,92 @@ fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
     }
 }
 
+/// A red-team helper's (stop 70): a program printing its item's outputs but failing (or printing
+/// else) on a rare kind of input differed from the item on a probe or two, and read on every
+/// probe it was no composition: crashing on nine-letter words with no repeated letter (as the
+/// probes holding every letter are, and one random nine-letter word in four) got 323 of 378 items
+/// without a `del` through, 85% of them passing their hidden tests. A program printing a protected
+/// composition's outputs on 12 of 20 probes, and on more than any free composition, is read as it
+/// now; each form, on kinds of input a few probes are, is matched.
+#[test]
+fn an_item_printed_but_on_a_rare_kind_of_input_is_read_on_most_probes() {
+    let (_d, root) = crate::common::study_of("tiny-code");
+    let test = protected_split(&root, "strings", "test");
+    let words: Vec<String> = [
+        "qwertyu",
+        "asdfghjk",
+        "zxcvbnmlp",
+        "poiuyt",
+        "lkjhgfdsa",
+        "mnbvcxzq",
+        "aabbccdd",
+        "xyzzyx",
+        "abcabcabc",
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .collect();
+    let items: Vec<Vec<(String, String)>> = test
+        .iter()
+        .map(|r| code_ops(&r.prompt))
+        .filter(|ops| !ops.iter().any(|(o, _)| o == "del") && !code_reducible(ops, &words))
+        .step_by(2)
+        .take(12)
+        .collect();
+    assert_eq!(items.len(), 12);
+    type Form = fn(&[(String, String)]) -> String;
+    let forms: [(&str, Form); 4] = [
+        ("crashing on nine letters with none repeated", |ops| {
+            format!(
+                "def f(s):\n{}\n    return s\nt=input()\nif len(t)==9 and len(set(t))==9: \
+                 t=None\nprint(f(t))",
+                code_odd_steps(ops, "    ")
+            )
+        }),
+        ("exiting on words ending in a vowel", |ops| {
+            format!(
+                "import sys\ndef f(s):\n{}\n    return s\nt=input()\n\
+                 if t[-1] in 'aeiou': sys.exit(2)\nprint(f(t))",
+                code_odd_steps(ops, "    ")
+            )
+        }),
+        (
+            "the word reversed on nine letters with none repeated",
+            |ops| {
+                format!(
+                    "def f(s):\n{}\n    return s\nt=input()\n\
+                 print(t[::-1] if len(set(t))==len(t)==9 else f(t))",
+                    code_odd_steps(ops, "    ")
+                )
+            },
+        ),
+        // (The next attack on the rule that a free composition printed on more probes wins:
+        // print one where the item is not printed. It must then be printed on most probes.)
+        ("a free composition on words holding `j`", |ops| {
+            format!(
+                "def f(s):\n{}\n    return s\nt=input()\n\
+                 print(t.upper() if 'j' in t else f(t))",
+                code_odd_steps(ops, "    ")
+            )
+        }),
+    ];
+    let s = open(&root);
+    for (i, (what, form)) in forms.iter().enumerate() {
+        let rows: Vec<(String, String)> = items
+            .iter()
+            .map(|ops| (">".to_string(), form(ops)))
+            .collect();
+        let (e, matched) = refused_as_items(&s, &format!("rare{i}"), what, rows);
+        // (One may pass by chance: the probes are the study's own, drawn at random.)
+        assert!(
+            matched + 1 >= items.len(),
+            "{what}: {matched} of {} matched: {}",
+            items.len(),
+            e.message
+        );
+    }
+}
+
 /// An agent past its probing limit was still scanned before the limit refused it, and in a code
 /// study the scan runs programs — up to 180 s of them an attempt (a red-team helper: 11 s for
 /// 100 rows after the lockout). The limit is checked first now: nothing is run, so no reading of
