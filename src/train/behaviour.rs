@@ -33,14 +33,23 @@
 //!   protected composition that would match prints, on every probe or on those holding some
 //!   letter; the first `COVER` probes hold every letter, so an honest program is mostly read on
 //!   them and little more (a failed run is an output no composition prints: the reading goes on).
+//! - **Most probes.** Where no composition prints a program's outputs on every probe, a protected
+//!   one that would match and prints them on `NEAR_AGREE` of the probes matches, unless a free
+//!   composition prints them on more, or on as many with fewer operations (`Near`): a program
+//!   failing on a rare kind of input that a probe happens to be is its item. A reading goes on
+//!   while some protected composition could still be printed on that many probes, so every
+//!   program is read on `PROBES - NEAR_AGREE + 1` probes at least.
 //! - **Fail closed.** A program stopped by a time limit (which depends on load: it might pass
 //!   an evaluation), a scan past `MAX_RUNS` programs, `TIME` or its bytes, or a machine that
 //!   cannot run programs in the sandbox leaves the row unread, and an unread row is refused,
 //!   naming why (`Unread`).
 //!
 //! Not read: a program that prints an item's outputs only for inputs holding its two or three
-//! deleted letters (as every test input does, and few probes), or only after telling a probe
-//! from a test some other way (the time, the machine, chance).
+//! deleted letters (as every test input does, and few probes), that fails on a kind of input
+//! common enough to catch nine probes (and fails its item's tests about as often), that fails on
+//! a rare kind among the few probes holding its one `del`'s letter and prints anything elsewhere,
+//! or that prints an item only after telling a probe from a test some other way (the time, the
+//! machine, chance).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
