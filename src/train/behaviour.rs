@@ -1662,35 +1662,49 @@ mod tests {
         assert!(t.verdict(&t.class(&wrong), None).is_empty());
     }
 
-    /// Reading one-`del` items on their letters' probes, against a study's splits' size of
-    /// protected items: the items printed only where their letter is, matched; and free
-    /// compositions refused and read on how many probes, with and without it.
-    #[test]
-    fn reading_one_del_items_on_their_letters_catches_them_and_costs_honest_programs_little() {
-        let probes = draw_probes(&mut StdRng::seed_from_u64(11));
-        let items: Vec<String> = code_tasks::eval_stream(3, 1)
-            .map(|it| it.prompt)
-            .take(1400)
-            .collect();
-        let held: HashSet<String> = items
-            .iter()
-            .map(|p| format!("ops:{}", code_tasks::composition_key(p)))
-            .collect();
-        let t = Table::build(&probes, &|k: &str| held.contains(k));
-        // Matched with the per-letter reading, and without it.
-        let matched = |outs: &[String; PROBES]| !t.verdict(&t.class(outs), None).is_empty();
-        let matched_before = |outs: &[String; PROBES]| {
-            let mut class = t.class(outs);
-            class.retain(|id| id & BY_LETTER == 0);
-            !t.verdict(&class, None).is_empty()
-        };
-        let read_on_before = |outs: &[String; PROBES]| {
-            let mut p = t.start();
-            p.singles.iter_mut().for_each(|(_, alive)| *alive = false);
-            (1..=PROBES)
-                .find(|&n| !t.goes_on(&mut p, &outs[..n]))
-                .unwrap_or(PROBES)
-        };
+    /// A study's splits' size of protected items (1,400 drawn as the test split is), their
+    /// keys, and the table on probes of seed 11: built once for the tests that measure on it.
+    struct SplitSized {
+        probes: [String; PROBES],
+        items: Vec<String>,
+        held: HashSet<String>,
+        table: Table,
+    }
+
+    fn split_sized() -> &'static SplitSized {
+        static IT: OnceLock<SplitSized> = OnceLock::new();
+        IT.get_or_init(|| {
+            let probes = draw_probes(&mut StdRng::seed_from_u64(11));
+            let items: Vec<String> = code_tasks::eval_stream(3, 1)
+                .map(|it| it.prompt)
+                .take(1400)
+                .collect();
+            let held: HashSet<String> = items
+                .iter()
+                .map(|p| format!("ops:{}", code_tasks::composition_key(p)))
+                .collect();
+            let table = Table::build(&probes, &|k: &str| held.contains(k));
+            SplitSized {
+                probes,
+                items,
+                held,
+                table,
+            }
+        })
+    }
+
+    /// Honest programs on `SplitSized`: 1,000 random free compositions, how many are refused with
+    /// the whole table and without the matches marked `mark` (and the reading that finds them),
+    /// and the probes the first 200 are read on, both ways (each probe costs a pass over the
+    /// compositions `Near` reads, in the unoptimised build tests run).
+    fn honest_figures(mark: u32) -> (usize, usize, usize, usize) {
+        let SplitSized {
+            probes,
+            held,
+            table,
+            ..
+        } = split_sized();
+        let t = table;
         let params = crate::model::data::CodeParams {
             style: crate::model::data::CodeStyle::Steps,
             max_ops: 3,
@@ -1705,29 +1719,57 @@ mod tests {
         let (mut refused, mut refused_before, mut runs, mut runs_before) = (0, 0, 0, 0);
         for (n, p) in free.iter().enumerate() {
             let spec = p.trim_start_matches("str ").trim_end_matches('>');
-            let outs = outputs(&probes, spec);
-            refused += usize::from(matched(&outs));
-            refused_before += usize::from(matched_before(&outs));
-            // (On the first 200: each probe costs a pass over the compositions `Near` reads, and
-            // unoptimised builds run this.)
+            let outs = outputs(probes, spec);
+            refused += usize::from(!t.verdict(&t.class(&outs), None).is_empty());
+            refused_before += usize::from(matched_without(t, &outs, mark));
             if n < 200 {
-                runs += read_on(&t, &outs);
-                runs_before += read_on_before(&outs);
+                runs += read_on(t, &outs);
+                let mut p = t.start();
+                if mark == NEAR {
+                    p.near_alive.clear();
+                } else {
+                    p.singles.iter_mut().for_each(|(_, alive)| *alive = false);
+                }
+                runs_before += (1..=PROBES)
+                    .find(|&n| !t.goes_on(&mut p, &outs[..n]))
+                    .unwrap_or(PROBES);
             }
         }
+        (refused, refused_before, runs, runs_before)
+    }
+
+    /// Whether `outs` matches on `t` without the matches marked `mark`.
+    fn matched_without(t: &Table, outs: &[String; PROBES], mark: u32) -> bool {
+        let mut class = t.class(outs);
+        class.retain(|id| id & mark == 0);
+        !t.verdict(&class, None).is_empty()
+    }
+
+    /// Reading one-`del` items on their letters' probes, against a study's splits' size of
+    /// protected items: the items printed only where their letter is, matched; and free
+    /// compositions refused and read on how many probes, with and without it.
+    #[test]
+    fn reading_one_del_items_on_their_letters_catches_them_and_costs_honest_programs_little() {
+        let SplitSized {
+            probes,
+            items,
+            table: t,
+            ..
+        } = split_sized();
+        let matched = |outs: &[String; PROBES]| !t.verdict(&t.class(outs), None).is_empty();
+        let (refused, refused_before, runs, runs_before) = honest_figures(BY_LETTER);
         eprintln!(
-            "{} free compositions: {refused} refused ({refused_before} without); 200 of them: \
-             {runs} probe runs ({runs_before} without)",
-            free.len()
+            "1000 free compositions: {refused} refused ({refused_before} without); 200 of them: \
+             {runs} probe runs ({runs_before} without)"
         );
         assert!(
-            refused <= refused_before + free.len() / 200,
+            refused <= refused_before + 1000 / 200,
             "{refused} {refused_before}"
         );
         // Each one-`del` item, printed only on inputs holding its letter (anything elsewhere).
         let (mut singles, mut caught, mut caught_before) = (0, 0, 0);
         let mut rng = StdRng::seed_from_u64(12);
-        for p in &items {
+        for p in items {
             let spec = p.trim_start_matches("str ").trim_end_matches('>');
             let dels: Vec<char> = ops(spec)
                 .iter()
@@ -1770,7 +1812,7 @@ mod tests {
                 }
             });
             caught += usize::from(matched(&outs));
-            caught_before += usize::from(matched_before(&outs));
+            caught_before += usize::from(matched_without(t, &outs, BY_LETTER));
         }
         eprintln!("{singles} one-del items: {caught} matched ({caught_before} without)");
         // (Not all: `take 1;del q` shows only on a probe of seven letters or more starting
@@ -1786,30 +1828,15 @@ mod tests {
     /// honest programs, compositions or not, are read as before.
     #[test]
     fn an_item_printed_but_on_rare_inputs_is_read_on_most_probes_and_honest_programs_are_not() {
-        let probes = draw_probes(&mut StdRng::seed_from_u64(11));
-        let items: Vec<String> = code_tasks::eval_stream(3, 1)
-            .map(|it| it.prompt)
-            .take(1400)
-            .collect();
-        let held: HashSet<String> = items
-            .iter()
-            .map(|p| format!("ops:{}", code_tasks::composition_key(p)))
-            .collect();
-        let t = Table::build(&probes, &|k: &str| held.contains(k));
+        let SplitSized {
+            probes,
+            items,
+            table: t,
+            ..
+        } = split_sized();
         // Read on most probes, and on every probe alone (as before `Near`).
         let matched = |outs: &[String; PROBES]| !t.verdict(&t.class(outs), None).is_empty();
-        let matched_before = |outs: &[String; PROBES]| {
-            let mut class = t.class(outs);
-            class.retain(|id| id & NEAR == 0);
-            !t.verdict(&class, None).is_empty()
-        };
-        let read_on_before = |outs: &[String; PROBES]| {
-            let mut p = t.start();
-            p.near_alive.clear();
-            (1..=PROBES)
-                .find(|&n| !t.goes_on(&mut p, &outs[..n]))
-                .unwrap_or(PROBES)
-        };
+        let matched_before = |outs: &[String; PROBES]| matched_without(t, outs, NEAR);
         let distinct = |w: &str| w.bytes().collect::<HashSet<u8>>().len() == w.len();
         // The attack, on each item that is a composition of the fewest operations computing it
         // (no program of it could be told from a simpler free one's) and that the match on
@@ -1830,7 +1857,7 @@ mod tests {
             let (mut tried, mut caught, mut caught_before, mut hit) = (0, 0, 0, 0);
             for p in items.iter().take(160) {
                 let spec = p.trim_start_matches("str ").trim_end_matches('>');
-                let honest = outputs(&probes, spec);
+                let honest = outputs(probes, spec);
                 if !matched(&honest) {
                     continue;
                 }
@@ -1858,34 +1885,10 @@ mod tests {
         }
         // Honest: free compositions (1,000), and programs that are no composition, printing a
         // protected one's outputs on most probes only by chance.
-        let params = crate::model::data::CodeParams {
-            style: crate::model::data::CodeStyle::Steps,
-            max_ops: 3,
-            n: 0,
-            seed: 4,
-        };
-        let free: Vec<String> = code_tasks::code_stream(&params, 4)
-            .map(|r| r.prompt)
-            .filter(|p| !held.contains(&format!("ops:{}", code_tasks::composition_key(p))))
-            .take(1000)
-            .collect();
-        let (mut refused, mut refused_before, mut runs, mut runs_before) = (0, 0, 0, 0);
-        for (n, p) in free.iter().enumerate() {
-            let spec = p.trim_start_matches("str ").trim_end_matches('>');
-            let outs = outputs(&probes, spec);
-            refused += usize::from(matched(&outs));
-            refused_before += usize::from(matched_before(&outs));
-            // (The probes run, on the first 200: each costs a pass over half the compositions
-            // in an unoptimised build.)
-            if n < 200 {
-                runs += read_on(&t, &outs);
-                runs_before += read_on_before(&outs);
-            }
-        }
+        let (refused, refused_before, runs, runs_before) = honest_figures(NEAR);
         eprintln!(
-            "{} free compositions: {refused} refused ({refused_before} on every probe alone); \
-             200 of them: {runs} probe runs ({runs_before})",
-            free.len()
+            "1000 free compositions: {refused} refused ({refused_before} on every probe alone); \
+             200 of them: {runs} probe runs ({runs_before})"
         );
         assert_eq!(refused, refused_before);
         type Program = Box<dyn Fn(&str) -> String>;
