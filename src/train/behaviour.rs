@@ -306,8 +306,8 @@ struct Single {
 #[derive(Default)]
 struct Walked {
     /// The prefix hashes of protected compositions' outputs (one output on every probe left out),
-    /// with their places in `Near::outs`.
-    printed_by_protected: Vec<(usize, [u64; PROBES])>,
+    /// with their id, `del`s and outputs on each probe (`Near`).
+    printed_by_protected: Vec<([u64; PROBES], u32, u8, [u32; PROBES])>,
     /// By letter: what free compositions of fewer than the most operations print on the probes
     /// holding it (the last of their hashes), with the fewest operations printing it.
     free_on_mask: Vec<HashMap<u64, usize>>,
@@ -345,19 +345,48 @@ struct Table {
 /// without a `del` through, 85% of them passing their hidden tests). Read on most probes, it must
 /// fail on a kind of input common enough to catch nine of twenty probes, and then fails its
 /// item's hidden tests about as often.
+///
+/// A protected composition with `del`s is also read on the probes as long as its item's test
+/// inputs alone (six letters and one more for each `del`, `Near::reads`), and matches on either:
+/// an item of two `del`s is tested on words of eight letters or more, eleven of the twenty
+/// probes, and a program printing it only there was read on all twenty as no composition (a
+/// red-team helper's guard `len(s)<8`: 22 of 25 such items through, all passing their hidden
+/// tests). The free composition that would explain better is sought on the same probes.
 #[derive(Default)]
 struct Near {
-    outs: Vec<[u32; PROBES]>,
+    /// Each free composition's outputs, and its operations.
+    free: Vec<[u32; PROBES]>,
+    free_ops: Vec<u8>,
+    /// The protected compositions that would match where they print a program's outputs on every
+    /// probe (no free composition of fewer operations prints theirs): by probe, each one's output
+    /// (read down a probe's column as a reading goes on), and each one's id and `del`s.
+    cols: Vec<Vec<u32>>,
     ids: Vec<u32>,
-    /// Each one's operations, or `PROTECTED`.
-    ops: Vec<u8>,
-    /// The protected ones that would match where they print a program's outputs on every probe
-    /// (no free composition of fewer operations prints theirs), by place in `outs`.
-    matching: Vec<usize>,
+    dels: Vec<u8>,
+    /// Each probe's length less six: the most `del`s of an item whose tests' inputs are as long.
+    longest_dels: [u8; PROBES],
+    /// By `del`s (three for more): the probes as long as such an item's tests' inputs, and how
+    /// many of them it must be printed on (`NEAR_AGREE` in `PROBES`, rounded up).
+    reads: [(u32, usize); 4],
 }
 
-/// `Near::ops` of a protected composition.
-const PROTECTED: u8 = u8::MAX;
+impl Near {
+    fn new(probes: &[String; PROBES]) -> Near {
+        let longest_dels = std::array::from_fn(|k| probes[k].len().saturating_sub(6) as u8);
+        let reads = std::array::from_fn(|d| {
+            let mask = (0..PROBES)
+                .filter(|&k| usize::from(longest_dels[k]) >= d)
+                .fold(0u32, |m, k| m | 1 << k);
+            let n = mask.count_ones() as usize;
+            (mask, (n * NEAR_AGREE).div_ceil(PROBES))
+        });
+        Near {
+            longest_dels,
+            reads,
+            ..Near::default()
+        }
+    }
+}
 
 /// A probe's output, hashed for `Near`.
 fn probe_hash(out: &[u8]) -> u32 {
@@ -394,7 +423,7 @@ impl Table {
             protected_prints: Default::default(),
             protected,
             single,
-            near: Near::default(),
+            near: Near::new(probes),
         };
         let ops = code_tasks::every_op();
         // One buffer per depth and probe, reused: the walk allocates nothing per composition.
@@ -412,13 +441,18 @@ impl Table {
         // A reading goes on only while its outputs so far are those of a protected composition
         // that would match (no free one of fewer operations printing the same: `take 3`'s
         // outputs are `dup;take 3`'s, and a program printing them never matches).
-        for (at, hashes) in walked.printed_by_protected {
+        t.near.cols = vec![Vec::new(); PROBES];
+        for (hashes, id, dels, each) in walked.printed_by_protected {
             let class = t.class_of(hashes[PROBES - 1]);
             if !t.verdict(&class, None).is_empty() {
                 for (seen, h) in t.protected_prints.iter_mut().zip(hashes) {
                     seen.insert(h);
                 }
-                t.near.matching.push(at);
+                for (col, h) in t.near.cols.iter_mut().zip(each) {
+                    col.push(h);
+                }
+                t.near.ids.push(id);
+                t.near.dels.push(dels);
             }
         }
         // So on the probes holding a letter: `up;del c` prints what `up` prints, and `take 3;del
@@ -458,18 +492,19 @@ impl Table {
     ) {
         let outs = &bufs[depth];
         let hashes = prefix_hashes(outs.iter().map(Vec::as_slice));
-        let at = self.near.outs.len();
         let is_protected = self.protected.contains_key(&id);
-        self.near
-            .outs
-            .push(std::array::from_fn(|k| probe_hash(&outs[k])));
-        self.near.ids.push(id);
-        self.near
-            .ops
-            .push(if is_protected { PROTECTED } else { depth as u8 });
+        let each: [u32; PROBES] = std::array::from_fn(|k| probe_hash(&outs[k]));
+        if !is_protected {
+            self.near.free.push(each);
+            self.near.free_ops.push(depth as u8);
+        }
         // (One output on every probe is no evidence: `class`.)
         if is_protected && outs.iter().any(|o| *o != outs[0]) {
-            walked.printed_by_protected.push((at, hashes));
+            let dels = kinds(id)
+                .iter()
+                .filter(|&&k| k == kind(Op::Del('a')))
+                .count() as u8;
+            walked.printed_by_protected.push((hashes, id, dels, each));
         }
         let ops_here = depth;
         if (1..=26).contains(&del) && self.protected.contains_key(&id) {
@@ -566,68 +601,85 @@ impl Table {
         class
     }
 
-    /// The protected compositions whose outputs `outs` holds on `NEAR_AGREE` probes or more,
-    /// where no free composition's it holds on more (or on as many, with fewer operations: as on
-    /// every probe, `dup;take 3`'s outputs are `take 3`'s). A failed run prints what none does.
+    /// The protected compositions whose outputs `outs` holds on most of their probes
+    /// (`Near::reads`), where no free composition's it holds on more of them (or on as many, with
+    /// fewer operations: as on every probe, `dup;take 3`'s outputs are `take 3`'s). A failed run
+    /// prints what none does.
     ///
     /// Probes where it prints them must not all be printed one output (as one output on every
     /// probe is no evidence: `class`).
     fn near(&self, outs: &[String; PROBES]) -> Vec<u32> {
         let hashes: [u32; PROBES] = std::array::from_fn(|k| probe_hash(outs[k].as_bytes()));
-        // (Plain loops: this runs over every composition, and unoptimised builds test it.)
-        let mut found: Vec<(u32, usize)> = Vec::new();
-        for &at in &self.near.matching {
-            let row = &self.near.outs[at];
-            let (mut on, mut misses, mut k) = (0u32, 0, 0);
-            while k < PROBES && misses <= PROBES - NEAR_AGREE {
+        let n = self.near.ids.len();
+        // (Plain loops down each probe's column: this runs over half the compositions, and
+        // unoptimised builds test it.)
+        // On every probe, and on those as long as its item's tests' inputs.
+        let (mut on_all, mut on_long) = (vec![0u8; n], vec![0u8; n]);
+        for (k, col) in self.near.cols.iter().enumerate() {
+            let longest_dels = self.near.longest_dels[k];
+            for j in 0..n {
+                if col[j] == hashes[k] {
+                    on_all[j] += 1;
+                    if self.near.dels[j] <= longest_dels {
+                        on_long[j] += 1;
+                    }
+                }
+            }
+        }
+        // Each found: its id, the `del`s whose probes it is read on (0: every probe), and how
+        // many of them it is printed on.
+        let mut found: Vec<(u32, usize, usize)> = Vec::new();
+        for j in 0..n {
+            let dels = usize::from(self.near.dels[j]).min(3);
+            let long = (dels > 0).then_some((dels, on_long[j]));
+            for (read_as, agree) in std::iter::once((0, on_all[j])).chain(long) {
+                let (mask, need) = self.near.reads[read_as];
+                if usize::from(agree) < need {
+                    continue;
+                }
+                let mut shown = (0..PROBES)
+                    .filter(|&k| mask & 1 << k != 0 && self.near.cols[k][j] == hashes[k])
+                    .map(|k| &outs[k]);
+                if shown.next().is_some_and(|first| shown.any(|o| o != first)) {
+                    found.push((self.near.ids[j], read_as, usize::from(agree)));
+                }
+            }
+        }
+        if found.is_empty() {
+            return Vec::new();
+        }
+        // By the probes read on (`Near::reads`): the fewest operations of a free composition
+        // whose outputs `outs` holds on k of them, among those it holds on `NEAR_AGREE` probes of
+        // all at least. A free composition must explain the program on every probe: an honest
+        // program of it prints it on every input, and one failing on the words shorter than a
+        // two-`del` item's tests is not the free composition that prints what the item prints
+        // on the eleven longer probes where one of its letters is missing.
+        let mut fewest = [[u8::MAX; PROBES + 1]; 4];
+        for (row, &ops) in self.near.free.iter().zip(&self.near.free_ops) {
+            let mut on = 0u32;
+            for k in 0..PROBES {
                 if row[k] == hashes[k] {
                     on |= 1 << k;
-                } else {
-                    misses += 1;
                 }
-                k += 1;
             }
-            let agree = on.count_ones() as usize;
-            if agree < NEAR_AGREE {
+            if (on.count_ones() as usize) < NEAR_AGREE {
                 continue;
             }
-            let mut shown = outs
-                .iter()
-                .enumerate()
-                .filter(|(k, _)| on & 1 << k != 0)
-                .map(|(_, o)| o);
-            if agree >= NEAR_AGREE && shown.next().is_some_and(|first| shown.any(|o| o != first)) {
-                found.push((self.near.ids[at], agree));
+            for (fewest, (mask, _)) in fewest.iter_mut().zip(&self.near.reads) {
+                let f = &mut fewest[(on & mask).count_ones() as usize];
+                *f = (*f).min(ops);
             }
         }
-        let Some(least) = found.iter().map(|(_, a)| *a).min() else {
-            return Vec::new();
-        };
-        // The fewest operations of a free composition whose outputs `outs` holds on k probes (a
-        // composition is left at its `PROBES - least + 1`th probe printing else).
-        let mut fewest = [u8::MAX; PROBES + 1];
-        let most = PROBES - least;
-        for (at, row) in self.near.outs.iter().enumerate() {
-            if self.near.ops[at] == PROTECTED {
-                continue;
-            }
-            let (mut misses, mut k) = (0, 0);
-            while k < PROBES && misses <= most {
-                misses += usize::from(row[k] != hashes[k]);
-                k += 1;
-            }
-            if misses <= most {
-                let f = &mut fewest[PROBES - misses];
-                *f = (*f).min(self.near.ops[at]);
-            }
-        }
+        // Beaten by such a free composition printed on more of the probes the protected one is
+        // read on, or on as many with fewer operations.
         let mut ids: Vec<u32> = found
             .into_iter()
-            .filter(|&(id, agree)| {
+            .filter(|&(id, read_as, agree)| {
+                let fewest = &fewest[read_as];
                 fewest[agree + 1..].iter().all(|&f| f == u8::MAX)
                     && usize::from(fewest[agree]) >= kinds(id).len()
             })
-            .map(|(id, _)| id)
+            .map(|(id, _, _)| id)
             .collect();
         ids.sort_unstable();
         ids.dedup();
@@ -638,8 +690,8 @@ impl Table {
     fn start(&self) -> Progress {
         Progress {
             whole: true,
-            near_alive: self.near.matching.iter().map(|&at| (at, 0)).collect(),
-            near: true,
+            misses: vec![(0, 0); self.near.ids.len()],
+            near: !self.near.ids.is_empty(),
             singles: self
                 .single
                 .iter()
@@ -668,12 +720,27 @@ impl Table {
         }
         if p.near {
             let h = probe_hash(outs[i].as_bytes());
-            let most = (PROBES - NEAR_AGREE) as u8;
-            p.near_alive.retain_mut(|(at, misses)| {
-                *misses += u8::from(self.near.outs[*at][i] != h);
-                *misses <= most
-            });
-            p.near = !p.near_alive.is_empty();
+            let col = &self.near.cols[i];
+            let longest_dels = self.near.longest_dels[i];
+            // The most misses each `del` count may have on its probes.
+            let most: [u8; 4] = self
+                .near
+                .reads
+                .map(|(mask, need)| (mask.count_ones() as usize - need) as u8);
+            let mut any = false;
+            for (j, (all, long)) in p.misses.iter_mut().enumerate() {
+                let dels = usize::from(self.near.dels[j]).min(3);
+                if *all <= most[0] || *long <= most[dels] {
+                    if col[j] != h {
+                        *all += 1;
+                        if self.near.dels[j] <= longest_dels {
+                            *long += 1;
+                        }
+                    }
+                    any |= *all <= most[0] || *long <= most[dels];
+                }
+            }
+            p.near = any;
         }
         p.whole || p.near || p.singles.iter().any(|(_, alive)| *alive)
     }
@@ -735,10 +802,10 @@ impl Table {
 /// it and whether they could still be a one-`del` composition's there.
 struct Progress {
     whole: bool,
-    /// The protected compositions (places in `Near::outs`) that could still be printed on
-    /// `NEAR_AGREE` probes, each with the probes so far where the reading printed else.
-    near_alive: Vec<(usize, u8)>,
-    /// Whether some protected composition could still be printed on `NEAR_AGREE` probes.
+    /// By protected composition (`Near::ids`): the probes so far where the reading printed else,
+    /// of all and of those it is read on by its `del`s (`Near::reads`).
+    misses: Vec<(u8, u8)>,
+    /// Whether some protected composition could still be printed on most of its probes.
     near: bool,
     singles: Vec<(std::hash::DefaultHasher, bool)>,
 }
@@ -1726,7 +1793,7 @@ mod tests {
                 runs += read_on(t, &outs);
                 let mut p = t.start();
                 if mark == NEAR {
-                    p.near_alive.clear();
+                    p.near = false;
                 } else {
                     p.singles.iter_mut().for_each(|(_, alive)| *alive = false);
                 }
@@ -1855,7 +1922,7 @@ mod tests {
         ];
         for (what, fails) in rare {
             let (mut tried, mut caught, mut caught_before, mut hit) = (0, 0, 0, 0);
-            for p in items.iter().take(160) {
+            for p in items.iter().take(56) {
                 let spec = p.trim_start_matches("str ").trim_end_matches('>');
                 let honest = outputs(probes, spec);
                 if !matched(&honest) {
@@ -1878,11 +1945,40 @@ mod tests {
                  ({caught_before} on every probe alone)",
                 hit / tried.max(1)
             );
-            assert!(tried >= 120, "{tried}");
+            assert!(tried >= 40, "{tried}");
             if hit / tried <= PROBES - NEAR_AGREE {
                 assert!(caught * 100 >= tried * 98, "{what}: {caught} of {tried}");
             }
         }
+        // A red-team helper's (stop 71): an item of two `del`s is tested on words of eight letters
+        // or more, eleven of the twenty probes, and a program printing it only there (`len(s)<8`:
+        // fail) was no composition, read on all twenty: 22 of 25 such items through, all passing
+        // their hidden tests. Each protected composition is read on the probes as long as its
+        // tests' inputs.
+        let (mut tried, mut caught, mut caught_before) = (0, 0, 0);
+        for p in items {
+            let spec = p.trim_start_matches("str ").trim_end_matches('>');
+            let dels = ops(spec).iter().filter(|o| matches!(o, Op::Del(_))).count();
+            let honest = outputs(probes, spec);
+            if dels < 2 || !matched(&honest) {
+                continue;
+            }
+            tried += 1;
+            let outs: [String; PROBES] = std::array::from_fn(|i| {
+                if probes[i].len() < 6 + dels {
+                    FAILED.to_string()
+                } else {
+                    honest[i].clone()
+                }
+            });
+            caught += usize::from(matched(&outs));
+            caught_before += usize::from(matched_before(&outs));
+        }
+        eprintln!(
+            "items of two `del`s or more failing on words shorter than their tests': {caught} of \
+             {tried} matched ({caught_before} on every probe alone)"
+        );
+        assert!(tried >= 10 && caught == tried, "{caught} of {tried}");
         // Honest: free compositions (1,000), and programs that are no composition, printing a
         // protected one's outputs on most probes only by chance.
         let (refused, refused_before, runs, runs_before) = honest_figures(NEAR);

@@ -4683,6 +4683,56 @@ fn an_item_printed_but_on_a_rare_kind_of_input_is_read_on_most_probes() {
             e.message
         );
     }
+    // A second helper's (stop 71): an item of two `del`s is tested on words of eight letters or
+    // more, eleven of the twenty probes, and a program failing on shorter words was read on all
+    // twenty as no composition (22 of 25 such items through, all passing their hidden tests). An
+    // item with `del`s is also read on the probes as long as its tests' inputs.
+    let two: Vec<Vec<(String, String)>> = test
+        .iter()
+        .map(|r| code_ops(&r.prompt))
+        .filter(|ops| {
+            ops.iter().filter(|(o, _)| o == "del").count() >= 2 && !code_reducible(ops, &words)
+        })
+        .take(12)
+        .collect();
+    assert!(two.len() >= 4, "{}", two.len());
+    let rows: Vec<(String, String)> = two
+        .iter()
+        .map(|ops| {
+            let dels = ops.iter().filter(|(o, _)| o == "del").count();
+            (
+                ">".to_string(),
+                format!(
+                    "import sys\ndef f(s):\n{}\n    return s\nt=input()\n\
+                     if len(t)<{}: sys.exit(3)\nprint(f(t))",
+                    code_odd_steps(ops, "    "),
+                    6 + dels
+                ),
+            )
+        })
+        .collect();
+    let what = "failing on words shorter than the item's tests";
+    let (e, matched) = refused_as_items(&s, "short", what, rows);
+    // (Items are counted by their compositions with letters blanked: two items of one shape
+    // count once.)
+    let shapes: std::collections::HashSet<String> = two
+        .iter()
+        .map(|ops| {
+            ops.iter()
+                .map(|(o, a)| match o.as_str() {
+                    "del" | "add" | "pre" => format!("{o} #"),
+                    _ => format!("{o} {a}"),
+                })
+                .collect::<Vec<_>>()
+                .join(";")
+        })
+        .collect();
+    assert!(
+        matched + 1 >= shapes.len(),
+        "{what}: {matched} of {} matched: {}",
+        shapes.len(),
+        e.message
+    );
 }
 
 /// An agent past its probing limit was still scanned before the limit refused it, and in a code
