@@ -35,8 +35,9 @@
 //!   them and little more (a failed run is an output no composition prints: the reading goes on).
 //! - **Most probes.** Where no composition prints a program's outputs on every probe, a protected
 //!   one that would match and prints them on `NEAR_AGREE` of the probes matches, unless a free
-//!   composition prints them on more, or on as many with fewer operations (`Near`): a program
-//!   failing on a rare kind of input that a probe happens to be is its item. A reading goes on
+//!   composition printed on that many probes prints them on more, or on as many with fewer
+//!   operations (`Near`): a program failing on a rare kind of input that a probe happens to be is
+//!   its item. One with `del`s is also read on the probes as long as its item's tests' inputs. A reading goes on
 //!   while some protected composition could still be printed on that many probes, so every
 //!   program is read on `PROBES - NEAR_AGREE + 1` probes at least.
 //! - **Fail closed.** A program stopped by a time limit (which depends on load: it might pass
