@@ -4588,14 +4588,7 @@ fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
             .iter()
             .map(|(ops, c)| (">".to_string(), form(ops, *c)))
             .collect();
-        let (e, matched) = refused_as_items(&s, &format!("letter{i}"), what, rows);
-        // (One may pass by chance: the probes are the study's own, drawn at random.)
-        assert!(
-            matched + 1 >= items.len(),
-            "{what}: {matched} of {} matched: {}",
-            items.len(),
-            e.message
-        );
+        most_items_refused(&s, &format!("letter{i}"), what, rows, items.len());
     }
 }
 
@@ -4674,14 +4667,7 @@ fn an_item_printed_but_on_a_rare_kind_of_input_is_read_on_most_probes() {
             .iter()
             .map(|ops| (">".to_string(), form(ops)))
             .collect();
-        let (e, matched) = refused_as_items(&s, &format!("rare{i}"), what, rows);
-        // (One may pass by chance: the probes are the study's own, drawn at random.)
-        assert!(
-            matched + 1 >= items.len(),
-            "{what}: {matched} of {} matched: {}",
-            items.len(),
-            e.message
-        );
+        most_items_refused(&s, &format!("rare{i}"), what, rows, items.len());
     }
     // A second helper's (stop 71): an item of two `del`s is tested on words of eight letters or
     // more, eleven of the twenty probes, and a program failing on shorter words was read on all
@@ -4711,8 +4697,6 @@ fn an_item_printed_but_on_a_rare_kind_of_input_is_read_on_most_probes() {
             )
         })
         .collect();
-    let what = "failing on words shorter than the item's tests";
-    let (e, matched) = refused_as_items(&s, "short", what, rows);
     // (Items are counted by their compositions with letters blanked: two items of one shape
     // count once.)
     let shapes: std::collections::HashSet<String> = two
@@ -4727,12 +4711,8 @@ fn an_item_printed_but_on_a_rare_kind_of_input_is_read_on_most_probes() {
                 .join(";")
         })
         .collect();
-    assert!(
-        matched + 1 >= shapes.len(),
-        "{what}: {matched} of {} matched: {}",
-        shapes.len(),
-        e.message
-    );
+    let what = "failing on words shorter than the item's tests";
+    most_items_refused(&s, "short", what, rows, shapes.len());
 }
 
 /// An agent past its probing limit was still scanned before the limit refused it, and in a code
@@ -5019,6 +4999,18 @@ fn refused_as_items(
         .and_then(|(n, _)| n.parse().ok())
         .unwrap_or(0);
     (e, matched)
+}
+
+/// `rows` (one form of `n` items), registered by an agent of their own (`tag`), are refused as
+/// contamination with all items but one at most matched (one may pass by chance: the probes are
+/// the study's own, drawn at random).
+fn most_items_refused(s: &Study, tag: &str, what: &str, rows: Vec<(String, String)>, n: usize) {
+    let (e, matched) = refused_as_items(s, tag, what, rows);
+    assert!(
+        matched + 1 >= n,
+        "{what}: {matched} of {n} matched: {}",
+        e.message
+    );
 }
 
 /// `rows` (one form of `n` items), registered by an agent of their own (`tag`), are refused
