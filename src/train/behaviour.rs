@@ -655,7 +655,11 @@ impl Table {
         // program of it prints it on every input, and one failing on the words shorter than a
         // two-`del` item's tests is not the free composition that prints what the item prints
         // on the eleven longer probes where one of its letters is missing.
+        // (And of any free composition, however many probes of all: one of fewer operations is
+        // a simpler reading wherever it is printed on as many of the probes the protected one is
+        // read on, as `take 4` is of "the first half of the word" beside `del x;take 4`.)
         let mut fewest = [[u8::MAX; PROBES + 1]; 4];
+        let mut fewest_any = [[u8::MAX; PROBES + 1]; 4];
         for (row, &ops) in self.near.free.iter().zip(&self.near.free_ops) {
             let mut on = 0u32;
             for k in 0..PROBES {
@@ -663,22 +667,25 @@ impl Table {
                     on |= 1 << k;
                 }
             }
-            if (on.count_ones() as usize) < NEAR_AGREE {
-                continue;
-            }
-            for (fewest, (mask, _)) in fewest.iter_mut().zip(&self.near.reads) {
-                let f = &mut fewest[(on & mask).count_ones() as usize];
-                *f = (*f).min(ops);
+            let explains = on.count_ones() as usize >= NEAR_AGREE;
+            for (d, (mask, _)) in self.near.reads.iter().enumerate() {
+                let k = (on & mask).count_ones() as usize;
+                fewest_any[d][k] = fewest_any[d][k].min(ops);
+                if explains {
+                    fewest[d][k] = fewest[d][k].min(ops);
+                }
             }
         }
         // Beaten by such a free composition printed on more of the probes the protected one is
-        // read on, or on as many with fewer operations.
+        // read on, or by any of fewer operations printed on as many.
         let mut ids: Vec<u32> = found
             .into_iter()
             .filter(|&(id, read_as, agree)| {
-                let fewest = &fewest[read_as];
-                fewest[agree + 1..].iter().all(|&f| f == u8::MAX)
-                    && usize::from(fewest[agree]) >= kinds(id).len()
+                let ops = kinds(id).len();
+                fewest[read_as][agree + 1..].iter().all(|&f| f == u8::MAX)
+                    && fewest_any[read_as][agree..]
+                        .iter()
+                        .all(|&f| usize::from(f) >= ops)
             })
             .map(|(id, _, _)| id)
             .collect();
@@ -1979,7 +1986,12 @@ mod tests {
             "items of two `del`s or more failing on words shorter than their tests': {caught} of \
              {tried} matched ({caught_before} on every probe alone)"
         );
-        assert!(tried >= 10 && caught == tried, "{caught} of {tried}");
+        // (Not all: where a letter of the item shows on none of its longer probes, a free
+        // composition of fewer operations is printed there as often.)
+        assert!(
+            tried >= 10 && caught * 100 >= tried * 94,
+            "{caught} of {tried}"
+        );
         // Honest: free compositions (1,000), and programs that are no composition, printing a
         // protected one's outputs on most probes only by chance.
         let (refused, refused_before, runs, runs_before) = honest_figures(NEAR);
@@ -2033,6 +2045,15 @@ mod tests {
             (
                 "last three".into(),
                 Box::new(|w: &str| w[w.len() - 3..].to_string()),
+            ),
+            // (Two a red-team helper found refused by a first form of this reading.)
+            (
+                "its first half".into(),
+                Box::new(|w: &str| w[..w.len() / 2].to_string()),
+            ),
+            (
+                "its second half".into(),
+                Box::new(|w: &str| w[w.len() / 2..].to_string()),
             ),
             (
                 "without its last letter".into(),
