@@ -4425,6 +4425,17 @@ fn code_run(ops: &[(String, String)], w: &str) -> String {
         })
 }
 
+/// Words like the tests' inputs that `code_reducible` is checked on (with an item's letters
+/// put in, where it deletes them).
+const CODE_WORDS: [&str; 6] = [
+    "qwertyu",
+    "asdfghjk",
+    "zxcvbnmlp",
+    "poiuyt",
+    "lkjhgfdsa",
+    "mnbvcxzq",
+];
+
 /// Whether some of a composition's own steps compute it on every one of `words` (`dup;take 3`
 /// is `take 3`, `up;del f` is `up`): no program can tell it from them.
 fn code_reducible(ops: &[(String, String)], words: &[String]) -> bool {
@@ -4449,14 +4460,7 @@ fn code_reducible(ops: &[(String, String)], words: &[String]) -> bool {
 fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
     let (_d, root) = crate::common::study_of("tiny-code");
     let test = protected_split(&root, "strings", "test");
-    let base = [
-        "qwertyu",
-        "asdfghjk",
-        "zxcvbnmlp",
-        "poiuyt",
-        "lkjhgfdsa",
-        "mnbvcxzq",
-    ];
+    let base = CODE_WORDS;
     let items: Vec<(Vec<(String, String)>, char)> = test
         .iter()
         .filter_map(|r| {
@@ -4603,20 +4607,11 @@ fn a_one_del_item_printed_only_where_its_letter_is_is_read_on_those_inputs() {
 fn an_item_printed_but_on_a_rare_kind_of_input_is_read_on_most_probes() {
     let (_d, root) = crate::common::study_of("tiny-code");
     let test = protected_split(&root, "strings", "test");
-    let words: Vec<String> = [
-        "qwertyu",
-        "asdfghjk",
-        "zxcvbnmlp",
-        "poiuyt",
-        "lkjhgfdsa",
-        "mnbvcxzq",
-        "aabbccdd",
-        "xyzzyx",
-        "abcabcabc",
-    ]
-    .iter()
-    .map(|w| w.to_string())
-    .collect();
+    let words: Vec<String> = CODE_WORDS
+        .iter()
+        .chain(&["aabbccdd", "xyzzyx", "abcabcabc"])
+        .map(|w| w.to_string())
+        .collect();
     let items: Vec<Vec<(String, String)>> = test
         .iter()
         .map(|r| code_ops(&r.prompt))
