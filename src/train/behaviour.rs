@@ -15,10 +15,11 @@
 //! - **How.** `programs::Runner::output`: the evaluation's own sandbox, interpreter, limits and
 //!   environment, one process per run, the source as `-c` and `/` as directory and home in
 //!   both, so a program cannot tell a probe's run from a test's by where it runs. Probes are
-//!   drawn like the hidden tests' inputs (words of six to nine lowercase letters), afresh for
-//!   each scan index (each process): the first `COVER` hold every letter between them, and in
-//!   the rest every letter stands early in one and late in another, so that a deleted letter
-//!   shows (`draw_probes`).
+//!   drawn like the hidden tests' inputs (words of six to nine lowercase letters, each letter
+//!   uniform), afresh for each scan index (each process); then only the letters some places miss
+//!   are dealt in, so that the longer words of the first `COVER` hold every letter between them
+//!   and every letter stands early in a longer word and late in one, and a deleted letter shows;
+//!   every letter stands in four probes to `PROBES - NEAR_AGREE` (`draw_probes`).
 //! - **Matching.** Every composition of up to `string_ops::MAX_OPS` of the generator's
 //!   operations (each count, each letter: 92 of them, 787,749 compositions with none) is run on
 //!   the probes in Rust (`code_tasks::Op::apply`, the hidden outputs' reference semantics). A
@@ -31,8 +32,9 @@
 //!   letter alone (`Single`): every test input of its item holds the letter, and a program may
 //!   print anything elsewhere. A reading ends at the first probe whose outputs so far no
 //!   protected composition that would match prints, on every probe or on those holding some
-//!   letter; the first `COVER` probes hold every letter, so an honest program is mostly read on
-//!   them and little more (a failed run is an output no composition prints: the reading goes on).
+//!   letter; the longer of the first `COVER` probes hold every letter, so an honest program has seen every
+//!   letter by the time its reading could end (a failed run is an output no composition prints:
+//!   the reading goes on).
 //! - **Most probes.** Where no composition prints a program's outputs on every probe, a protected
 //!   one that would match and prints them on `NEAR_AGREE` of the probes matches, unless a free
 //!   composition printed on that many probes prints them on more, or on as many with fewer
@@ -65,19 +67,23 @@ use crate::policy::contamination::{At, ProgramReader, Unread};
 use crate::train::code_tasks::{self, Op};
 use crate::train::programs::{self, Ran};
 
-/// Probe inputs each program runs on (see `draw_probes`): `COVER` words that hold every letter
-/// between them, then sixteen more. Four let `drop 5;rev;del i` pass as `drop 5;rev` about half
-/// the time (the one probe holding `i` held it among its first five letters).
-pub const PROBES: usize = COVER + 16;
+/// Probe inputs each program runs on (see `draw_probes`): words like the tests' inputs, the
+/// longer words of the first `COVER` holding every letter between them.
+pub const PROBES: usize = 20;
 
-/// The first probes, of seven to nine letters, hold every letter between them: a program that
-/// computes a one-`del` item only on inputs holding its letter (as every one of its test inputs
-/// does) is read on them (`Table::single`), and an honest program's reading has mostly ruled
-/// out every letter after these.
-pub const COVER: usize = 4;
+/// The first probes, whose words of seven letters or more hold every letter between them: as many
+/// as every program is read on
+/// (a protected composition could be printed on `NEAR_AGREE` probes until then), so an honest
+/// program's reading has seen every letter by the time it could end.
+pub const COVER: usize = PROBES - NEAR_AGREE + 1;
 
-/// The probes' lengths: the cover's, then four of each length the tests' words have.
+/// The probes' lengths (drawn in a random order): four, five, five and six of the lengths the
+/// tests' words have.
 const LENGTHS: [usize; PROBES] = [9, 9, 8, 7, 6, 7, 8, 9, 6, 7, 8, 9, 6, 7, 8, 9, 6, 7, 8, 9];
+
+/// How many probes each letter stands in (`spread_letters`): from about its mean in random words
+/// to `PROBES - NEAR_AGREE`.
+const LETTER_PROBES: std::ops::RangeInclusive<usize> = 4..=PROBES - NEAR_AGREE;
 
 /// The shortest test input of an item with one `del`: a word of six letters or more with the
 /// deleted letter put in.
@@ -128,7 +134,19 @@ const NEAR_AGREE: usize = 12;
 
 /// The reading's rule, in the readings file's tag (`Reader::new`): a reading made by another
 /// rule is not taken.
-const READING_RULE: &str = "near-12-of-20";
+const READING_RULE: &str = "near-12-of-20-unchanged-by-2";
+
+/// How many probes fewer a simpler reading may be printed on and still explain a program read on
+/// most probes: on every probe, a free composition of fewer operations; on the probes as long as a
+/// `del` item's tests' inputs, the word unchanged (no operation). A program printing the word
+/// unchanged except where some letter is (`s.partition('z')[0]`) is printed unchanged on most
+/// probes, and a composition of `del`s of that letter and of letters standing only after it on a
+/// probe or two prints it there too, by chance: one probe more. And "the first half of the word"
+/// is `take 4` on longer words and `take 3` on shorter ones, where `take 4;del z` prints it too on
+/// the shorter words holding `z` fourth. (118 honest programs that are no composition, on four
+/// draws of random probes: two to five refused without it, one or two with it; an item's program
+/// prints its item where any of its letters shows, on several probes more than such a reading.)
+const NEAR_MARGIN: usize = 1;
 
 /// What a failed run counts as printing: no composition prints a control character.
 const FAILED: &str = "\u{1}failed";
@@ -657,7 +675,8 @@ impl Table {
         // on the eleven longer probes where one of its letters is missing.
         // (And of any free composition, however many probes of all: one of fewer operations is
         // a simpler reading wherever it is printed on as many of the probes the protected one is
-        // read on, as `take 4` is of "the first half of the word" beside `del x;take 4`.)
+        // read on, as `take 4` is of "the first half of the word" beside `del x;take 4`; and the
+        // word unchanged, no operation, wherever it is printed on one probe fewer: `NEAR_MARGIN`.)
         let mut fewest = [[u8::MAX; PROBES + 1]; 4];
         let mut fewest_any = [[u8::MAX; PROBES + 1]; 4];
         for (row, &ops) in self.near.free.iter().zip(&self.near.free_ops) {
@@ -682,10 +701,17 @@ impl Table {
             .into_iter()
             .filter(|&(id, read_as, agree)| {
                 let ops = kinds(id).len();
+                // (On every probe, any composition of fewer operations printed on one probe
+                // fewer; on the probes as long as a `del` item's tests' inputs, the word
+                // unchanged: `NEAR_MARGIN`.)
+                let fewer = |f: u8| usize::from(f) < ops && (read_as == 0 || f == 0);
                 fewest[read_as][agree + 1..].iter().all(|&f| f == u8::MAX)
                     && fewest_any[read_as][agree..]
                         .iter()
                         .all(|&f| usize::from(f) >= ops)
+                    && !fewest_any[read_as][agree.saturating_sub(NEAR_MARGIN)..]
+                        .iter()
+                        .any(|&f| fewer(f))
             })
             .map(|(id, _, _)| id)
             .collect();
@@ -861,91 +887,175 @@ struct StoredReading {
     c: Vec<u32>,
 }
 
-/// Words like the hidden tests' inputs (six to nine lowercase letters, each place's letter
-/// uniform over the alphabet).
-/// - The first `COVER` (seven to nine letters: a one-`del` item's test inputs are as long) hold
-///   every letter between them.
-/// - Sixteen follow, four of each length.
-/// - Among the probes of seven letters or more (those a one-`del` item is read on, `Single`),
-///   every letter stands among some word's first two and among some later word's letters from
-///   the sixth on: a deleted letter shows after any `take` of two or more and after any `drop`
-///   (a test input holds its item's deleted letters at random places). Dealt among six-letter
-///   words too, a letter could show only there, and a program printing the item on longer words
-///   and its steps without the `del` on six letters read as those steps (a red-team helper's:
-///   `take 3;del q`).
+/// Words like the hidden tests' inputs: six to nine lowercase letters, each place's letter drawn
+/// uniformly over the alphabet, as a test input's are. Then only what must be dealt is dealt:
+/// where a set of places misses a letter, the letter is put in at one of the set's places whose
+/// letter the set holds elsewhere too (in every set it belongs to, where one is). The sets:
+/// - the places of the first `COVER` probes of seven letters or more: every letter is among
+///   them, so that an honest program has been read on every letter, on every probe and on the
+///   probes a one-`del` item is read on, by the time its reading could end;
+/// - the first two places of the probes of seven letters or more (those a one-`del` item is read
+///   on, `Single`): a deleted letter shows after any `take` of two or more;
+/// - the first four places of the probes of eight letters or more (those a two-`del` item is read
+///   on, `Near::reads`): and after a `take` of four there (the first half of a longer word);
+/// - the places from the sixth on of those probes: and after any `drop`.
 ///
-/// The alphabet is dealt (shuffled, then letters at random to fill) into the first two places of
-/// the words of seven letters or more, into the places from the sixth of the later ones, and
-/// into the cover's other places (less the letters its first places hold); the rest is drawn at
-/// random.
+/// (A test input holds its item's deleted letters at random places. Dealt among six-letter words
+/// too, a letter could show only there, and a program printing the item on longer words and its
+/// steps without the `del` on six letters read as those steps: a red-team helper's
+/// `take 3;del q`.)
+///
+/// Dealing the whole alphabet into those places, as the probes once were drawn, made probes
+/// repeat letters less than test inputs do: nine probes or more had all their letters distinct in
+/// about half the draws (a fifth of random words' draws), so a program printing its item except
+/// on such words was read as no composition about half the time (a red-team helper's). A letter
+/// dealt now takes the place of one that stands once in its word, in a word without it, where
+/// there is one: each word keeps which of its places hold the same letter, as drawn
+/// (`probes_repeat_letters_about_as_often_as_the_tests_inputs`).
 fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
     const EARLY: usize = 2;
+    const HALF: usize = 4;
     const LATE_FROM: usize = 5;
-    let long = |len: usize| len >= SINGLE_MIN_LEN;
-    let early_slots = LENGTHS.iter().filter(|&&l| long(l)).count() * EARLY;
-    let late_slots: usize = LENGTHS[COVER..]
+    let mut lengths = LENGTHS;
+    shuffle(&mut lengths, rng);
+    let mut words: Vec<Vec<u8>> = lengths
         .iter()
-        .filter(|&&l| long(l))
-        .map(|l| l - LATE_FROM)
-        .sum();
-    let mut early = dealt(rng, early_slots, &[]).into_iter();
-    let mut late = dealt(rng, late_slots, &[]).into_iter();
-    let mut words: Vec<Vec<u8>> = LENGTHS
-        .iter()
-        .enumerate()
-        .map(|(i, &len)| {
-            (0..len)
-                .map(|at| {
-                    let from = if !long(len) {
-                        None
-                    } else if at < EARLY {
-                        early.next()
-                    } else if at >= LATE_FROM && i >= COVER {
-                        late.next()
-                    } else {
-                        None
-                    };
-                    // (0: the cover's places dealt below.)
-                    from.unwrap_or(if i < COVER {
-                        0
-                    } else {
-                        b'a' + rng.random_range(0..26u8)
-                    })
-                })
-                .collect()
-        })
+        .map(|&len| (0..len).map(|_| b'a' + rng.random_range(0..26u8)).collect())
         .collect();
-    let held: Vec<u8> = words[..COVER]
-        .iter()
-        .flat_map(|w| w[..EARLY].to_vec())
-        .collect();
-    let open = words[..COVER].iter().flatten().filter(|&&b| b == 0).count();
-    let mut covering = dealt(rng, open, &held).into_iter();
-    for b in words[..COVER].iter_mut().flatten() {
-        if *b == 0 {
-            *b = covering.next().unwrap_or(b'a');
+    let places = |keep: &dyn Fn(usize, usize) -> bool| -> Vec<(usize, usize)> {
+        (0..PROBES)
+            .flat_map(|i| (0..lengths[i]).map(move |at| (i, at)))
+            .filter(|&(i, at)| keep(i, at))
+            .collect()
+    };
+    let long = |i: usize| lengths[i] >= SINGLE_MIN_LEN;
+    let sets = [
+        places(&|i, _| i < COVER && long(i)),
+        places(&|i, at| long(i) && at < EARLY),
+        places(&|i, at| lengths[i] > SINGLE_MIN_LEN && at < HALF),
+        places(&|i, at| long(i) && at >= LATE_FROM),
+    ];
+    deal_missing(&mut words, &sets, rng);
+    spread_letters(&mut words, &sets, rng);
+    std::array::from_fn(|i| String::from_utf8_lossy(&words[i]).into_owned())
+}
+
+/// Puts every letter a set of places misses in at one of its places (see `draw_probes`). A place
+/// whose letter every set it belongs to holds elsewhere is taken, so a set already whole stays
+/// whole, and among those first one whose word keeps its pattern of repeated letters; where there
+/// is none (there is always a place whose letter this set holds twice: it has more places than
+/// letters), another set may lose a letter, and the next pass deals it.
+fn deal_missing(words: &mut [Vec<u8>], sets: &[Vec<(usize, usize)>], rng: &mut StdRng) {
+    const PASSES: usize = 16;
+    let held = |words: &[Vec<u8>], set: &[(usize, usize)], c: u8| {
+        set.iter().filter(|&&(i, at)| words[i][at] == c).count()
+    };
+    for _ in 0..PASSES {
+        let mut whole = true;
+        for (k, set) in sets.iter().enumerate() {
+            let mut missing: Vec<u8> = (b'a'..=b'z')
+                .filter(|&c| held(words, set, c) == 0)
+                .collect();
+            shuffle(&mut missing, rng);
+            for c in missing {
+                whole = false;
+                // A place whose letter stands once in its word, in a word without `c`: the word
+                // keeps which of its places hold the same letter, and so repeats letters as a
+                // random word does.
+                let kept = |words: &[Vec<u8>], (i, at): (usize, usize)| {
+                    let w = &words[i];
+                    !w.contains(&c) && w.iter().filter(|&&b| b == w[at]).count() == 1
+                };
+                let spare = |words: &[Vec<u8>], every: bool, keeps: bool| -> Vec<(usize, usize)> {
+                    set.iter()
+                        .copied()
+                        .filter(|&(i, at)| !keeps || kept(words, (i, at)))
+                        .filter(|&(i, at)| {
+                            sets.iter()
+                                .enumerate()
+                                .filter(|(j, s)| (every || *j == k) && s.contains(&(i, at)))
+                                .all(|(_, s)| held(words, s, words[i][at]) >= 2)
+                        })
+                        .collect()
+                };
+                let Some(from) = [(true, true), (true, false), (false, false)]
+                    .into_iter()
+                    .map(|(every, keeps)| spare(words, every, keeps))
+                    .find(|from| !from.is_empty())
+                else {
+                    continue;
+                };
+                let (i, at) = from[rng.random_range(0..from.len())];
+                words[i][at] = c;
+            }
+        }
+        if whole {
+            return;
         }
     }
-    let mut order: Vec<u8> = (COVER as u8..PROBES as u8).collect();
-    shuffle(&mut order, rng);
-    let order: Vec<u8> = (0..COVER as u8).chain(order).collect();
-    std::array::from_fn(|i| String::from_utf8_lossy(&words[order[i] as usize]).into_owned())
 }
 
-/// The alphabet less `leave`, shuffled into `slots` places (letters at random to fill them; cut
-/// to them).
-fn dealt(rng: &mut StdRng, slots: usize, leave: &[u8]) -> Vec<u8> {
-    let mut l: Vec<u8> = (b'a'..=b'z').filter(|c| !leave.contains(c)).collect();
-    shuffle(&mut l, rng);
-    l.truncate(slots);
-    while l.len() < slots {
-        l.push(b'a' + rng.random_range(0..26u8));
+/// Every letter in `LETTER_PROBES` probes: at least as many as it stands in on average, so that a
+/// `del` of it changes enough words (a program printing the word unchanged except where `z` is
+/// read as `del z;del b` where `b` stood in two probes, both holding `z`), and no more than
+/// `PROBES - NEAR_AGREE`, so that a program printing its item except on words holding some letter
+/// (a quarter of the tests' inputs hold `j`) is still printed on `NEAR_AGREE` probes. Drawn at
+/// random, some letter stands in two probes or fewer in most draws, and in nine or more in about
+/// one of twenty. A letter in too few probes takes, in a word without it, the place of a letter
+/// standing once in its word and in more probes than the least; one in too many gives way, in a
+/// word holding it once, to a letter in fewer probes that the word does not hold: either way the
+/// word keeps its pattern of repeated letters, and a place is taken only where every set it
+/// belongs to holds its letter elsewhere too, so every set stays whole.
+fn spread_letters(words: &mut [Vec<u8>], sets: &[Vec<(usize, usize)>], rng: &mut StdRng) {
+    let (least, most) = (*LETTER_PROBES.start(), *LETTER_PROBES.end());
+    let holding = |words: &[Vec<u8>], c: u8| words.iter().filter(|w| w.contains(&c)).count();
+    let once = |w: &[u8], c: u8| w.iter().filter(|&&b| b == c).count() == 1;
+    // A place whose letter may go: it stands once in its word, and every set the place belongs
+    // to holds it elsewhere.
+    let may_go = |words: &[Vec<u8>], (i, at): (usize, usize)| {
+        let c = words[i][at];
+        once(&words[i], c)
+            && sets
+                .iter()
+                .filter(|s| s.contains(&(i, at)))
+                .all(|s| s.iter().filter(|&&(j, bt)| words[j][bt] == c).count() >= 2)
+    };
+    let pick = |rng: &mut StdRng, v: &[(usize, usize, u8)]| {
+        (!v.is_empty()).then(|| v[rng.random_range(0..v.len())])
+    };
+    // (Each step moves one letter's count one nearer the range, never another's out of it.)
+    for _ in 0..26 * PROBES {
+        let counts: Vec<usize> = (b'a'..=b'z').map(|c| holding(words, c)).collect();
+        let count = |c: u8| counts[usize::from(c - b'a')];
+        let Some(c) = (b'a'..=b'z').find(|&c| !LETTER_PROBES.contains(&count(c))) else {
+            return;
+        };
+        let w: &[Vec<u8>] = words;
+        let places = (0..w.len()).flat_map(|i| (0..w[i].len()).map(move |at| (i, at)));
+        let moves: Vec<(usize, usize, u8)> = if count(c) < least {
+            places
+                .filter(|&(i, at)| !w[i].contains(&c) && count(w[i][at]) > least)
+                .filter(|&place| may_go(w, place))
+                .map(|(i, at)| (i, at, c))
+                .collect()
+        } else {
+            places
+                .filter(|&(i, at)| w[i][at] == c && may_go(w, (i, at)))
+                .flat_map(|(i, at)| {
+                    (b'a'..=b'z')
+                        .filter(move |&d| !w[i].contains(&d) && count(d) < most)
+                        .map(move |d| (i, at, d))
+                })
+                .collect()
+        };
+        let Some((i, at, d)) = pick(rng, &moves) else {
+            return;
+        };
+        words[i][at] = d;
     }
-    shuffle(&mut l, rng);
-    l
 }
 
-fn shuffle(v: &mut [u8], rng: &mut StdRng) {
+fn shuffle<T>(v: &mut [T], rng: &mut StdRng) {
     for i in (1..v.len()).rev() {
         v.swap(i, rng.random_range(0..=i));
     }
@@ -1651,14 +1761,67 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(5);
         for _ in 0..200 {
             let p = draw_probes(&mut rng);
-            assert!(
-                p[..COVER].iter().all(|w| w.len() >= SINGLE_MIN_LEN),
-                "{p:?}"
-            );
             for l in 'a'..='z' {
-                assert!(p[..COVER].iter().any(|w| w.contains(l)), "{l} in {p:?}");
+                let long = |w: &&String| w.len() >= SINGLE_MIN_LEN;
+                assert!(
+                    p[..COVER].iter().filter(long).any(|w| w.contains(l)),
+                    "{l} in {p:?}"
+                );
             }
         }
+    }
+
+    #[test]
+    fn every_letter_stands_in_a_few_probes_and_none_in_more_than_a_near_match_may_miss() {
+        let mut rng = StdRng::seed_from_u64(8);
+        let (mut least, mut most) = (PROBES, 0);
+        for _ in 0..2000 {
+            let p = draw_probes(&mut rng);
+            for l in 'a'..='z' {
+                let n = p.iter().filter(|w| w.contains(l)).count();
+                assert!(LETTER_PROBES.contains(&n), "{l} in {n}: {p:?}");
+                (least, most) = (least.min(n), most.max(n));
+            }
+        }
+        assert_eq!((least, most), (4, PROBES - NEAR_AGREE));
+    }
+
+    /// A red-team helper's (stop 71): a program printing its item except on words whose letters
+    /// are all distinct passes its three hidden tests a quarter of the time, and where nine
+    /// probes or more are such words it is printed on fewer than `NEAR_AGREE`, so read as no
+    /// composition. Probes once dealt the whole alphabet had that in about half the draws.
+    #[test]
+    fn probes_repeat_letters_about_as_often_as_the_tests_inputs() {
+        const DRAWS: usize = 2000;
+        let distinct = |w: &str| w.bytes().collect::<HashSet<u8>>().len() == w.len();
+        let escapes = |counts: &[usize]| {
+            counts.iter().filter(|&&n| n > PROBES - NEAR_AGREE).count() as f64 / DRAWS as f64
+        };
+        let mean = |counts: &[usize]| counts.iter().sum::<usize>() as f64 / DRAWS as f64;
+        let mut rng = StdRng::seed_from_u64(6);
+        let probes: Vec<usize> = (0..DRAWS)
+            .map(|_| draw_probes(&mut rng).iter().filter(|w| distinct(w)).count())
+            .collect();
+        // Words as the tests draw them, of the probes' lengths.
+        let random: Vec<usize> = (0..DRAWS)
+            .map(|_| {
+                LENGTHS
+                    .iter()
+                    .map(|&n| (0..n).map(|_| b'a' + rng.random_range(0..26u8)).collect())
+                    .filter(|w: &Vec<u8>| distinct(&String::from_utf8_lossy(w)))
+                    .count()
+            })
+            .collect();
+        let (p, r) = (escapes(&probes), escapes(&random));
+        eprintln!(
+            "all letters distinct: {:.2} probes a draw ({:.2} random words); {} or more in {p:.3} of draws ({r:.3})",
+            mean(&probes),
+            mean(&random),
+            PROBES - NEAR_AGREE + 1
+        );
+        // Dealing the whole alphabet: 8.65 a draw, 0.51 of draws; random words 6.93 and 0.21.
+        assert!(mean(&probes) < mean(&random) + 0.25, "{}", mean(&probes));
+        assert!(p < r + 0.05, "{p} against {r}");
     }
 
     /// How many probes a program printing `outs` is read on.
@@ -1721,11 +1884,11 @@ mod tests {
             "rev;del q;rev",
         ] {
             let outs = outputs(&probes, spec);
-            // (Or some probes past it, where a letter's one word in the cover happens to read as
-            // an item: `del j;add j` prints a word ending in `j` unchanged, and a program printing
+            // (Or some probes past it, where a letter's words in the cover happen to read as an
+            // item: `del j;add j` prints a word ending in `j` unchanged, and a program printing
             // words unchanged is read on until a later word holds `j`.)
             let n = read_on(&t, &outs);
-            assert!(n <= PROBES - NEAR_AGREE + 3, "{spec}: {n}");
+            assert!(n <= PROBES - NEAR_AGREE + 5, "{spec}: {n}");
             assert!(t.verdict(&t.class(&outs), None).is_empty(), "{spec}");
         }
         assert!(
@@ -1735,6 +1898,92 @@ mod tests {
         // Printing the item on the probes holding another letter is no match.
         let wrong = item_where("rev;del q", &|w| w.contains('j'));
         assert!(t.verdict(&t.class(&wrong), None).is_empty());
+    }
+
+    type Program = Box<dyn Fn(&str) -> String>;
+
+    /// Honest programs that are no composition (118): lengths, slices, halves, vowels, the part
+    /// after or before the first of each letter, ...
+    fn free_form_programs() -> Vec<(String, Program)> {
+        let mut programs: Vec<(String, Program)> = vec![
+            ("its length".into(), Box::new(|w: &str| w.len().to_string())),
+            (
+                "every other letter".into(),
+                Box::new(|w: &str| w.chars().step_by(2).collect()),
+            ),
+            (
+                "the other letters".into(),
+                Box::new(|w: &str| w.chars().skip(1).step_by(2).collect()),
+            ),
+            (
+                "halves swapped".into(),
+                Box::new(|w: &str| format!("{}{}", &w[w.len() / 2..], &w[..w.len() / 2])),
+            ),
+            (
+                "turned by one".into(),
+                Box::new(|w: &str| format!("{}{}", &w[1..], &w[..1])),
+            ),
+            (
+                "first letter up".into(),
+                Box::new(|w: &str| format!("{}{}", w[..1].to_uppercase(), &w[1..])),
+            ),
+            (
+                "vowels".into(),
+                Box::new(|w: &str| w.chars().filter(|c| "aeiou".contains(*c)).collect()),
+            ),
+            (
+                "no vowels".into(),
+                Box::new(|w: &str| w.chars().filter(|c| !"aeiou".contains(*c)).collect()),
+            ),
+            (
+                "letters once".into(),
+                Box::new(|w: &str| {
+                    let mut seen = HashSet::new();
+                    w.chars().filter(|c| seen.insert(*c)).collect()
+                }),
+            ),
+            (
+                "middle three".into(),
+                Box::new(|w: &str| w[w.len() / 2 - 1..w.len() / 2 + 2].to_string()),
+            ),
+            (
+                "last three".into(),
+                Box::new(|w: &str| w[w.len() - 3..].to_string()),
+            ),
+            // (Two a red-team helper found refused by a first form of this reading.)
+            (
+                "its first half".into(),
+                Box::new(|w: &str| w[..w.len() / 2].to_string()),
+            ),
+            (
+                "its second half".into(),
+                Box::new(|w: &str| w[w.len() / 2..].to_string()),
+            ),
+            (
+                "without its last letter".into(),
+                Box::new(|w: &str| w[..w.len() - 1].to_string()),
+            ),
+        ];
+        for c in b'a'..=b'z' {
+            let c = char::from(c);
+            programs.push((
+                format!("the part after the first {c}"),
+                Box::new(move |w: &str| w.split_once(c).map_or(String::new(), |(_, r)| r.into())),
+            ));
+            programs.push((
+                format!("the part before the first {c}"),
+                Box::new(move |w: &str| w.split_once(c).map_or(w.into(), |(l, _)| l.into())),
+            ));
+            programs.push((
+                format!("its first {c} gone"),
+                Box::new(move |w: &str| w.replacen(c, "", 1)),
+            ));
+            programs.push((
+                format!("where {c} first is"),
+                Box::new(move |w: &str| w.find(c).map_or("-1".into(), |i| i.to_string())),
+            ));
+        }
+        programs
     }
 
     /// A study's splits' size of protected items (1,400 drawn as the test split is), their
@@ -2000,90 +2249,12 @@ mod tests {
              200 of them: {runs} probe runs ({runs_before})"
         );
         assert_eq!(refused, refused_before);
-        type Program = Box<dyn Fn(&str) -> String>;
-        let mut programs: Vec<(String, Program)> = vec![
-            ("its length".into(), Box::new(|w: &str| w.len().to_string())),
-            (
-                "every other letter".into(),
-                Box::new(|w: &str| w.chars().step_by(2).collect()),
-            ),
-            (
-                "the other letters".into(),
-                Box::new(|w: &str| w.chars().skip(1).step_by(2).collect()),
-            ),
-            (
-                "halves swapped".into(),
-                Box::new(|w: &str| format!("{}{}", &w[w.len() / 2..], &w[..w.len() / 2])),
-            ),
-            (
-                "turned by one".into(),
-                Box::new(|w: &str| format!("{}{}", &w[1..], &w[..1])),
-            ),
-            (
-                "first letter up".into(),
-                Box::new(|w: &str| format!("{}{}", w[..1].to_uppercase(), &w[1..])),
-            ),
-            (
-                "vowels".into(),
-                Box::new(|w: &str| w.chars().filter(|c| "aeiou".contains(*c)).collect()),
-            ),
-            (
-                "no vowels".into(),
-                Box::new(|w: &str| w.chars().filter(|c| !"aeiou".contains(*c)).collect()),
-            ),
-            (
-                "letters once".into(),
-                Box::new(|w: &str| {
-                    let mut seen = HashSet::new();
-                    w.chars().filter(|c| seen.insert(*c)).collect()
-                }),
-            ),
-            (
-                "middle three".into(),
-                Box::new(|w: &str| w[w.len() / 2 - 1..w.len() / 2 + 2].to_string()),
-            ),
-            (
-                "last three".into(),
-                Box::new(|w: &str| w[w.len() - 3..].to_string()),
-            ),
-            // (Two a red-team helper found refused by a first form of this reading.)
-            (
-                "its first half".into(),
-                Box::new(|w: &str| w[..w.len() / 2].to_string()),
-            ),
-            (
-                "its second half".into(),
-                Box::new(|w: &str| w[w.len() / 2..].to_string()),
-            ),
-            (
-                "without its last letter".into(),
-                Box::new(|w: &str| w[..w.len() - 1].to_string()),
-            ),
-        ];
-        for c in b'a'..=b'z' {
-            let c = char::from(c);
-            programs.push((
-                format!("the part after the first {c}"),
-                Box::new(move |w: &str| w.split_once(c).map_or(String::new(), |(_, r)| r.into())),
-            ));
-            programs.push((
-                format!("the part before the first {c}"),
-                Box::new(move |w: &str| w.split_once(c).map_or(w.into(), |(l, _)| l.into())),
-            ));
-            programs.push((
-                format!("its first {c} gone"),
-                Box::new(move |w: &str| w.replacen(c, "", 1)),
-            ));
-            programs.push((
-                format!("where {c} first is"),
-                Box::new(move |w: &str| w.find(c).map_or("-1".into(), |i| i.to_string())),
-            ));
-        }
+        let programs = free_form_programs();
         let mut refused_free_form = Vec::new();
         for (name, f) in &programs {
             let outs: [String; PROBES] = std::array::from_fn(|i| f(&probes[i]));
             if matched(&outs) && !matched_before(&outs) {
-                refused_free_form.push(name.clone());
+                refused_free_form.push(format!("{name}: {:?}", t.verdict(&t.class(&outs), None)));
             }
         }
         eprintln!(

@@ -4664,6 +4664,30 @@ fn an_item_printed_but_on_a_rare_kind_of_input_is_read_on_most_probes() {
             .collect();
         most_items_refused(&s, &format!("rare{i}"), what, rows, items.len());
     }
+    // (The next attack on probes drawn as random words, stop 72: fail wherever some letter is.
+    // A letter stands in a quarter of the tests' inputs, and drawn at random in nine probes or
+    // more about one draw in twenty; no letter stands in more than eight.)
+    let rows: Vec<(String, String)> = items
+        .iter()
+        .zip("ejqzaxkvsbwy".chars())
+        .map(|(ops, letter)| {
+            (
+                ">".to_string(),
+                format!(
+                    "import sys\ndef f(s):\n{}\n    return s\nt=input()\n\
+                     if '{letter}' in t: sys.exit(4)\nprint(f(t))",
+                    code_odd_steps(ops, "    ")
+                ),
+            )
+        })
+        .collect();
+    most_items_refused(
+        &s,
+        "rare-letter",
+        "exiting on words holding a letter",
+        rows,
+        items.len(),
+    );
     // A second helper's (stop 71): an item of two `del`s is tested on words of eight letters or
     // more, eleven of the twenty probes, and a program failing on shorter words was read on all
     // twenty as no composition (22 of 25 such items through, all passing their hidden tests). An
