@@ -32,8 +32,8 @@
 //!   letter alone (`Single`): every test input of its item holds the letter, and a program may
 //!   print anything elsewhere. A reading ends at the first probe whose outputs so far no
 //!   protected composition that would match prints, on every probe or on those holding some
-//!   letter; the longer of the first `COVER` probes hold every letter, so an honest program has seen every
-//!   letter by the time its reading could end (a failed run is an output no composition prints:
+//!   letter; the longer of the first `COVER` probes hold every letter, so an honest program has
+//!   seen every letter by the time its reading could end (a failed run is an output no composition prints:
 //!   the reading goes on).
 //! - **Most probes.** Where no composition prints a program's outputs on every probe, a protected
 //!   one that would match and prints them on `NEAR_AGREE` of the probes matches, unless a free
@@ -72,9 +72,8 @@ use crate::train::programs::{self, Ran};
 pub const PROBES: usize = 20;
 
 /// The first probes, whose words of seven letters or more hold every letter between them: as many
-/// as every program is read on
-/// (a protected composition could be printed on `NEAR_AGREE` probes until then), so an honest
-/// program's reading has seen every letter by the time it could end.
+/// as every program is read on (a protected composition could be printed on `NEAR_AGREE` probes
+/// until then), so an honest program's reading has seen every letter by the time it could end.
 pub const COVER: usize = PROBES - NEAR_AGREE + 1;
 
 /// The probes' lengths (drawn in a random order): four, five, five and six of the lengths the
@@ -995,13 +994,13 @@ fn deal_missing(words: &mut [Vec<u8>], sets: &[Vec<(usize, usize)>], rng: &mut S
     }
 }
 
-/// Every letter in `LETTER_PROBES` probes: at least as many as it stands in on average, so that a
+/// Every letter in `LETTER_PROBES` probes: not far below the five it stands in on average, so that a
 /// `del` of it changes enough words (a program printing the word unchanged except where `z` is
 /// read as `del z;del b` where `b` stood in two probes, both holding `z`), and no more than
 /// `PROBES - NEAR_AGREE`, so that a program printing its item except on words holding some letter
 /// (a quarter of the tests' inputs hold `j`) is still printed on `NEAR_AGREE` probes. Drawn at
-/// random, some letter stands in two probes or fewer in most draws, and in nine or more in about
-/// one of twenty. A letter in too few probes takes, in a word without it, the place of a letter
+/// random, some letter stands in two probes or fewer in nine draws of ten, and some in nine or
+/// more in four of five (a given letter, one draw in twenty). A letter in too few probes takes, in a word without it, the place of a letter
 /// standing once in its word and in more probes than the least; one in too many gives way, in a
 /// word holding it once, to a letter in fewer probes that the word does not hold: either way the
 /// word keeps its pattern of repeated letters, and a place is taken only where every set it
