@@ -136,15 +136,21 @@ const NEAR_AGREE: usize = 12;
 const READING_RULE: &str = "near-12-of-20-unchanged-by-2";
 
 /// How many probes fewer a simpler reading may be printed on and still explain a program read on
-/// most probes: on every probe, a free composition of fewer operations; on the probes as long as a
-/// `del` item's tests' inputs, the word unchanged (no operation). A program printing the word
-/// unchanged except where some letter is (`s.partition('z')[0]`) is printed unchanged on most
-/// probes, and a composition of `del`s of that letter and of letters standing only after it on a
-/// probe or two prints it there too, by chance: one probe more. And "the first half of the word"
-/// is `take 4` on longer words and `take 3` on shorter ones, where `take 4;del z` prints it too on
-/// the shorter words holding `z` fourth. (118 honest programs that are no composition, on four
-/// draws of random probes: two to five refused without it, one or two with it; an item's program
-/// prints its item where any of its letters shows, on several probes more than such a reading.)
+/// most probes: on every probe and on the probes of seven letters or more (an item of one `del`),
+/// a free composition of fewer operations; on the probes of eight or nine letters (items of two
+/// `del`s or more), the word unchanged (no operation). A program printing the word unchanged except
+/// where some letter is (`s.partition('z')[0]`) is printed unchanged on most probes, and a
+/// composition of `del`s of that letter and of letters standing only after it on a probe or two
+/// prints it there too, by chance: one probe more. "The first half of the word" is `take 4` on
+/// longer words and `take 3` on shorter ones, where `take 4;del z` prints it too on the shorter
+/// words holding `z` fourth; "the part before the first `o`, four letters of it" is `take 4` but
+/// where `o` is among the first four, and `take 4;del o` prints it where `o` is fourth. (120 honest
+/// programs that are no composition, on six draws of random probes: two to four refused a draw
+/// without it, one to three with it, "no vowels" in every draw. An item's program prints its item
+/// where any of its letters shows, on several probes more than such a reading; where on one alone,
+/// the item is that simpler reading on all probes but one. Two `del`s are read on the eight
+/// longer probes or so, where a simpler reading one probe fewer is still most of them: the word
+/// unchanged alone is held to it.)
 const NEAR_MARGIN: usize = 1;
 
 /// What a failed run counts as printing: no composition prints a control character.
@@ -700,10 +706,10 @@ impl Table {
             .into_iter()
             .filter(|&(id, read_as, agree)| {
                 let ops = kinds(id).len();
-                // (On every probe, any composition of fewer operations printed on one probe
-                // fewer; on the probes as long as a `del` item's tests' inputs, the word
+                // (On every probe and on the probes of seven letters or more, any composition of
+                // fewer operations printed on one probe fewer; on the longer ones, the word
                 // unchanged: `NEAR_MARGIN`.)
-                let fewer = |f: u8| usize::from(f) < ops && (read_as == 0 || f == 0);
+                let fewer = |f: u8| usize::from(f) < ops && (read_as <= 1 || f == 0);
                 fewest[read_as][agree + 1..].iter().all(|&f| f == u8::MAX)
                     && fewest_any[read_as][agree..]
                         .iter()
@@ -1961,6 +1967,15 @@ mod tests {
             (
                 "without its last letter".into(),
                 Box::new(|w: &str| w[..w.len() - 1].to_string()),
+            ),
+            // (Two a red-team helper found refused on random probes, stop 72.)
+            (
+                "the part before the first o, four letters of it".into(),
+                Box::new(|w: &str| w.split('o').next().unwrap_or("").chars().take(4).collect()),
+            ),
+            (
+                "the part before the first e, reversed".into(),
+                Box::new(|w: &str| w.split('e').next().unwrap_or("").chars().rev().collect()),
             ),
         ];
         for c in b'a'..=b'z' {
