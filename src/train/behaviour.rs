@@ -927,7 +927,7 @@ fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
         .iter()
         .map(|&len| (0..len).map(|_| b'a' + rng.random_range(0..26u8)).collect())
         .collect();
-    let places = |keep: &dyn Fn(usize, usize) -> bool| -> Vec<(usize, usize)> {
+    let places = |keep: &dyn Fn(usize, usize) -> bool| -> Vec<Place> {
         (0..PROBES)
             .flat_map(|i| (0..lengths[i]).map(move |at| (i, at)))
             .filter(|&(i, at)| keep(i, at))
@@ -945,16 +945,36 @@ fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
     std::array::from_fn(|i| String::from_utf8_lossy(&words[i]).into_owned())
 }
 
+/// A probe's place: the probe, and a place in its word.
+type Place = (usize, usize);
+
+/// How many of `set`'s places hold `c`.
+fn held(words: &[Vec<u8>], set: &[Place], c: u8) -> usize {
+    set.iter().filter(|&&(i, at)| words[i][at] == c).count()
+}
+
+/// Whether the letter at `place` stands once in its word.
+fn alone(words: &[Vec<u8>], (i, at): Place) -> bool {
+    words[i].iter().filter(|&&b| b == words[i][at]).count() == 1
+}
+
+/// Whether the letter at `place` may give way with no set losing it: every set the place belongs
+/// to (or the set `only`) holds the letter elsewhere too.
+fn may_go(words: &[Vec<u8>], sets: &[Vec<Place>], only: Option<usize>, place: Place) -> bool {
+    let c = words[place.0][place.1];
+    sets.iter()
+        .enumerate()
+        .filter(|(k, s)| only.is_none_or(|o| o == *k) && s.contains(&place))
+        .all(|(_, s)| held(words, s, c) >= 2)
+}
+
 /// Puts every letter a set of places misses in at one of its places (see `draw_probes`). A place
 /// whose letter every set it belongs to holds elsewhere is taken, so a set already whole stays
 /// whole, and among those first one whose word keeps its pattern of repeated letters; where there
 /// is none (there is always a place whose letter this set holds twice: it has more places than
 /// letters), another set may lose a letter, and the next pass deals it.
-fn deal_missing(words: &mut [Vec<u8>], sets: &[Vec<(usize, usize)>], rng: &mut StdRng) {
+fn deal_missing(words: &mut [Vec<u8>], sets: &[Vec<Place>], rng: &mut StdRng) {
     const PASSES: usize = 16;
-    let held = |words: &[Vec<u8>], set: &[(usize, usize)], c: u8| {
-        set.iter().filter(|&&(i, at)| words[i][at] == c).count()
-    };
     for _ in 0..PASSES {
         let mut whole = true;
         for (k, set) in sets.iter().enumerate() {
@@ -964,23 +984,16 @@ fn deal_missing(words: &mut [Vec<u8>], sets: &[Vec<(usize, usize)>], rng: &mut S
             shuffle(&mut missing, rng);
             for c in missing {
                 whole = false;
-                // A place whose letter stands once in its word, in a word without `c`: the word
-                // keeps which of its places hold the same letter, and so repeats letters as a
-                // random word does.
-                let kept = |words: &[Vec<u8>], (i, at): (usize, usize)| {
-                    let w = &words[i];
-                    !w.contains(&c) && w.iter().filter(|&&b| b == w[at]).count() == 1
-                };
-                let spare = |words: &[Vec<u8>], every: bool, keeps: bool| -> Vec<(usize, usize)> {
+                // First a place whose letter stands once in its word, in a word without `c`: the
+                // word keeps which of its places hold the same letter, and so repeats letters as
+                // a random word does.
+                let spare = |words: &[Vec<u8>], every: bool, keeps: bool| -> Vec<Place> {
                     set.iter()
                         .copied()
-                        .filter(|&(i, at)| !keeps || kept(words, (i, at)))
-                        .filter(|&(i, at)| {
-                            sets.iter()
-                                .enumerate()
-                                .filter(|(j, s)| (every || *j == k) && s.contains(&(i, at)))
-                                .all(|(_, s)| held(words, s, words[i][at]) >= 2)
+                        .filter(|&place| {
+                            !keeps || (alone(words, place) && !words[place.0].contains(&c))
                         })
+                        .filter(|&place| may_go(words, sets, (!every).then_some(k), place))
                         .collect()
                 };
                 let Some(from) = [(true, true), (true, false), (false, false)]
@@ -1011,20 +1024,9 @@ fn deal_missing(words: &mut [Vec<u8>], sets: &[Vec<(usize, usize)>], rng: &mut S
 /// word holding it once, to a letter in fewer probes that the word does not hold: either way the
 /// word keeps its pattern of repeated letters, and a place is taken only where every set it
 /// belongs to holds its letter elsewhere too, so every set stays whole.
-fn spread_letters(words: &mut [Vec<u8>], sets: &[Vec<(usize, usize)>], rng: &mut StdRng) {
+fn spread_letters(words: &mut [Vec<u8>], sets: &[Vec<Place>], rng: &mut StdRng) {
     let (least, most) = (*LETTER_PROBES.start(), *LETTER_PROBES.end());
     let holding = |words: &[Vec<u8>], c: u8| words.iter().filter(|w| w.contains(&c)).count();
-    let once = |w: &[u8], c: u8| w.iter().filter(|&&b| b == c).count() == 1;
-    // A place whose letter may go: it stands once in its word, and every set the place belongs
-    // to holds it elsewhere.
-    let may_go = |words: &[Vec<u8>], (i, at): (usize, usize)| {
-        let c = words[i][at];
-        once(&words[i], c)
-            && sets
-                .iter()
-                .filter(|s| s.contains(&(i, at)))
-                .all(|s| s.iter().filter(|&&(j, bt)| words[j][bt] == c).count() >= 2)
-    };
     let pick = |rng: &mut StdRng, v: &[(usize, usize, u8)]| {
         (!v.is_empty()).then(|| v[rng.random_range(0..v.len())])
     };
@@ -1040,12 +1042,14 @@ fn spread_letters(words: &mut [Vec<u8>], sets: &[Vec<(usize, usize)>], rng: &mut
         let moves: Vec<(usize, usize, u8)> = if count(c) < least {
             places
                 .filter(|&(i, at)| !w[i].contains(&c) && count(w[i][at]) > least)
-                .filter(|&place| may_go(w, place))
+                .filter(|&place| alone(w, place) && may_go(w, sets, None, place))
                 .map(|(i, at)| (i, at, c))
                 .collect()
         } else {
             places
-                .filter(|&(i, at)| w[i][at] == c && may_go(w, (i, at)))
+                .filter(|&(i, at)| {
+                    w[i][at] == c && alone(w, (i, at)) && may_go(w, sets, None, (i, at))
+                })
                 .flat_map(|(i, at)| {
                     (b'a'..=b'z')
                         .filter(move |&d| !w[i].contains(&d) && count(d) < most)
