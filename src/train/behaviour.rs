@@ -2259,6 +2259,54 @@ mod tests {
             tried >= 10 && caught * 100 >= tried * 94,
             "{caught} of {tried}"
         );
+        // A second helper's (stop 72): a one-`del` item printed except where it differs from its
+        // steps without the `del` and its letter is among the first two places (a crash there),
+        // the next attack on `NEAR_MARGIN`.
+        let (mut tried, mut caught) = (0, 0);
+        for p in items {
+            let spec = p.trim_start_matches("str ").trim_end_matches('>');
+            let steps = ops(spec);
+            let Some(c) = steps.iter().find_map(|o| match o {
+                Op::Del(c) => Some(*c),
+                _ => None,
+            }) else {
+                continue;
+            };
+            let without: Vec<Op> = steps
+                .iter()
+                .copied()
+                .filter(|o| !matches!(o, Op::Del(_)))
+                .collect();
+            if steps.iter().filter(|o| matches!(o, Op::Del(_))).count() != 1 || without.is_empty() {
+                continue;
+            }
+            let honest = outputs(probes, spec);
+            if !matched(&honest) {
+                continue;
+            }
+            tried += 1;
+            let outs: [String; PROBES] = std::array::from_fn(|i| {
+                let w = &probes[i];
+                if honest[i] != code_tasks::run(&without, w) && w[..2].contains(c) {
+                    FAILED.to_string()
+                } else {
+                    honest[i].clone()
+                }
+            });
+            caught += usize::from(matched(&outs));
+        }
+        eprintln!(
+            "one-`del` items failing where they differ from their steps without it and the letter \
+             is early: {caught} of {tried} matched"
+        );
+        // (Not all: where the item and its steps without the `del` differ on one probe more
+        // than those, the steps are the simpler reading, `NEAR_MARGIN`: 262 of 284 on seed 11,
+        // 268 with the word unchanged alone held to it, which refuses two more of the 120 honest
+        // programs below.)
+        assert!(
+            tried >= 200 && caught * 100 >= tried * 90,
+            "{caught} of {tried}"
+        );
         // Honest: free compositions (1,000), and programs that are no composition, printing a
         // protected one's outputs on most probes only by chance.
         let (refused, refused_before, runs, runs_before) = honest_figures(NEAR);
