@@ -15,11 +15,12 @@
 //! - **How.** `programs::Runner::output`: the evaluation's own sandbox, interpreter, limits and
 //!   environment, one process per run, the source as `-c` and `/` as directory and home in
 //!   both, so a program cannot tell a probe's run from a test's by where it runs. Probes are
-//!   drawn like the hidden tests' inputs (words of six to nine lowercase letters, each letter
-//!   uniform), afresh for each scan index (each process); then only the letters some places miss
-//!   are dealt in, so that the longer words of the first `COVER` hold every letter between them
-//!   and every letter stands early in a longer word and late in one, and a deleted letter shows;
-//!   every letter stands in four probes to `PROBES - NEAR_AGREE` (`draw_probes`).
+//!   drawn as the hidden tests' inputs are (`code_tasks::random_word`: six to nine lowercase
+//!   letters, each uniform), from the seed the OS gives (the study's secret: a study keeps its
+//!   probes); then only the letters some places miss are dealt in, so that the longer words of
+//!   the first `COVER` hold every letter between them and every letter stands early in a longer
+//!   word and late in one, and a deleted letter shows; every letter stands in four probes to
+//!   `PROBES - NEAR_AGREE` (`draw_probes`).
 //! - **Matching.** Every composition of up to `string_ops::MAX_OPS` of the generator's
 //!   operations (each count, each letter: 92 of them, 787,749 compositions with none) is run on
 //!   the probes in Rust (`code_tasks::Op::apply`, the hidden outputs' reference semantics). A
@@ -33,15 +34,16 @@
 //!   print anything elsewhere. A reading ends at the first probe whose outputs so far no
 //!   protected composition that would match prints, on every probe or on those holding some
 //!   letter; the longer of the first `COVER` probes hold every letter, so an honest program has
-//!   seen every letter by the time its reading could end (a failed run is an output no composition prints:
-//!   the reading goes on).
+//!   seen every letter by the time its reading could end (a failed run is an output no
+//!   composition prints: the reading goes on).
 //! - **Most probes.** Where no composition prints a program's outputs on every probe, a protected
 //!   one that would match and prints them on `NEAR_AGREE` of the probes matches, unless a free
 //!   composition printed on that many probes prints them on more, or on as many with fewer
 //!   operations (`Near`): a program failing on a rare kind of input that a probe happens to be is
-//!   its item. One with `del`s is also read on the probes as long as its item's tests' inputs. A reading goes on
-//!   while some protected composition could still be printed on that many probes, so every
-//!   program is read on `PROBES - NEAR_AGREE + 1` probes at least.
+//!   its item. One with `del`s is also read on the probes as long as its item's tests' inputs.
+//!   A simpler reading printed on one probe fewer explains the program (`NEAR_MARGIN`). A
+//!   reading goes on while some protected composition could still be printed on that many
+//!   probes, so every program is read on `PROBES - NEAR_AGREE + 1` probes at least.
 //! - **Fail closed.** A program stopped by a time limit (which depends on load: it might pass
 //!   an evaluation), a scan past `MAX_RUNS` programs, `TIME` or its bytes, or a machine that
 //!   cannot run programs in the sandbox leaves the row unread, and an unread row is refused,
@@ -706,17 +708,21 @@ impl Table {
             .into_iter()
             .filter(|&(id, read_as, agree)| {
                 let ops = kinds(id).len();
-                // (On every probe and on the probes of seven letters or more, any composition of
-                // fewer operations printed on one probe fewer; on the longer ones, the word
-                // unchanged: `NEAR_MARGIN`.)
-                let fewer = |f: u8| usize::from(f) < ops && (read_as <= 1 || f == 0);
+                // How many probes fewer a free composition of `f` operations may be printed on
+                // (on every probe and on the probes of seven letters or more, any of fewer
+                // operations; on the longer ones, the word unchanged alone: `NEAR_MARGIN`).
+                let margin = |f: u8| {
+                    if read_as <= 1 || f == 0 {
+                        NEAR_MARGIN
+                    } else {
+                        0
+                    }
+                };
                 fewest[read_as][agree + 1..].iter().all(|&f| f == u8::MAX)
-                    && fewest_any[read_as][agree..]
+                    && fewest_any[read_as]
                         .iter()
-                        .all(|&f| usize::from(f) >= ops)
-                    && !fewest_any[read_as][agree.saturating_sub(NEAR_MARGIN)..]
-                        .iter()
-                        .any(|&f| fewer(f))
+                        .enumerate()
+                        .all(|(k, &f)| usize::from(f) >= ops || k + margin(f) < agree)
             })
             .map(|(id, _, _)| id)
             .collect();
@@ -925,7 +931,7 @@ fn draw_probes(rng: &mut StdRng) -> [String; PROBES] {
     shuffle(&mut lengths, rng);
     let mut words: Vec<Vec<u8>> = lengths
         .iter()
-        .map(|&len| (0..len).map(|_| b'a' + rng.random_range(0..26u8)).collect())
+        .map(|&len| code_tasks::random_word(rng, len))
         .collect();
     let places = |keep: &dyn Fn(usize, usize) -> bool| -> Vec<Place> {
         (0..PROBES)
@@ -1013,23 +1019,22 @@ fn deal_missing(words: &mut [Vec<u8>], sets: &[Vec<Place>], rng: &mut StdRng) {
     }
 }
 
-/// Every letter in `LETTER_PROBES` probes: not far below the five it stands in on average, so that a
-/// `del` of it changes enough words (a program printing the word unchanged except where `z` is
-/// read as `del z;del b` where `b` stood in two probes, both holding `z`), and no more than
-/// `PROBES - NEAR_AGREE`, so that a program printing its item except on words holding some letter
-/// (a quarter of the tests' inputs hold `j`) is still printed on `NEAR_AGREE` probes. Drawn at
-/// random, some letter stands in two probes or fewer in nine draws of ten, and some in nine or
-/// more in four of five (a given letter, one draw in twenty). A letter in too few probes takes, in a word without it, the place of a letter
-/// standing once in its word and in more probes than the least; one in too many gives way, in a
-/// word holding it once, to a letter in fewer probes that the word does not hold: either way the
-/// word keeps its pattern of repeated letters, and a place is taken only where every set it
-/// belongs to holds its letter elsewhere too, so every set stays whole.
+/// Every letter in `LETTER_PROBES` probes: not far below the five it stands in on average, so
+/// that a `del` of it changes enough words (a program printing the word unchanged except where
+/// `z` is was read as `del z;del b` where `b` stood in two probes, both holding `z`), and no more
+/// than `PROBES - NEAR_AGREE`, so that a program printing its item except on words holding some
+/// letter (a quarter of the tests' inputs hold `j`) is still printed on `NEAR_AGREE` probes.
+/// Drawn at random, some letter stands in two probes or fewer in nine draws of ten, and some in
+/// nine or more in four of five (a given letter, one draw in twenty).
+///
+/// A letter in too few probes takes, in a word without it, the place of a letter standing once in
+/// its word and in more probes than the least; one in too many gives way, in a word holding it
+/// once, to a letter in fewer probes that the word does not hold. Either way the word keeps its
+/// pattern of repeated letters, and a place is taken only where every set it belongs to holds its
+/// letter elsewhere too, so every set stays whole.
 fn spread_letters(words: &mut [Vec<u8>], sets: &[Vec<Place>], rng: &mut StdRng) {
     let (least, most) = (*LETTER_PROBES.start(), *LETTER_PROBES.end());
     let holding = |words: &[Vec<u8>], c: u8| words.iter().filter(|w| w.contains(&c)).count();
-    let pick = |rng: &mut StdRng, v: &[(usize, usize, u8)]| {
-        (!v.is_empty()).then(|| v[rng.random_range(0..v.len())])
-    };
     // (Each step moves one letter's count one nearer the range, never another's out of it.)
     for _ in 0..26 * PROBES {
         let counts: Vec<usize> = (b'a'..=b'z').map(|c| holding(words, c)).collect();
@@ -1057,9 +1062,10 @@ fn spread_letters(words: &mut [Vec<u8>], sets: &[Vec<Place>], rng: &mut StdRng) 
                 })
                 .collect()
         };
-        let Some((i, at, d)) = pick(rng, &moves) else {
+        if moves.is_empty() {
             return;
-        };
+        }
+        let (i, at, d) = moves[rng.random_range(0..moves.len())];
         words[i][at] = d;
     }
 }
@@ -1816,8 +1822,8 @@ mod tests {
             .map(|_| {
                 LENGTHS
                     .iter()
-                    .map(|&n| (0..n).map(|_| b'a' + rng.random_range(0..26u8)).collect())
-                    .filter(|w: &Vec<u8>| distinct(&String::from_utf8_lossy(w)))
+                    .map(|&n| code_tasks::random_word(&mut rng, n))
+                    .filter(|w| distinct(&String::from_utf8_lossy(w)))
                     .count()
             })
             .collect();

@@ -440,15 +440,21 @@ pub struct EvalItem {
     pub tests: Vec<TestCase>,
 }
 
+/// A word of `len` lowercase letters, each uniform over the alphabet, as a test input's are
+/// drawn (the contamination gate draws its probes so too: `behaviour`).
+pub fn random_word(rng: &mut StdRng, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|_| LETTERS[rng.random_range(0..LETTERS.len())])
+        .collect()
+}
+
 /// Test inputs that tell the operations apart: words of 6 to 9 letters, each holding every
 /// letter the composition deletes (so a wrong letter shows), all different.
 fn test_inputs(ops: &[Op], rng: &mut StdRng, n: usize) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(n);
     while out.len() < n {
         let len = rng.random_range(6..=9usize);
-        let mut w: Vec<char> = (0..len)
-            .map(|_| LETTERS[rng.random_range(0..LETTERS.len())] as char)
-            .collect();
+        let mut w: Vec<char> = random_word(rng, len).into_iter().map(char::from).collect();
         for o in ops {
             if let Op::Del(c) = o {
                 let at = rng.random_range(0..=w.len());
