@@ -256,11 +256,13 @@ pub enum NormalForm {
 
 impl NormalForm {
     /// What makes two of an arithmetic family's problems one (the gate's and the generator's
-    /// key): for arithmetic the operator and operands (`12+34` is `34+12`), for sorting the
-    /// multiset of digits (`530912` is `219035`: both sort to `012359`).
+    /// key): for arithmetic the operator and operands (`12+34` is `34+12`), for sorting and digit
+    /// sums the multiset of digits (`530912` is `219035`: both sort to `012359`, both sum to 20).
     pub fn of(op: crate::model::data::ArithOp) -> NormalForm {
         match op {
-            crate::model::data::ArithOp::Sort => NormalForm::Digits,
+            crate::model::data::ArithOp::Sort | crate::model::data::ArithOp::DigitSum => {
+                NormalForm::Digits
+            }
             _ => NormalForm::Arithmetic,
         }
     }

@@ -498,19 +498,11 @@ impl TaskFamily {
                 kind: FamilyKind::Code,
             });
         }
-        let (op, rest) = if let Some(r) = name.strip_prefix("add") {
-            (ArithOp::Add, r)
-        } else if let Some(r) = name.strip_prefix("sub") {
-            (ArithOp::Sub, r)
-        } else if let Some(r) = name.strip_prefix("mixed") {
-            (ArithOp::Mixed, r)
-        } else if let Some(r) = name.strip_prefix("sum") {
-            (ArithOp::Sum, r)
-        } else if let Some(r) = name.strip_prefix("sort") {
-            (ArithOp::Sort, r)
-        } else if let Some(r) = name.strip_prefix("diff") {
-            (ArithOp::Diff, r)
-        } else {
+        // No prefix is another's prefix, so at most one matches.
+        let Some((op, rest)) = ArithOp::ALL
+            .into_iter()
+            .find_map(|op| Some((op, name.strip_prefix(op.task_prefix())?)))
+        else {
             return Err(unknown_task(name));
         };
         let digits: u32 = rest.parse().map_err(|_| unknown_task(name))?;

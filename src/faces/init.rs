@@ -25,7 +25,9 @@ pub const EXAMPLES: &[&str] = &[
 /// rule changed after the second round was read; sorting six digits, the one family without
 /// carries, is the fourth; four-digit mixed sums and differences and sorting seven digits, the
 /// last families of these operations whose every answer format fits the base model's context, are
-/// the fifth. Name, operation, digits.
+/// the fifth; signed differences in either order are the sixth; the sums of the digits of six-
+/// and seven-digit strings, a new operation (the digit counts of the others that fit the base
+/// model's context were used up), are the seventh. Name, operation, digits.
 pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-sub2", ArithOp::Sub, 2),
     ("tiny-sub3", ArithOp::Sub, 3),
@@ -40,6 +42,8 @@ pub const ARITH_FAMILIES: &[(&str, ArithOp, u32)] = &[
     ("tiny-sort7", ArithOp::Sort, 7),
     ("tiny-diff2", ArithOp::Diff, 2),
     ("tiny-diff3", ArithOp::Diff, 3),
+    ("tiny-dsum6", ArithOp::DigitSum, 6),
+    ("tiny-dsum7", ArithOp::DigitSum, 7),
 ];
 
 /// Every name `rsim init --example` takes.
@@ -320,14 +324,7 @@ fn materialize_tiny_gpt(root: &Path, task: (&str, u32), toml: &str, readme: &str
 /// A held-out arithmetic family (`ARITH_FAMILIES`): tiny-arith's base model, a task named for
 /// its operation and digits (`sub2`, `mixed3`), the config and README from the family template.
 fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
-    let name = match op {
-        ArithOp::Add => "add",
-        ArithOp::Sub => "sub",
-        ArithOp::Mixed => "mixed",
-        ArithOp::Sum => "sum",
-        ArithOp::Sort => "sort",
-        ArithOp::Diff => "diff",
-    };
+    let name = op.task_prefix();
     let task = format!("{name}{digits}");
     let size = match digits {
         1 => "one-digit",
@@ -346,11 +343,17 @@ fn materialize_family(root: &Path, op: ArithOp, digits: u32) -> Result<()> {
         ArithOp::Sum => format!("sums of three {size} numbers"),
         ArithOp::Sort => format!("the digits of {size} strings in ascending order"),
         ArithOp::Diff => format!("{size} subtraction in either order, with signed results"),
+        ArithOp::DigitSum => format!("the sums of the digits of {size} strings"),
     };
-    // `NormalForm::of` an arithmetic family: digits for sorting, arithmetic for every other.
-    let (form, form_note) = if crate::config::NormalForm::of(op)
-        == crate::config::NormalForm::Digits
-    {
+    // `NormalForm::of` an arithmetic family: digits for sorting and digit sums, arithmetic for
+    // every other.
+    let (form, form_note) = if op == ArithOp::DigitSum {
+        (
+            "digits",
+            "# The gate also matches a test string in any order of its digits (its digit sum is the\n\
+             # same), in any script's digits, spaced, in words or as a sum (policy::normal_form).",
+        )
+    } else if crate::config::NormalForm::of(op) == crate::config::NormalForm::Digits {
         (
             "digits",
             "# The gate also matches a test string in any order of its digits (its answer is one), in\n\
@@ -596,7 +599,7 @@ mod tests {
                     ),
                     ArithOp::Mixed => assert!(subs > 0 && sums > 0, "{name} {a}"),
                     ArithOp::Add => assert_eq!(sums, rows.len(), "{name} {a}"),
-                    ArithOp::Sort => assert!(
+                    ArithOp::Sort | ArithOp::DigitSum => assert!(
                         rows.iter().all(|r| r.prompt.len() == digits as usize + 1
                             && r.prompt.bytes().filter(u8::is_ascii_digit).count()
                                 == digits as usize),
@@ -628,6 +631,104 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    /// Generated digit-sum rows pose no protected string but their own: in every format, read
+    /// as a scan reads a dataset (each row after those kept before it), a row is refused exactly
+    /// where its own string's digits are a protected multiset. The scratchpad's running sums
+    /// stand between `=` signs, which end a string for the digits form; between commas they
+    /// would be a run of digits read as strings, and rows would be refused for strings they never
+    /// pose (the generator, which skips what the gate refuses, would skew its data) — asserted
+    /// too, so the test shows what it guards.
+    #[test]
+    fn generated_digit_sum_rows_pose_no_protected_string_but_their_own() {
+        use crate::policy::contamination::{Drawn, EvalSet, ScanConfig, Scanner};
+        for (name, digits) in [("tiny-dsum6", 6u32), ("tiny-dsum7", 7)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let root = dir.path().join("study");
+            init(&root, Some(name)).unwrap_or_else(|e| panic!("{name}: {}", e.message));
+            let config = crate::config::StudyConfig::load(&root).expect("config");
+            let (task, t) = config.tasks.iter().next().expect("a task");
+            let form = t.normal_form;
+            assert_eq!(form, Some(crate::config::NormalForm::Digits), "{name}");
+            let cfg = ScanConfig {
+                ngram: config.policy.contamination_ngram as usize,
+                threshold: config.policy.contamination_threshold,
+            };
+            let multiset = |s: &str| {
+                let mut d: Vec<char> = s.chars().filter(char::is_ascii_digit).collect();
+                d.sort_unstable();
+                d.into_iter().collect::<String>()
+            };
+            let mut protected = std::collections::HashSet::new();
+            let sets: Vec<EvalSet> = ["dev", "test", "sealed", "dev_twin"]
+                .iter()
+                .map(|split| {
+                    let path = root
+                        .join(STATE_DIR)
+                        .join("protected")
+                        .join(task)
+                        .join(format!("{split}.jsonl"));
+                    let bytes = fs::read(&path).expect("split");
+                    let rows =
+                        crate::train::datasets::parse_eval_jsonl(&bytes, split).expect("parse");
+                    protected.extend(rows.iter().map(|r| multiset(&r.prompt)));
+                    EvalSet::new(task, split, &rows, cfg, form)
+                })
+                .collect();
+            let scanner = Scanner::new(&sets, cfg);
+            // Rows refused whose own string is not protected, and protected rows let through.
+            let misread = |rows: &[crate::model::data::Row]| {
+                let mut drawn = Drawn::default();
+                let (mut stray, mut missed) = (0, 0);
+                for r in rows {
+                    let own = protected.contains(&multiset(&r.prompt));
+                    match (scanner.accepts(&mut drawn, r), own) {
+                        (false, false) => stray += 1,
+                        (true, true) => missed += 1,
+                        _ => {}
+                    }
+                }
+                (stray, missed)
+            };
+            for format in AnswerFormat::ALL {
+                let rows = crate::train::datasets::generate_arith(&ArithParams {
+                    op: ArithOp::DigitSum,
+                    digits,
+                    format,
+                    n: 1500,
+                    seed: 9,
+                });
+                let own = rows
+                    .iter()
+                    .filter(|r| protected.contains(&multiset(&r.prompt)))
+                    .count();
+                assert!(
+                    own > 50,
+                    "{name} {format:?}: {own} rows of protected strings"
+                );
+                assert_eq!(misread(&rows), (0, 0), "{name} {format:?}");
+                if format == AnswerFormat::Scratchpad {
+                    let commas: Vec<crate::model::data::Row> = rows
+                        .iter()
+                        .map(|r| {
+                            // `5,8,8,17,18,20|20`: the same sums, unpadded, between commas
+                            let (sums, total) = r.answer.split_once('|').expect("a scratchpad");
+                            let sums: Vec<String> = sums
+                                .split('=')
+                                .map(|x| x.parse::<u32>().expect("a sum").to_string())
+                                .collect();
+                            crate::model::data::Row {
+                                prompt: r.prompt.clone(),
+                                answer: format!("{}|{total}", sums.join(",")),
+                            }
+                        })
+                        .collect();
+                    let (stray, _) = misread(&commas);
+                    assert!(stray > 20, "{name}: {stray} rows refused with commas");
+                }
+            }
+        }
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub enum ArithOp {
     /// Not arithmetic: a string of digits (leading zeros too) and its digits in ascending order,
     /// `530912=` → `012359` — a family with no carries, to hold the reviewer out on.
     Sort,
+    /// Not binary arithmetic either: a string of digits (leading zeros too) and the sum of its
+    /// digits, `530912=` → `20` (scratchpad: the running sums, two digits each, `05=08=…|20`).
+    DigitSum,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -67,6 +70,31 @@ impl AnswerFormat {
             AnswerFormat::Plain => "plain",
             AnswerFormat::Reversed => "reversed",
             AnswerFormat::Scratchpad => "scratchpad",
+        }
+    }
+}
+
+impl ArithOp {
+    pub const ALL: [ArithOp; 7] = [
+        ArithOp::Add,
+        ArithOp::Sub,
+        ArithOp::Mixed,
+        ArithOp::Sum,
+        ArithOp::Diff,
+        ArithOp::Sort,
+        ArithOp::DigitSum,
+    ];
+
+    /// The operation's name in task names (`sub2`, `dsum6`: the operation, then the digits).
+    pub fn task_prefix(self) -> &'static str {
+        match self {
+            ArithOp::Add => "add",
+            ArithOp::Sub => "sub",
+            ArithOp::Mixed => "mixed",
+            ArithOp::Sum => "sum",
+            ArithOp::Sort => "sort",
+            ArithOp::Diff => "diff",
+            ArithOp::DigitSum => "dsum",
         }
     }
 }

@@ -33,6 +33,7 @@ pub fn arith_stream(p: &ArithParams, seed: u64) -> impl Iterator<Item = Row> + u
             // `a` with its leading zeros: every string of `digits` digits equally likely
             ArithOp::Sort => return sort_row(&format!("{a:0width$}"), format),
             ArithOp::Diff => return diff_row(a, b, format),
+            ArithOp::DigitSum => return digit_sum_row(&format!("{a:0width$}"), format),
         };
         arith_row(a, b, sub, format)
     })
@@ -49,6 +50,16 @@ pub fn arith_max_row_bytes(p: &ArithParams) -> u64 {
             AnswerFormat::Plain => d,
             AnswerFormat::Reversed => d + 1,
             AnswerFormat::Scratchpad => 3 * d + d.saturating_sub(1) + 1 + d,
+        };
+        return d + 1 + answer;
+    }
+    if p.op == ArithOp::DigitSum {
+        // `d` digits and `=`; a sum of at most 9d < 100 (`MAX_ARITH_DIGITS`), two digits; a
+        // scratchpad's `d` running sums of two digits, `=` between them, then `|`.
+        let answer = match p.format {
+            AnswerFormat::Plain => 2,
+            AnswerFormat::Reversed => 3,
+            AnswerFormat::Scratchpad => 3 * d - 1 + 1 + 2,
         };
         return d + 1 + answer;
     }
@@ -174,6 +185,35 @@ pub fn sort_row(digits: &str, format: AnswerFormat) -> Row {
             }
             format!("{}|{result}", counts.join(","))
         }
+    };
+    Row {
+        prompt: format!("{digits}="),
+        answer,
+    }
+}
+
+/// A digit-sum problem in a format: `530912=` → plain `20`, reversed `r02`, scratchpad
+/// `05=08=08=17=18=20|20` (the sum after each digit, in order). The running sums are written with
+/// two digits and `=` between them so the gate's digits form (`policy::normal_form`), which reads
+/// any run of digit tokens not broken by `=` as a string whose multiset may be a protected item,
+/// reads in a scratchpad only two-digit strings and the row's own prompt: with `,` between them,
+/// `8,8,17,18` would read as the six digits `881718`, a protected string in some rows.
+pub fn digit_sum_row(digits: &str, format: AnswerFormat) -> Row {
+    let mut total = 0u32;
+    let running: Vec<String> = digits
+        .chars()
+        .filter_map(|c| c.to_digit(10))
+        .map(|d| {
+            total += d;
+            format!("{total:02}")
+        })
+        .collect();
+    let answer = match format {
+        AnswerFormat::Plain => total.to_string(),
+        AnswerFormat::Reversed => {
+            format!("r{}", total.to_string().chars().rev().collect::<String>())
+        }
+        AnswerFormat::Scratchpad => format!("{}|{total}", running.join("=")),
     };
     Row {
         prompt: format!("{digits}="),
@@ -376,6 +416,46 @@ mod tests {
     }
 
     #[test]
+    fn a_digit_sum_problem_answers_the_sum_of_its_digits_in_every_format() {
+        let plain = digit_sum_row("530912", AnswerFormat::Plain);
+        assert_eq!(
+            (plain.prompt.as_str(), plain.answer.as_str()),
+            ("530912=", "20")
+        );
+        assert_eq!(
+            digit_sum_row("530912", AnswerFormat::Reversed).answer,
+            "r02"
+        );
+        assert_eq!(
+            digit_sum_row("530912", AnswerFormat::Scratchpad).answer,
+            "05=08=08=17=18=20|20"
+        );
+        assert_eq!(digit_sum_row("0000000", AnswerFormat::Plain).answer, "0");
+        for f in AnswerFormat::ALL {
+            assert_eq!(
+                parse_answer(&digit_sum_row("9999999", f).answer),
+                "63",
+                "{f:?}"
+            );
+        }
+        // Strings of exactly `digits` digits, leading zeros included; sums spread over the range.
+        let rows = generate_arith(&ArithParams {
+            op: ArithOp::DigitSum,
+            digits: 7,
+            format: AnswerFormat::Plain,
+            n: 400,
+            seed: 3,
+        });
+        assert!(rows.iter().all(|r| r.prompt.len() == 8
+            && r.prompt.ends_with('=')
+            && r.prompt[..7].bytes().all(|b| b.is_ascii_digit())));
+        assert!(rows.iter().any(|r| r.prompt.starts_with('0')));
+        let sums: std::collections::HashSet<&str> =
+            rows.iter().map(|r| r.answer.as_str()).collect();
+        assert!(sums.len() > 25, "{} distinct sums", sums.len());
+    }
+
+    #[test]
     fn differences_in_either_order_carry_their_sign_in_every_format() {
         assert_eq!(diff_row(12, 34, AnswerFormat::Plain).answer, "-22");
         assert_eq!(diff_row(12, 34, AnswerFormat::Plain).prompt, "12-34=");
@@ -438,7 +518,7 @@ mod tests {
                         ArithOp::Add | ArithOp::Sum => &["+"],
                         ArithOp::Sub | ArithOp::Diff => &["-"],
                         ArithOp::Mixed => &["+", "-"],
-                        ArithOp::Sort => &[],
+                        ArithOp::Sort | ArithOp::DigitSum => &[],
                     };
                     let whole: Vec<String> = whole
                         .into_iter()
@@ -478,6 +558,7 @@ mod tests {
                     ArithOp::Sum,
                     ArithOp::Sort,
                     ArithOp::Diff,
+                    ArithOp::DigitSum,
                 ] {
                     let p = ArithParams {
                         op,
@@ -492,7 +573,9 @@ mod tests {
                         assert!(len <= bound, "{r:?} is {len} bytes, bound {bound}");
                     }
                     let top = 10u64.pow(digits) - 1;
-                    let worst = if op == ArithOp::Sort {
+                    let worst = if op == ArithOp::DigitSum {
+                        digit_sum_row(&"9".repeat(digits as usize), format)
+                    } else if op == ArithOp::Sort {
                         // every digit different as far as they go: the longest scratchpad
                         let all: String = "0123456789".chars().take(digits as usize).collect();
                         sort_row(&all, format)
