@@ -3067,8 +3067,9 @@ fn protected_pairs(root: &Path, task: &str, op: char) -> std::collections::HashS
         .collect()
 }
 
-/// A tiny-sort6 item (of `split`) whose string has six different digits.
-fn six_digit_sort6_item(split: &[Row]) -> Row {
+/// An item of a six-digit strings family (tiny-sort6, tiny-dsum6; of `split`) whose string has six
+/// different digits.
+fn six_different_digits_item(split: &[Row]) -> Row {
     split
         .iter()
         .find(|r| {
@@ -3549,7 +3550,7 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
         .map(|r| multiset(&r.prompt))
         .collect();
     // A test string of six different digits, so every form below is unambiguous.
-    let t = six_digit_sort6_item(&test);
+    let t = six_different_digits_item(&test);
     let digits = t.prompt[..6].to_string();
     let sorted = t.answer.clone();
     let other_order: String = digits.chars().rev().collect();
@@ -3680,6 +3681,125 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
     honest_rows_train(&s, clean, "sort", 6);
 }
 
+/// A digit-sum study (tiny-dsum6, the seventh round; the gate's `digits` normal form, since a
+/// string's digit sum depends on its multiset alone): a test string's digits in another order,
+/// spaced, in words, in another script, written as the sum of its digits (`5+3+0+9+1+2=20`, the
+/// task's own arithmetic), in the scratchpad of another order (the running sums between `=`
+/// signs), in the reversed answer format, glued to letters or split across two rows are all that
+/// item, each refused and recorded; rows of other strings, in every format, and the generator's
+/// rows of both families in every format train.
+#[test]
+fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
+    let (_d, root) = crate::common::study_of("tiny-dsum6");
+    let split = |name: &str| protected_split(&root, "dsum6", name);
+    let test = split("test");
+    let protected: std::collections::HashSet<String> = ["dev", "test", "sealed", "dev_twin"]
+        .iter()
+        .flat_map(|s| split(s))
+        .map(|r| sorted_digits(&r.prompt[..6]))
+        .collect();
+    let t = six_different_digits_item(&test);
+    let digits = t.prompt[..6].to_string();
+    let sum = t.answer.clone();
+    assert_eq!(
+        sum,
+        digits
+            .chars()
+            .map(|c| c.to_digit(10).expect("digit"))
+            .sum::<u32>()
+            .to_string()
+    );
+    let other_order: String = digits.chars().rev().collect();
+    let joined = |s: &str, sep: &str| s.chars().map(String::from).collect::<Vec<_>>().join(sep);
+    const UNITS: [&str; 10] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    ];
+    let in_words = |s: &str| {
+        s.chars()
+            .map(|c| UNITS[c.to_digit(10).expect("digit") as usize])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let row = |p: String, a: String| vec![(p, a)];
+    let scratch = datasets::digit_sum_row(&other_order, AnswerFormat::Scratchpad);
+    let forms: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("another order", row(format!("{other_order}="), sum.clone())),
+        (
+            "spaced",
+            row(format!("{} =", joined(&digits, " ")), sum.clone()),
+        ),
+        (
+            "in words",
+            row(
+                format!("the digit sum of {} is", in_words(&digits)),
+                sum.clone(),
+            ),
+        ),
+        (
+            "full-width digits",
+            row(digits_in(&t.prompt, '０'), sum.clone()),
+        ),
+        (
+            "as the sum of its digits",
+            row(format!("{}=", joined(&other_order, "+")), sum.clone()),
+        ),
+        (
+            "the scratchpad of another order",
+            row(scratch.prompt.clone(), scratch.answer.clone()),
+        ),
+        (
+            "reversed answer format",
+            row(
+                t.prompt.clone(),
+                format!("r{}", sum.chars().rev().collect::<String>()),
+            ),
+        ),
+        ("glued to letters", row(format!("q{digits}z="), sum.clone())),
+        (
+            "split across two rows",
+            vec![
+                ("a".into(), digits[..3].to_string()),
+                (format!("{}=", &digits[3..]), sum.clone()),
+            ],
+        ),
+    ];
+    let s = open(&root);
+    for (what, e) in each_form_refused(&s, "summer", forms) {
+        assert!(
+            !e.message.contains(&digits),
+            "{what}: the evidence prints the item: {}",
+            e.message
+        );
+    }
+    // Other strings train in every format, and the generator's rows (`honest_rows_train`).
+    let clean: Vec<(String, String)> = (0..200u64)
+        .map(|i| format!("{:06}", i * 4_999 % 1_000_000))
+        .filter(|d| !protected.contains(&sorted_digits(d)))
+        .flat_map(|d| {
+            AnswerFormat::ALL.map(|f| {
+                let r = datasets::digit_sum_row(&d, f);
+                (r.prompt, r.answer)
+            })
+        })
+        .collect();
+    assert!(clean.len() > 150, "{}", clean.len());
+    honest_rows_train(&s, clean, "digit_sum", 6);
+    let (_d7, root7) = crate::common::study_of("tiny-dsum7");
+    let s7 = open(&root7);
+    let who = Caller::new("honest", Role::Worker);
+    let n = branch_as(&s7, &who, "generated");
+    for format in AnswerFormat::ALL {
+        s7.call(
+            &who,
+            "register_dataset",
+            json!({"node": n, "name": format!("generated-{}", format.name()), "source":
+                {"kind": "arith", "op": "digit_sum", "digits": 7, "format": format.name(),
+                 "n": 5000, "seed": 1}}),
+        )
+        .unwrap_or_else(|e| panic!("tiny-dsum7 {format:?}: {}", e.message));
+    }
+}
+
 /// The next try once the seam's cut tail stopped posing problems of its own (a key the cut tail
 /// gives that the whole row does not is dropped): an item split across two rows after a first
 /// row long enough to be cut, where the cut tail alone poses the first half and more. What the
@@ -3799,7 +3919,7 @@ fn a_problem_split_across_rows_inside_a_long_chain_is_refused() {
     each_form_refused(&s, "chain", forms);
 
     let (_d, root) = crate::common::study_of("tiny-sort6");
-    let item = six_digit_sort6_item(&protected_split(&root, "sort6", "test"));
+    let item = six_different_digits_item(&protected_split(&root, "sort6", "test"));
     let (head, rest) = item.prompt[..6].split_at(3);
     let among_filler = |s: &str| {
         s.chars()
@@ -3932,7 +4052,7 @@ fn a_problem_split_across_two_datasets_after_a_long_row_is_refused_at_run_sft() 
 #[test]
 fn a_sorting_string_as_a_chain_or_counts_across_many_rows_is_refused() {
     let (_d, root) = crate::common::study_of("tiny-sort6");
-    let item = six_digit_sort6_item(&protected_split(&root, "sort6", "test"));
+    let item = six_different_digits_item(&protected_split(&root, "sort6", "test"));
     let d: Vec<char> = item.prompt[..6].chars().collect();
     // A row's training text is its prompt immediately followed by its answer.
     let row = |p: String, a: &str| (p, format!(" {a}"));
@@ -4007,7 +4127,7 @@ fn a_sorting_string_as_a_chain_or_counts_across_many_rows_is_refused() {
 #[test]
 fn a_sorting_string_padded_between_its_pieces_by_rows_that_key_nothing_is_refused() {
     let (_d, root) = crate::common::study_of("tiny-sort6");
-    let item = six_digit_sort6_item(&protected_split(&root, "sort6", "test"));
+    let item = six_different_digits_item(&protected_split(&root, "sort6", "test"));
     let d: Vec<char> = item.prompt[..6].chars().collect();
     let filler = || {
         (
@@ -4202,7 +4322,7 @@ fn an_arithmetic_item_stated_with_its_answer_through_any_connector_is_refused() 
 fn a_sorting_item_written_straight_into_its_answer_is_refused() {
     let (_d, root) = crate::common::study_of("tiny-sort6");
     let test = protected_split(&root, "sort6", "test");
-    let item = six_digit_sort6_item(&test);
+    let item = six_different_digits_item(&test);
     let d = &item.prompt[..6];
     let other = &test
         .iter()
