@@ -140,12 +140,16 @@ fn invisible(c: char) -> bool {
     )
 }
 
-/// The ASCII digit of a decimal digit of any script. Unicode allocates every script's decimal
+/// The ASCII digit of a decimal digit of any script, or of a CJK numeral from zero to nine. Unicode allocates every script's decimal
 /// digits as one contiguous run from zero to nine, so a digit's value is its distance from the
 /// start of its run (mod 10, for runs of several digit sets back to back).
 fn decimal_digit(c: char) -> Option<char> {
     if c.is_ascii_digit() {
         return Some(c);
+    }
+    // The CJK numerals written as digits (`四六七二九七`), which are letters to Unicode.
+    if let Some(d) = "〇一二三四五六七八九".chars().position(|x| x == c) {
+        return char::from_digit(d as u32, 10);
     }
     if get_general_category(c) != GeneralCategory::DecimalNumber {
         return None;

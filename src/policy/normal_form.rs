@@ -452,7 +452,7 @@ mod arithmetic {
         })
     }
 
-    fn teen_or_tens(w: &str) -> Option<u64> {
+    pub(super) fn teen_or_tens(w: &str) -> Option<u64> {
         Some(match w {
             "ten" => 10,
             "eleven" => 11,
@@ -1739,17 +1739,6 @@ pub mod digits {
         inside: bool,
         wanted: &dyn Fn(u64) -> bool,
     ) -> Vec<String> {
-        // Digit tokens, with `None` where a string ends; filler dropped.
-        let pieces: Vec<Option<(u64, usize)>> = strings
-            .iter()
-            .filter_map(|t| {
-                if breaks(t) {
-                    Some(None)
-                } else {
-                    digits_of(t).map(Some)
-                }
-            })
-            .collect();
         // Distinct multisets only: however long the row, at most one key per multiset of 2 to
         // `MAX_DIGITS` digits (about 650,000), each found in at most `MAX_DIGITS` steps per digit
         // (in runs) or token (in chains, and in counts read each way).
@@ -1757,13 +1746,169 @@ pub mod digits {
             set: HashSet::new(),
             wanted,
         };
-        runs(&pieces, &mut found);
-        if inside {
-            runs(&inside_tokens(strings), &mut found);
+        for strings in regrouped(strings) {
+            // Digit tokens, with `None` where a string ends; filler dropped.
+            let pieces: Vec<Option<(u64, usize)>> = strings
+                .iter()
+                .filter_map(|t| {
+                    if breaks(t) {
+                        Some(None)
+                    } else {
+                        digits_of(t).map(Some)
+                    }
+                })
+                .collect();
+            runs(&pieces, &mut found);
+            if inside {
+                runs(&inside_tokens(&strings), &mut found);
+            }
+            runs(&chains(&pieces), &mut found);
         }
-        runs(&chains(&pieces), &mut found);
         counts(counted_toks, &mut found);
         named(found)
+    }
+
+    /// How many digits a token is as a group of a string: its ASCII digits where it is nothing
+    /// else, one for a unit word; `None` for anything else.
+    fn group_len(t: &str) -> Option<usize> {
+        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            Some(t.len())
+        } else {
+            super::arithmetic::unit(t).map(|_| 1)
+        }
+    }
+
+    /// The strings as they are read, once or twice. `=` ends a string (`breaks`), but a string
+    /// may be written in groups joined by `=` (`467=297`, `4=6=7=2=97`), and only single digits
+    /// so joined are a chain (`chains`): groups joined by `=` alone of which one has two digits or
+    /// more are one string (the sorting form's `digit=count` pairs are single digits, and a string
+    /// and its sorted answer, `530912=012359`, joined are a string of twelve, no item's). Before
+    /// that, a tens or teens word is its two digits (`forty-six` is `46`, `forty` `40`,
+    /// `twelve` `12`), and a digit string's running sums after it, two digits each between `=`
+    /// signs (`530912=05=08=08=17=18=20`, the digit-sum scratchpad), end strings as `=` does:
+    /// they are that string's own working, and joined they would be strings of digits the row
+    /// never poses. Where a group is a digit padded with a zero (`04=06=07`), the strings are
+    /// read a second time with each such group its digit, so that padded digits joined by `=`
+    /// are a chain too.
+    fn regrouped(strings: &[String]) -> Vec<std::borrow::Cow<'_, [String]>> {
+        use std::borrow::Cow;
+        let joined_groups = |s: &[String]| {
+            s.windows(3).any(|w| {
+                w[1] == "="
+                    && matches!((group_len(&w[0]), group_len(&w[2])), (Some(a), Some(b)) if a.max(b) >= 2)
+            })
+        };
+        let worded = strings
+            .iter()
+            .any(|t| super::arithmetic::teen_or_tens(t).is_some());
+        if !worded && !joined_groups(strings) {
+            return vec![Cow::Borrowed(strings)];
+        }
+        // Tens and teens words as their digits.
+        let mut toks: Vec<String> = Vec::with_capacity(strings.len());
+        let mut i = 0;
+        while i < strings.len() {
+            let t = &strings[i];
+            match super::arithmetic::teen_or_tens(t) {
+                Some(v) if v >= 20 => {
+                    // `forty-six`, `forty six`: the unit after it is its second digit
+                    let at = if strings.get(i + 1).is_some_and(|x| x == "-") {
+                        i + 2
+                    } else {
+                        i + 1
+                    };
+                    match strings.get(at).and_then(|u| super::arithmetic::unit(u)) {
+                        Some(u) if u > 0 => {
+                            toks.push((v + u).to_string());
+                            i = at + 1;
+                        }
+                        _ => {
+                            toks.push(v.to_string());
+                            i += 1;
+                        }
+                    }
+                }
+                Some(v) => {
+                    toks.push(v.to_string());
+                    i += 1;
+                }
+                None => {
+                    toks.push(t.clone());
+                    i += 1;
+                }
+            }
+        }
+        // A digit string's running sums after it end strings.
+        let mut i = 0;
+        while i < toks.len() {
+            let k = toks[i].len();
+            if (2..=MAX_DIGITS).contains(&k) && toks[i].bytes().all(|b| b.is_ascii_digit()) {
+                let mut sum = 0u32;
+                let sums: Vec<String> = toks[i]
+                    .bytes()
+                    .map(|b| {
+                        sum += u32::from(b - b'0');
+                        format!("{sum:02}")
+                    })
+                    .collect();
+                let holds = sums.iter().enumerate().all(|(j, x)| {
+                    toks.get(i + 2 * j + 1).is_some_and(|e| e == "=")
+                        && toks.get(i + 2 * j + 2).is_some_and(|t| t == x)
+                });
+                if holds {
+                    for j in 0..k {
+                        toks[i + 2 * j + 2] = "=".to_string();
+                    }
+                    i += 2 * k + 1;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        // Groups joined by `=` alone, one of them of two digits or more: the `=`s go.
+        let join = |toks: &[String]| -> Vec<String> {
+            let mut gone = vec![false; toks.len()];
+            let mut i = 0;
+            while i < toks.len() {
+                let Some(first) = group_len(&toks[i]) else {
+                    i += 1;
+                    continue;
+                };
+                let (mut end, mut widest) = (i, first);
+                while toks.get(end + 1).is_some_and(|e| e == "=")
+                    && let Some(n) = toks.get(end + 2).and_then(|t| group_len(t))
+                {
+                    widest = widest.max(n);
+                    end += 2;
+                }
+                if end > i && widest >= 2 {
+                    (i + 1..end).step_by(2).for_each(|e| gone[e] = true);
+                }
+                i = end + 1;
+            }
+            toks.iter()
+                .zip(gone)
+                .filter(|(_, gone)| !gone)
+                .map(|(t, _)| t.clone())
+                .collect()
+        };
+        let padded =
+            |t: &String| t.len() == 2 && t.starts_with('0') && t.as_bytes()[1].is_ascii_digit();
+        let mut out = vec![Cow::Owned(join(&toks))];
+        if toks.iter().any(padded) {
+            let unpadded: Vec<String> = toks
+                .iter()
+                .map(|t| {
+                    if padded(t) {
+                        t[1..].to_string()
+                    } else {
+                        t.clone()
+                    }
+                })
+                .collect();
+            out.push(Cow::Owned(join(&unpadded)));
+        }
+        out
     }
 
     /// Each token's digits one piece each, `None` after each token: runs inside a token, so a
@@ -2539,12 +2684,40 @@ mod tests {
         }
         // An item's prompt has one key.
         assert_eq!(dk("530912="), vec![key.clone()]);
-        // Other strings are other problems: another multiset, a string cut by `=`, a longer
-        // string that holds the digits and more in one token, or `digit=count` pairs (two
-        // single digits joined by `=` are no chain).
-        for text in ["530913=", "530=912", "7530912=", "5309=12", "5=3,0=9,1=2"] {
+        // Other strings are other problems: another multiset, a longer string that holds the
+        // digits and more in one token, or `digit=count` pairs (two single digits joined by `=`
+        // are no chain).
+        for text in ["530913=", "7530912=", "5=3,0=9,1=2"] {
             assert!(!dk(text).contains(&key), "{text:?}: {:?}", dk(text));
         }
+        // Groups joined by `=`, one of two digits or more, are one string (a red-team helper's
+        // `467=297=` taught a digit-sum item, whose answer holds none of its digits), padded
+        // digits so joined too, and tens words are their digits; a string's own running sums
+        // after it (the digit-sum scratchpad) join nothing.
+        for text in [
+            "530=912",
+            "5309=12",
+            "5=3=0=9=12",
+            "53 = 09 = 12 = 20",
+            "05=03=00=09=01=02=",
+            "fifty-three, zero, nine, twelve",
+            "fifty three zero nine twelve",
+            "\u{4E94}\u{4E09}\u{3007}\u{4E5D}\u{4E00}\u{4E8C}=",
+        ] {
+            assert!(dk(text).contains(&key), "{text:?}: {:?}", dk(text));
+        }
+        // (Of six or seven digits, as the digit-sum families' items have.)
+        let scratch = "467297=04=10=17=19=28=35|35";
+        let long: Vec<String> = dk(scratch)
+            .into_iter()
+            .filter(|k| (8..=9).contains(&k.len()))
+            .collect();
+        assert_eq!(long, vec!["d:246779".to_string()], "{scratch}");
+        assert!(
+            dk("530912=012359").iter().all(|k| k == &key || k.len() > 8),
+            "{:?}",
+            dk("530912=012359")
+        );
         // Split across two rows, wherever the cut falls between tokens.
         for (a, b) in [("5 3 0", "9 1 2"), ("x=530", "912=")] {
             let keys = dk_across(a, b);
@@ -2797,9 +2970,9 @@ mod tests {
         }
         // An item is its whole string: `7530912=` is not the problem `530912=`.
         assert!(!dk("7530912=").contains(&"d:012359".to_string()));
-        // `=` still ends a string; a run inside tokens stays inside one (two rows of honest
-        // strings side by side hold no string of their digits that straddles them).
-        assert!(!dk_rows(&["467=297"]).contains(&key));
+        // A run inside tokens stays inside one (two rows of honest strings side by side hold no
+        // string of their digits that straddles them); groups joined by `=` are one string.
+        assert!(dk_rows(&["467=297"]).contains(&key));
         assert!(!dk_rows(&["46 7297"]).contains(&"d:2679".to_string()));
         assert!(!dk_rows(&["530912=012359", "467297=246779"]).contains(&"d:123459".to_string()));
     }

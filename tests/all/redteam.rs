@@ -3762,6 +3762,85 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
                 (format!("{}=", &digits[3..]), sum.clone()),
             ],
         ),
+        // The second helper's: groups of digits joined by `=`, which ended a string (a sorting
+        // item's answer holds its digits and was read; a digit sum's holds none).
+        (
+            "in two groups joined by =",
+            row(format!("{}={}=", &digits[..3], &digits[3..]), sum.clone()),
+        ),
+        (
+            "in pairs joined by =",
+            row(
+                format!("{}={}={}=", &digits[..2], &digits[2..4], &digits[4..]),
+                sum.clone(),
+            ),
+        ),
+        (
+            "in groups of one and two joined by =",
+            row(
+                format!(
+                    "{}={}={}={}=",
+                    &digits[..1],
+                    &digits[1..3],
+                    &digits[3..4],
+                    &digits[4..]
+                ),
+                sum.clone(),
+            ),
+        ),
+        (
+            "the answer first, groups after",
+            row(
+                format!(
+                    "{sum} is the digit sum of {}={}",
+                    &digits[..3],
+                    &digits[3..]
+                ),
+                String::new(),
+            ),
+        ),
+        (
+            "each digit padded with a zero",
+            row(
+                digits.chars().map(|c| format!("0{c}=")).collect::<String>(),
+                sum.clone(),
+            ),
+        ),
+        (
+            "the scratchpad behind a prompt in groups",
+            row(
+                format!("{}={}=", &digits[..3], &digits[3..]),
+                datasets::digit_sum_row(&digits, AnswerFormat::Scratchpad).answer,
+            ),
+        ),
+        (
+            "in tens words",
+            row(
+                format!(
+                    "{} {} {} =",
+                    tens_words(&digits[..2]),
+                    tens_words(&digits[2..4]),
+                    tens_words(&digits[4..])
+                ),
+                sum.clone(),
+            ),
+        ),
+        (
+            "in CJK numerals",
+            row(
+                format!(
+                    "{}=",
+                    digits
+                        .chars()
+                        .map(|c| "〇一二三四五六七八九"
+                            .chars()
+                            .nth(c.to_digit(10).expect("digit") as usize)
+                            .expect("numeral"))
+                        .collect::<String>()
+                ),
+                sum.clone(),
+            ),
+        ),
     ];
     let s = open(&root);
     for (what, e) in each_form_refused(&s, "summer", forms) {
@@ -3797,6 +3876,73 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
                  "n": 5000, "seed": 1}}),
         )
         .unwrap_or_else(|e| panic!("tiny-dsum7 {format:?}: {}", e.message));
+    }
+    // A tiny-dsum7 test string in groups, padded, and a tiny-sort6 one with its answer in groups.
+    let t7 = protected_split(&root7, "dsum7", "test")[0].clone();
+    let d7 = t7.prompt[..7].to_string();
+    each_form_refused(
+        &s7,
+        "summer7-",
+        vec![
+            (
+                "in groups of four and three",
+                vec![(format!("{}={}=", &d7[..4], &d7[4..]), t7.answer.clone())],
+            ),
+            (
+                "each digit padded with a zero",
+                vec![(
+                    d7.chars().map(|c| format!("0{c}=")).collect::<String>(),
+                    t7.answer.clone(),
+                )],
+            ),
+        ],
+    );
+    let (_d6, root6) = crate::common::study_of("tiny-sort6");
+    let s6 = open(&root6);
+    let t6 = six_different_digits_item(&protected_split(&root6, "sort6", "test"));
+    let (p6, a6) = (&t6.prompt[..6], &t6.answer);
+    each_form_refused(
+        &s6,
+        "sorter-groups",
+        vec![(
+            "prompt and answer in groups joined by =",
+            vec![(
+                format!("{}={}=", &p6[..3], &p6[3..]),
+                format!("{}={}", &a6[..3], &a6[3..]),
+            )],
+        )],
+    );
+}
+
+/// A two-digit number in English words (`46` → `forty-six`, `40` → `forty`, `07` → `zero seven`).
+fn tens_words(two: &str) -> String {
+    const UNITS: [&str; 10] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    ];
+    const TEENS: [&str; 10] = [
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+    ];
+    const TENS: [&str; 10] = [
+        "", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    ];
+    let d: Vec<usize> = two
+        .chars()
+        .map(|c| c.to_digit(10).expect("digit") as usize)
+        .collect();
+    match (d[0], d[1]) {
+        (0, u) => format!("zero {}", UNITS[u]),
+        (1, u) => TEENS[u].to_string(),
+        (t, 0) => TENS[t].to_string(),
+        (t, u) => format!("{}-{}", TENS[t], UNITS[u]),
     }
 }
 
