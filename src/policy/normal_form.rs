@@ -1768,43 +1768,34 @@ pub mod digits {
         named(found)
     }
 
-    /// How many digits a token is as a group of a string: its ASCII digits where it is nothing
-    /// else, one for a unit word; `None` for anything else.
+    /// How many digits a token is as a group of a string: its ASCII digits (glued to letters
+    /// too, `q467`), one for a unit word; `None` for a token without any.
     fn group_len(t: &str) -> Option<usize> {
-        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
-            Some(t.len())
-        } else {
-            super::arithmetic::unit(t).map(|_| 1)
+        match t.bytes().filter(u8::is_ascii_digit).count() {
+            0 => super::arithmetic::unit(t).map(|_| 1),
+            n => Some(n),
         }
     }
 
-    /// The strings as they are read, once or twice. `=` ends a string (`breaks`), but a string
-    /// may be written in groups joined by `=` (`467=297`, `4=6=7=2=97`), and only single digits
-    /// so joined are a chain (`chains`): groups joined by `=` alone of which one has two digits or
-    /// more are one string (the sorting form's `digit=count` pairs are single digits, and a string
-    /// and its sorted answer, `530912=012359`, joined are a string of twelve, no item's). Before
-    /// that, a tens or teens word is its two digits (`forty-six` is `46`, `forty` `40`,
+    /// The tokens with tens and teens words as their digits (`forty-six` is `46`, `forty` `40`,
     /// `twelve` `12`), and a digit string's running sums after it, two digits each between `=`
-    /// signs (`530912=05=08=08=17=18=20`, the digit-sum scratchpad), end strings as `=` does:
-    /// they are that string's own working, and joined they would be strings of digits the row
-    /// never poses. Where a group is a digit padded with a zero (`04=06=07`), the strings are
-    /// read a second time with each such group its digit, so that padded digits joined by `=`
-    /// are a chain too.
-    fn regrouped(strings: &[String]) -> Vec<std::borrow::Cow<'_, [String]>> {
+    /// signs (`530912=05=08=08=17=18=20`, the digit-sum scratchpad), each an `=`: they are that
+    /// string's own working, and joined (`regrouped`, `Stream`) they would be strings of digits
+    /// the row never poses.
+    pub(super) fn own_working(strings: &[String]) -> std::borrow::Cow<'_, [String]> {
         use std::borrow::Cow;
-        let joined_groups = |s: &[String]| {
-            s.windows(3).any(|w| {
-                w[1] == "="
-                    && matches!((group_len(&w[0]), group_len(&w[2])), (Some(a), Some(b)) if a.max(b) >= 2)
-            })
-        };
         let worded = strings
             .iter()
             .any(|t| super::arithmetic::teen_or_tens(t).is_some());
-        if !worded && !joined_groups(strings) {
-            return vec![Cow::Borrowed(strings)];
+        let summed = strings.windows(3).any(|w| {
+            w[1] == "="
+                && w[0].len() >= 2
+                && w[2].len() == 2
+                && w[0].bytes().chain(w[2].bytes()).all(|b| b.is_ascii_digit())
+        });
+        if !worded && !summed {
+            return Cow::Borrowed(strings);
         }
-        // Tens and teens words as their digits.
         let mut toks: Vec<String> = Vec::with_capacity(strings.len());
         let mut i = 0;
         while i < strings.len() {
@@ -1838,7 +1829,6 @@ pub mod digits {
                 }
             }
         }
-        // A digit string's running sums after it end strings.
         let mut i = 0;
         while i < toks.len() {
             let k = toks[i].len();
@@ -1865,6 +1855,32 @@ pub mod digits {
             }
             i += 1;
         }
+        Cow::Owned(toks)
+    }
+
+    /// The strings as they are read, once or twice. `=` ends a string (`breaks`), but a string
+    /// may be written in groups joined by `=` (`467=297`, `4=6=7=2=97`), and only single digits
+    /// so joined are a chain (`chains`): groups joined by `=` alone of which one has two digits or
+    /// more are one string (the sorting form's `digit=count` pairs are single digits, and a string
+    /// and its sorted answer, `530912=012359`, joined are a string of twelve, no item's), after
+    /// `own_working`. Where a group is a digit padded with a zero (`04=06=07`), the strings are
+    /// read a second time with each such group its digit, so that padded digits joined by `=`
+    /// are a chain too.
+    fn regrouped(strings: &[String]) -> Vec<std::borrow::Cow<'_, [String]>> {
+        use std::borrow::Cow;
+        let joined_groups = |s: &[String]| {
+            s.windows(3).any(|w| {
+                w[1] == "="
+                    && matches!((group_len(&w[0]), group_len(&w[2])), (Some(a), Some(b)) if a.max(b) >= 2)
+            })
+        };
+        let worded = strings
+            .iter()
+            .any(|t| super::arithmetic::teen_or_tens(t).is_some());
+        if !worded && !joined_groups(strings) {
+            return vec![Cow::Borrowed(strings)];
+        }
+        let toks = own_working(strings).into_owned();
         // Groups joined by `=` alone, one of them of two digits or more: the `=`s go.
         let join = |toks: &[String]| -> Vec<String> {
             let mut gone = vec![false; toks.len()];
@@ -1952,11 +1968,17 @@ pub mod digits {
         flip: Vec<Option<(u64, usize)>>,
         ascending: bool,
         last: Option<u64>,
+        /// The open chain of groups joined by `=` alone (`regrouped`), its last pieces (at most
+        /// `MAX_DIGITS` digits), and whether an `=` follows its last.
+        groups: Vec<(u64, usize)>,
+        groups_sign: bool,
     }
 
     impl Default for Stream {
         fn default() -> Stream {
             Stream {
+                groups: Vec::new(),
+                groups_sign: false,
                 chain: Vec::new(),
                 chain_len: 0,
                 after_sign: false,
@@ -1980,14 +2002,63 @@ pub mod digits {
             for t in toks {
                 self.chain_token(t, &mut found);
             }
+            for t in own_working(toks).iter() {
+                self.group_token(t, &mut found);
+            }
             // Pairs, read on from the one the stream left partly read.
             for t in toks {
                 self.pair_token(t, &mut found);
             }
             // What stays open is read as it stands, then cut to what a key can still reach.
             self.end_chain(&mut found, false);
+            self.end_groups(&mut found, false);
             self.end_run(&mut found, false);
             named(found)
+        }
+
+        /// `regrouped`'s groups joined by `=`, one token at a time: a string split across rows in
+        /// groups (`530=` then `912=`) is read as in one row.
+        fn group_token(&mut self, t: &str, found: &mut Found) {
+            if t == "=" {
+                self.groups_sign = !self.groups.is_empty();
+                return;
+            }
+            match (group_len(t), digits_of(t)) {
+                (Some(_), Some(piece)) => {
+                    if !self.groups_sign {
+                        self.end_groups(found, true);
+                    }
+                    self.groups.push(piece);
+                    self.groups_sign = false;
+                }
+                _ => self.end_groups(found, true),
+            }
+        }
+
+        /// Reads the open chain of groups (two or more, one of two digits or more) and either
+        /// ends it or (`ends` false) keeps its last pieces of at most `MAX_DIGITS` digits.
+        fn end_groups(&mut self, found: &mut Found, ends: bool) {
+            if self.groups.len() >= 2 && self.groups.iter().any(|&(_, n)| n >= 2) {
+                let pieces: Vec<_> = self.groups.iter().map(|&p| Some(p)).collect();
+                runs(&pieces, found);
+            }
+            if ends {
+                self.groups.clear();
+                self.groups_sign = false;
+            } else {
+                let mut digits = 0;
+                let keep = self
+                    .groups
+                    .iter()
+                    .rev()
+                    .take_while(|&&(_, n)| {
+                        digits += n;
+                        digits <= MAX_DIGITS
+                    })
+                    .count();
+                let cut = self.groups.len() - keep;
+                self.groups.drain(..cut);
+            }
         }
 
         /// `chains`, one token at a time.
@@ -2700,6 +2771,7 @@ mod tests {
             "5=3=0=9=12",
             "53 = 09 = 12 = 20",
             "05=03=00=09=01=02=",
+            "q530=912z=",
             "fifty-three, zero, nine, twelve",
             "fifty three zero nine twelve",
             "\u{4E94}\u{4E09}\u{3007}\u{4E5D}\u{4E00}\u{4E8C}=",
@@ -2723,8 +2795,11 @@ mod tests {
             let keys = dk_across(a, b);
             assert!(keys.contains(&key), "{a:?} | {b:?}: {keys:?}");
         }
-        let cut = dk_across("530=", "912");
-        assert!(!cut.contains(&key), "{cut:?}");
+        // And in groups joined by `=` across the seam.
+        for (a, b) in [("530=", "912"), ("53=09=", "12="), ("x 5309=", "12")] {
+            let keys = dk_across(a, b);
+            assert!(keys.contains(&key), "{a:?} | {b:?}: {keys:?}");
+        }
     }
 
     #[test]

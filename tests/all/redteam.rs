@@ -3826,6 +3826,13 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
             ),
         ),
         (
+            "in groups split across two rows",
+            vec![
+                ("a".into(), format!("{}=", &digits[..3])),
+                (format!("{}=", &digits[3..]), sum.clone()),
+            ],
+        ),
+        (
             "in CJK numerals",
             row(
                 format!(
