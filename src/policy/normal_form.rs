@@ -1746,7 +1746,8 @@ pub mod digits {
             set: HashSet::new(),
             wanted,
         };
-        for strings in regrouped(strings) {
+        let working = own_working(strings);
+        for strings in regrouped(&working) {
             // Digit tokens, with `None` where a string ends; filler dropped.
             let pieces: Vec<Option<(u64, usize)>> = strings
                 .iter()
@@ -1787,11 +1788,12 @@ pub mod digits {
         let worded = strings
             .iter()
             .any(|t| super::arithmetic::teen_or_tens(t).is_some());
+        // (A string's first running sum is its first digit, padded: `530912=05`.)
         let summed = strings.windows(3).any(|w| {
             w[1] == "="
                 && w[0].len() >= 2
-                && w[2].len() == 2
-                && w[0].bytes().chain(w[2].bytes()).all(|b| b.is_ascii_digit())
+                && w[0].bytes().all(|b| b.is_ascii_digit())
+                && w[2].as_bytes() == [b'0', w[0].as_bytes()[0]]
         });
         if !worded && !summed {
             return Cow::Borrowed(strings);
@@ -1866,32 +1868,18 @@ pub mod digits {
     /// `own_working`. Where a group is a digit padded with a zero (`04=06=07`), the strings are
     /// read a second time with each such group its digit, so that padded digits joined by `=`
     /// are a chain too.
-    fn regrouped(strings: &[String]) -> Vec<std::borrow::Cow<'_, [String]>> {
-        use std::borrow::Cow;
-        let joined_groups = |s: &[String]| {
-            s.windows(3).any(|w| {
-                w[1] == "="
-                    && matches!((group_len(&w[0]), group_len(&w[2])), (Some(a), Some(b)) if a.max(b) >= 2)
-            })
-        };
-        let worded = strings
-            .iter()
-            .any(|t| super::arithmetic::teen_or_tens(t).is_some());
-        if !worded && !joined_groups(strings) {
-            return vec![Cow::Borrowed(strings)];
-        }
-        let toks = own_working(strings).into_owned();
+    fn regrouped(toks: &[String]) -> Vec<Vec<&str>> {
         // Groups joined by `=` alone, one of them of two digits or more: the `=`s go.
-        let join = |toks: &[String]| -> Vec<String> {
+        fn join<'a>(toks: Vec<&'a str>) -> Vec<&'a str> {
             let mut gone = vec![false; toks.len()];
             let mut i = 0;
             while i < toks.len() {
-                let Some(first) = group_len(&toks[i]) else {
+                let Some(first) = group_len(toks[i]) else {
                     i += 1;
                     continue;
                 };
                 let (mut end, mut widest) = (i, first);
-                while toks.get(end + 1).is_some_and(|e| e == "=")
+                while toks.get(end + 1).is_some_and(|e| *e == "=")
                     && let Some(n) = toks.get(end + 2).and_then(|t| group_len(t))
                 {
                     widest = widest.max(n);
@@ -1902,27 +1890,24 @@ pub mod digits {
                 }
                 i = end + 1;
             }
-            toks.iter()
+            if !gone.contains(&true) {
+                return toks;
+            }
+            toks.into_iter()
                 .zip(gone)
                 .filter(|(_, gone)| !gone)
-                .map(|(t, _)| t.clone())
+                .map(|(t, _)| t)
                 .collect()
-        };
+        }
         let padded =
-            |t: &String| t.len() == 2 && t.starts_with('0') && t.as_bytes()[1].is_ascii_digit();
-        let mut out = vec![Cow::Owned(join(&toks))];
-        if toks.iter().any(padded) {
-            let unpadded: Vec<String> = toks
-                .iter()
-                .map(|t| {
-                    if padded(t) {
-                        t[1..].to_string()
-                    } else {
-                        t.clone()
-                    }
-                })
-                .collect();
-            out.push(Cow::Owned(join(&unpadded)));
+            |t: &str| t.len() == 2 && t.starts_with('0') && t.as_bytes()[1].is_ascii_digit();
+        let mut out = vec![join(toks.iter().map(String::as_str).collect())];
+        if toks.iter().any(|t| padded(t)) {
+            out.push(join(
+                toks.iter()
+                    .map(|t| if padded(t) { &t[1..] } else { t.as_str() })
+                    .collect(),
+            ));
         }
         out
     }
@@ -1933,10 +1918,10 @@ pub mod digits {
     /// Across tokens runs stay whole tokens: a string that starts inside one token and ends
     /// inside the next is not read, or every two rows of honest strings side by side in a
     /// stream (`012359` then `467297=`) would hold strings of their digits that no row poses.
-    fn inside_tokens(strings: &[String]) -> Vec<Option<(u64, usize)>> {
+    fn inside_tokens<S: AsRef<str>>(strings: &[S]) -> Vec<Option<(u64, usize)>> {
         let mut out = Vec::new();
         for t in strings {
-            let digits = t.bytes().filter(u8::is_ascii_digit);
+            let digits = t.as_ref().bytes().filter(u8::is_ascii_digit);
             if digits.clone().count() > 2 {
                 out.extend(digits.map(|b| Some((1u64 << (4 * u32::from(b - b'0')), 1))));
                 out.push(None);
