@@ -1870,7 +1870,7 @@ pub mod digits {
     /// are a chain too.
     fn regrouped(toks: &[String]) -> Vec<Vec<&str>> {
         // Groups joined by `=` alone, one of them of two digits or more: the `=`s go.
-        fn join<'a>(toks: Vec<&'a str>) -> Vec<&'a str> {
+        fn join(toks: Vec<&str>) -> Vec<&str> {
             let mut gone = vec![false; toks.len()];
             let mut i = 0;
             while i < toks.len() {
