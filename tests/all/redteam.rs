@@ -3921,35 +3921,13 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
     );
 }
 
-/// A two-digit number in English words (`46` → `forty-six`, `40` → `forty`, `07` → `zero seven`).
+/// A two-digit group in English words (`46` → `forty-six`, `07` → `zero seven`).
 fn tens_words(two: &str) -> String {
-    const UNITS: [&str; 10] = [
-        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-    ];
-    const TEENS: [&str; 10] = [
-        "ten",
-        "eleven",
-        "twelve",
-        "thirteen",
-        "fourteen",
-        "fifteen",
-        "sixteen",
-        "seventeen",
-        "eighteen",
-        "nineteen",
-    ];
-    const TENS: [&str; 10] = [
-        "", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
-    ];
-    let d: Vec<usize> = two
-        .chars()
-        .map(|c| c.to_digit(10).expect("digit") as usize)
-        .collect();
-    match (d[0], d[1]) {
-        (0, u) => format!("zero {}", UNITS[u]),
-        (1, u) => TEENS[u].to_string(),
-        (t, 0) => TENS[t].to_string(),
-        (t, u) => format!("{}-{}", TENS[t], UNITS[u]),
+    let n: u64 = two.parse().expect("two digits");
+    if two.starts_with('0') {
+        format!("zero {}", words(n))
+    } else {
+        words(n)
     }
 }
 
