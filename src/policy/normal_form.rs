@@ -1862,11 +1862,11 @@ pub mod digits {
 
     /// The strings as they are read, once or twice. `=` ends a string (`breaks`), but a string
     /// may be written in groups joined by `=` (`467=297`, `4=6=7=2=97`), and only single digits
-    /// so joined are a chain (`chains`): groups joined by `=` alone of which one has two digits or
-    /// more are one string (the sorting form's `digit=count` pairs are single digits, and a string
+    /// so joined are a chain (`chains`): groups with an `=` among what stands between them
+    /// (`467=297`, `467=x=297`), one of two digits or more, are one string (the sorting form's `digit=count` pairs are single digits, and a string
     /// and its sorted answer, `530912=012359`, joined are a string of twelve, no item's), after
-    /// `own_working`. Where a group is a digit padded with a zero (`04=06=07`), the strings are
-    /// read a second time with each such group its digit, so that padded digits joined by `=`
+    /// `own_working`. Where a group is a digit padded with zeros (`04=06=07`, `007`), the strings
+    /// are read a second time with each such group its digit, so that padded digits joined by `=`
     /// are a chain too.
     fn regrouped(toks: &[String]) -> Vec<Vec<&str>> {
         // Groups joined by `=` alone, one of them of two digits or more: the `=`s go.
@@ -1878,15 +1878,29 @@ pub mod digits {
                     i += 1;
                     continue;
                 };
-                let (mut end, mut widest) = (i, first);
-                while toks.get(end + 1).is_some_and(|e| *e == "=")
-                    && let Some(n) = toks.get(end + 2).and_then(|t| group_len(t))
-                {
-                    widest = widest.max(n);
-                    end += 2;
+                // The next group, where an `=` stands among what comes before it (`467=297`,
+                // `467=x=297`, `467 = - 297`): its `=`s.
+                let (mut end, mut widest, mut signs) = (i, first, Vec::new());
+                loop {
+                    let mut j = end + 1;
+                    let mut between = Vec::new();
+                    while j < toks.len() && group_len(toks[j]).is_none() {
+                        if toks[j] == "=" {
+                            between.push(j);
+                        }
+                        j += 1;
+                    }
+                    match toks.get(j).and_then(|t| group_len(t)) {
+                        Some(n) if !between.is_empty() => {
+                            widest = widest.max(n);
+                            signs.extend(between);
+                            end = j;
+                        }
+                        _ => break,
+                    }
                 }
                 if end > i && widest >= 2 {
-                    (i + 1..end).step_by(2).for_each(|e| gone[e] = true);
+                    signs.into_iter().for_each(|e| gone[e] = true);
                 }
                 i = end + 1;
             }
@@ -1899,13 +1913,24 @@ pub mod digits {
                 .map(|(t, _)| t)
                 .collect()
         }
-        let padded =
-            |t: &str| t.len() == 2 && t.starts_with('0') && t.as_bytes()[1].is_ascii_digit();
+        // A digit padded with zeros (`04`, `007`).
+        let padded = |t: &str| {
+            t.len() >= 2
+                && t.starts_with('0')
+                && t.bytes().all(|b| b.is_ascii_digit())
+                && t.bytes().filter(|&b| b != b'0').count() <= 1
+        };
         let mut out = vec![join(toks.iter().map(String::as_str).collect())];
         if toks.iter().any(|t| padded(t)) {
             out.push(join(
                 toks.iter()
-                    .map(|t| if padded(t) { &t[1..] } else { t.as_str() })
+                    .map(|t| {
+                        if padded(t) {
+                            &t[t.len() - 1..]
+                        } else {
+                            t.as_str()
+                        }
+                    })
                     .collect(),
             ));
         }
@@ -2008,15 +2033,13 @@ pub mod digits {
                 self.groups_sign = !self.groups.is_empty();
                 return;
             }
-            match (group_len(t), digits_of(t)) {
-                (Some(_), Some(piece)) => {
-                    if !self.groups_sign {
-                        self.end_groups(found, true);
-                    }
-                    self.groups.push(piece);
-                    self.groups_sign = false;
+            // Filler between groups (`467=x=297`) neither ends the chain nor joins it.
+            if let (Some(_), Some(piece)) = (group_len(t), digits_of(t)) {
+                if !self.groups_sign {
+                    self.end_groups(found, true);
                 }
-                _ => self.end_groups(found, true),
+                self.groups.push(piece);
+                self.groups_sign = false;
             }
         }
 
@@ -2757,6 +2780,9 @@ mod tests {
             "53 = 09 = 12 = 20",
             "05=03=00=09=01=02=",
             "q530=912z=",
+            "530=x=912=",
+            "53 = - 09 = + 12",
+            "005 003 000 009 001 002 =",
             "fifty-three, zero, nine, twelve",
             "fifty three zero nine twelve",
             "\u{4E94}\u{4E09}\u{3007}\u{4E5D}\u{4E00}\u{4E8C}=",

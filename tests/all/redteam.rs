@@ -3788,6 +3788,24 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
                 sum.clone(),
             ),
         ),
+        // The third helper's, past that: other tokens between the `=`s, zeros padding to three.
+        (
+            "in groups with filler between the = signs",
+            row(
+                format!("{}=x=+={}=", &digits[..3], &digits[3..]),
+                sum.clone(),
+            ),
+        ),
+        (
+            "each digit padded to three places",
+            row(
+                digits
+                    .chars()
+                    .map(|c| format!("00{c} "))
+                    .collect::<String>(),
+                sum.clone(),
+            ),
+        ),
         (
             "the answer first, groups after",
             row(
