@@ -3788,7 +3788,7 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
                 sum.clone(),
             ),
         ),
-        // The third helper's, past that: other tokens between the `=`s, zeros padding to three.
+        // The second helper's, past that: other tokens between the `=`s, zeros padding to three.
         (
             "in groups with filler between the = signs",
             row(
