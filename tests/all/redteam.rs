@@ -3565,15 +3565,6 @@ fn a_sorting_items_digits_in_any_order_or_surface_form_are_refused() {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    const UNITS: [&str; 10] = [
-        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-    ];
-    let in_words = |s: &str| {
-        s.chars()
-            .map(|c| UNITS[c.to_digit(10).expect("digit") as usize])
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     let row = |p: String, a: String| vec![(p, a)];
     let forms: Vec<(&str, Vec<(String, String)>)> = vec![
         (
@@ -3711,15 +3702,6 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
     );
     let other_order: String = digits.chars().rev().collect();
     let joined = |s: &str, sep: &str| s.chars().map(String::from).collect::<Vec<_>>().join(sep);
-    const UNITS: [&str; 10] = [
-        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-    ];
-    let in_words = |s: &str| {
-        s.chars()
-            .map(|c| UNITS[c.to_digit(10).expect("digit") as usize])
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     let row = |p: String, a: String| vec![(p, a)];
     let scratch = datasets::digit_sum_row(&other_order, AnswerFormat::Scratchpad);
     let forms: Vec<(&str, Vec<(String, String)>)> = vec![
@@ -3795,6 +3777,13 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
                 format!("{}=x=+={}=", &digits[..3], &digits[3..]),
                 sum.clone(),
             ),
+        ),
+        (
+            "in groups with filler between the = signs, split across rows",
+            vec![
+                ("a".into(), format!("{} = x", &digits[..3])),
+                (format!("= {}=", &digits[3..]), sum.clone()),
+            ],
         ),
         (
             "each digit padded to three places",
@@ -3937,6 +3926,14 @@ fn a_digit_sum_items_digits_in_any_order_or_as_a_sum_are_refused() {
             )],
         )],
     );
+}
+
+/// A string's digits in English words, one word each (`530` → `five three zero`).
+fn in_words(s: &str) -> String {
+    s.chars()
+        .map(|c| words(u64::from(c.to_digit(10).expect("digit"))))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A two-digit group in English words (`46` → `forty-six`, `07` → `zero seven`).
